@@ -1,0 +1,17 @@
+"""Where the package's data files live: include/recipes and include/manifests."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+# plugins/nemo_rl_gke/paths.py -> project root, the layout of both this repo and an Astro/compose deployment.
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+INCLUDE_DIR = Path(os.environ.get("NEMO_RL_GKE_INCLUDE_DIR", PROJECT_ROOT / "include"))
+RECIPES_DIR = INCLUDE_DIR / "recipes"
+MANIFESTS_DIR = INCLUDE_DIR / "manifests"
+
+
+def recipe_names() -> list[str]:
+    """Names of the recipes shipped in include/recipes (file stem), sorted."""
+    return sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))

@@ -1,0 +1,507 @@
+"""Offline preflight rules for cloud and Kubernetes resources: names, locations, GPUs, Lustre, CIDRs, sizes.
+
+Name rules follow the API rules of FACTS §4; a wrong name found here costs nothing, found by the API it costs the
+resources created before it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from nemo_rl_gke.rules import Violation, rule
+from nemo_rl_gke.spec import GPU_PROFILES
+
+if TYPE_CHECKING:
+    from nemo_rl_gke.recipes import Recipe
+    from nemo_rl_gke.spec import RunSpec
+
+RESOURCE = "resource"
+
+RFC1035 = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+GKE_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
+PROJECT_ID = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
+REGION = re.compile(r"^[a-z]+-[a-z]+[0-9]+$")
+LUSTRE_FS = re.compile(r"^[A-Za-z0-9]{1,8}$")
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+DNS1123_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
+CONN_ID = re.compile(r"^[A-Za-z0-9_.-]{1,250}$")
+# Subnet ranges of an auto-mode VPC: the main network is auto mode, so nothing else may overlap them.
+AUTO_MODE_RANGE = ipaddress.ip_network("10.128.0.0/9")
+
+
+@dataclass(frozen=True)
+class LustreTier:
+    """Capacity bounds of one Managed Lustre throughput tier (GiB)."""
+
+    minimum: int
+    maximum: int
+    step: int
+    threshold: int
+    large_step: int
+
+    def valid(self, gib: int) -> bool:
+        """Whether ``gib`` is an allowed capacity of this tier."""
+        if not self.minimum <= gib <= self.maximum:
+            return False
+        return gib % (self.step if gib <= self.threshold else self.large_step) == 0
+
+    def neighbours(self, gib: int) -> list[int]:
+        """The nearest allowed capacities around ``gib``."""
+        below = max((c for c in self._around(gib) if c <= gib), default=None)
+        above = min((c for c in self._around(gib) if c >= gib), default=None)
+        return sorted({c for c in (below, above) if c is not None})
+
+    def _around(self, gib: int) -> Iterator[int]:
+        for step in (self.step, self.large_step):
+            for c in (gib // step * step, (gib // step + 1) * step):
+                if self.valid(c):
+                    yield c
+        yield self.minimum
+        yield self.maximum
+
+
+LUSTRE_TIERS: dict[int, LustreTier] = {
+    1000: LustreTier(9_000, 10_008_000, 9_000, 1_530_000, 72_000),
+    500: LustreTier(18_000, 20_016_000, 18_000, 3_060_000, 144_000),
+    250: LustreTier(36_000, 40_032_000, 36_000, 6_120_000, 288_000),
+    125: LustreTier(72_000, 12_240_000, 72_000, 12_240_000, 72_000),
+}
+
+
+@rule(
+    "name.project",
+    RESOURCE,
+    "Project ID format",
+    example={"project": "My_Project"},
+    counter_example={"project": "my-project-123"},
+)
+def project_id(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
+    """A project ID is 6-30 characters: lowercase letters, digits and hyphens, starting with a letter."""
+    if not PROJECT_ID.match(spec.project):
+        yield Violation(
+            ("project",),
+            spec.project,
+            "a project ID is 6-30 characters of lowercase letters, digits and hyphens, starting with a letter "
+            "and not ending with a hyphen",
+            "use the project ID (not its display name or number), e.g. `gcloud config get project`",
+        )
+
+
+@rule(
+    "location.zone-in-region",
+    RESOURCE,
+    "Zone lies in the region",
+    example={"region": "us-central1", "zone": "europe-west4-b"},
+    counter_example={"region": "europe-west4", "zone": "europe-west4-b"},
+)
+def zone_in_region(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
+    """The GPU zone must be a zone of the control-plane region, since the subnets live in that region."""
+    if not REGION.match(spec.region):
+        yield Violation(("region",), spec.region, "a region looks like us-central1", "use a Compute Engine region name")
+    elif not re.fullmatch(rf"{re.escape(spec.region)}-[a-z]", spec.zone):
+        suggestion = spec.zone.rsplit("-", 1)[0] if "-" in spec.zone else "the zone's region"
+        yield Violation(
+            ("zone", "region"),
+            spec.zone,
+            f"the zone must be a zone of region {spec.region} ({spec.region}-a, -b, ...): the GPU pool's subnets "
+            "are regional",
+            f"pick a zone in {spec.region} with the GPUs reserved, or set region to {suggestion}",
+        )
+
+
+@rule(
+    "name.compute",
+    RESOURCE,
+    "Compute Engine names (RFC 1035, 1-63 characters)",
+    example={"rdma_prefix": "RDMA_net"},
+    counter_example={"rdma_prefix": "rdma"},
+)
+def compute_names(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
+    """Networks, subnets, the firewall rule, the address and the reservation are RFC 1035 names."""
+    derived = {
+        "network": [spec.network],
+        "gvnic_prefix": [spec.gvnic_network, spec.gvnic_subnet, spec.gvnic_firewall],
+        "rdma_prefix": [spec.rdma_network, *spec.rdma_subnets],
+        "lustre_name": [spec.peering_range],
+        "reservation": [spec.reservation],
+    }
+    for param, names in derived.items():
+        bad = [n for n in names if not RFC1035.match(n)]
+        if bad:
+            yield Violation(
+                (param,),
+                getattr(spec, param),
+                f"derived name {bad[0]!r} is not a valid Compute Engine name (RFC 1035: 1-63 characters, lowercase "
+                "letters, digits and hyphens, starting with a letter, not ending with a hyphen)",
+                "use lowercase letters, digits and hyphens; keep prefixes short enough for the longest derived "
+                f"name ({max(names, key=len)!r})",
+            )
+
+
+@rule(
+    "name.gke",
+    RESOURCE,
+    "GKE cluster and node pool names (1-40 characters)",
+    example={"cluster_name": "nemo-rl-cluster-for-the-gemma3-27b-grpo-run"},
+    counter_example={"cluster_name": "nemo-rl-gemma"},
+)
+def gke_names(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
+    """Cluster and node pool names match [a-z]([-a-z0-9]{0,38}[a-z0-9])?."""
+    for param in ("cluster_name", "node_pool_name"):
+        value = getattr(spec, param)
+        if not GKE_NAME.match(value):
+            yield Violation(
+                (param,),
+                value,
+                "GKE cluster and node pool names are 1-40 characters of lowercase letters, digits and hyphens, "
+                "starting with a letter and not ending with a hyphen",
+                f"shorten or rename it ({len(value)} characters now)",
+            )
+
+
+@rule(
+    "name.lustre-instance",
+    RESOURCE,
+    "Lustre instance name",
+    example={"lustre_name": "9lustre"},
+    counter_example={"lustre_name": "lustre9"},
+)
+def lustre_instance_name(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
+    """A Managed Lustre instance ID is 1-63 lowercase characters starting with a letter."""
+    if not RFC1035.match(spec.lustre_name):
+        yield Violation(
+            ("lustre_name",),
+            spec.lustre_name,
+            "a Managed Lustre instance ID is 1-63 characters of lowercase letters, digits and hyphens, starting "
+            "with a letter",
+            "rename it, e.g. nemo-rl-lustre",
+        )
+
+
+@rule(
+    "lustre.filesystem",
+    RESOURCE,
+    "Lustre filesystem name (letters and digits, at most 8)",
+    example={"lustre_filesystem": "lustre-fs"},
+    counter_example={"lustre_filesystem": "lustrefs"},
+)
+def lustre_filesystem(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
+    """The filesystem name is at most 8 letters and digits."""
+    if not LUSTRE_FS.match(spec.lustre_filesystem):
+        yield Violation(
+            ("lustre_filesystem",),
+            spec.lustre_filesystem,
+            "a Lustre filesystem name is 1-8 letters and digits, nothing else",
+            "use e.g. lustrefs",
+        )
+
+
+@rule(
+    "lustre.capacity",
+    RESOURCE,
+    "Lustre capacity fits the throughput tier (min, max, step)",
+    example={"lustre_throughput": 500, "lustre_capacity_gib": 9000},
+    counter_example={"lustre_throughput": 1000, "lustre_capacity_gib": 9000},
+)
+def lustre_capacity(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
+    """Each tier has its own minimum, maximum and step; the tier cannot change later and capacity only grows."""
+    tier = LUSTRE_TIERS[spec.lustre_throughput]
+    if not tier.valid(spec.lustre_capacity_gib):
+        steps = f"a multiple of {tier.step:,}"
+        if tier.large_step != tier.step:
+            steps += f" up to {tier.threshold:,}, then of {tier.large_step:,}"
+        options = " or ".join(f"{c}" for c in tier.neighbours(spec.lustre_capacity_gib))
+        yield Violation(
+            ("lustre_capacity_gib", "lustre_throughput"),
+            spec.lustre_capacity_gib,
+            f"at {spec.lustre_throughput} MB/s/TiB the capacity must be {tier.minimum:,}-{tier.maximum:,} GiB and "
+            f"{steps}",
+            f"use {options} GiB, or another throughput tier",
+        )
+
+
+@rule(
+    "gpu.machine-type",
+    RESOURCE,
+    "GPU type matches the machine type",
+    example={"gpu_type": "h200", "machine_type": "a4-highgpu-8g"},
+    counter_example={"gpu_type": "h200", "machine_type": "a3-ultragpu-8g"},
+)
+def gpu_machine_pair(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
+    """B200 comes only on a4-highgpu-8g and H200 only on a3-ultragpu-8g."""
+    if spec.machine_type and spec.machine_type != spec.gpu.machine_type:
+        owner = next((p.gpu_type for p in GPU_PROFILES.values() if p.machine_type == spec.machine_type), None)
+        hint = f" ({spec.machine_type} carries {owner})" if owner else ""
+        yield Violation(
+            ("machine_type", "gpu_type"),
+            spec.machine_type,
+            f"gpu_type {spec.gpu_type} ({spec.gpu.accelerator_type} x{spec.gpu.gpus_per_node}) runs only on "
+            f"{spec.gpu.machine_type}{hint}",
+            f"clear machine_type to derive it, or set it to {spec.gpu.machine_type}",
+        )
+
+
+def _networks(spec: RunSpec) -> Iterator[tuple[str, str, str]]:
+    """(parameter, label, cidr) of every range this run places."""
+    yield "gvnic_subnet_cidr", spec.gvnic_subnet, spec.gvnic_subnet_cidr
+    for name, cidr in zip(spec.rdma_subnets, spec.rdma_subnet_cidrs, strict=False):
+        yield "rdma_subnet_cidrs", name, cidr
+    if spec.peering_range_address:
+        yield "peering_range_address", spec.peering_range, spec.peering_range_cidr
+
+
+def _parse(cidr: str) -> ipaddress.IPv4Network | None:
+    try:
+        net = ipaddress.ip_network(cidr, strict=True)
+    except ValueError:
+        return None
+    return net if isinstance(net, ipaddress.IPv4Network) else None
+
+
+@rule(
+    "network.cidr-valid",
+    RESOURCE,
+    "Subnet and peering ranges are private IPv4 CIDRs",
+    example={"gvnic_subnet_cidr": "192.168.0.1/24"},
+    counter_example={"gvnic_subnet_cidr": "192.168.0.0/24"},
+)
+def cidr_valid(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
+    """Each range parses as an IPv4 network with no host bits, in private address space."""
+    for param, label, cidr in [
+        *_networks(spec),
+        ("firewall_source_range", spec.gvnic_firewall, spec.firewall_source_range),
+    ]:
+        net = _parse(cidr)
+        if net is None:
+            yield Violation(
+                (param,),
+                cidr,
+                f"range of {label} is not an IPv4 network address in CIDR form (host bits must be zero)",
+                "write it like 192.168.0.0/24 (or 10.64.0.0 for the peering address)",
+            )
+        elif not net.is_private:
+            yield Violation((param,), cidr, f"range of {label} is not private address space", "use an RFC 1918 range")
+
+
+@rule(
+    "network.cidr-overlap",
+    RESOURCE,
+    "Subnet and peering ranges do not overlap",
+    example={"gvnic_subnet_cidr": "192.168.1.0/24"},
+    counter_example={"gvnic_subnet_cidr": "192.168.100.0/24"},
+)
+def cidr_overlap(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
+    """GPU nodes route to every range at once, and the auto-mode main network owns 10.128.0.0/9."""
+    placed: list[tuple[str, str, ipaddress.IPv4Network]] = [("network", f"{spec.network} (auto mode)", AUTO_MODE_RANGE)]
+    for param, label, cidr in _networks(spec):
+        net = _parse(cidr)
+        if net is None:
+            continue  # reported by network.cidr-valid
+        for other_param, other_label, other in placed:
+            if net.overlaps(other):
+                yield Violation(
+                    (param, other_param),
+                    cidr,
+                    f"{label} ({net}) overlaps {other_label} ({other}); the GPU nodes have an interface in each "
+                    "network and route to all of them",
+                    "give every subnet and the peering range its own range outside 10.128.0.0/9",
+                )
+        placed.append((param, label, net))
+
+
+@rule(
+    "network.firewall-covers-subnet",
+    RESOURCE,
+    "The gVNIC firewall admits the gVNIC subnet",
+    example={"firewall_source_range": "10.0.0.0/16"},
+    counter_example={"firewall_source_range": "192.168.0.0/16"},
+)
+def firewall_covers(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
+    """Without it, traffic between GPU nodes on the gVNIC network is dropped."""
+    fw, sub = _parse(spec.firewall_source_range), _parse(spec.gvnic_subnet_cidr)
+    if fw is not None and sub is not None and not sub.subnet_of(fw):
+        yield Violation(
+            ("firewall_source_range", "gvnic_subnet_cidr"),
+            spec.firewall_source_range,
+            f"the gVNIC firewall's source range does not contain the gVNIC subnet {sub}, so the GPU nodes cannot "
+            "talk over it",
+            f"use a range containing {sub}, e.g. {sub.supernet(new_prefix=16) if sub.prefixlen >= 16 else sub}",
+        )
+
+
+@rule(
+    "gpu.replicas-vs-pool",
+    RESOURCE,
+    "Worker replicas fit in the GPU pool",
+    example={"worker_replicas": 4, "gpu_pool_max_nodes": 2},
+    counter_example={"worker_replicas": 4, "gpu_pool_max_nodes": 4},
+)
+def replicas_vs_pool(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
+    """Each Ray GPU worker takes a whole 8-GPU node; more workers than nodes stay Pending forever."""
+    if spec.worker_replicas > spec.gpu_pool_max_nodes:
+        yield Violation(
+            ("worker_replicas", "gpu_pool_max_nodes"),
+            spec.worker_replicas,
+            f"{spec.worker_replicas} GPU workers need {spec.worker_replicas} nodes but the pool stops at "
+            f"{spec.gpu_pool_max_nodes}; the extra workers would stay Pending",
+            f"lower worker_replicas or raise gpu_pool_max_nodes to {spec.worker_replicas} (and the reservation)",
+        )
+
+
+@rule(
+    "cluster.default-pool-bounds",
+    RESOURCE,
+    "Default pool min <= initial <= max",
+    example={"system_min_nodes": 3, "system_initial_nodes": 1},
+    counter_example={"system_min_nodes": 1, "system_initial_nodes": 1},
+)
+def default_pool_bounds(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
+    """The API refuses autoscaling bounds that do not contain the initial size."""
+    if not spec.system_min_nodes <= spec.system_initial_nodes <= spec.system_max_nodes:
+        yield Violation(
+            ("system_initial_nodes", "system_min_nodes", "system_max_nodes"),
+            spec.system_initial_nodes,
+            f"the default pool needs min ({spec.system_min_nodes}) <= initial ({spec.system_initial_nodes}) <= "
+            f"max ({spec.system_max_nodes}) nodes per zone",
+            "adjust the three so they are ordered",
+        )
+
+
+@rule(
+    "name.kubernetes",
+    RESOURCE,
+    "Kubernetes object names",
+    example={"raycluster_name": "Ray_Cluster"},
+    counter_example={"raycluster_name": "ray-cluster"},
+)
+def kubernetes_names(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
+    """Namespace and service names are DNS-1123 labels; the head service adds 9 characters to the RayCluster."""
+    checks = [
+        ("namespace", spec.namespace, DNS1123_LABEL, "a DNS-1123 label (1-63 lowercase letters, digits, hyphens)"),
+        ("ksa_name", spec.ksa_name, DNS1123_SUBDOMAIN, "a DNS-1123 subdomain"),
+        (
+            "raycluster_name",
+            spec.head_service,
+            RFC1035,
+            "usable as service name {value}-head-svc: an RFC 1035 label of at most 63 characters",
+        ),
+        ("lustre_name", spec.lustre_pv, DNS1123_SUBDOMAIN, "usable as PersistentVolume name {value}-pv"),
+    ]
+    for param, name, pattern, what in checks:
+        if not pattern.match(name):
+            value = getattr(spec, param)
+            yield Violation(
+                (param,),
+                value,
+                "the name must be " + what.format(value=value),
+                "use lowercase letters, digits and hyphens, starting with a letter",
+            )
+
+
+@rule(
+    "storage.checkpoint-on-lustre",
+    RESOURCE,
+    "Checkpoint directory lies on the Lustre mount",
+    example={"checkpoint_dir": "/tmp/ckpt"},
+    counter_example={"checkpoint_dir": "/data/ckpt"},
+)
+def checkpoint_on_lustre(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
+    """Anything outside /data dies with the pod, and the export reads from Lustre."""
+    parts = spec.checkpoint_dir.split("/")
+    if not spec.checkpoint_dir.startswith("/data/") or len(parts) < 3 or ".." in parts or "" in parts[1:]:
+        yield Violation(
+            ("checkpoint_dir",),
+            spec.checkpoint_dir,
+            "the checkpoint directory must be a normalised path below /data, where the Lustre PVC is mounted; "
+            "elsewhere it is lost with the pod and cannot be exported",
+            "use e.g. /data/nemo_rl_gemma3_27b",
+        )
+
+
+@rule(
+    "export.bucket-name",
+    RESOURCE,
+    "Export bucket name",
+    example={"export_bucket": "gs://My Bucket"},
+    counter_example={"export_bucket": "my-checkpoints"},
+)
+def bucket_name(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
+    """Bucket names are 3-63 lowercase characters; a gs:// prefix is a common slip."""
+    name = spec.export_bucket_name
+    if not BUCKET.match(name) or name.startswith("goog") or "google" in name:
+        yield Violation(
+            ("export_bucket",),
+            spec.export_bucket,
+            f"{name!r} is not a Cloud Storage bucket name (3-63 lowercase letters, digits, '-', '_', '.'; "
+            "no gs:// prefix; no 'goog' prefix or 'google')",
+            "give the bare bucket name, e.g. my-project-nemo-rl-checkpoints",
+        )
+
+
+@rule(
+    "kube.nccl-installer-source",
+    RESOURCE,
+    "NCCL RDMA installer source",
+    example={"nccl_installer_source": "http://example.com/installer.yaml"},
+    counter_example={"nccl_installer_source": "bundled"},
+)
+def nccl_source(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
+    """The installer runs privileged on every GPU node, so it comes only from a pinned file or over https."""
+    src = spec.nccl_installer_source
+    if not (src == "bundled" or src.startswith("https://") or src.startswith("/") or src.startswith("file:///")):
+        yield Violation(
+            ("nccl_installer_source",),
+            src,
+            "the installer DaemonSet runs privileged on every GPU node; it must be 'bundled', an https:// URL or "
+            "an absolute file path",
+            "use 'bundled' (the pinned template) or an https:// URL",
+        )
+
+
+@rule(
+    "secrets.connections",
+    RESOURCE,
+    "Secrets come from Airflow connections",
+    example={"wandb_enabled": True, "wandb_conn_id": ""},
+    counter_example={"wandb_enabled": False, "wandb_conn_id": ""},
+)
+def secret_connections(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
+    """The HF token (and the W&B key when logging to W&B) are read from connections, checked live later."""
+    if not CONN_ID.match(spec.hf_conn_id):
+        yield Violation(
+            ("hf_conn_id",),
+            spec.hf_conn_id,
+            "the Hugging Face token is read from this Airflow connection; its id must be letters, digits, _ . -",
+            "create a connection (password = token) and name it here",
+        )
+    if spec.wandb_enabled and not CONN_ID.match(spec.wandb_conn_id):
+        yield Violation(
+            ("wandb_conn_id", "wandb_enabled"),
+            spec.wandb_conn_id,
+            "W&B logging is on, so the W&B API key must come from an Airflow connection",
+            "name the connection holding the key (password = key), or set wandb_enabled to false",
+        )
+
+
+@rule(
+    "mode.apply-available",
+    RESOURCE,
+    "Apply mode is available",
+    example={"mode": "apply"},
+    counter_example={"mode": "plan"},
+)
+def apply_available(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
+    """The provisioning tasks are not wired into the DAG yet, so apply would create nothing but claim success."""
+    if spec.mode == "apply":
+        yield Violation(
+            ("mode",),
+            spec.mode,
+            "apply is not available yet: this version of the DAG validates and plans only, the provisioning, "
+            "training and teardown tasks come in later releases",
+            "use mode=plan to review everything the run would create",
+        )

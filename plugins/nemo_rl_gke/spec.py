@@ -1,0 +1,699 @@
+"""RunSpec: the one validated, frozen description of a run, and the single source of every name.
+
+Every conf parameter is a field here with its JSON-schema (type, enum, range, title, description, form section),
+so the Airflow trigger form, the CLI and the validator share one definition. Every GCP resource name, Kubernetes
+object name, label and path is derived here, so that teardown deletes exactly what setup created.
+
+This module is pure: it is imported while the DAG file is parsed, so it must stay cheap (no google/kubernetes/ray).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from nemo_rl_gke.findings import ConfError, Finding
+from nemo_rl_gke.paths import recipe_names
+
+OWNER_LABEL_KEY = "managed-by"
+OWNER_LABEL_VALUE = "airflow-nemo-rl-gke"
+# Networks, subnets and firewalls have no labels in the Compute API; their description carries the marker.
+OWNER_DESCRIPTION = (
+    f"{OWNER_LABEL_KEY}={OWNER_LABEL_VALUE}: created by the nemo_rl_grpo_gke DAG, deleted by its teardown"
+)
+RDMA_SUBNET_COUNT = 8
+TEARDOWN_POLICIES = ("delete_all", "keep_cluster_and_storage", "keep_all")
+
+SECTION_RUN = "Run"
+SECTION_LOCATION = "Project and location"
+SECTION_GPU = "GPU nodes"
+SECTION_NETWORK = "Networking"
+SECTION_CLUSTER = "GKE cluster"
+SECTION_STORAGE = "Managed Lustre storage"
+SECTION_KUBE = "Kubernetes and Ray"
+SECTION_TRAINING = "Training (NeMo RL GRPO)"
+SECTION_LOGGING = "Logging and secrets"
+SECTION_TEARDOWN = "Checkpoint export and teardown"
+
+
+@dataclass(frozen=True)
+class GpuProfile:
+    """What a GPU type implies: the machine type, the accelerator, its count and the NCCL tuner config."""
+
+    gpu_type: str
+    machine_type: str
+    accelerator_type: str
+    gpus_per_node: int
+    nccl_tuner_config: str
+
+
+GPU_PROFILES: dict[str, GpuProfile] = {
+    "b200": GpuProfile("b200", "a4-highgpu-8g", "nvidia-b200", 8, "/usr/local/gib/configs/tuner_config_a4.txtpb"),
+    "h200": GpuProfile(
+        "h200", "a3-ultragpu-8g", "nvidia-h200-141gb", 8, "/usr/local/gib/configs/tuner_config_a3u.txtpb"
+    ),
+}
+
+
+def _json_type(default: Any) -> str:
+    if isinstance(default, bool):
+        return "boolean"
+    if isinstance(default, int):
+        return "integer"
+    if isinstance(default, float):
+        return "number"
+    if isinstance(default, tuple):
+        return "array"
+    return "string"
+
+
+def _param(default: Any, *, section: str, title: str, description: str, **schema: Any) -> Any:
+    """Declare a conf parameter: a dataclass field carrying its JSON schema for the form and the validator."""
+    full = {"type": _json_type(default), "title": title, "description": description, **schema}
+    if isinstance(default, tuple):
+        full.setdefault("items", {"type": "string"})
+    return field(default=default, metadata={"schema": full, "section": section})
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """A validated run conf. Build it with :meth:`from_conf`; everything else is derived from it."""
+
+    # --- Run -----------------------------------------------------------------------------------------------
+    mode: str = _param(
+        "plan",
+        section=SECTION_RUN,
+        title="Mode",
+        description="plan: validate and print every request, manifest and the job, creating nothing. "
+        "apply: create the infrastructure, train, export and tear down.",
+        enum=["plan", "apply"],
+    )
+    recipe: str = _param(
+        "gemma3-27b-gsm8k-v0.5.0",
+        section=SECTION_RUN,
+        title="Recipe",
+        description="NeMo RL recipe from include/recipes: pins the NeMo RL version, image, entrypoint and base config.",
+        enum=recipe_names(),
+    )
+    # --- Project and location ------------------------------------------------------------------------------
+    project: str = _param(
+        "nemo-rl-demo",
+        section=SECTION_LOCATION,
+        title="GCP project ID",
+        description="Project that gets every resource (6-30 characters: lowercase letters, digits, hyphens).",
+        minLength=1,
+    )
+    region: str = _param(
+        "us-central1",
+        section=SECTION_LOCATION,
+        title="Region",
+        description="Region of the GKE control plane and the subnets (CONTROL_PLANE_REGION in the tutorial).",
+        minLength=1,
+    )
+    zone: str = _param(
+        "us-central1-b",
+        section=SECTION_LOCATION,
+        title="Zone",
+        description="Zone of the GPU nodes, the reservation and Lustre (NODE_ZONE). Must lie in the region and "
+        "offer the {zone}-vpc-roce network profile.",
+        minLength=1,
+    )
+    # --- GPU nodes -----------------------------------------------------------------------------------------
+    gpu_type: str = _param(
+        "b200",
+        section=SECTION_GPU,
+        title="GPU type",
+        description="b200 (a4-highgpu-8g, nvidia-b200 x8) or h200 (a3-ultragpu-8g, nvidia-h200-141gb x8).",
+        enum=sorted(GPU_PROFILES),
+        values_display={"b200": "NVIDIA B200 (a4-highgpu-8g)", "h200": "NVIDIA H200 141GB (a3-ultragpu-8g)"},
+    )
+    machine_type: str = _param(
+        "",
+        section=SECTION_GPU,
+        title="GPU machine type (override)",
+        description="Leave empty to derive it from the GPU type. If set, it must be the GPU type's machine type.",
+    )
+    reservation: str = _param(
+        "nemo-rl-reservation",
+        section=SECTION_GPU,
+        title="Reservation",
+        description="Name of the Compute Engine reservation in the zone that holds the GPU machines.",
+        minLength=1,
+    )
+    node_pool_name: str = _param(
+        "gpu-pool", section=SECTION_GPU, title="GPU node pool name", description="Name of the GPU node pool."
+    )
+    worker_replicas: int = _param(
+        2,
+        section=SECTION_GPU,
+        title="GPU worker replicas",
+        description="Ray GPU worker pods, one per GPU node; this is also NeMo RL's cluster.num_nodes.",
+        minimum=1,
+        maximum=64,
+    )
+    gpu_pool_max_nodes: int = _param(
+        2,
+        section=SECTION_GPU,
+        title="GPU pool max nodes",
+        description="Autoscaling limit of the GPU pool (total, across zones); must be at least the worker replicas.",
+        minimum=1,
+        maximum=64,
+    )
+    # --- Networking ----------------------------------------------------------------------------------------
+    network: str = _param(
+        "nemo-rl-net",
+        section=SECTION_NETWORK,
+        title="Main VPC network",
+        description="Auto-mode VPC of the cluster and of Lustre (NETWORK in the tutorial).",
+    )
+    gvnic_prefix: str = _param(
+        "nemo-rl-gvnic",
+        section=SECTION_NETWORK,
+        title="gVNIC network prefix",
+        description="Prefix of the gVNIC network: {prefix}-net, {prefix}-sub and firewall {prefix}-internal.",
+    )
+    rdma_prefix: str = _param(
+        "nemo-rl-rdma",
+        section=SECTION_NETWORK,
+        title="RDMA network prefix",
+        description="Prefix of the RDMA network: {prefix}-net and subnets {prefix}-sub-0..7.",
+    )
+    gvnic_subnet_cidr: str = _param(
+        "192.168.0.0/24",
+        section=SECTION_NETWORK,
+        title="gVNIC subnet range",
+        description="IPv4 range of the gVNIC subnet.",
+    )
+    rdma_subnet_cidrs: tuple[str, ...] = _param(
+        tuple(f"192.168.{n + 1}.0/24" for n in range(RDMA_SUBNET_COUNT)),
+        section=SECTION_NETWORK,
+        title="RDMA subnet ranges",
+        description="Eight IPv4 ranges, one per RDMA subnet (one per GPU NIC).",
+        minItems=RDMA_SUBNET_COUNT,
+        maxItems=RDMA_SUBNET_COUNT,
+    )
+    firewall_source_range: str = _param(
+        "192.168.0.0/16",
+        section=SECTION_NETWORK,
+        title="gVNIC firewall source range",
+        description="Source range allowed (tcp, udp, icmp) by the gVNIC network's internal firewall rule.",
+    )
+    net_mtu: int = _param(
+        1460,
+        section=SECTION_NETWORK,
+        title="Main network MTU",
+        description="MTU of the main network. 1460 is what the tutorial's gcloud command gets; "
+        "8896 gives Lustre clients more throughput.",
+        minimum=1300,
+        maximum=8896,
+    )
+    peering_range_address: str = _param(
+        "",
+        section=SECTION_NETWORK,
+        title="Peering range start address",
+        description="First address of the private-services range for Lustre; empty lets Google pick a free /N.",
+    )
+    peering_prefix_length: int = _param(
+        20,
+        section=SECTION_NETWORK,
+        title="Peering range prefix length",
+        description="Size of the private-services range reserved for Managed Lustre (the tutorial uses /20).",
+        minimum=8,
+        maximum=24,
+    )
+    # --- GKE cluster ---------------------------------------------------------------------------------------
+    cluster_name: str = _param(
+        "nemo-rl-cluster",
+        section=SECTION_CLUSTER,
+        title="Cluster name",
+        description="GKE Standard cluster, regional, in the region.",
+    )
+    system_machine_type: str = _param(
+        "n2-highmem-80",
+        section=SECTION_CLUSTER,
+        title="Default pool machine type",
+        description="Machine type of the default pool, which runs the Ray head.",
+    )
+    system_min_nodes: int = _param(
+        1,
+        section=SECTION_CLUSTER,
+        title="Default pool min nodes per zone",
+        description="Autoscaling minimum of the default pool, per zone of the regional cluster.",
+        minimum=0,
+        maximum=100,
+    )
+    system_max_nodes: int = _param(
+        5,
+        section=SECTION_CLUSTER,
+        title="Default pool max nodes per zone",
+        description="Autoscaling maximum of the default pool, per zone of the regional cluster.",
+        minimum=1,
+        maximum=100,
+    )
+    system_initial_nodes: int = _param(
+        1,
+        section=SECTION_CLUSTER,
+        title="Default pool initial nodes per zone",
+        description="Nodes per zone the default pool starts with.",
+        minimum=0,
+        maximum=100,
+    )
+    # --- Managed Lustre ------------------------------------------------------------------------------------
+    lustre_name: str = _param(
+        "nemo-rl-lustre",
+        section=SECTION_STORAGE,
+        title="Lustre instance name",
+        description="Managed Lustre instance in the zone; the peering range is {name}-range.",
+    )
+    lustre_capacity_gib: int = _param(
+        18000,
+        section=SECTION_STORAGE,
+        title="Lustre capacity (GiB)",
+        description="Capacity; its minimum, maximum and step depend on the throughput tier.",
+        minimum=9000,
+    )
+    lustre_throughput: int = _param(
+        500,
+        section=SECTION_STORAGE,
+        title="Lustre throughput tier (MB/s per TiB)",
+        description="Per-unit storage throughput; it cannot be changed after creation.",
+        enum=[125, 250, 500, 1000],
+    )
+    lustre_filesystem: str = _param(
+        "lustrefs",
+        section=SECTION_STORAGE,
+        title="Lustre filesystem name",
+        description="Filesystem name: letters and digits only, at most 8.",
+    )
+    # --- Kubernetes and Ray --------------------------------------------------------------------------------
+    namespace: str = _param(
+        "default",
+        section=SECTION_KUBE,
+        title="Kubernetes namespace",
+        description="Namespace of the Lustre PVC, the service account and the RayCluster.",
+    )
+    ksa_name: str = _param(
+        "generic-ksa",
+        section=SECTION_KUBE,
+        title="Kubernetes service account",
+        description="Service account the Ray pods run as (KSA_NAME in the tutorial).",
+    )
+    raycluster_name: str = _param(
+        "ray-cluster-kuberay",
+        section=SECTION_KUBE,
+        title="RayCluster name",
+        description="Name of the RayCluster; its head service is {name}-head-svc.",
+    )
+    nccl_installer_source: str = _param(
+        "bundled",
+        section=SECTION_KUBE,
+        title="NCCL RDMA installer source",
+        description="'bundled' renders include/manifests/nccl-rdma-installer.yaml.j2 (pinned image); an https:// URL "
+        "or a file path is read at apply time instead.",
+    )
+    # --- Training ------------------------------------------------------------------------------------------
+    image_tag: str = _param(
+        "",
+        section=SECTION_TRAINING,
+        title="NeMo RL image tag (override)",
+        description="Leave empty to use the recipe's pinned image. A tag other than the recipe's NeMo RL version "
+        "is refused: the checks below are for the recipe's version.",
+    )
+    max_steps: int = _param(
+        10, section=SECTION_TRAINING, title="Max steps", description="grpo.max_num_steps.", minimum=1
+    )
+    num_prompts_per_step: int = _param(
+        16, section=SECTION_TRAINING, title="Prompts per step", description="grpo.num_prompts_per_step.", minimum=1
+    )
+    num_generations_per_prompt: int = _param(
+        32,
+        section=SECTION_TRAINING,
+        title="Generations per prompt",
+        description="grpo.num_generations_per_prompt: the GRPO group size.",
+        minimum=1,
+    )
+    colocated: bool = _param(
+        False,
+        section=SECTION_TRAINING,
+        title="Colocated generation",
+        description="Run vLLM generation on the training GPUs (true) or on dedicated nodes (false, the tutorial).",
+    )
+    generation_nodes: int = _param(
+        1,
+        section=SECTION_TRAINING,
+        title="Generation nodes",
+        description="Nodes given to vLLM when generation is not colocated "
+        "(policy.generation.colocated.resources.num_nodes).",
+        minimum=0,
+    )
+    generation_gpus_per_node: int = _param(
+        8,
+        section=SECTION_TRAINING,
+        title="Generation GPUs per node",
+        description="GPUs per generation node when not colocated "
+        "(policy.generation.colocated.resources.gpus_per_node).",
+        minimum=1,
+    )
+    dtensor_tp: int = _param(
+        8,
+        section=SECTION_TRAINING,
+        title="DTensor tensor parallel size",
+        description="policy.dtensor_cfg.tensor_parallel_size.",
+        minimum=1,
+    )
+    vllm_tp: int = _param(
+        8,
+        section=SECTION_TRAINING,
+        title="vLLM tensor parallel size",
+        description="policy.generation.vllm_cfg.tensor_parallel_size.",
+        minimum=1,
+    )
+    vllm_gpu_memory_utilization: float = _param(
+        0.9,
+        section=SECTION_TRAINING,
+        title="vLLM GPU memory utilisation",
+        description="policy.generation.vllm_cfg.gpu_memory_utilization.",
+        exclusiveMinimum=0,
+        maximum=1,
+    )
+    checkpoint_dir: str = _param(
+        "/data/nemo_rl_gemma3_27b_3_17",
+        section=SECTION_TRAINING,
+        title="Checkpoint directory",
+        description="checkpointing.checkpoint_dir; must be under /data, the Lustre mount. NeMo RL resumes from the "
+        "highest step_N already there.",
+    )
+    # --- Logging and secrets -------------------------------------------------------------------------------
+    wandb_enabled: bool = _param(
+        True, section=SECTION_LOGGING, title="Weights & Biases logging", description="logger.wandb_enabled."
+    )
+    wandb_project: str = _param(
+        "",
+        section=SECTION_LOGGING,
+        title="W&B project",
+        description="logger.wandb.project; empty keeps the recipe's project.",
+    )
+    wandb_run_name: str = _param(
+        "nemo_rl_gemma3_27b_3_17", section=SECTION_LOGGING, title="W&B run name", description="logger.wandb.name."
+    )
+    hf_conn_id: str = _param(
+        "huggingface_default",
+        section=SECTION_LOGGING,
+        title="Hugging Face token connection",
+        description="Airflow connection whose password is the HF token (never put the token itself in the conf).",
+        minLength=1,
+    )
+    wandb_conn_id: str = _param(
+        "wandb_default",
+        section=SECTION_LOGGING,
+        title="W&B API key connection",
+        description="Airflow connection whose password is the W&B API key; needed only with W&B logging.",
+    )
+    # --- Checkpoint export and teardown --------------------------------------------------------------------
+    export_bucket: str = _param(
+        "",
+        section=SECTION_TEARDOWN,
+        title="Checkpoint export bucket",
+        description="Cloud Storage bucket the validated checkpoint is exported to before Lustre is deleted; "
+        "empty means {project}-nemo-rl-checkpoints.",
+    )
+    teardown_policy: str = _param(
+        "delete_all",
+        section=SECTION_TEARDOWN,
+        title="Teardown policy",
+        description="delete_all: delete everything this DAG created. keep_cluster_and_storage: delete the RayCluster "
+        "only, keeping a warm cluster (GPU nodes scale to 0) and Lustre. keep_all: delete nothing.",
+        enum=list(TEARDOWN_POLICIES),
+    )
+    accept_checkpoint_loss: bool = _param(
+        False,
+        section=SECTION_TEARDOWN,
+        title="Accept checkpoint loss",
+        description="Allow teardown to delete Lustre even when the checkpoint export did not succeed.",
+    )
+    adopt_existing: bool = _param(
+        False,
+        section=SECTION_TEARDOWN,
+        title="Adopt pre-existing resources",
+        description="Use resources of the same name that this DAG did not create (never deleted by teardown). "
+        "Off: such a resource fails the run.",
+    )
+
+    # ------------------------------------------------------------------------------------------------------
+    @classmethod
+    def from_conf(cls, conf: Mapping[str, Any]) -> RunSpec:
+        """Build a RunSpec from a trigger conf, or raise :class:`ConfError` listing every type-level problem.
+
+        Only the conf's own shape is checked here (unknown keys, JSON types, enums, ranges); the rules that
+        relate fields to each other live in :mod:`nemo_rl_gke.preflight`.
+        """
+        findings = conf_findings(conf)
+        if findings:
+            raise ConfError(findings)
+        return cls(**_coerce(conf))
+
+    def to_conf(self) -> dict[str, Any]:
+        """The full conf, defaults included, as JSON values (the inverse of :meth:`from_conf`)."""
+        return {f.name: _to_json(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+    # --- GPU -------------------------------------------------------------------------------------------------
+    @property
+    def gpu(self) -> GpuProfile:
+        """Machine type, accelerator, GPU count and tuner config implied by ``gpu_type``."""
+        return GPU_PROFILES[self.gpu_type]
+
+    @property
+    def effective_machine_type(self) -> str:
+        """The machine type the pool is created with: the override if given, else the GPU type's."""
+        return self.machine_type or self.gpu.machine_type
+
+    @property
+    def gpus_per_node(self) -> int:
+        """GPUs on every GPU node (cluster.gpus_per_node)."""
+        return self.gpu.gpus_per_node
+
+    # --- Network names ---------------------------------------------------------------------------------------
+    @property
+    def gvnic_network(self) -> str:
+        """Name of the gVNIC VPC."""
+        return f"{self.gvnic_prefix}-net"
+
+    @property
+    def gvnic_subnet(self) -> str:
+        """Name of the gVNIC subnet."""
+        return f"{self.gvnic_prefix}-sub"
+
+    @property
+    def gvnic_firewall(self) -> str:
+        """Name of the gVNIC network's internal firewall rule."""
+        return f"{self.gvnic_prefix}-internal"
+
+    @property
+    def rdma_network(self) -> str:
+        """Name of the RDMA (RoCE) VPC."""
+        return f"{self.rdma_prefix}-net"
+
+    @property
+    def rdma_subnets(self) -> tuple[str, ...]:
+        """Names of the eight RDMA subnets, in NIC order."""
+        return tuple(f"{self.rdma_prefix}-sub-{n}" for n in range(RDMA_SUBNET_COUNT))
+
+    @property
+    def peering_range(self) -> str:
+        """Name of the global address reserved for Service Networking peering."""
+        return f"{self.lustre_name}-range"
+
+    @property
+    def network_profile(self) -> str:
+        """Name of the RoCE network profile the RDMA network needs."""
+        return f"{self.zone}-vpc-roce"
+
+    def network_path(self, name: str) -> str:
+        """Relative resource path of a VPC network of this project."""
+        return f"projects/{self.project}/global/networks/{name}"
+
+    def subnet_path(self, name: str) -> str:
+        """Relative resource path of a subnet in the region."""
+        return f"projects/{self.project}/regions/{self.region}/subnetworks/{name}"
+
+    @property
+    def network_profile_path(self) -> str:
+        """Relative resource path of the RoCE network profile."""
+        return f"projects/{self.project}/global/networkProfiles/{self.network_profile}"
+
+    @property
+    def peering_range_cidr(self) -> str:
+        """The reserved range as CIDR, or empty when Google picks the address."""
+        return f"{self.peering_range_address}/{self.peering_prefix_length}" if self.peering_range_address else ""
+
+    # --- GKE ---------------------------------------------------------------------------------------------------
+    @property
+    def cluster_parent(self) -> str:
+        """Location path clusters are created under (regional cluster)."""
+        return f"projects/{self.project}/locations/{self.region}"
+
+    @property
+    def cluster_path(self) -> str:
+        """Resource path of the GKE cluster."""
+        return f"{self.cluster_parent}/clusters/{self.cluster_name}"
+
+    @property
+    def node_pool_path(self) -> str:
+        """Resource path of the GPU node pool."""
+        return f"{self.cluster_path}/nodePools/{self.node_pool_name}"
+
+    @property
+    def workload_pool(self) -> str:
+        """Workload Identity pool of the project."""
+        return f"{self.project}.svc.id.goog"
+
+    # --- Lustre ------------------------------------------------------------------------------------------------
+    @property
+    def lustre_parent(self) -> str:
+        """Location path Lustre instances are created under (zonal)."""
+        return f"projects/{self.project}/locations/{self.zone}"
+
+    @property
+    def lustre_path(self) -> str:
+        """Resource path of the Lustre instance."""
+        return f"{self.lustre_parent}/instances/{self.lustre_name}"
+
+    @property
+    def lustre_volume_handle(self) -> str:
+        """CSI volume handle of the Lustre PV: project/zone/instance."""
+        return f"{self.project}/{self.zone}/{self.lustre_name}"
+
+    @property
+    def lustre_storage_class(self) -> str:
+        """storageClassName used by the statically provisioned PV and its PVC."""
+        return f"lustre-rwx-{self.lustre_throughput}mbps-per-tib"
+
+    @property
+    def lustre_pv(self) -> str:
+        """Name of the Lustre PersistentVolume."""
+        return f"{self.lustre_name}-pv"
+
+    @property
+    def lustre_pvc(self) -> str:
+        """Name of the Lustre PersistentVolumeClaim the Ray pods mount at /data."""
+        return f"{self.lustre_name}-pvc"
+
+    # --- Ray ---------------------------------------------------------------------------------------------------
+    @property
+    def head_service(self) -> str:
+        """KubeRay's head service, which serves the dashboard on port 8265."""
+        return f"{self.raycluster_name}-head-svc"
+
+    @property
+    def dashboard_proxy_path(self) -> str:
+        """Kubernetes API service-proxy path to the Ray dashboard (FACTS §6)."""
+        return f"/api/v1/namespaces/{self.namespace}/services/{self.head_service}:8265/proxy"
+
+    @property
+    def worker_group(self) -> str:
+        """Name of the GPU worker group in the RayCluster."""
+        return "worker-grp-0"
+
+    @property
+    def num_nodes(self) -> int:
+        """NeMo RL's cluster.num_nodes: one Ray GPU worker per node."""
+        return self.worker_replicas
+
+    @property
+    def export_bucket_name(self) -> str:
+        """Bucket the checkpoint is exported to."""
+        return self.export_bucket or f"{self.project}-nemo-rl-checkpoints"
+
+    # --- Ownership ---------------------------------------------------------------------------------------------
+    @property
+    def labels(self) -> dict[str, str]:
+        """Labels on every resource that has them: the ownership marker and the deployment it belongs to."""
+        return {OWNER_LABEL_KEY: OWNER_LABEL_VALUE, "nemo-rl-deployment": self.cluster_name}
+
+    @property
+    def deletes_lustre(self) -> bool:
+        """Whether the teardown policy deletes Lustre (and with it the only copy of the checkpoint)."""
+        return self.teardown_policy == "delete_all"
+
+    def submission_id(self, dag_id: str, run_id: str) -> str:
+        """Ray job submission_id for one DAG run: stable across task retries, unique across runs."""
+        digest = hashlib.sha256(f"{dag_id}\0{run_id}".encode()).hexdigest()[:12]
+        readable = re.sub(r"[^a-zA-Z0-9_-]+", "-", run_id).strip("-")[:40]
+        return f"nemo-rl-{readable}-{digest}"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Conf shape: unknown keys and JSON-schema checks, shared with the Airflow Params.
+# ---------------------------------------------------------------------------------------------------------------
+def spec_fields() -> tuple[dataclasses.Field[Any], ...]:
+    """The conf parameters, in form order."""
+    return dataclasses.fields(RunSpec)
+
+
+def param_schema(name: str) -> dict[str, Any]:
+    """The JSON schema of one conf parameter (type, enum, range, title, description)."""
+    return dict(_FIELDS[name].metadata["schema"])
+
+
+def default_conf() -> dict[str, Any]:
+    """Every parameter at its default, as JSON values."""
+    return RunSpec().to_conf()
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(RunSpec)}
+
+
+def conf_findings(conf: Mapping[str, Any]) -> list[Finding]:
+    """Every unknown key and every value that breaks its parameter's schema, in conf order."""
+    import jsonschema  # lazy: only the validator needs it, not DAG parsing
+
+    findings: list[Finding] = []
+    for key, value in conf.items():
+        if key not in _FIELDS:
+            close = difflib.get_close_matches(key, _FIELDS, n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            findings.append(
+                Finding(
+                    "conf.unknown-key",
+                    (key,),
+                    value,
+                    "unknown parameter (Airflow accepts unknown conf keys silently, this DAG does not)",
+                    f"{hint}remove it; valid parameters are listed by `python -m nemo_rl_gke params`",
+                )
+            )
+            continue
+        schema = _FIELDS[key].metadata["schema"]
+        error = jsonschema.exceptions.best_match(jsonschema.Draft7Validator(schema).iter_errors(value))
+        if error is not None:
+            findings.append(Finding(f"conf.{error.validator}", (key,), value, error.message, _schema_fix(schema)))
+    return findings
+
+
+def _schema_fix(schema: Mapping[str, Any]) -> str:
+    if "enum" in schema:
+        return "use one of " + ", ".join(str(v) for v in schema["enum"])
+    parts = [f"give a JSON {schema['type']}"]
+    if schema["type"] == "array":
+        parts.append(f"of {schema.get('minItems', 0)} strings")
+    for key, text in (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="), ("minLength", "length >=")):
+        if key in schema:
+            parts.append(f"{text} {schema[key]}")
+    return ", ".join(parts)
+
+
+def _coerce(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """JSON values to field types: arrays become tuples (hashable, frozen) and integers in number fields floats."""
+    out: dict[str, Any] = {}
+    for key, value in conf.items():
+        kind = _FIELDS[key].metadata["schema"]["type"]
+        out[key] = tuple(value) if kind == "array" else float(value) if kind == "number" else value
+    return out
+
+
+def _to_json(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
