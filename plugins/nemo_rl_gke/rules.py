@@ -40,6 +40,8 @@ class Rule:
     check: Check
     example: dict[str, Any]
     counter_example: dict[str, Any] = field(default_factory=dict)
+    # Some rules guard recipe files rather than the conf: their example patches the recipe (dataclasses.replace).
+    example_recipe: dict[str, Any] = field(default_factory=dict)
 
     def run(self, spec: RunSpec, recipe: Recipe) -> Iterator[Finding]:
         """Findings of this rule for one spec."""
@@ -57,13 +59,14 @@ def rule(
     *,
     example: dict[str, Any],
     counter_example: dict[str, Any] | None = None,
+    example_recipe: dict[str, Any] | None = None,
 ) -> Callable[[Check], Check]:
     """Register a check under ``rule_id`` with a conf that trips it (``example``) and one that passes."""
 
     def register(check: Check) -> Check:
         if rule_id in REGISTRY:
             raise ValueError(f"duplicate preflight rule id {rule_id}")
-        REGISTRY[rule_id] = Rule(rule_id, category, title, check, example, counter_example or {})
+        REGISTRY[rule_id] = Rule(rule_id, category, title, check, example, counter_example or {}, example_recipe or {})
         return check
 
     return register

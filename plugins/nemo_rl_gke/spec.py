@@ -76,7 +76,7 @@ def _param(default: Any, *, section: str, title: str, description: str, **schema
     """Declare a conf parameter: a dataclass field carrying its JSON schema for the form and the validator."""
     full = {"type": _json_type(default), "title": title, "description": description, **schema}
     if isinstance(default, tuple):
-        full.setdefault("items", {"type": "string"})
+        full["items"] = {"type": "string"}
     return field(default=default, metadata={"schema": full, "section": section})
 
 
@@ -381,6 +381,13 @@ class RunSpec:
         exclusiveMinimum=0,
         maximum=1,
     )
+    extra_overrides: tuple[str, ...] = _param(
+        (),
+        section=SECTION_TRAINING,
+        title="Extra NeMo RL overrides",
+        description="More Hydra overrides for the recipe's config, e.g. policy.optimizer.kwargs.lr=1e-6. "
+        "key=v sets an existing key, +key=v adds a new one; both are checked against the pinned version.",
+    )
     checkpoint_dir: str = _param(
         "/data/nemo_rl_gemma3_27b_3_17",
         section=SECTION_TRAINING,
@@ -504,6 +511,16 @@ class RunSpec:
         return tuple(f"{self.rdma_prefix}-sub-{n}" for n in range(RDMA_SUBNET_COUNT))
 
     @property
+    def gvnic_device_network(self) -> str:
+        """Name of the GKE Network / GKENetworkParamSet pair mapping the gVNIC subnet (pod interface eth1)."""
+        return "gvnic-1"
+
+    @property
+    def rdma_device_networks(self) -> tuple[str, ...]:
+        """Names of the GKE Network / GKENetworkParamSet pairs for the RDMA subnets, in NIC order (eth2..eth9)."""
+        return tuple(f"rdma-{n}" for n in range(RDMA_SUBNET_COUNT))
+
+    @property
     def peering_range(self) -> str:
         """Name of the global address reserved for Service Networking peering."""
         return f"{self.lustre_name}-range"
@@ -551,6 +568,11 @@ class RunSpec:
     def workload_pool(self) -> str:
         """Workload Identity pool of the project."""
         return f"{self.project}.svc.id.goog"
+
+    @property
+    def system_pool_name(self) -> str:
+        """The cluster's CPU node pool (GKE's default pool), where the Ray head is scheduled."""
+        return "default-pool"
 
     # --- Lustre ------------------------------------------------------------------------------------------------
     @property
@@ -603,6 +625,11 @@ class RunSpec:
     def num_nodes(self) -> int:
         """NeMo RL's cluster.num_nodes: one Ray GPU worker per node."""
         return self.worker_replicas
+
+    @property
+    def dataset_dir(self) -> str:
+        """Where recipes prepare datasets: on Lustre, so every Ray node reads the same files."""
+        return "/data/datasets"
 
     @property
     def export_bucket_name(self) -> str:

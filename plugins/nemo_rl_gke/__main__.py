@@ -1,0 +1,97 @@
+"""Command line: ``python -m nemo_rl_gke {validate,plan,params,rules} ...`` (no Airflow, no cloud access).
+
+``validate`` and ``plan`` are the same code the DAG's ``validate`` and ``plan`` tasks run, so a conf can be
+checked and reviewed on a laptop before it is triggered.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from nemo_rl_gke.findings import format_findings
+
+
+def _load_conf(path: str) -> dict[str, Any]:
+    text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    conf = json.loads(text) if text.strip() else {}
+    if not isinstance(conf, dict):
+        raise SystemExit(f"error: {path} must hold a JSON object (the DAG run conf), not {type(conf).__name__}")
+    return conf
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from nemo_rl_gke.preflight import check_conf
+
+    spec, findings = check_conf(_load_conf(args.conf))
+    if args.format == "json":
+        print(json.dumps({"valid": spec is not None, "findings": [f.to_dict() for f in findings]}, indent=2))
+    elif findings:
+        print(format_findings(findings))
+    else:
+        print(f"OK: conf is valid ({spec.recipe}, {spec.worker_replicas} x {spec.gpu_type} nodes, mode {spec.mode})")
+    return 0 if spec is not None else 1
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from nemo_rl_gke.plan import build_plan
+    from nemo_rl_gke.preflight import check_conf
+
+    spec, findings = check_conf(_load_conf(args.conf))
+    if spec is None:
+        print(format_findings(findings), file=sys.stderr)
+        return 1
+    plan = build_plan(spec)
+    print(json.dumps(plan.to_dict(), indent=2) if args.format == "json" else plan.to_text())
+    return 0
+
+
+def _cmd_params(args: argparse.Namespace) -> int:
+    from nemo_rl_gke.spec import default_conf, spec_fields
+
+    defaults = default_conf()
+    rows = [
+        {"name": f.name, "section": f.metadata["section"], "default": defaults[f.name], **f.metadata["schema"]}
+        for f in spec_fields()
+    ]
+    if args.format == "json":
+        print(json.dumps(rows, indent=2))
+        return 0
+    for row in rows:
+        allowed = f" one of {row['enum']}" if "enum" in row else ""
+        print(f"{row['name']} ({row['type']}{allowed}) = {json.dumps(row['default'])}\n    {row['description']}")
+    return 0
+
+
+def _cmd_rules(args: argparse.Namespace) -> int:
+    from nemo_rl_gke.docs import rules_markdown
+
+    print(rules_markdown(), end="")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the command line and run one subcommand; returns the process exit code."""
+    parser = argparse.ArgumentParser(prog="python -m nemo_rl_gke", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, func, text in (
+        ("validate", _cmd_validate, "offline preflight of a run conf: every violated rule, with its fix"),
+        ("plan", _cmd_plan, "every GCP request, manifest and the Ray job a run would make, creating nothing"),
+    ):
+        cmd = sub.add_parser(name, help=text)
+        cmd.add_argument("--conf", default="-", help="JSON file with the DAG run conf ('-' for stdin)")
+        cmd.add_argument("--format", choices=["text", "json"], default="text")
+        cmd.set_defaults(func=func)
+    params = sub.add_parser("params", help="every conf parameter with its type, default and meaning")
+    params.add_argument("--format", choices=["text", "json"], default="text")
+    params.set_defaults(func=_cmd_params)
+    sub.add_parser("rules", help="the preflight rules as a Markdown table").set_defaults(func=_cmd_rules)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

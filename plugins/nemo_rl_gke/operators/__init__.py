@@ -1,0 +1,1 @@
+"""Airflow operators: thin glue between the DAG and the package's logic."""

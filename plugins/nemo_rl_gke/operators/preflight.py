@@ -1,0 +1,70 @@
+"""The validate and plan tasks: the offline gate every run passes before anything is created."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context
+from airflow.sdk.exceptions import AirflowFailException
+
+VALIDATE_TASK_ID = "validate"
+
+
+def run_conf(context: Context) -> dict[str, Any]:
+    """The conf a run was triggered with, on top of the Param defaults.
+
+    Airflow accepts conf keys it has no Param for, so the raw ``dag_run.conf`` is merged in as well: the
+    validator then rejects those keys instead of silently ignoring a typo.
+    """
+    conf = dict(context["params"])
+    dag_run = context.get("dag_run")
+    conf.update(getattr(dag_run, "conf", None) or {})
+    return conf
+
+
+class ValidateConfOperator(BaseOperator):
+    """Offline preflight of the run conf; pushes the validated spec (as conf) to XCom or fails with every finding.
+
+    A failure is final (no retries): the same conf fails the same way, and nothing has been created.
+    """
+
+    ui_color = "#e8f4ea"
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        """Validate the run's conf; return the full spec as a JSON conf."""
+        from nemo_rl_gke.findings import format_findings
+        from nemo_rl_gke.preflight import check_conf
+
+        spec, findings = check_conf(run_conf(context))
+        if spec is None:
+            for finding in findings:
+                self.log.error("%s", finding)
+            raise AirflowFailException(format_findings(findings))
+        self.log.info(
+            "Conf is valid: recipe %s, %d x %s nodes, mode %s",
+            spec.recipe,
+            spec.worker_replicas,
+            spec.gpu_type,
+            spec.mode,
+        )
+        return spec.to_conf()
+
+
+class PlanOperator(BaseOperator):
+    """Builds the run's plan from the validated spec, logs it as text and pushes it to XCom as JSON."""
+
+    ui_color = "#eaf0f8"
+
+    def __init__(self, *, validate_task_id: str = VALIDATE_TASK_ID, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.validate_task_id = validate_task_id
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        """Build the plan of the spec the validate task accepted."""
+        from nemo_rl_gke.plan import build_plan
+        from nemo_rl_gke.spec import RunSpec
+
+        spec = RunSpec.from_conf(context["ti"].xcom_pull(task_ids=self.validate_task_id))
+        plan = build_plan(spec)
+        self.log.info("Plan for this run (nothing has been created):\n%s", plan.to_text())
+        return plan.to_dict()
