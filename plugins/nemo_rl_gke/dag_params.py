@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from airflow.sdk import Param
 
+from nemo_rl_gke.paths import INCLUDE_DIR
 from nemo_rl_gke.spec import default_conf, spec_fields
 
 
@@ -25,3 +27,8 @@ def build_params(overrides: dict[str, Any] | None = None) -> dict[str, Param]:
         description = schema.pop("description")
         params[f.name] = Param(defaults[f.name], description=description, section=f.metadata["section"], **schema)
     return params
+
+
+def conf_file(name: str) -> dict[str, Any]:
+    """A conf shipped in include/conf (e.g. the nightly DAG's defaults); a local file read, no network."""
+    return json.loads((INCLUDE_DIR / "conf" / name).read_text())

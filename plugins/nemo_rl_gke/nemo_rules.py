@@ -385,11 +385,12 @@ def entrypoint(spec: RunSpec, recipe: Recipe) -> Iterator[Violation]:
 )
 def image_version(spec: RunSpec, recipe: Recipe) -> Iterator[Violation]:
     """Every check above is for the recipe's version; another image runs other code with other keys."""
-    if spec.image_tag and spec.image_tag != recipe.image_tag:
+    if spec.image_tag and not recipe.accepts_tag(spec.image_tag):
         yield Violation(
             ("image_tag", "recipe"),
             spec.image_tag,
             f"recipe {recipe.name} is pinned to NeMo RL {recipe.nemo_rl_version} ({recipe.image}); another image "
             "runs other code, whose scripts and config keys were not checked",
-            f"leave image_tag empty, set it to {recipe.image_tag}, or pick a recipe for that version",
+            f"leave image_tag empty, use {recipe.image_tag} or a variant of it ({recipe.image_tag}.<suffix>), or "
+            "pick a recipe for that version",
         )

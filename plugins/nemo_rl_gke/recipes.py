@@ -102,6 +102,14 @@ class Recipe:
         """The tag part of the pinned image."""
         return self.image.rsplit(":", 1)[-1] if ":" in self.image else ""
 
+    def image_for(self, spec: RunSpec) -> str:
+        """The image the RayCluster runs: the recipe's, or the same repository at the conf's image_tag."""
+        return f"{self.image.rsplit(':', 1)[0]}:{spec.image_tag}" if spec.image_tag else self.image
+
+    def accepts_tag(self, tag: str) -> bool:
+        """Whether ``tag`` is the recipe's release or a variant of it (v0.5.0, v0.5.0.nemotron_3_nano, ...)."""
+        return tag == self.image_tag or tag.startswith((f"{self.image_tag}.", f"{self.image_tag}-"))
+
     def render_overrides(self, spec: RunSpec) -> list[Override]:
         """The recipe's overrides rendered for ``spec``, then the conf's extra overrides; empty renders drop out."""
         env = _jinja()

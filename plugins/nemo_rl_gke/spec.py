@@ -321,8 +321,8 @@ class RunSpec:
         "",
         section=SECTION_TRAINING,
         title="NeMo RL image tag (override)",
-        description="Leave empty to use the recipe's pinned image. A tag other than the recipe's NeMo RL version "
-        "is refused: the checks below are for the recipe's version.",
+        description="Leave empty to use the recipe's pinned image. Otherwise the recipe's release or a variant of "
+        "it (e.g. v0.5.0.<suffix>); another release is refused, since the checks are for the recipe's version.",
     )
     max_steps: int = _param(
         10, section=SECTION_TRAINING, title="Max steps", description="grpo.max_num_steps.", minimum=1
@@ -537,6 +537,18 @@ class RunSpec:
     def subnet_path(self, name: str) -> str:
         """Relative resource path of a subnet in the region."""
         return f"projects/{self.project}/regions/{self.region}/subnetworks/{name}"
+
+    def firewall_path(self, name: str) -> str:
+        """Relative resource path of a firewall rule of this project."""
+        return f"projects/{self.project}/global/firewalls/{name}"
+
+    def global_address_path(self, name: str) -> str:
+        """Relative resource path of a global address (such as the peering range) of this project."""
+        return f"projects/{self.project}/global/addresses/{name}"
+
+    def consumer_network_path(self, project_number: str) -> str:
+        """The main network as Service Networking names it: by project *number*, never the project ID."""
+        return f"projects/{project_number}/global/networks/{self.network}"
 
     @property
     def network_profile_path(self) -> str:

@@ -1,0 +1,43 @@
+"""Text the package generates for people: the DAG's doc_md and the preflight rule table of docs/."""
+
+from __future__ import annotations
+
+import json
+
+DAG_DOC_MD = """
+### NeMo RL GRPO on GKE
+
+Runs a GRPO fine-tune with NVIDIA NeMo RL on GKE, from an empty Google Cloud project back to nothing:
+VPC and RDMA networks, a GKE cluster with a B200/H200 GPU pool, Managed Lustre with VPC peering, the GKE
+network mapping, a KubeRay RayCluster, the GRPO job, checkpoint validation and teardown.
+
+**Trigger** with the form (every parameter has a description) or the API with a JSON conf.
+Unknown keys and bad values are rejected before anything is created:
+
+* a wrong JSON type, enum value or range is refused by Airflow when the run is triggered;
+* everything else (names, GPU/machine pairs, zone vs region, Lustre tiers, CIDR overlaps, NeMo RL parallelism and
+  batch rules for the recipe's pinned version, override keys) fails the first task, `validate`, with one line per
+  problem naming the parameter, the value, the rule and the fix.
+
+**Modes**: `plan` lists every GCP request, manifest and the Ray job (secrets redacted) in the `plan` task's log
+and XCom, creating nothing. `apply` is refused until the provisioning tasks are released.
+
+Secrets (Hugging Face token, W&B key) come from Airflow connections named in the conf, never from the conf itself.
+Docs: README.md and docs/preflight-rules.md in the repository.
+"""
+
+
+def rules_markdown() -> str:
+    """The preflight rules as a Markdown table: id, what it checks, and a conf that trips it."""
+    from nemo_rl_gke.preflight import rules
+
+    lines = [
+        "| rule | category | checks | a conf that trips it |",
+        "| --- | --- | --- | --- |",
+    ]
+    for rule in rules():
+        example = json.dumps(rule.example)
+        if rule.example_recipe:
+            example += f" with the recipe patched to {json.dumps(rule.example_recipe)}"
+        lines.append(f"| `{rule.rule_id}` | {rule.category} | {rule.title} | `{example}` |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,86 @@
+"""The GRPO Ray job a run submits: submission id, entrypoint, runtime env and metadata, with secrets as references.
+
+Secrets never enter this object as values: they are :class:`SecretEnv` references to Airflow connections, so a
+job request can be logged, planned and pushed to XCom as it is. The submitting task resolves them at the last
+moment, straight into the request it sends to Ray.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nemo_rl_gke.recipes import Recipe
+    from nemo_rl_gke.spec import RunSpec
+
+RUN_ID_PLACEHOLDER = "<run_id>"
+
+
+@dataclass(frozen=True)
+class SecretEnv:
+    """An environment variable whose value is the password of an Airflow connection."""
+
+    name: str
+    conn_id: str
+
+    @property
+    def redacted(self) -> str:
+        """What plans, logs and XCom show instead of the value."""
+        return f"<redacted: password of Airflow connection '{self.conn_id}'>"
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """Everything the Ray Jobs API gets for the GRPO job, secrets as references."""
+
+    submission_id: str
+    entrypoint: str
+    env_vars: dict[str, str]
+    secrets: tuple[SecretEnv, ...]
+    working_dir_files: tuple[str, ...]
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    def runtime_env(self) -> dict[str, Any]:
+        """The runtime env with every secret redacted (the submitter substitutes the real values)."""
+        env = dict(self.env_vars)
+        env.update({s.name: s.redacted for s in self.secrets})
+        runtime: dict[str, Any] = {"env_vars": env}
+        if self.working_dir_files:
+            runtime["working_dir"] = {"files": list(self.working_dir_files)}
+        return runtime
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form for the plan and XCom (redacted)."""
+        return {
+            "submission_id": self.submission_id,
+            "entrypoint": self.entrypoint,
+            "runtime_env": self.runtime_env(),
+            "metadata": self.metadata,
+        }
+
+
+def job_secrets(spec: RunSpec) -> tuple[SecretEnv, ...]:
+    """The secrets the job needs: the HF token always, the W&B key with W&B logging."""
+    secrets = [SecretEnv("HF_TOKEN", spec.hf_conn_id)]
+    if spec.wandb_enabled:
+        secrets.append(SecretEnv("WANDB_API_KEY", spec.wandb_conn_id))
+    return tuple(secrets)
+
+
+def job_request(spec: RunSpec, recipe: Recipe, dag_id: str, run_id: str = RUN_ID_PLACEHOLDER) -> JobRequest:
+    """The GRPO job of one DAG run; the submission id is stable across retries of the same run."""
+    return JobRequest(
+        submission_id=spec.submission_id(dag_id, run_id),
+        entrypoint=recipe.command(spec),
+        env_vars=dict(recipe.env),
+        secrets=job_secrets(spec),
+        working_dir_files=recipe.files,
+        metadata={
+            "airflow_dag_id": dag_id,
+            "airflow_run_id": run_id,
+            "recipe": recipe.name,
+            "nemo_rl_version": recipe.nemo_rl_version,
+            "image": recipe.image_for(spec),
+        },
+    )

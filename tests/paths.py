@@ -1,0 +1,7 @@
+"""Paths tests share."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]

@@ -1,0 +1,188 @@
+"""Offline preflight: every rule trips on its example with the documented message, and passes its counter-example."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from nemo_rl_gke.findings import ConfError
+from nemo_rl_gke.preflight import check_conf, rules, validate
+from nemo_rl_gke.recipes import load_recipe
+from nemo_rl_gke.spec import RunSpec
+from tests.paths import ROOT
+
+# rule id -> a fragment of the message its example must produce. Every registered rule must be listed here.
+EXPECTED_MESSAGES = {
+    "name.project": "a project ID is 6-30 characters",
+    "location.zone-in-region": "the zone must be a zone of region us-central1",
+    "name.compute": "derived name 'RDMA_net-net' is not a valid Compute Engine name",
+    "name.gke": "GKE cluster and node pool names are 1-40 characters",
+    "name.lustre-instance": "a Managed Lustre instance ID is 1-63 characters",
+    "lustre.filesystem": "a Lustre filesystem name is 1-8 letters and digits",
+    "lustre.capacity": "at 500 MB/s/TiB the capacity must be 18,000-20,016,000 GiB and a multiple of 18,000",
+    "gpu.machine-type": "gpu_type h200 (nvidia-h200-141gb x8) runs only on a3-ultragpu-8g (a4-highgpu-8g carries b200)",
+    "network.cidr-valid": "is not an IPv4 network address in CIDR form",
+    "network.cidr-overlap": "nemo-rl-rdma-sub-0 (192.168.1.0/24) overlaps nemo-rl-gvnic-sub (192.168.1.0/24)",
+    "network.firewall-covers-subnet": "does not contain the gVNIC subnet 192.168.0.0/24",
+    "gpu.replicas-vs-pool": "4 GPU workers need 4 nodes but the pool stops at 2",
+    "cluster.default-pool-bounds": "the default pool needs min (3) <= initial (1) <= max (5)",
+    "name.kubernetes": "usable as service name Ray_Cluster-head-svc",
+    "storage.checkpoint-on-lustre": "must be a normalised path below /data",
+    "export.bucket-name": "is not a Cloud Storage bucket name",
+    "kube.nccl-installer-source": "it must be 'bundled', an https:// URL or an absolute file path",
+    "secrets.connections": "W&B logging is on, so the W&B API key must come from an Airflow connection",
+    "mode.apply-available": "apply is not available yet",
+    "nemo.world-size": "generation takes 2 of 2 nodes, leaving none for training",
+    "nemo.dtensor-tp-divides": "DTensor TP 16 x CP 1 = 16 does not divide the 8 training GPUs",
+    "nemo.vllm-tp-divides": "vLLM TP 16 x PP 1 does not divide the 8 generation GPUs",
+    "nemo.tp-divides-heads": "Qwen/Qwen2.5-7B-Instruct has 28 attention and 4 KV heads; TP 8 does not divide both",
+    "nemo.batch-multiple": "12 prompts x 32 generations = 384 samples per step is not a multiple of "
+    "train_global_batch_size 512",
+    "nemo.batch-divisible-by-dp": "train_global_batch_size 500 is not divisible by the data-parallel size 8",
+    "nemo.tp-micro-logprob": "asserts train_micro_batch_size == logprob_batch_size when TP >= 4 (TP 4, micro 1, "
+    "logprob 2)",
+    "nemo.override-keys": "policy.train_global_batch_size already exists in the config",
+    "nemo.override-bound-key": "cluster.num_nodes is set from the conf parameter worker_replicas",
+    "nemo.entrypoint": "entrypoint examples/run_grpo_math.py does not exist at NeMo RL v0.7.0",
+    "nemo.image-version": "recipe gemma3-27b-gsm8k-v0.5.0 is pinned to NeMo RL v0.5.0",
+}
+RULES = {r.rule_id: r for r in rules()}
+
+
+def test_every_rule_has_a_message_test_and_enough_rules_exist() -> None:
+    assert set(EXPECTED_MESSAGES) == set(RULES)
+    assert sum(r.category == "resource" for r in RULES.values()) >= 10
+    assert sum(r.category == "nemo-rl" for r in RULES.values()) >= 6
+
+
+def _run(rule_id: str, conf: dict, recipe_patch: dict | None = None) -> list:
+    spec = RunSpec.from_conf(conf)
+    recipe = dataclasses.replace(load_recipe(spec.recipe), **(recipe_patch or {}))
+    return list(RULES[rule_id].run(spec, recipe))
+
+
+@pytest.mark.parametrize("rule_id", sorted(EXPECTED_MESSAGES))
+def test_rule_trips_on_its_example_with_its_message(rule_id: str) -> None:
+    rule = RULES[rule_id]
+    findings = _run(rule_id, rule.example, rule.example_recipe)
+    assert findings, f"{rule_id} did not trip on {rule.example}"
+    finding = findings[0]
+    assert finding.rule_id == rule_id
+    assert EXPECTED_MESSAGES[rule_id] in finding.rule
+    # Every finding names the parameter (one of the conf's), the value, the rule and the fix.
+    assert finding.param in RunSpec.__dataclass_fields__
+    assert finding.fix and finding.rule
+    assert str(finding).startswith(f"[{rule_id}] {finding.param}=")
+
+
+@pytest.mark.parametrize("rule_id", sorted(EXPECTED_MESSAGES))
+def test_rule_passes_its_counter_example(rule_id: str) -> None:
+    assert not _run(rule_id, RULES[rule_id].counter_example)
+
+
+def test_tutorial_conf_is_valid() -> None:
+    conf = json.loads((ROOT / "include/conf/tutorial.json").read_text())
+    spec, findings = check_conf(conf)
+    assert findings == [] and spec is not None
+
+
+def test_all_problems_are_reported_at_once_and_shape_errors_are_not_echoed() -> None:
+    spec, findings = check_conf(
+        {
+            "zone": "europe-west4-b",
+            "lustre_capacity_gib": 20000,
+            "dtensor_tp": "8",
+            "bogus": 1,
+            "num_prompts_per_step": 12,
+        }
+    )
+    assert spec is None
+    ids = [f.rule_id for f in findings]
+    assert ids[:2] == ["conf.type", "conf.unknown-key"]
+    assert {"location.zone-in-region", "lustre.capacity", "nemo.batch-multiple"} <= set(ids)
+    # dtensor_tp had a type error: no semantic finding may blame it again.
+    assert not [f for f in findings if f.rule_id.startswith("nemo.") and "dtensor_tp" in f.params]
+
+
+def test_validate_raises_with_every_finding() -> None:
+    with pytest.raises(ConfError) as exc:
+        validate({"gpu_type": "h200", "machine_type": "a4-highgpu-8g", "lustre_filesystem": "too-long-name"})
+    message = str(exc.value)
+    assert message.startswith("2 problem(s) in the run conf; nothing was created:")
+    assert '[gpu.machine-type] machine_type="a4-highgpu-8g"' in message
+    assert '[lustre.filesystem] lustre_filesystem="too-long-name"' in message
+
+
+@pytest.mark.parametrize(
+    ("capacity", "throughput", "valid"),
+    [
+        (9000, 1000, True),
+        (1_530_000, 1000, True),
+        (1_539_000, 1000, False),  # above 1,530,000 the step is 72,000
+        (1_584_000, 1000, True),
+        (10_008_000, 1000, True),
+        (10_080_000, 1000, False),
+        (18000, 500, True),
+        (27000, 500, False),
+        (36000, 250, True),
+        (72000, 125, True),
+        (144000, 125, True),
+        (12_312_000, 125, False),
+    ],
+)
+def test_lustre_capacity_table(capacity: int, throughput: int, valid: bool) -> None:
+    conf = {"lustre_capacity_gib": capacity, "lustre_throughput": throughput}
+    assert (not _run("lustre.capacity", conf)) is valid
+
+
+def test_lustre_capacity_fix_names_the_nearest_valid_sizes() -> None:
+    (finding,) = _run("lustre.capacity", {"lustre_capacity_gib": 20000, "lustre_throughput": 500})
+    assert finding.fix == "use 18000 or 36000 GiB, or another throughput tier"
+
+
+def test_peering_range_inside_the_auto_mode_range_is_refused() -> None:
+    (finding,) = _run("network.cidr-overlap", {"peering_range_address": "10.130.0.0"})
+    assert "overlaps nemo-rl-net (auto mode) (10.128.0.0/9)" in finding.rule
+    assert not _run("network.cidr-overlap", {"peering_range_address": "10.0.0.0"})
+
+
+def test_single_node_non_colocated_split() -> None:
+    ok = {"worker_replicas": 1, "gpu_pool_max_nodes": 1, "generation_gpus_per_node": 4, "dtensor_tp": 4, "vllm_tp": 4}
+    assert not _run("nemo.world-size", ok)
+    assert _run("nemo.world-size", {**ok, "generation_gpus_per_node": 8})
+
+
+def test_override_of_a_missing_key_needs_a_plus() -> None:
+    (finding,) = _run("nemo.override-keys", {"extra_overrides": ["policy.no_such_key=1"]})
+    assert "policy.no_such_key does not exist in" in finding.rule and finding.fix.startswith(
+        "write +policy.no_such_key"
+    )
+    assert not _run("nemo.override-keys", {"extra_overrides": ["+policy.no_such_key=1"]})
+
+
+def test_v07_layout_refuses_v05_data_keys() -> None:
+    conf = {
+        "recipe": "qwen2.5-7b-gsm8k-v0.7.0",
+        "dtensor_tp": 4,
+        "vllm_tp": 4,
+        "extra_overrides": ["data.dataset_name=x"],
+    }
+    (finding,) = _run("nemo.override-keys", conf)
+    assert "data.dataset_name does not exist" in finding.rule
+
+
+def test_interpolated_logprob_batch_follows_the_micro_batch() -> None:
+    # logprob_batch_size is ${policy.train_micro_batch_size} at v0.7.0: raising the micro batch raises both.
+    conf = {
+        "recipe": "qwen2.5-7b-gsm8k-v0.7.0",
+        "dtensor_tp": 4,
+        "vllm_tp": 4,
+        "extra_overrides": ["policy.train_micro_batch_size=2"],
+    }
+    assert not _run("nemo.tp-micro-logprob", conf)
+
+
+def test_image_tag_variant_of_the_release_is_accepted() -> None:
+    assert not _run("nemo.image-version", {"image_tag": "v0.5.0.nemotron_3_nano"})

@@ -1,0 +1,103 @@
+"""RunSpec: conf shape checks, defaults, round trip and derived names."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from nemo_rl_gke.findings import ConfError
+from nemo_rl_gke.spec import GPU_PROFILES, RunSpec, conf_findings, default_conf, spec_fields
+
+
+def test_defaults_are_the_tutorial_run() -> None:
+    spec = RunSpec()
+    assert (spec.gpu_type, spec.effective_machine_type, spec.gpu.accelerator_type) == (
+        "b200",
+        "a4-highgpu-8g",
+        "nvidia-b200",
+    )
+    assert spec.worker_replicas == spec.gpu_pool_max_nodes == 2
+    assert (spec.num_prompts_per_step, spec.num_generations_per_prompt, spec.max_steps) == (16, 32, 10)
+    assert (spec.colocated, spec.generation_nodes, spec.dtensor_tp, spec.vllm_tp) == (False, 1, 8, 8)
+    assert (spec.lustre_capacity_gib, spec.lustre_throughput, spec.lustre_filesystem) == (18000, 500, "lustrefs")
+    assert spec.ksa_name == "generic-ksa" and spec.namespace == "default"
+
+
+def test_round_trip_through_conf() -> None:
+    spec = RunSpec.from_conf({"gpu_type": "h200", "rdma_subnet_cidrs": [f"10.1.{n}.0/24" for n in range(8)]})
+    assert RunSpec.from_conf(spec.to_conf()) == spec
+    assert spec.rdma_subnet_cidrs[0] == "10.1.0.0/24" and isinstance(spec.rdma_subnet_cidrs, tuple)
+
+
+def test_unknown_key_is_rejected_with_a_suggestion() -> None:
+    with pytest.raises(ConfError) as exc:
+        RunSpec.from_conf({"zonee": "us-central1-b"})
+    (finding,) = exc.value.findings
+    assert finding.rule_id == "conf.unknown-key"
+    assert finding.param == "zonee" and finding.value == "us-central1-b"
+    assert "did you mean 'zone'?" in finding.fix
+
+
+def test_every_shape_problem_is_reported_not_just_the_first() -> None:
+    findings = conf_findings(
+        {"gpu_type": "a100", "worker_replicas": "2", "vllm_gpu_memory_utilization": 0, "rdma_subnet_cidrs": ["x"]}
+    )
+    assert [(f.param, f.rule_id) for f in findings] == [
+        ("gpu_type", "conf.enum"),
+        ("worker_replicas", "conf.type"),
+        ("vllm_gpu_memory_utilization", "conf.exclusiveMinimum"),
+        ("rdma_subnet_cidrs", "conf.minItems"),
+    ]
+    assert findings[0].fix == "use one of b200, h200"
+    assert "'2' is not of type 'integer'" in findings[1].rule
+
+
+def test_integer_is_accepted_for_a_number_field() -> None:
+    assert RunSpec.from_conf({"vllm_gpu_memory_utilization": 1}).vllm_gpu_memory_utilization == 1.0
+
+
+@pytest.mark.parametrize("gpu_type", sorted(GPU_PROFILES))
+def test_gpu_type_derives_machine_accelerator_count_and_tuner(gpu_type: str) -> None:
+    spec = RunSpec.from_conf({"gpu_type": gpu_type})
+    expected = {
+        "b200": ("a4-highgpu-8g", "nvidia-b200", "tuner_config_a4.txtpb"),
+        "h200": ("a3-ultragpu-8g", "nvidia-h200-141gb", "tuner_config_a3u.txtpb"),
+    }[gpu_type]
+    assert (spec.effective_machine_type, spec.gpu.accelerator_type) == expected[:2]
+    assert spec.gpus_per_node == 8 and spec.gpu.nccl_tuner_config.endswith(expected[2])
+
+
+def test_names_are_derived_from_the_spec_only() -> None:
+    spec = RunSpec.from_conf(
+        {"project": "proj-1", "gvnic_prefix": "g", "rdma_prefix": "r", "lustre_name": "lus", "zone": "us-central1-c"}
+    )
+    assert (spec.gvnic_network, spec.gvnic_subnet, spec.gvnic_firewall) == ("g-net", "g-sub", "g-internal")
+    assert spec.rdma_network == "r-net" and spec.rdma_subnets == tuple(f"r-sub-{n}" for n in range(8))
+    assert spec.peering_range == "lus-range" and spec.network_profile == "us-central1-c-vpc-roce"
+    assert spec.lustre_volume_handle == "proj-1/us-central1-c/lus"
+    assert spec.head_service == "ray-cluster-kuberay-head-svc"
+    assert spec.dashboard_proxy_path == "/api/v1/namespaces/default/services/ray-cluster-kuberay-head-svc:8265/proxy"
+
+
+def test_submission_id_is_stable_per_run_and_unique_across_runs() -> None:
+    spec = RunSpec()
+    first = spec.submission_id("nemo_rl_grpo_gke", "manual__2026-11-30T01:00:00+00:00")
+    assert first == spec.submission_id("nemo_rl_grpo_gke", "manual__2026-11-30T01:00:00+00:00")
+    assert first != spec.submission_id("nemo_rl_grpo_gke", "manual__2026-11-30T02:00:00+00:00")
+    assert first != spec.submission_id("nemo_rl_grpo_gke_nightly", "manual__2026-11-30T01:00:00+00:00")
+    assert set(first) <= set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
+
+
+def test_every_field_has_a_schema_title_description_and_section() -> None:
+    defaults = default_conf()
+    for f in spec_fields():
+        schema = f.metadata["schema"]
+        assert schema["title"] and schema["description"] and f.metadata["section"], f.name
+        assert schema["type"] in {"string", "integer", "number", "boolean", "array"}, f.name
+        assert not conf_findings({f.name: defaults[f.name]}), f"default of {f.name} breaks its own schema"
+
+
+def test_spec_is_frozen() -> None:
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        RunSpec().project = "x"  # type: ignore[misc]
