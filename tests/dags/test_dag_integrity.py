@@ -1,0 +1,61 @@
+"""DAG integrity: imports, tags, retries, docs, params <-> RunSpec, valid defaults, and no parse-time lookups."""
+
+from __future__ import annotations
+
+import pytest
+
+from nemo_rl_gke.preflight import check_conf
+from nemo_rl_gke.spec import param_schema, spec_fields
+from tests.dags.guard import parse_dag_folder
+from tests.paths import ROOT
+
+DAG_IDS = ["nemo_rl_grpo_gke", "nemo_rl_grpo_gke_nightly"]
+
+
+@pytest.fixture(scope="module")
+def dagbag():  # noqa: ANN201
+    return parse_dag_folder(ROOT / "dags")
+
+
+def test_no_import_errors(dagbag) -> None:  # noqa: ANN001
+    assert dagbag.import_errors == {}
+    assert sorted(dagbag.dag_ids) == sorted(DAG_IDS)
+
+
+def test_a_parse_time_variable_lookup_fails_the_guard() -> None:
+    bad = parse_dag_folder(ROOT / "tests/fixtures/bad_dags")
+    (error,) = bad.import_errors.values()
+    assert "Variable lookup called at DAG parse time" in error
+
+
+@pytest.mark.parametrize("dag_id", DAG_IDS)
+def test_tags_retries_docs_and_concurrency(dagbag, dag_id: str) -> None:  # noqa: ANN001
+    dag = dagbag.dags[dag_id]
+    assert {"nemo-rl", "grpo", "gke"} <= set(dag.tags)
+    assert dag.doc_md and "NeMo RL GRPO on GKE" in dag.doc_md
+    assert dag.max_active_runs == 1 and dag.catchup is False
+    assert dag.default_args["retries"] >= 1
+    # Validation is deterministic: retrying a bad conf cannot help.
+    assert dag.get_task("validate").retries == 0
+    assert dag.get_task("plan").retries >= 1
+    assert dag.get_task("validate").downstream_task_ids == {"plan"}
+
+
+@pytest.mark.parametrize("dag_id", DAG_IDS)
+def test_every_param_is_a_runspec_field_and_back(dagbag, dag_id: str) -> None:  # noqa: ANN001
+    dag = dagbag.dags[dag_id]
+    fields = [f.name for f in spec_fields()]
+    assert list(dag.params.keys()) == fields
+    for f in spec_fields():
+        param = dag.params.get_param(f.name)
+        schema = param_schema(f.name)
+        assert param.description == schema.pop("description")
+        assert param.schema == {**schema, "section": f.metadata["section"]}, f.name
+
+
+@pytest.mark.parametrize("dag_id", DAG_IDS)
+def test_every_default_conf_is_valid(dagbag, dag_id: str) -> None:  # noqa: ANN001
+    defaults = {k: v for k, v in dagbag.dags[dag_id].params.dump().items()}
+    spec, findings = check_conf(defaults)
+    assert findings == [] and spec is not None
+    assert spec.mode == "plan"
