@@ -70,8 +70,11 @@ def job_secrets(spec: RunSpec) -> tuple[SecretEnv, ...]:
 
 def job_request(spec: RunSpec, recipe: Recipe, dag_id: str, run_id: str = RUN_ID_PLACEHOLDER) -> JobRequest:
     """The GRPO job of one DAG run; the submission id is stable across retries of the same run."""
+    known = run_id != RUN_ID_PLACEHOLDER
     return JobRequest(
-        submission_id=spec.submission_id(dag_id, run_id),
+        submission_id=spec.submission_id(dag_id, run_id)
+        if known
+        else "<derived from the DAG run: nemo-rl-<run id>-<hash>>",
         entrypoint=recipe.command(spec),
         env_vars=dict(recipe.env),
         secrets=job_secrets(spec),

@@ -6,7 +6,6 @@ backend, and a network call can hang the parser. The guard makes such a lookup a
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -32,7 +31,9 @@ FORBIDDEN = {
     "airflow.sdk.execution_time.context._get_variable_keys": "Variable lookup",
     "airflow.models.connection.Connection.get_connection_from_secrets": "Connection lookup",
     "airflow.models.variable.Variable.get": "Variable lookup",
+    "airflow.models.variable.Variable.get_variable_from_secrets": "Variable lookup",
     "socket.socket.connect": "network connection",
+    "socket.socket.connect_ex": "network connection",
     "socket.create_connection": "network connection",
     "socket.getaddrinfo": "DNS lookup",
 }

@@ -13,11 +13,11 @@ DAG_IDS = ["nemo_rl_grpo_gke", "nemo_rl_grpo_gke_nightly"]
 
 
 @pytest.fixture(scope="module")
-def dagbag():  # noqa: ANN201
+def dagbag():
     return parse_dag_folder(ROOT / "dags")
 
 
-def test_no_import_errors(dagbag) -> None:  # noqa: ANN001
+def test_no_import_errors(dagbag) -> None:
     assert dagbag.import_errors == {}
     assert sorted(dagbag.dag_ids) == sorted(DAG_IDS)
 
@@ -29,7 +29,7 @@ def test_a_parse_time_variable_lookup_fails_the_guard() -> None:
 
 
 @pytest.mark.parametrize("dag_id", DAG_IDS)
-def test_tags_retries_docs_and_concurrency(dagbag, dag_id: str) -> None:  # noqa: ANN001
+def test_tags_retries_docs_and_concurrency(dagbag, dag_id: str) -> None:
     dag = dagbag.dags[dag_id]
     assert {"nemo-rl", "grpo", "gke"} <= set(dag.tags)
     assert dag.doc_md and "NeMo RL GRPO on GKE" in dag.doc_md
@@ -42,7 +42,7 @@ def test_tags_retries_docs_and_concurrency(dagbag, dag_id: str) -> None:  # noqa
 
 
 @pytest.mark.parametrize("dag_id", DAG_IDS)
-def test_every_param_is_a_runspec_field_and_back(dagbag, dag_id: str) -> None:  # noqa: ANN001
+def test_every_param_is_a_runspec_field_and_back(dagbag, dag_id: str) -> None:
     dag = dagbag.dags[dag_id]
     fields = [f.name for f in spec_fields()]
     assert list(dag.params.keys()) == fields
@@ -54,7 +54,7 @@ def test_every_param_is_a_runspec_field_and_back(dagbag, dag_id: str) -> None:  
 
 
 @pytest.mark.parametrize("dag_id", DAG_IDS)
-def test_every_default_conf_is_valid(dagbag, dag_id: str) -> None:  # noqa: ANN001
+def test_every_default_conf_is_valid(dagbag, dag_id: str) -> None:
     defaults = {k: v for k, v in dagbag.dags[dag_id].params.dump().items()}
     spec, findings = check_conf(defaults)
     assert findings == [] and spec is not None

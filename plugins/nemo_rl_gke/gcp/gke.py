@@ -19,8 +19,8 @@ if TYPE_CHECKING:
 
 SERVICE = "container"
 API_PREFIX = "/v1/"
-# What gcloud sends for its default --scopes=gke-default (gcloud.md §6b: constants.GKE_DEFAULT_SCOPES, sorted). The API's
-# own default is no scope at all, which would leave nodes unable to pull images or write logs.
+# What gcloud sends for its default --scopes=gke-default (gcloud.md §6b: constants.GKE_DEFAULT_SCOPES, sorted).
+# The API's own default is no scope at all, which would leave nodes unable to pull images or write logs.
 GKE_DEFAULT_SCOPES: tuple[str, ...] = (
     "https://www.googleapis.com/auth/devstorage.read_only",
     "https://www.googleapis.com/auth/logging.write",

@@ -71,7 +71,7 @@ def gvnic_network_request(spec: RunSpec) -> ApiRequest:
 
 
 def rdma_network_request(spec: RunSpec) -> ApiRequest:
-    """Create the RDMA network on the zone's RoCE profile (``--network-profile={zone}-vpc-roce --subnet-mode=custom``)."""
+    """Create the RDMA network on the zone's RoCE profile (``--network-profile={zone}-vpc-roce``, custom subnets)."""
     return _network(spec, spec.rdma_network, auto_subnets=False, network_profile=compute_url(spec.network_profile_path))
 
 

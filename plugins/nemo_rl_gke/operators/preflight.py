@@ -8,6 +8,8 @@ from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException
 
 VALIDATE_TASK_ID = "validate"
+FINDINGS_KEY = "findings"
+PLAN_TEXT_KEY = "plan_text"
 
 
 def run_conf(context: Context) -> dict[str, Any]:
@@ -39,6 +41,8 @@ class ValidateConfOperator(BaseOperator):
         if spec is None:
             for finding in findings:
                 self.log.error("%s", finding)
+            # Also in XCom, so the UI and `make demo` can show them without reading the log.
+            context["ti"].xcom_push(key=FINDINGS_KEY, value=[f.to_dict() for f in findings])
             raise AirflowFailException(format_findings(findings))
         self.log.info(
             "Conf is valid: recipe %s, %d x %s nodes, mode %s",
@@ -65,6 +69,8 @@ class PlanOperator(BaseOperator):
         from nemo_rl_gke.spec import RunSpec
 
         spec = RunSpec.from_conf(context["ti"].xcom_pull(task_ids=self.validate_task_id))
-        plan = build_plan(spec)
-        self.log.info("Plan for this run (nothing has been created):\n%s", plan.to_text())
+        plan = build_plan(spec, dag_id=context["dag"].dag_id, run_id=context["run_id"])
+        text = plan.to_text()
+        self.log.info("Plan for this run (nothing has been created):\n%s", text)
+        context["ti"].xcom_push(key=PLAN_TEXT_KEY, value=text)
         return plan.to_dict()
