@@ -1,0 +1,96 @@
+"""The plan: order of requests, stages, manifests, the Ray job with secrets redacted, and the teardown order."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nemo_rl_gke.plan import build_plan
+from nemo_rl_gke.spec import RunSpec
+
+
+@pytest.fixture(scope="module")
+def plan():  # noqa: ANN201
+    return build_plan(RunSpec(), dag_id="nemo_rl_grpo_gke", run_id="manual__2026-11-30T00:00:00+00:00")
+
+
+def test_requests_come_in_dependency_order(plan) -> None:
+    order = [(p.stage, p.request.method, p.request.resource) for p in plan.requests]
+    assert order[0] == ("network", "networks.insert", "network nemo-rl-net")
+    stages = [s for s, _, _ in order]
+    # network first, then the storage chain, then the cluster chain (they run side by side in the DAG)
+    assert stages == sorted(stages, key=["network", "storage", "cluster"].index)
+    storage = [m for s, m, _ in order if s == "storage"]
+    assert storage == [
+        "globalAddresses.insert",
+        "projects.get",
+        "services.connections.list",
+        "services.connections.create",
+        "projects.locations.instances.create",
+    ]
+    cluster = [m for s, m, _ in order if s == "cluster"]
+    assert cluster == ["projects.locations.clusters.create", "projects.locations.clusters.nodePools.create"]
+    assert sum(m == "subnetworks.insert" for _, m, _ in order) == 9
+
+
+def test_manifests_are_listed_in_apply_order(plan) -> None:
+    kinds = [m.kind for m in plan.manifests]
+    assert kinds[0] == "DaemonSet"
+    assert kinds.count("Network") == kinds.count("GKENetworkParamSet") == 9
+    assert kinds[-4:] == ["PersistentVolume", "PersistentVolumeClaim", "ServiceAccount", "RayCluster"]
+
+
+def test_ray_job_has_its_submission_id_and_secret_references_only(plan) -> None:
+    job = plan.job.to_dict()
+    assert job["submission_id"] == RunSpec().submission_id("nemo_rl_grpo_gke", "manual__2026-11-30T00:00:00+00:00")
+    env = job["runtime_env"]["env_vars"]
+    assert env["HF_TOKEN"] == "<redacted: password of Airflow connection 'huggingface_default'>"
+    assert env["WANDB_API_KEY"] == "<redacted: password of Airflow connection 'wandb_default'>"
+    assert "examples/run_grpo_math.py" in job["entrypoint"]
+    assert job["metadata"]["recipe"] == "gemma3-27b-gsm8k-v0.5.0"
+
+
+def test_wandb_key_is_not_requested_without_wandb() -> None:
+    plan = build_plan(RunSpec.from_conf({"wandb_enabled": False}))
+    assert [s.name for s in plan.job.secrets] == ["HF_TOKEN"]
+
+
+def test_teardown_order_and_policy(plan) -> None:
+    groups = [t.group for t in plan.teardown]
+    first_seen = list(dict.fromkeys(groups))
+    assert first_seen == ["raycluster", "kube", "lustre", "peering", "cluster", "network"]
+    assert all(t.performed for t in plan.teardown)
+    targets = [t.target for t in plan.teardown if t.group == "network"]
+    assert "firewalls/nemo-rl-gvnic-internal" in targets[0]
+    assert targets[-1].startswith("/compute/v1/projects/nemo-rl-demo/global/networks/nemo-rl-net ")
+    lustre = next(t for t in plan.teardown if t.group == "lustre")
+    assert "only after the checkpoint export to gs://nemo-rl-demo-nemo-rl-checkpoints succeeded" in lustre.note
+
+
+@pytest.mark.parametrize(
+    ("policy", "deleted"),
+    [("keep_cluster_and_storage", {"raycluster"}), ("keep_all", set())],
+)
+def test_keep_policies_keep_everything_else(policy: str, deleted: set[str]) -> None:
+    plan = build_plan(RunSpec.from_conf({"teardown_policy": policy}))
+    assert {t.group for t in plan.teardown if t.performed} == deleted
+
+
+def test_json_and_text_forms(plan) -> None:
+    data = json.loads(json.dumps(plan.to_dict()))
+    assert data["conf"] == RunSpec().to_conf()
+    assert len(data["gcp_requests"]) == len(plan.requests)
+    assert data["manifests"][-1]["object"]["kind"] == "RayCluster"
+    text = plan.to_text()
+    for heading in ("1. Google Cloud requests", "2. Kubernetes objects", "3. Ray job", "4. Secrets", "5. Teardown"):
+        assert heading in text
+    assert "Nothing has been created" in text
+
+
+def test_nothing_in_the_plan_carries_a_token_value() -> None:
+    # The plan is built from the spec alone: no connection is read, so no secret value can reach it.
+    spec = RunSpec.from_conf({"hf_conn_id": "hf_conn", "wandb_conn_id": "wb_conn"})
+    blob = json.dumps(build_plan(spec).to_dict()) + build_plan(spec).to_text()
+    assert "password of Airflow connection 'hf_conn'" in blob
+    assert "hf_" + "abc" not in blob
