@@ -9,7 +9,7 @@ from nemo_rl_gke.spec import param_schema, spec_fields
 from tests.dags.guard import parse_dag_folder
 from tests.paths import ROOT
 
-DAG_IDS = ["nemo_rl_grpo_gke", "nemo_rl_grpo_gke_nightly"]
+DAG_IDS = ["nemo_rl_grpo_gke"]
 
 
 @pytest.fixture(scope="module")

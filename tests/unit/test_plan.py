@@ -11,7 +11,7 @@ from nemo_rl_gke.spec import RunSpec
 
 
 @pytest.fixture(scope="module")
-def plan():  # noqa: ANN201
+def plan():
     return build_plan(RunSpec(), dag_id="nemo_rl_grpo_gke", run_id="manual__2026-11-30T00:00:00+00:00")
 
 

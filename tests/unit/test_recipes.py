@@ -18,7 +18,9 @@ TUTORIAL_OVERRIDES = {
     "cluster.num_nodes=2": "cluster.num_nodes=2",
     "cluster.gpus_per_node=8": "cluster.gpus_per_node=8",
     "grpo.max_num_steps=10": "grpo.max_num_steps=10",
-    "checkpointing.checkpoint_dir=/data/nemo_rl_gemma3_27b_3_17": "checkpointing.checkpoint_dir=/data/nemo_rl_gemma3_27b_3_17",
+    "checkpointing.checkpoint_dir=/data/nemo_rl_gemma3_27b_3_17": (
+        "checkpointing.checkpoint_dir=/data/nemo_rl_gemma3_27b_3_17"
+    ),
     "data.dataset_name=ResponseDataset": "data.dataset_name=ResponseDataset",
     # openai/gsm8k 'main' prepared as JSONL on Lustre: v0.5.0 ignores +data.subset (the tutorial sed-patched it)
     "+data.train_data_path=openai/gsm8k": "+data.train_data_path=/data/datasets/gsm8k_main/train.jsonl",
@@ -119,7 +121,7 @@ def test_missing_recipe_is_a_recipe_error() -> None:
         load_recipe("no-such-recipe")
 
 
-def _gsm8k_module():  # noqa: ANN202
+def _gsm8k_module():
     spec = importlib.util.spec_from_file_location("gsm8k_to_jsonl", ROOT / "include/recipes/scripts/gsm8k_to_jsonl.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -85,7 +85,7 @@ def test_submission_id_is_stable_per_run_and_unique_across_runs() -> None:
     first = spec.submission_id("nemo_rl_grpo_gke", "manual__2026-11-30T01:00:00+00:00")
     assert first == spec.submission_id("nemo_rl_grpo_gke", "manual__2026-11-30T01:00:00+00:00")
     assert first != spec.submission_id("nemo_rl_grpo_gke", "manual__2026-11-30T02:00:00+00:00")
-    assert first != spec.submission_id("nemo_rl_grpo_gke_nightly", "manual__2026-11-30T01:00:00+00:00")
+    assert first != spec.submission_id("another_dag", "manual__2026-11-30T01:00:00+00:00")
     assert set(first) <= set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 
 
