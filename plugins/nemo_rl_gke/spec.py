@@ -685,6 +685,9 @@ def default_conf() -> dict[str, Any]:
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(RunSpec)}
+# Conf keys that look like they carry a credential; their values are never echoed.
+SECRET_KEY = re.compile(r"token|secret|passw|api[_-]?key|credential|private[_-]?key", re.IGNORECASE)
+REDACTED = "<redacted>"
 
 
 def conf_findings(conf: Mapping[str, Any]) -> list[Finding]:
@@ -693,6 +696,19 @@ def conf_findings(conf: Mapping[str, Any]) -> list[Finding]:
 
     findings: list[Finding] = []
     for key, value in conf.items():
+        if key not in _FIELDS and SECRET_KEY.search(key):
+            # Never echo it: findings go to the task log and XCom.
+            findings.append(
+                Finding(
+                    "conf.secret-in-conf",
+                    (key,),
+                    REDACTED,
+                    "secrets are not accepted in the conf: a run's conf is stored with the run and shown in the UI",
+                    "put the token in the password of an Airflow connection (or the secrets backend) and name that "
+                    "connection in hf_conn_id or wandb_conn_id",
+                )
+            )
+            continue
         if key not in _FIELDS:
             close = difflib.get_close_matches(key, _FIELDS, n=1)
             hint = f"did you mean '{close[0]}'? " if close else ""

@@ -27,10 +27,10 @@ def metadata_db() -> None:
     subprocess.run([AIRFLOW, "db", "migrate"], env=_env(), check=True, capture_output=True)
 
 
-def dags_test(conf: dict) -> subprocess.CompletedProcess[str]:
+def dags_test(conf: dict, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [AIRFLOW, "dags", "test", DAG_ID, "-c", json.dumps(conf)],
-        env=_env(),
+        env=env or _env(),
         capture_output=True,
         text=True,
         check=False,
@@ -86,3 +86,41 @@ def test_apply_is_refused_until_the_apply_tasks_exist() -> None:
     assert result.returncode != 0
     run = _latest_run(DAG_ID)
     assert [f["rule_id"] for f in run["xcom"][("validate", "findings")]] == ["mode.apply-available"]
+
+
+HF_TOKEN = "hf_TESTTOKEN_do_not_leak_7f3a91"
+WANDB_KEY = "wandbTESTKEY_do_not_leak_91c2e4"
+
+
+def _everything_airflow_kept() -> str:
+    """Every log file, XCom value and rendered template field in the session's Airflow home, as one string."""
+    from airflow.models.renderedtifields import RenderedTaskInstanceFields
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    home = Path(os.environ["AIRFLOW_HOME"])
+    parts = [p.read_text(errors="replace") for p in home.rglob("*.log") if p.is_file()]
+    parts += [p.read_text(errors="replace") for p in (home / "logs").rglob("*") if p.is_file()]
+    with create_session() as session:
+        parts += [json.dumps(XComModel.deserialize_value(x), default=str) for x in session.query(XComModel)]
+        parts += [json.dumps(r.rendered_fields, default=str) for r in session.query(RenderedTaskInstanceFields)]
+    return "\n".join(parts)
+
+
+def test_tokens_never_reach_logs_xcom_or_rendered_fields() -> None:
+    env = {
+        **_env(),
+        "AIRFLOW_CONN_HUGGINGFACE_DEFAULT": json.dumps({"conn_type": "generic", "password": HF_TOKEN}),
+        "AIRFLOW_CONN_WANDB_DEFAULT": json.dumps({"conn_type": "generic", "password": WANDB_KEY}),
+    }
+    good = dags_test(json.loads((ROOT / "include/conf/tutorial.json").read_text()), env)
+    assert good.returncode == 0
+    # A token pasted into the conf is refused without being echoed.
+    pasted = dags_test({"hf_token": HF_TOKEN}, env)
+    assert pasted.returncode != 0
+    finding = _latest_run(DAG_ID)["xcom"][("validate", "findings")][0]
+    assert (finding["rule_id"], finding["param"], finding["value"]) == ("conf.secret-in-conf", "hf_token", "<redacted>")
+    haystack = good.stdout + good.stderr + pasted.stdout + pasted.stderr + _everything_airflow_kept()
+    assert "secrets are not accepted in the conf" in haystack  # the haystack does hold the task logs
+    assert HF_TOKEN not in haystack
+    assert WANDB_KEY not in haystack

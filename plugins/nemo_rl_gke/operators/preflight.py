@@ -18,9 +18,16 @@ def run_conf(context: Context) -> dict[str, Any]:
     Airflow accepts conf keys it has no Param for, so the raw ``dag_run.conf`` is merged in as well: the
     validator then rejects those keys instead of silently ignoring a typo.
     """
+    from airflow.sdk.log import mask_secret
+
+    from nemo_rl_gke.spec import SECRET_KEY
+
     conf = dict(context["params"])
     dag_run = context.get("dag_run")
     conf.update(getattr(dag_run, "conf", None) or {})
+    for key, value in conf.items():
+        if SECRET_KEY.search(key):
+            mask_secret(value, name=key)  # a token pasted into the conf is redacted from every log line
     return conf
 
 
