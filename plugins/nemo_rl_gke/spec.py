@@ -39,6 +39,7 @@ SECTION_KUBE = "Kubernetes and Ray"
 SECTION_TRAINING = "Training (NeMo RL GRPO)"
 SECTION_LOGGING = "Logging and secrets"
 SECTION_TEARDOWN = "Checkpoint export and teardown"
+SECTION_WAITING = "Waiting and timeouts"
 
 
 @dataclass(frozen=True)
@@ -421,6 +422,44 @@ class RunSpec:
         title="W&B API key connection",
         description="Airflow connection whose password is the W&B API key; needed only with W&B logging.",
     )
+    # --- Waiting -------------------------------------------------------------------------------------------
+    poll_interval_s: float = _param(
+        15.0,
+        section=SECTION_WAITING,
+        title="Poll interval (s)",
+        description="How often the triggerer polls a long-running operation; no worker slot is held meanwhile.",
+        exclusiveMinimum=0,
+        maximum=600,
+    )
+    network_timeout_s: int = _param(
+        1800,
+        section=SECTION_WAITING,
+        title="Network stage timeout (s)",
+        description="Longest wait for one network, subnet, firewall or address operation.",
+        minimum=1,
+    )
+    storage_timeout_s: int = _param(
+        7200,
+        section=SECTION_WAITING,
+        title="Storage stage timeout (s)",
+        description="Longest wait for the peering or the Managed Lustre operation (Lustre creation takes tens of "
+        "minutes).",
+        minimum=1,
+    )
+    cluster_timeout_s: int = _param(
+        3600,
+        section=SECTION_WAITING,
+        title="Cluster stage timeout (s)",
+        description="Longest wait for the GKE cluster or the GPU node pool operation.",
+        minimum=1,
+    )
+    teardown_timeout_s: int = _param(
+        3600,
+        section=SECTION_WAITING,
+        title="Teardown timeout (s)",
+        description="Longest wait for one deletion.",
+        minimum=1,
+    )
     # --- Checkpoint export and teardown --------------------------------------------------------------------
     export_bucket: str = _param(
         "",
@@ -637,6 +676,15 @@ class RunSpec:
     def num_nodes(self) -> int:
         """NeMo RL's cluster.num_nodes: one Ray GPU worker per node."""
         return self.worker_replicas
+
+    def stage_timeout_s(self, stage: str) -> int:
+        """The timeout of one wait in a provisioning stage (network, storage, cluster) or in teardown."""
+        return {
+            "network": self.network_timeout_s,
+            "storage": self.storage_timeout_s,
+            "cluster": self.cluster_timeout_s,
+            "teardown": self.teardown_timeout_s,
+        }[stage]
 
     @property
     def dataset_dir(self) -> str:
