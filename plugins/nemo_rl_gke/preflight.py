@@ -25,7 +25,7 @@ def check_spec(spec: RunSpec) -> list[Finding]:
         recipe = load_recipe(spec.recipe)
     except RecipeError as exc:
         return [Finding("recipe.load", ("recipe",), spec.recipe, str(exc), "fix the recipe file or pick another")]
-    return [finding for rule in REGISTRY.values() for finding in rule.run(spec, recipe)]
+    return [finding for rule in rules() for finding in rule.run(spec, recipe)]
 
 
 def check_conf(conf: Mapping[str, Any]) -> tuple[RunSpec | None, list[Finding]]:

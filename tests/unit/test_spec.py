@@ -101,3 +101,10 @@ def test_every_field_has_a_schema_title_description_and_section() -> None:
 def test_spec_is_frozen() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         RunSpec().project = "x"  # type: ignore[misc]
+
+
+def test_a_token_pasted_into_the_conf_is_refused_and_never_echoed() -> None:
+    (finding,) = conf_findings({"hf_token": "hf_abcdef123456", "zone": "us-central1-b"})
+    assert (finding.rule_id, finding.param, finding.value) == ("conf.secret-in-conf", "hf_token", "<redacted>")
+    assert "hf_abcdef123456" not in str(finding)
+    assert "hf_conn_id" in finding.fix
