@@ -7,11 +7,14 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from airflow.sdk import DAG
+from airflow.sdk import DAG, TaskGroup, chain, cross_downstream
 
 from nemo_rl_gke.dag_params import build_params
 from nemo_rl_gke.docs import DAG_DOC_MD
-from nemo_rl_gke.operators.preflight import VALIDATE_TASK_ID, PlanOperator, ValidateConfOperator
+from nemo_rl_gke.operators.gcp import DeleteGcpResourceOperator, EnsureGcpResourceOperator, PreflightLiveOperator
+from nemo_rl_gke.operators.preflight import VALIDATE_TASK_ID, ApplyGateOperator, PlanOperator, ValidateConfOperator
+
+RDMA_SUBNETS = [f"rdma-sub-{n}" for n in range(8)]
 
 with DAG(
     dag_id="nemo_rl_grpo_gke",
@@ -28,4 +31,71 @@ with DAG(
     # A bad conf fails the same way every time: no retries.
     validate = ValidateConfOperator(task_id=VALIDATE_TASK_ID, retries=0)
     plan = PlanOperator(task_id="plan")
-    validate >> plan
+    apply_gate = ApplyGateOperator(task_id="apply_gate", retries=0)
+    preflight_live = PreflightLiveOperator(task_id="preflight_live", retries=1)
+    chain(validate, plan, apply_gate, preflight_live)
+
+    with TaskGroup("network"):
+        net = EnsureGcpResourceOperator(task_id="net", resource_key="net")
+        gvnic_net = EnsureGcpResourceOperator(task_id="gvnic-net", resource_key="gvnic-net")
+        gvnic_sub = EnsureGcpResourceOperator(task_id="gvnic-sub", resource_key="gvnic-sub")
+        gvnic_fw = EnsureGcpResourceOperator(task_id="gvnic-fw", resource_key="gvnic-fw")
+        rdma_net = EnsureGcpResourceOperator(task_id="rdma-net", resource_key="rdma-net")
+        rdma_subs = [EnsureGcpResourceOperator(task_id=key, resource_key=key) for key in RDMA_SUBNETS]
+        gvnic_net >> [gvnic_sub, gvnic_fw]
+        rdma_net >> rdma_subs
+    with TaskGroup("storage"):
+        peering_range = EnsureGcpResourceOperator(task_id="peering-range", resource_key="peering-range")
+        peering = EnsureGcpResourceOperator(task_id="peering", resource_key="peering")
+        lustre = EnsureGcpResourceOperator(task_id="lustre", resource_key="lustre")
+        chain(peering_range, peering, lustre)
+    with TaskGroup("cluster"):
+        cluster = EnsureGcpResourceOperator(task_id="cluster", resource_key="cluster")
+        node_pool = EnsureGcpResourceOperator(task_id="node-pool", resource_key="node-pool")
+        cluster >> node_pool
+    preflight_live >> [net, gvnic_net, rdma_net]
+    # Storage and cluster run side by side once NET exists; the GPU pool needs the gVNIC and RDMA subnets too.
+    net >> [peering_range, cluster]
+    [gvnic_sub, *rdma_subs] >> node_pool
+    # Teardown starts once every provisioning task has finished, whatever its state.
+    provisioned = [
+        net,
+        gvnic_net,
+        gvnic_sub,
+        gvnic_fw,
+        rdma_net,
+        *rdma_subs,
+        peering_range,
+        peering,
+        lustre,
+        cluster,
+        node_pool,
+    ]
+
+    with TaskGroup("teardown"):
+        delete = {
+            key: DeleteGcpResourceOperator(task_id=f"delete-{key}", resource_key=key, retries=3)
+            for key in [
+                "lustre",
+                "peering",
+                "peering-range",
+                "cluster",
+                "gvnic-fw",
+                "gvnic-sub",
+                *RDMA_SUBNETS,
+                "gvnic-net",
+                "rdma-net",
+                "net",
+            ]
+        }
+        # FACTS §4 order, parallel where the APIs allow: Lustre -> peering -> range; the cluster (and its pool)
+        # before the subnets it uses; every network last.
+        chain(delete["lustre"], delete["peering"], delete["peering-range"])
+        delete["cluster"] >> [delete["gvnic-sub"], *(delete[k] for k in RDMA_SUBNETS)]
+        [delete["gvnic-sub"], delete["gvnic-fw"]] >> delete["gvnic-net"]
+        [delete[k] for k in RDMA_SUBNETS] >> delete["rdma-net"]
+        [delete["peering-range"], delete["cluster"]] >> delete["net"]
+        for task in delete.values():
+            # Runs after any failure once preflight_live succeeded; a failed deletion still fails the run.
+            task.as_teardown(setups=preflight_live, on_failure_fail_dagrun=True)
+    cross_downstream(provisioned, [delete["lustre"], delete["cluster"], delete["gvnic-fw"]])

@@ -486,22 +486,3 @@ def secret_connections(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
             "W&B logging is on, so the W&B API key must come from an Airflow connection",
             "name the connection holding the key (password = key), or set wandb_enabled to false",
         )
-
-
-@rule(
-    "mode.apply-available",
-    RESOURCE,
-    "Apply mode is available",
-    example={"mode": "apply"},
-    counter_example={"mode": "plan"},
-)
-def apply_available(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
-    """The provisioning tasks are not wired into the DAG yet, so apply would create nothing but claim success."""
-    if spec.mode == "apply":
-        yield Violation(
-            ("mode",),
-            spec.mode,
-            "apply is not available yet: this version of the DAG validates and plans only, the provisioning, "
-            "training and teardown tasks come in later releases",
-            "use mode=plan to review everything the run would create",
-        )

@@ -51,7 +51,10 @@ def test_tutorial_conf_validates_and_plans() -> None:
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     run = _latest_run(DAG_ID)
     assert run["state"] == "success"
-    assert [(t, s) for t, s, _ in run["tasks"]] == [("plan", "success"), ("validate", "success")]
+    states = {t: s for t, s, _ in run["tasks"]}
+    assert (states.pop("validate"), states.pop("plan"), states.pop("apply_gate")) == ("success", "success", "skipped")
+    # mode=plan: nothing downstream of the gate runs, teardown included (its setup never ran).
+    assert states and set(states.values()) == {"skipped"}
     plan = run["xcom"][("plan", "return_value")]
     assert plan["gcp_requests"][0]["method"] == "networks.insert"
     assert plan["ray_job"]["submission_id"].startswith("nemo-rl-manual__")
@@ -75,17 +78,12 @@ def test_semantic_errors_fail_validate_with_every_finding_and_nothing_else_runs(
     assert result.returncode != 0
     run = _latest_run(DAG_ID)
     assert run["state"] == "failed"
-    assert dict((t, s) for t, s, _ in run["tasks"]) == {"validate": "failed", "plan": "upstream_failed"}
+    states = {t: s for t, s, _ in run["tasks"]}
+    assert states.pop("validate") == "failed"
+    assert set(states.values()) == {"upstream_failed"}
     findings = run["xcom"][("validate", "findings")]
     assert [f["rule_id"] for f in findings] == ["conf.unknown-key", "location.zone-in-region", "lustre.capacity"]
     assert "3 problem(s) in the run conf; nothing was created:" in result.stdout + result.stderr
-
-
-def test_apply_is_refused_until_the_apply_tasks_exist() -> None:
-    result = dags_test({"mode": "apply"})
-    assert result.returncode != 0
-    run = _latest_run(DAG_ID)
-    assert [f["rule_id"] for f in run["xcom"][("validate", "findings")]] == ["mode.apply-available"]
 
 
 HF_TOKEN = "hf_TESTTOKEN_do_not_leak_7f3a91"

@@ -33,7 +33,6 @@ EXPECTED_MESSAGES = {
     "export.bucket-name": "is not a Cloud Storage bucket name",
     "kube.nccl-installer-source": "it must be 'bundled', an https:// URL or an absolute file path",
     "secrets.connections": "W&B logging is on, so the W&B API key must come from an Airflow connection",
-    "mode.apply-available": "apply is not available yet",
     "nemo.world-size": "generation takes 2 of 2 nodes, leaving none for training",
     "nemo.dtensor-tp-divides": "DTensor TP 16 x CP 1 = 16 does not divide the 8 training GPUs",
     "nemo.vllm-tp-divides": "vLLM TP 16 x PP 1 does not divide the 8 generation GPUs",

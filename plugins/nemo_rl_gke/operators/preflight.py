@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 VALIDATE_TASK_ID = "validate"
 FINDINGS_KEY = "findings"
@@ -81,3 +81,25 @@ class PlanOperator(BaseOperator):
         self.log.info("Plan for this run (nothing has been created):\n%s", text)
         context["ti"].xcom_push(key=PLAN_TEXT_KEY, value=text)
         return plan.to_dict()
+
+
+class ApplyGateOperator(BaseOperator):
+    """Ends a plan-mode run after the plan: it skips itself, and with it every apply task downstream.
+
+    The teardown tasks are skipped too, since their setup (``preflight_live``) never ran: nothing was created.
+    """
+
+    ui_color = "#f4f1e8"
+
+    def __init__(self, *, validate_task_id: str = VALIDATE_TASK_ID, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.validate_task_id = validate_task_id
+
+    def execute(self, context: Context) -> None:
+        """Skip unless the validated spec asks for apply."""
+        from nemo_rl_gke.spec import RunSpec
+
+        spec = RunSpec.from_conf(context["ti"].xcom_pull(task_ids=self.validate_task_id))
+        if spec.mode != "apply":
+            raise AirflowSkipException(f"mode={spec.mode}: the plan is the result; nothing is created")
+        self.log.info("mode=apply: provisioning starts")

@@ -1,0 +1,528 @@
+"""Provisioning makespan of the real DAG on a real Airflow, against the critical-path bound and the sum of all steps.
+
+One run: the sandbox with its latency model (scaled by ``--scale``) and the tutorial's reservation seeded, then what
+``airflow standalone`` runs (scheduler with the LocalExecutor, triggerer, dag-processor, api-server) in a private temp
+AIRFLOW_HOME, all on 127.0.0.1 only. The
+bench triggers ``nemo_rl_grpo_gke`` with ``mode=apply, teardown_policy=keep_all`` (so only provisioning is measured),
+waits for the run, reads the task instances over the REST API and prints, side by side from that one run:
+
+- the provisioning makespan: last end minus first start over the ensure tasks (task groups network/storage/cluster);
+- the critical-path bound NET + max(storage chain, cluster chain), from the measured task durations, and for
+  reference the same bound from the sandbox's configured (scaled) step latencies;
+- the sum of all steps (measured task durations, and configured latencies);
+- ratio 1 = makespan / critical-path bound (target <= 1.10), ratio 2 = makespan / sum (target <= 0.55); the exit
+  status is 1 when a measured ratio misses its target;
+- a per-task table with each task's start offset, its duration, the sandbox operation it waited on, and the Airflow
+  time around that operation (before it started, after it ended).
+
+Everything it starts (the sandbox by PID, Airflow by process group and session) is stopped and its temp dir removed on
+exit, Ctrl-C and failure included.
+
+    .venv/bin/python bench/provision_makespan.py [--scale 0.25] [--poll-interval 1.0] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "plugins"))
+
+from sandbox.testing import free_port, start_sandbox  # noqa: E402
+
+DAG_ID = "nemo_rl_grpo_gke"
+HOST = "127.0.0.1"
+TARGET_CRITICAL = 1.10
+TARGET_SUM = 0.55
+GROUPS = ("network.", "storage.", "cluster.")
+# The default RunSpec's reservation (project nemo-rl-demo, zone us-central1-b, a4-highgpu-8g, 2 nodes).
+SEED = {
+    "reservations": [
+        {
+            "project": "nemo-rl-demo",
+            "zone": "us-central1-b",
+            "name": "nemo-rl-reservation",
+            "machine_type": "a4-highgpu-8g",
+            "count": 2,
+        }
+    ]
+}
+# The sandbox operation kind each ensure task waits on (sandbox/operations.py DEFAULT_LATENCY_SECONDS).
+KIND = {
+    "net": "compute.networks.insert",
+    "gvnic-net": "compute.networks.insert",
+    "rdma-net": "compute.networks.insert",
+    "gvnic-sub": "compute.subnetworks.insert",
+    **{f"rdma-sub-{n}": "compute.subnetworks.insert" for n in range(8)},
+    "gvnic-fw": "compute.firewalls.insert",
+    "peering-range": "compute.globalAddresses.insert",
+    "peering": "servicenetworking.connections.create",
+    "lustre": "lustre.instances.create",
+    "cluster": "container.clusters.create",
+    "node-pool": "container.nodePools.create",
+}
+# Airflow settings a real deployment can use as well: they shorten the scheduler's idle sleep and the heartbeats that
+# pace its loop; nothing here skips work. PARALLELISM bounds the LocalExecutor's pre-forked workers.
+AIRFLOW_TUNING = {
+    "AIRFLOW__CORE__PARALLELISM": "24",
+    "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": "24",
+    "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
+    "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.2",
+    "AIRFLOW__SCHEDULER__JOB_HEARTBEAT_SEC": "1",
+    "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "1",
+}
+
+
+class BenchError(RuntimeError):
+    """Something the bench depends on did not start or answer in time."""
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# HTTP
+# ---------------------------------------------------------------------------------------------------------------------
+def http_json(
+    url: str, method: str = "GET", body: Any = None, token: str | None = None, timeout: float = 30.0
+) -> tuple[int, Any]:
+    """One JSON call to 127.0.0.1; returns (status, parsed body or text)."""
+    if not url.startswith(f"http://{HOST}:"):
+        raise BenchError(f"refusing to call {url}: the bench talks to {HOST} only")
+    data = None if body is None else json.dumps(body).encode()
+    headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as response:
+            status, text = response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        status, text = exc.code, exc.read().decode(errors="replace")
+    try:
+        return status, json.loads(text) if text else None
+    except ValueError:
+        return status, text
+
+
+def wait_for(what: str, check: Any, timeout: float, interval: float = 0.5) -> Any:
+    """Call ``check()`` until it returns something truthy; BenchError after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+        except (OSError, urllib.error.URLError) as exc:
+            last = None
+            error = exc
+        else:
+            error = None
+            if last:
+                return last
+        time.sleep(interval)
+    raise BenchError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last or error})")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Airflow (the components of airflow standalone)
+# ---------------------------------------------------------------------------------------------------------------------
+@dataclass
+class Airflow:
+    """The running Airflow components, all in one session and process group led by ``process``."""
+
+    process: subprocess.Popen[bytes]
+    home: Path
+    port: int
+    log_dir: Path
+    token: str = ""
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    def api(self, method: str, path: str, body: Any = None, expect: tuple[int, ...] = (200,)) -> Any:
+        status, answer = http_json(f"{self.url}{path}", method, body, self.token)
+        if status not in expect:
+            raise BenchError(f"{method} {path} -> {status}: {str(answer)[:800]}")
+        return answer
+
+    def log_tail(self, lines: int = 25) -> str:
+        parts = []
+        for name in ("components", "db-migrate", "scheduler", "triggerer", "dag-processor", "api-server"):
+            path = self.log_dir / f"{name}.log"
+            if path.exists():
+                text = path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:]
+                parts.append(f"--- {name}.log (last {lines} lines)\n" + "\n".join(text))
+        return "\n".join(parts)
+
+
+def session_pids(sid: int) -> list[int]:
+    """PIDs still alive in session ``sid`` (the Airflow session: everything the bench's Airflow started, and nothing else)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # Fields after the parenthesised command: state ppid pgrp session ...
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 3 and int(fields[3]) == sid and int(entry.name) != os.getpid():
+            pids.append(int(entry.name))
+    return pids
+
+
+def stop_airflow(airflow: Airflow, grace: float = 20.0) -> None:
+    """SIGTERM the Airflow process group, then SIGKILL whatever is left in its session."""
+    pid = airflow.process.pid
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and session_pids(pid):
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            airflow.process.wait(0.2)
+    # Task runners sit in process groups of their own (same session): the session catches them too.
+    for leftover in session_pids(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(leftover, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        airflow.process.wait(5)
+
+
+def start_airflow(workdir: Path, sandbox_url: str) -> Airflow:
+    """What ``airflow standalone`` runs, in one new session (setsid) and process group, bound to 127.0.0.1 only.
+
+    ``airflow standalone`` itself cannot be used here: its scheduler and triggerer start the task log server on
+    0.0.0.0 / [::] (``[logging] worker_log_server_port``, no host setting) and it cannot pass ``--skip-serve-logs``.
+    So this runs its four components the way it does (LocalExecutor, SimpleAuthManager, after ``db migrate``), with
+    ``--skip-serve-logs`` (the logs are local files the API server reads anyway) and the API server on 127.0.0.1.
+    """
+    home = workdir / "airflow-home"
+    home.mkdir(parents=True)
+    port = free_port()
+    venv_bin = Path(sys.executable).parent
+    connection = {
+        "conn_type": "google_cloud_platform",
+        "extra": {"is_anonymous": True, "project": "nemo-rl-demo", "api_endpoint": sandbox_url},
+    }
+    env = {
+        **os.environ,
+        "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__AUTH_MANAGER": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+        "AIRFLOW__API__HOST": HOST,
+        "AIRFLOW__API__PORT": str(port),
+        # Tasks reach the Execution API through base_url, whose default is localhost:8080.
+        "AIRFLOW__API__BASE_URL": f"http://{HOST}:{port}",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://{HOST}:{port}/execution/",
+        "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": json.dumps(connection),
+        **AIRFLOW_TUNING,
+    }
+    env.pop("PYTHONPATH", None)
+    script = f"""
+set -e
+airflow db migrate > db-migrate.log 2>&1
+airflow scheduler --skip-serve-logs > scheduler.log 2>&1 &
+airflow triggerer --skip-serve-logs > triggerer.log 2>&1 &
+airflow dag-processor > dag-processor.log 2>&1 &
+airflow api-server --host {HOST} --port {port} > api-server.log 2>&1 &
+wait
+"""
+    log_path = workdir / "components.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            ["/bin/bash", "-c", script],
+            cwd=workdir,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # setsid: its own session and process group, stopped as one
+        )
+    return Airflow(process, home, port, workdir)
+
+
+def wait_ready(airflow: Airflow, timeout: float) -> None:
+    """Health of every component, a token, and the DAG parsed and unpaused."""
+
+    def healthy() -> bool:
+        if airflow.process.poll() is not None:
+            raise BenchError(f"the Airflow components exited with {airflow.process.returncode}")
+        status, body = http_json(f"{airflow.url}/api/v2/monitor/health", timeout=5)
+        if status != 200 or not isinstance(body, dict):
+            return False
+        parts = ("metadatabase", "scheduler", "triggerer", "dag_processor")
+        return all((body.get(p) or {}).get("status") == "healthy" for p in parts)
+
+    wait_for("Airflow health (scheduler, triggerer, dag processor)", healthy, timeout)
+    password_file = airflow.home / "simple_auth_manager_passwords.json.generated"
+    password = json.loads(password_file.read_text())["admin"]
+    status, body = http_json(f"{airflow.url}/auth/token", "POST", {"username": "admin", "password": password})
+    if status not in {200, 201}:
+        raise BenchError(f"POST /auth/token -> {status}: {body}")
+    airflow.token = body["access_token"]
+
+    def dag_loaded() -> bool:
+        errors = airflow.api("GET", "/api/v2/importErrors")
+        if errors.get("total_entries"):
+            raise BenchError(f"import errors: {json.dumps(errors['import_errors'])[:2000]}")
+        status, _ = http_json(f"{airflow.url}/api/v2/dags/{DAG_ID}", token=airflow.token)
+        return status == 200
+
+    wait_for(f"DAG {DAG_ID} to be parsed", dag_loaded, timeout)
+    airflow.api("PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": False})
+
+
+def run_dag(airflow: Airflow, conf: dict[str, Any], timeout: float) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Trigger one run, wait until it ends (bounded), return it and its task instances."""
+    run = airflow.api("POST", f"/api/v2/dags/{DAG_ID}/dagRuns", {"logical_date": None, "conf": conf})
+    run_id = run["dag_run_id"]
+    print(f"triggered {DAG_ID} run {run_id}", flush=True)
+
+    def finished() -> dict[str, Any] | None:
+        current = airflow.api("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}")
+        return current if current["state"] in {"success", "failed"} else None
+
+    done = wait_for(f"run {run_id} to finish", finished, timeout, interval=2.0)
+    tis = airflow.api("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances?limit=100")["task_instances"]
+    return done, tis
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Analysis
+# ---------------------------------------------------------------------------------------------------------------------
+def when(stamp: str | None) -> float | None:
+    """Epoch seconds of an API timestamp."""
+    return datetime.fromisoformat(stamp).timestamp() if stamp else None
+
+
+def longest_path(tasks: list[str], upstream: dict[str, set[str]], weight: dict[str, float]) -> tuple[float, list[str]]:
+    """The heaviest path through the DAG restricted to ``tasks`` (node weights), and the path."""
+    best: dict[str, tuple[float, list[str]]] = {}
+
+    def visit(task: str) -> tuple[float, list[str]]:
+        if task not in best:
+            ups = [visit(u) for u in upstream.get(task, set()) if u in weight]
+            base = max(ups, default=(0.0, []))
+            best[task] = (base[0] + weight[task], [*base[1], task])
+        return best[task]
+
+    return max((visit(t) for t in tasks), default=(0.0, []))
+
+
+def chains(weight: dict[str, float]) -> dict[str, float]:
+    """The issue's formula, term by term (weights by resource key).
+
+    NET + max(storage chain, cluster chain) with storage chain = peering-range + peering + lustre and cluster chain =
+    max(cluster, gVNIC/RDMA subnet chains - NET) + node-pool. The node pool also waits on the subnets, but their
+    chains start with NET (all three networks start together after preflight), so a subnet chain only counts beyond
+    NET; with the sandbox's latencies (network 20 s + subnet 10 s vs NET 20 s + cluster 420 s) it never wins.
+    """
+    net = weight["net"]
+    subnet_chain = max(
+        weight["gvnic-net"] + weight["gvnic-sub"],
+        weight["rdma-net"] + max(weight[f"rdma-sub-{n}"] for n in range(8)),
+    )
+    storage = weight["peering-range"] + weight["peering"] + weight["lustre"]
+    cluster = max(weight["cluster"], subnet_chain - net) + weight["node-pool"]
+    return {
+        "net": net,
+        "storage": storage,
+        "cluster": cluster,
+        "subnet_chain": subnet_chain,
+        "bound": net + max(storage, cluster),
+    }
+
+
+def match_operations(operations: list[dict[str, Any]], names: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """The create operation each ensure task waited on, by resource key (by kind, then by name in the target)."""
+    found: dict[str, dict[str, Any]] = {}
+    for key, kind in KIND.items():
+        candidates = [o for o in operations if o["kind"] == kind]
+        if len(candidates) > 1:
+            candidates = [o for o in candidates if o["target"].rsplit("/", 1)[-1] == names.get(key)]
+        if candidates:
+            found[key] = candidates[0]
+    return found
+
+
+def resource_names() -> dict[str, str]:
+    """Resource key -> name for the default apply conf (from the package, so the bench never drifts from it)."""
+    from nemo_rl_gke.gcp.resources import resources
+    from nemo_rl_gke.preflight import check_conf
+
+    spec, _ = check_conf({"mode": "apply", "teardown_policy": "keep_all"})
+    return {key: res.name for key, res in resources(spec).items()}
+
+
+def report(
+    tis: list[dict[str, Any]],
+    dag_tasks: list[dict[str, Any]],
+    latency: dict[str, Any],
+    operations: list[dict[str, Any]],
+    scale: float,
+) -> bool:
+    """Print the numbers; True when both measured ratios meet their targets."""
+    ensure = {ti["task_id"]: ti for ti in tis if ti["task_id"].startswith(GROUPS) and ti.get("map_index", -1) == -1}
+    missing = [t for t, ti in ensure.items() if ti["state"] != "success" or not ti["start_date"] or not ti["end_date"]]
+    if missing:
+        states = {t: ensure[t]["state"] for t in missing}
+        raise BenchError(f"ensure tasks did not all succeed: {states}")
+    start = {t: when(ti["start_date"]) for t, ti in ensure.items()}
+    end = {t: when(ti["end_date"]) for t, ti in ensure.items()}
+    key = {t: t.split(".", 1)[1] for t in ensure}
+    duration = {key[t]: end[t] - start[t] for t in ensure}
+    scaled = latency["scaled_seconds"]
+    configured = {k: float(scaled[KIND[k]]) for k in duration}
+    t0 = min(start.values())
+    makespan = max(end.values()) - t0
+
+    upstream: dict[str, set[str]] = {}
+    for task in dag_tasks:
+        for down in task.get("downstream_task_ids", []):
+            upstream.setdefault(down, set()).add(task["task_id"])
+    measured_path, path = longest_path(list(ensure), upstream, {t: duration[key[t]] for t in ensure})
+    configured_path, _ = longest_path(list(ensure), upstream, {t: configured[key[t]] for t in ensure})
+    m, c = chains(duration), chains(configured)
+    sum_measured, sum_configured = sum(duration.values()), sum(configured.values())
+    ops = match_operations(operations, resource_names())
+
+    print()
+    print(
+        f"latency scale {scale} (cluster create {scaled['container.clusters.create']:.0f} s, "
+        f"Lustre create {scaled['lustre.instances.create']:.0f} s)"
+    )
+    print(f"{'task':<24}{'start':>8}{'dur':>8}{'op':>8}{'before':>8}{'after':>8}")
+    for t in sorted(ensure, key=lambda t: (start[t], t)):
+        op = ops.get(key[t])
+        cells = ["-", "-", "-"]
+        if op and op.get("end") is not None:
+            cells = [f"{op['end'] - op['start']:.1f}", f"{op['start'] - start[t]:.1f}", f"{end[t] - op['end']:.1f}"]
+        print(f"{t:<24}{start[t] - t0:>8.1f}{duration[key[t]]:>8.1f}" + "".join(f"{x:>8}" for x in cells))
+    print("(start: offset from the first ensure task's start; dur: task duration, deferral included; op: the sandbox")
+    print(" operation's latency; before: task start -> operation start; after: operation end -> task end; seconds)")
+    print()
+    print(f"{'':<40}{'measured':>10}{'configured':>12}")
+    print(f"{'NET (network.net)':<40}{m['net']:>10.1f}{c['net']:>12.1f}")
+    print(f"{'storage chain (range+peering+lustre)':<40}{m['storage']:>10.1f}{c['storage']:>12.1f}")
+    print(f"{'cluster chain (cluster+node-pool)':<40}{m['cluster']:>10.1f}{c['cluster']:>12.1f}")
+    print(f"{'  subnet chain (net+subnet), for pool':<40}{m['subnet_chain']:>10.1f}{c['subnet_chain']:>12.1f}")
+    print(f"{'critical-path bound NET+max(...)':<40}{m['bound']:>10.1f}{c['bound']:>12.1f}")
+    print(f"{'longest path through the DAG':<40}{measured_path:>10.1f}{configured_path:>12.1f}")
+    print(f"{f'sum of all {len(duration)} steps':<40}{sum_measured:>10.1f}{sum_configured:>12.1f}")
+    print(f"{'provisioning makespan':<40}{makespan:>10.1f}")
+    print(f"critical path (measured): {' -> '.join(path)}")
+    bound = max(m["bound"], measured_path)
+    ratio1, ratio2 = makespan / bound, makespan / sum_measured
+    ref1, ref2 = makespan / max(c["bound"], configured_path), makespan / sum_configured
+    ok1, ok2 = ratio1 <= TARGET_CRITICAL, ratio2 <= TARGET_SUM
+    print()
+    print(
+        f"ratio 1 makespan/critical-path bound: {ratio1:.3f} (target <= {TARGET_CRITICAL:.2f}): "
+        f"{'OK' if ok1 else 'MISSED'}   [vs configured latencies: {ref1:.3f}]"
+    )
+    print(
+        f"ratio 2 makespan/sum of steps:        {ratio2:.3f} (target <= {TARGET_SUM:.2f}): "
+        f"{'OK' if ok2 else 'MISSED'}   [vs configured latencies: {ref2:.3f}]"
+    )
+    return ok1 and ok2
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Main
+# ---------------------------------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def signals_as_interrupt() -> Iterator[None]:
+    """SIGTERM / SIGHUP raise KeyboardInterrupt, so the finally blocks clean up for them too."""
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--scale",
+        type=float,
+        default=0.25,
+        help="sandbox latency scale (0.25: cluster create 105 s, Lustre 150 s, critical path ~185 s)",
+    )
+    parser.add_argument("--poll-interval", type=float, default=1.0, help="the run's poll_interval_s (triggerer)")
+    parser.add_argument("--start-timeout", type=float, default=180.0, help="seconds for Airflow to come up")
+    parser.add_argument("--run-timeout", type=float, default=420.0, help="seconds for the DAG run to finish")
+    parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, Airflow home) for inspection")
+    args = parser.parse_args()
+
+    workdir = Path(tempfile.mkdtemp(prefix="provision-makespan-"))
+    sandbox = airflow = None
+    started = time.monotonic()
+    try:
+        with signals_as_interrupt():
+            sandbox = start_sandbox(workdir / "sandbox", latency_scale=args.scale, seed=SEED)
+            print(f"sandbox {sandbox.url} (pid {sandbox.pid}, latency scale {args.scale})", flush=True)
+            airflow = start_airflow(workdir, sandbox.url)
+            print(f"airflow {airflow.url} (process group {airflow.process.pid}, home {airflow.home})", flush=True)
+            wait_ready(airflow, args.start_timeout)
+            print(f"airflow ready after {time.monotonic() - started:.0f} s", flush=True)
+            conf = {"mode": "apply", "teardown_policy": "keep_all", "poll_interval_s": args.poll_interval}
+            run, tis = run_dag(airflow, conf, args.run_timeout)
+            print(f"run {run['state']} in {when(run['end_date']) - when(run['start_date']):.1f} s", flush=True)
+            if run["state"] != "success":
+                bad = {ti["task_id"]: ti["state"] for ti in tis if ti["state"] not in {"success", "skipped"}}
+                print(f"run failed; tasks not successful: {bad}", file=sys.stderr)
+            dag_tasks = airflow.api("GET", f"/api/v2/dags/{DAG_ID}/tasks")["tasks"]
+            _, latency = http_json(f"{sandbox.url}/sandbox/latency")
+            _, ops = http_json(f"{sandbox.url}/sandbox/operations")
+            ok = report(tis, dag_tasks, latency, ops["operations"], args.scale)
+            return 0 if ok else 1
+    except (BenchError, KeyboardInterrupt) as exc:
+        print(f"bench failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        if airflow is not None:
+            print(airflow.log_tail(), file=sys.stderr)
+        return 2
+    finally:
+        # Cleanup must not be cut short by a second Ctrl-C.
+        old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            if airflow is not None:
+                stop_airflow(airflow)
+            if sandbox is not None:
+                sandbox.stop()
+        finally:
+            if args.keep:
+                print(f"kept {workdir}", file=sys.stderr)
+            else:
+                shutil.rmtree(workdir, ignore_errors=True)
+            signal.signal(signal.SIGINT, old_int)
+            print(f"bench wall time {time.monotonic() - started:.0f} s", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,213 @@
+"""Service Networking v1: the private services access connection (VPC peering) that Managed Lustre needs.
+
+Paths are the discovery document's: ``POST v1/{+parent}/connections`` (create), ``GET v1/{+parent}/connections``
+(list, ``?network=`` required), ``POST v1/{+name}`` with name ``services/S/connections/-`` (deleteConnection: no
+``:deleteConnection`` suffix) and ``GET v1/{+name}`` for ``operations/...``. Networks are named by project *number*.
+A repeated create is not refused with 409: its operation ends in error (FACTS §4). A connection is listed once its
+operation is done.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from sandbox import formats
+from sandbox.errors import ApiError, failed_precondition, invalid, not_found
+from sandbox.http import Call, Reply, Router, reply
+from sandbox.operations import Effect, Operation
+from sandbox.store import Resource
+from sandbox.validation import check_discovery_body
+
+if TYPE_CHECKING:
+    from sandbox.context import Sandbox
+
+SERVICE = "servicenetworking"
+PRODUCER = "servicenetworking.googleapis.com"
+PEERING_NAME = "servicenetworking-googleapis-com"
+OPERATION_PREFIX = "pssn."
+EMPTY_TYPE = "type.googleapis.com/google.protobuf.Empty"
+CONNECTION_TYPE = "type.googleapis.com/google.cloud.servicenetworking.v1.Connection"
+STATES = {
+    "servicenetworking.connection": {
+        "creating": "CREATING",
+        "ready": "ACTIVE",
+        "deleting": "DELETING",
+        "error": "ERROR",
+    }
+}
+_CONSUMER_NETWORK = re.compile(r"^projects/([^/]+)/global/networks/([^/]+)$")
+REPEATED_CREATE = "Cannot modify allocated ranges in CreateConnection. Please use UpdateConnection."
+PRODUCERS_IN_USE = "Producer services (e.g. CloudSQL, Cloud Memstore, etc.) are still using this connection."
+
+
+def _producer(call: Call) -> str:
+    service = call.params["service"]
+    if service != PRODUCER:
+        raise not_found(f"Service 'services/{service}' is not a service producer known to Service Networking.")
+    return service
+
+
+def _project_of(sb: Sandbox, value: str, field: str) -> tuple[str | None, str]:
+    """(project ID or None when the number is unknown, network name) of ``projects/NUMBER/global/networks/N``."""
+    match = _CONSUMER_NETWORK.match(value or "")
+    if not match:
+        raise invalid(f'{field}: "{value}" must be projects/PROJECT_NUMBER/global/networks/NETWORK.')
+    number, name = match.groups()
+    if not number.isdigit():
+        raise invalid(
+            f'{field}: "{value}" names the project by ID; Service Networking needs the project number '
+            "(Cloud Resource Manager projects.get gives it)."
+        )
+    by_number = {formats.project_number(p): p for p in sb.store.config.known_projects}
+    return by_number.get(number), name
+
+
+def _network(sb: Sandbox, value: str, field: str) -> Resource:
+    project, name = _project_of(sb, value, field)
+    network = sb.store.get(f"projects/{project}/global/networks/{name}") if project else None
+    if network is None or network.phase != "ready":
+        raise failed_precondition(f'Network "{value}" was not found or is not ready.')
+    return network
+
+
+def _connection_key(network_key: str) -> str:
+    return f"services/{PRODUCER}/connections/{network_key}"
+
+
+def render_operation(sb: Sandbox, operation: Operation) -> dict[str, Any]:
+    """A google.longrunning Operation, named ``operations/pssn...``."""
+    body: dict[str, Any] = {"name": f"operations/{OPERATION_PREFIX}{operation.id}", "done": operation.done}
+    if not operation.done:
+        return body
+    error = operation.api_error()
+    if error is not None:
+        body["error"] = {"code": error.rpc_code, "message": error.message}
+    elif operation.verb == "create" and operation.snapshot:
+        body["response"] = {"@type": CONNECTION_TYPE, **operation.snapshot}
+    else:
+        body["response"] = {"@type": EMPTY_TYPE}
+    return body
+
+
+async def create_connection(sb: Sandbox, call: Call) -> Reply:
+    """``services.connections.create``: peer a network over its reserved VPC_PEERING ranges."""
+    _producer(call)
+    body = call.json()
+    check_discovery_body("servicenetworking", "v1", "Connection", body, "connection")
+    network = _network(sb, body.get("network", ""), "connection.network")
+    ranges = body.get("reservedPeeringRanges") or []
+    if not ranges:
+        raise invalid("connection.reservedPeeringRanges must name at least one allocated range.")
+    range_keys = []
+    for name in ranges:
+        key = f"projects/{network.project}/global/addresses/{name}"
+        address = sb.store.get(key)
+        if (
+            address is None
+            or address.phase != "ready"
+            or address.body.get("purpose") != "VPC_PEERING"
+            or network.key not in address.refs
+        ):
+            raise failed_precondition(f"Allocated IP range '{name}' not found in network.")
+        range_keys.append(key)
+    key = _connection_key(network.key)
+    common = {
+        "service": SERVICE,
+        "kind": "servicenetworking.connections.create",
+        "verb": "create",
+        "project": network.project,
+        "location": "global",
+        "target": key,
+    }
+    if sb.store.get(key) is not None:
+        failed = sb.start_operation(call, **common, effect=Effect(), error=failed_precondition(REPEATED_CREATE))
+        return reply(render_operation(sb, failed))
+    at = sb.now()
+    connection = {
+        "network": body["network"],
+        "reservedPeeringRanges": list(ranges),
+        "peering": PEERING_NAME,
+        "service": f"services/{PRODUCER}",
+    }
+    tenant = f"{formats.project_number(network.project)[:6]}-tp"
+    peering = {
+        "name": PEERING_NAME,
+        "network": formats.compute_link(f"projects/{tenant}/global/networks/servicenetworking"),
+        "state": "ACTIVE",
+        "stateDetails": f"[{formats.rfc3339(at)}]: Connected.",
+        "autoCreateRoutes": True,
+        "exchangeSubnetRoutes": True,
+        "exportCustomRoutes": False,
+        "importCustomRoutes": False,
+        "stackType": "IPV4_ONLY",
+    }
+    extra = {"project": network.project, "peering": peering}
+    refs = [network.key, *range_keys]
+    sb.store.put(Resource("servicenetworking.connection", key, connection, refs=refs, created=at, extra=extra))
+    operation = sb.start_operation(call, **common, effect=Effect(ready=[key]))
+    return reply(render_operation(sb, operation))
+
+
+async def list_connections(sb: Sandbox, call: Call) -> Reply:
+    """``services.connections.list?network=projects/NUMBER/global/networks/N``: the connections that are done."""
+    _producer(call)
+    value = call.arg("network")
+    if not value:
+        raise invalid("network is required: projects/PROJECT_NUMBER/global/networks/NETWORK.")
+    project, name = _project_of(sb, value, "network")
+    found = sb.store.get(_connection_key(f"projects/{project}/global/networks/{name}")) if project else None
+    if found is None or found.phase != "ready":
+        return reply({})
+    return reply({"connections": [found.body]})
+
+
+async def delete_connection(sb: Sandbox, call: Call) -> Reply:
+    """``services.connections.deleteConnection`` (POST ``.../connections/-``, body ``{consumerNetwork}``)."""
+    _producer(call)
+    if call.params["connection"] not in ("-", PEERING_NAME):
+        raise not_found(f"Connection '{call.params['connection']}' not found.")
+    body = call.json()
+    check_discovery_body("servicenetworking", "v1", "DeleteConnectionRequest", body, "request")
+    value = body.get("consumerNetwork", "")
+    project, name = _project_of(sb, value, "consumerNetwork")
+    network_key = f"projects/{project}/global/networks/{name}"
+    key = _connection_key(network_key)
+    connection = sb.store.get(key) if project else None
+    if connection is not None and connection.phase == "creating" and sb.supersede_hung(connection):
+        connection = sb.store.get(key)
+    if connection is None:
+        raise not_found(f'No private services access connection exists for network "{value}".')
+    if connection.phase != "ready":
+        raise failed_precondition(f'The connection of network "{value}" has an operation in progress.')
+    if any(r.kind == "lustre.instance" for r in sb.store.users_of(network_key)):
+        raise failed_precondition(PRODUCERS_IN_USE)
+    operation = sb.start_operation(
+        call,
+        service=SERVICE,
+        kind="servicenetworking.connections.deleteConnection",
+        verb="delete",
+        project=connection.project,
+        location="global",
+        target=key,
+        effect=Effect(remove=[key]),
+    )
+    return reply(render_operation(sb, operation))
+
+
+async def get_operation(sb: Sandbox, call: Call) -> Reply:
+    """``operations.get`` (``v1/operations/pssn...``)."""
+    name = call.params["operation"]
+    operation = sb.store.operation(name.removeprefix(OPERATION_PREFIX))
+    if operation is None or operation.service != SERVICE or not name.startswith(OPERATION_PREFIX):
+        raise ApiError("NOT_FOUND", f"Operation 'operations/{name}' not found.")
+    return reply(render_operation(sb, operation))
+
+
+def register(router: Router) -> None:
+    """Add the Service Networking routes."""
+    connections = "/v1/services/{service}/connections"
+    router.add("POST", connections, SERVICE, create_connection)
+    router.add("GET", connections, SERVICE, list_connections)
+    router.add("POST", connections + "/{connection}", SERVICE, delete_connection)
+    router.add("GET", "/v1/operations/{operation}", SERVICE, get_operation)

@@ -1,0 +1,186 @@
+"""Fault injection: fail the n-th matching API call with an HTTP status, or make the operation it starts end in
+error or hang.
+
+A fault is ``{"match": {"method": "POST", "path": "regex", "query": "regex"}, "nth": 1, "times": 1, ...}`` plus one
+of ``"status": 503`` (the call is answered with that error before the API sees it, so nothing changes), or
+``"operation": "error"`` / ``"operation": "hang"`` (the call goes through, and the operation it starts ends in error,
+or never ends). ``path`` and ``query`` are searched (``re.search``) in the request path and raw query string.
+
+Counting: a status fault counts every matching call; an operation fault counts only matching calls that start an
+operation (a 409 starts none). Calls ``nth`` .. ``nth + times - 1`` of that count are hit; ``times: null`` hits
+every call from the ``nth`` on. Optional: ``"message"``, and ``"error_status"`` (a ``google.rpc`` code name: the
+call's status name, default from the HTTP code; the failed operation's error, default INTERNAL).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from sandbox.errors import RPC_CODES, ApiError, status_for_http
+
+FAULT_KEYS = {"match", "nth", "times", "status", "operation", "message", "error_status"}
+MATCH_KEYS = {"method", "path", "query"}
+OPERATION_FAULTS = ("error", "hang")
+
+
+class FaultSpecError(ValueError):
+    """A fault definition the sandbox cannot use."""
+
+
+@dataclass
+class Fault:
+    """One installed fault and how often it has matched and fired."""
+
+    id: str
+    method: str | None
+    path: str
+    query: str | None
+    nth: int
+    times: int | None
+    status: int | None
+    operation: str | None
+    message: str | None
+    error_status: str | None
+    seen: int = 0
+    fired: int = 0
+    _path_re: re.Pattern[str] = field(init=False, repr=False)
+    _query_re: re.Pattern[str] | None = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._path_re = re.compile(self.path)
+        self._query_re = re.compile(self.query) if self.query is not None else None
+
+    def matches(self, method: str, path: str, query: str) -> bool:
+        """Whether a call is one this fault counts."""
+        if self.method is not None and self.method != method.upper():
+            return False
+        if not self._path_re.search(path):
+            return False
+        return self._query_re is None or bool(self._query_re.search(query))
+
+    def hits(self, count: int) -> bool:
+        """Whether the ``count``-th matching call is one this fault fails."""
+        return count >= self.nth and (self.times is None or count < self.nth + self.times)
+
+    def call_error(self) -> ApiError:
+        """The error a status fault answers with."""
+        assert self.status is not None
+        status = self.error_status or status_for_http(self.status)
+        message = self.message or f"Injected fault {self.id}: HTTP {self.status}"
+        return ApiError(status, message, http=self.status)
+
+    def operation_error(self) -> ApiError:
+        """The error an operation hit by an ``operation: error`` fault ends with."""
+        status = self.error_status or "INTERNAL"
+        return ApiError(status, self.message or f"Injected fault {self.id}: operation failed")
+
+    def to_json(self) -> dict[str, Any]:
+        """The fault as the admin API lists it."""
+        match = {"method": self.method, "path": self.path, "query": self.query}
+        return {
+            "id": self.id,
+            "match": {k: v for k, v in match.items() if v is not None},
+            "nth": self.nth,
+            "times": self.times,
+            "status": self.status,
+            "operation": self.operation,
+            "message": self.message,
+            "error_status": self.error_status,
+            "seen": self.seen,
+            "fired": self.fired,
+        }
+
+
+class Faults:
+    """The installed faults, in the order they were added (the first one that fires wins)."""
+
+    def __init__(self) -> None:
+        self._faults: list[Fault] = []
+        self._ids = itertools.count(1)
+
+    def add(self, spec: dict[str, Any]) -> Fault:
+        """Validate and install a fault definition."""
+        if not isinstance(spec, dict):
+            raise FaultSpecError("a fault is a JSON object")
+        unknown = set(spec) - FAULT_KEYS
+        if unknown:
+            raise FaultSpecError(f"unknown keys {sorted(unknown)}; known: {sorted(FAULT_KEYS)}")
+        match = spec.get("match", {})
+        if not isinstance(match, dict) or set(match) - MATCH_KEYS:
+            raise FaultSpecError(f"match must be an object with keys among {sorted(MATCH_KEYS)}")
+        status, operation = spec.get("status"), spec.get("operation")
+        if (status is None) == (operation is None):
+            raise FaultSpecError("give exactly one of status (an HTTP code) and operation (error or hang)")
+        if status is not None and not (isinstance(status, int) and 400 <= status <= 599):
+            raise FaultSpecError(f"status must be an HTTP error code 400-599, got {status!r}")
+        if operation is not None and operation not in OPERATION_FAULTS:
+            raise FaultSpecError(f"operation must be one of {OPERATION_FAULTS}, got {operation!r}")
+        error_status = spec.get("error_status")
+        if error_status is not None and error_status not in RPC_CODES:
+            raise FaultSpecError(f"error_status must be a google.rpc code name, got {error_status!r}")
+        nth, times = spec.get("nth", 1), spec.get("times", 1)
+        if not isinstance(nth, int) or nth < 1:
+            raise FaultSpecError(f"nth must be an integer >= 1, got {nth!r}")
+        if times is not None and (not isinstance(times, int) or times < 1):
+            raise FaultSpecError(f"times must be an integer >= 1 or null, got {times!r}")
+        try:
+            fault = Fault(
+                id=f"fault-{next(self._ids)}",
+                method=str(match["method"]).upper() if match.get("method") else None,
+                path=str(match.get("path", "")),
+                query=str(match["query"]) if match.get("query") is not None else None,
+                nth=nth,
+                times=times,
+                status=status,
+                operation=operation,
+                message=spec.get("message"),
+                error_status=error_status,
+            )
+        except re.error as exc:
+            raise FaultSpecError(f"bad regular expression: {exc}") from exc
+        self._faults.append(fault)
+        return fault
+
+    def list(self) -> list[Fault]:
+        """Every installed fault."""
+        return list(self._faults)
+
+    def remove(self, fault_id: str) -> bool:
+        """Uninstall one fault; returns whether it existed."""
+        before = len(self._faults)
+        self._faults = [f for f in self._faults if f.id != fault_id]
+        return len(self._faults) != before
+
+    def clear(self) -> None:
+        """Uninstall every fault."""
+        self._faults.clear()
+
+    def call_fault(self, method: str, path: str, query: str) -> Fault | None:
+        """Count the call against every status fault; the first one it hits, if any."""
+        hit: Fault | None = None
+        for fault in self._faults:
+            if fault.status is None or not fault.matches(method, path, query):
+                continue
+            fault.seen += 1
+            if hit is None and fault.hits(fault.seen):
+                fault.fired += 1
+                hit = fault
+        return hit
+
+    def operation_fault(self, method: str, path: str, query: str) -> Fault | None:
+        """The operation fault the call would hit if it starts an operation (nothing is counted yet)."""
+        for fault in self._faults:
+            if fault.operation is not None and fault.matches(method, path, query) and fault.hits(fault.seen + 1):
+                return fault
+        return None
+
+    def operation_started(self, method: str, path: str, query: str, applied: Fault | None) -> None:
+        """Count a call that started an operation against every operation fault it matches."""
+        for fault in self._faults:
+            if fault.operation is not None and fault.matches(method, path, query):
+                fault.seen += 1
+                if fault is applied:
+                    fault.fired += 1

@@ -1,0 +1,144 @@
+"""The HTTP server: one aiohttp app on 127.0.0.1 that routes every request by path to an API or the admin API.
+
+For an API call: settle the operations that are due, match the route, apply a status fault (the call then never
+reaches the API) or note an operation fault, run the handler, save the state if it changed, log the call. Handlers
+run on one event loop, so a request sees and leaves the store consistent; only ``operations.wait`` awaits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from sandbox import admin, apis
+from sandbox.context import Sandbox
+from sandbox.errors import ApiError
+from sandbox.http import Call, Reply, error_reply
+
+HOST = "127.0.0.1"
+# Lustre exports and cluster bodies are small; this only guards against a runaway client.
+MAX_BODY_BYTES = 16 * 1024 * 1024
+log = logging.getLogger("sandbox")
+
+
+class SandboxServer:
+    """Routes requests to the APIs and the admin API of one :class:`Sandbox`."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self.sandbox = sandbox
+        self.api_routes = apis.router()
+        self.admin_routes = admin.router()
+
+    def app(self) -> web.Application:
+        """The aiohttp application: a single catch-all route, so the sandbox owns 404s and error shapes."""
+        application = web.Application(client_max_size=MAX_BODY_BYTES)
+        application.router.add_route("*", "/{tail:.*}", self.handle)
+        return application
+
+    async def handle(self, request: web.Request) -> web.Response:
+        """Answer one HTTP request with JSON."""
+        call = Call(request.method, request.path, request.query_string, await request.text())
+        if call.path.startswith("/sandbox/"):
+            result = await self._admin(call)
+        else:
+            result = await self._api(call)
+        return web.json_response(result.body, status=result.status, dumps=_dumps)
+
+    async def _admin(self, call: Call) -> Reply:
+        self.sandbox.store.settle(self.sandbox.now())
+        try:
+            route, call.params = self.admin_routes.match(call.method, call.path)
+            result = await route.handler(self.sandbox, call)
+        except ApiError as exc:
+            result = error_reply(exc)
+        self.sandbox.store.save_if_dirty()
+        return result
+
+    async def _api(self, call: Call) -> Reply:
+        sb = self.sandbox
+        started = time.perf_counter()
+        sb.store.settle(sb.now())
+        fault_id = None
+        try:
+            route, call.params = self.api_routes.match(call.method, call.path)
+            call.service = route.service
+            fault = sb.faults.call_fault(call.method, call.path, call.query_string)
+            if fault is not None:
+                fault_id = fault.id
+                result = error_reply(fault.call_error())
+            else:
+                call.operation_fault = sb.faults.operation_fault(call.method, call.path, call.query_string)
+                result = await route.handler(sb, call)
+                if call.started:
+                    sb.faults.operation_started(call.method, call.path, call.query_string, call.operation_fault)
+                    if call.operation_fault is not None:
+                        fault_id = call.operation_fault.id
+        except ApiError as exc:
+            result = error_reply(exc)
+        except Exception as exc:
+            log.exception("%s %s failed", call.method, call.path)
+            result = error_reply(ApiError("INTERNAL", f"Sandbox internal error: {type(exc).__name__}: {exc}"))
+        sb.store.save_if_dirty()
+        error = result.body.get("error", {}).get("message") if isinstance(result.body, dict) else None
+        sb.calls.append(
+            time=sb.now(),
+            method=call.method,
+            path=call.path,
+            query=call.query_string,
+            service=call.service,
+            status=result.status,
+            duration_ms=round(1000 * (time.perf_counter() - started), 3),
+            operations=list(call.started),
+            fault=fault_id,
+            error=error,
+        )
+        return result
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def open_sandbox(state_dir: Path, latency_scale: float, seed: Path | None) -> Sandbox:
+    """Load the state dir (or start empty), apply the seed file, settle what finished while it was down, save."""
+    sandbox = Sandbox(state_dir, latency_scale)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    sandbox.store.load()
+    if seed is not None:
+        sandbox.store.config.apply_seed(json.loads(seed.read_text(encoding="utf-8")), sandbox.now())
+    sandbox.store.settle(sandbox.now())
+    sandbox.store.save()
+    return sandbox
+
+
+async def serve(port: int, state_dir: Path, latency_scale: float, seed: Path | None) -> None:
+    """Serve on ``127.0.0.1:port`` (0 picks a free port) until SIGTERM or SIGINT."""
+    sandbox = open_sandbox(state_dir, latency_scale, seed)
+    runner = web.AppRunner(SandboxServer(sandbox).app(), access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host=HOST, port=port)
+    await site.start()
+    bound = runner.addresses[0][1]
+    sandbox.url = f"http://{HOST}:{bound}"
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    print(
+        f"sandbox ready on {sandbox.url} (state {state_dir}, latency scale {latency_scale})",
+        file=sys.stdout,
+        flush=True,
+    )
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+        sandbox.store.save()

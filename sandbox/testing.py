@@ -1,0 +1,319 @@
+"""Run the sandbox for tests: a subprocess on a free 127.0.0.1 port, and small clients for its admin API.
+
+::
+
+    sandbox = sandbox_fixture(scope="module")          # in a conftest.py or test module
+
+    def test_something(sandbox):
+        sandbox.reset()
+        sandbox.add_fault({"method": "POST", "path": "/global/networks$"}, status=503)
+        client = compute_v1.NetworksClient(credentials=AnonymousCredentials(),
+                                           client_options={"api_endpoint": sandbox.url})
+
+Only the standard library is used here (pytest only inside :func:`sandbox_fixture`), so anything can import it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+HOST = "127.0.0.1"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+START_TIMEOUT_SECONDS = 30.0
+STOP_TIMEOUT_SECONDS = 10.0
+
+
+class SandboxError(RuntimeError):
+    """The sandbox did not start, or an admin call failed."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((HOST, 0))
+        return int(probe.getsockname()[1])
+
+
+def request_json(url: str, method: str = "GET", body: Any = None, timeout: float = 30.0) -> Any:
+    """One JSON HTTP call (admin API or raw API); raises :class:`SandboxError` with the body on an HTTP error."""
+    data = None if body is None else json.dumps(body).encode()
+    headers = {"Content-Type": "application/json"} if data is not None else {}
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as response:
+            text = response.read().decode()
+    except urllib.error.HTTPError as exc:
+        raise SandboxError(f"{method} {url} -> {exc.code}: {exc.read().decode(errors='replace')}") from exc
+    return json.loads(text) if text else None
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Admin API helpers (each takes the sandbox URL)
+# ---------------------------------------------------------------------------------------------------------------------
+def add_fault(
+    url: str,
+    match: dict[str, str],
+    *,
+    nth: int = 1,
+    times: int | None = 1,
+    status: int | None = None,
+    operation: str | None = None,
+    message: str | None = None,
+    error_status: str | None = None,
+) -> dict[str, Any]:
+    """Install a fault: fail the ``nth`` matching call with ``status``, or end/hang (``operation``) its operation."""
+    spec: dict[str, Any] = {"match": match, "nth": nth, "times": times}
+    for key, value in (
+        ("status", status),
+        ("operation", operation),
+        ("message", message),
+        ("error_status", error_status),
+    ):
+        if value is not None:
+            spec[key] = value
+    return request_json(f"{url}/sandbox/faults", "POST", spec)
+
+
+def faults(url: str) -> list[dict[str, Any]]:
+    """The installed faults with their counters."""
+    return request_json(f"{url}/sandbox/faults")["faults"]
+
+
+def clear_faults(url: str) -> None:
+    """Uninstall every fault."""
+    request_json(f"{url}/sandbox/faults", "DELETE")
+
+
+def inventory(url: str) -> list[dict[str, Any]]:
+    """Every live resource: kind, name, path, state, phase, labels, description, operation."""
+    return request_json(f"{url}/sandbox/inventory")["resources"]
+
+
+def calls(url: str, since: int = 0) -> list[dict[str, Any]]:
+    """The API call log (method, path, query, status, time, operations started, fault)."""
+    return request_json(f"{url}/sandbox/calls?since={since}")["calls"]
+
+
+def operations(url: str) -> list[dict[str, Any]]:
+    """Every operation, service-neutral (id, service, kind, target, outcome, status, start, end)."""
+    return request_json(f"{url}/sandbox/operations")["operations"]
+
+
+# Positional, as its callers write it (project, zone, name, machine type, count).
+def seed_reservation(  # noqa: PLR0917
+    url: str, project: str, zone: str, name: str, machine_type: str, count: int, in_use_count: int = 0
+) -> dict[str, Any]:
+    """Add (or replace) a specific reservation; answers it as compute renders it."""
+    body = {
+        "project": project,
+        "zone": zone,
+        "name": name,
+        "machine_type": machine_type,
+        "count": count,
+        "in_use_count": in_use_count,
+    }
+    return request_json(f"{url}/sandbox/reservations", "POST", body)
+
+
+def seed(url: str, document: dict[str, Any]) -> None:
+    """Apply a seed document (roce_zones, enabled_services, reservations, latency_seconds) now."""
+    request_json(f"{url}/sandbox/seed", "POST", document)
+
+
+def set_latency(
+    url: str, scale: float | None = None, seconds: dict[str, float] | None = None, defaults: bool = False
+) -> dict[str, Any]:
+    """Change the latency scale and/or per-kind seconds for operations started from now on.
+
+    ``defaults`` first drops every per-kind override, back to the built-in table.
+    """
+    body: dict[str, Any] = {} if scale is None else {"scale": scale}
+    if defaults:
+        body["defaults"] = True
+    if seconds:
+        body["seconds"] = seconds
+    return request_json(f"{url}/sandbox/latency", "POST", body)
+
+
+def reset(url: str) -> None:
+    """Forget every resource, operation, fault and call (the seeded config stays)."""
+    request_json(f"{url}/sandbox/reset", "POST", {})
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The process
+# ---------------------------------------------------------------------------------------------------------------------
+class SandboxProcess:
+    """A running ``python -m sandbox serve``: its URL, state dir and PID; stop it with :meth:`stop`."""
+
+    def __init__(self, process: subprocess.Popen[bytes], port: int, state_dir: Path, log_path: Path) -> None:
+        self.process = process
+        self.port = port
+        self.state_dir = state_dir
+        self.log_path = log_path
+        self.url = f"http://{HOST}:{port}"
+
+    @property
+    def pid(self) -> int:
+        """The server's process id."""
+        return self.process.pid
+
+    def running(self) -> bool:
+        """Whether the process is still alive."""
+        return self.process.poll() is None
+
+    def log(self) -> str:
+        """What the server wrote to stdout and stderr so far."""
+        return self.log_path.read_text(encoding="utf-8", errors="replace") if self.log_path.exists() else ""
+
+    def stop(self) -> int | None:
+        """SIGTERM by PID, wait, SIGKILL if it does not go; returns the exit code."""
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(STOP_TIMEOUT_SECONDS)
+            except subprocess.TimeoutExpired:
+                os.kill(self.process.pid, signal.SIGKILL)
+                self.process.wait(STOP_TIMEOUT_SECONDS)
+        return self.process.returncode
+
+    def __enter__(self) -> SandboxProcess:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # Admin helpers bound to this sandbox.
+    def add_fault(self, match: dict[str, str], **spec: Any) -> dict[str, Any]:
+        """See :func:`add_fault`."""
+        return add_fault(self.url, match, **spec)
+
+    def faults(self) -> list[dict[str, Any]]:
+        """See :func:`faults`."""
+        return faults(self.url)
+
+    def clear_faults(self) -> None:
+        """See :func:`clear_faults`."""
+        clear_faults(self.url)
+
+    def inventory(self) -> list[dict[str, Any]]:
+        """See :func:`inventory`."""
+        return inventory(self.url)
+
+    def calls(self, since: int = 0) -> list[dict[str, Any]]:
+        """See :func:`calls`."""
+        return calls(self.url, since)
+
+    def operations(self) -> list[dict[str, Any]]:
+        """See :func:`operations`."""
+        return operations(self.url)
+
+    def seed_reservation(  # noqa: PLR0917
+        self, project: str, zone: str, name: str, machine_type: str, count: int, in_use_count: int = 0
+    ) -> dict[str, Any]:
+        """See :func:`seed_reservation`."""
+        return seed_reservation(
+            self.url, project, zone, name, machine_type=machine_type, count=count, in_use_count=in_use_count
+        )
+
+    def seed(self, document: dict[str, Any]) -> None:
+        """See :func:`seed`."""
+        seed(self.url, document)
+
+    def set_latency(
+        self, scale: float | None = None, seconds: dict[str, float] | None = None, defaults: bool = False
+    ) -> dict[str, Any]:
+        """See :func:`set_latency`."""
+        return set_latency(self.url, scale, seconds, defaults)
+
+    def reset(self) -> None:
+        """See :func:`reset`."""
+        reset(self.url)
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return request_json(f"{url}/sandbox/health", timeout=2.0).get("status") == "ok"
+    except (OSError, SandboxError, ValueError):
+        return False
+
+
+def start_sandbox(
+    state_dir: Path | str,
+    latency_scale: float = 0.0,
+    seed: Path | str | dict[str, Any] | None = None,
+    port: int | None = None,
+) -> SandboxProcess:
+    """Start ``python -m sandbox serve`` on a free 127.0.0.1 port and wait until ``/sandbox/health`` answers.
+
+    ``seed`` is a seed file, or a seed document (written to ``state_dir/seed.json``). The server's output goes to
+    ``state_dir/sandbox.log``.
+    """
+    state_dir = Path(state_dir)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    command = [
+        sys.executable,
+        "-m",
+        "sandbox",
+        "serve",
+        "--state",
+        str(state_dir),
+        "--latency-scale",
+        str(latency_scale),
+    ]
+    if isinstance(seed, dict):
+        seed_path = state_dir / "seed.json"
+        seed_path.write_text(json.dumps(seed), encoding="utf-8")
+        seed = seed_path
+    if seed is not None:
+        command += ["--seed", str(seed)]
+    environment = dict(os.environ)
+    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), environment.get("PYTHONPATH")]))
+    log_path = state_dir / "sandbox.log"
+    chosen = port or free_port()
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(
+            [*command, "--port", str(chosen)], cwd=REPO_ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT
+        )
+    running = SandboxProcess(process, chosen, state_dir, log_path)
+    deadline = time.monotonic() + START_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        if not running.running():
+            raise SandboxError(f"sandbox exited with {process.returncode}:\n{running.log()}")
+        if _healthy(running.url):
+            return running
+        time.sleep(0.05)
+    running.stop()
+    raise SandboxError(f"sandbox did not answer /sandbox/health within {START_TIMEOUT_SECONDS}s:\n{running.log()}")
+
+
+def sandbox_fixture(
+    *,
+    scope: str = "session",
+    latency_scale: float = 0.0,
+    seed: Path | str | dict[str, Any] | None = None,
+    name: str = "sandbox",
+) -> Callable[..., Iterator[SandboxProcess]]:
+    """A pytest fixture (assign it to a module-level name) that runs one sandbox per ``scope`` in a temp dir."""
+    import pytest
+
+    @pytest.fixture(scope=scope, name=name)  # type: ignore[misc]
+    def running_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxProcess]:
+        with start_sandbox(tmp_path_factory.mktemp(name), latency_scale, seed) as running:
+            yield running
+
+    return running_sandbox

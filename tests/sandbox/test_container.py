@@ -1,0 +1,156 @@
+"""GKE (container v1, REST transport) on the sandbox: the production cluster and node pool requests."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from google.api_core import exceptions
+from google.cloud import container_v1
+
+from nemo_rl_gke.gcp import gke
+from tests.sandbox.conftest import PROJECT, REGION, SPEC
+from tests.sandbox.helpers import create_cluster, create_networks, create_node_pool, operation_name, raw
+
+Status = container_v1.Cluster.Status
+OpStatus = container_v1.Operation.Status
+
+
+def test_cluster_and_gpu_pool_of_the_plan_succeed(clients, sandbox):
+    create_networks(clients)
+    operation = create_cluster(clients)
+    assert operation.operation_type == container_v1.Operation.Type.CREATE_CLUSTER
+    assert clients.gke.get_operation(name=operation_name(operation.name)).status == OpStatus.DONE
+    pool_op = create_node_pool(clients)
+    assert clients.gke.get_operation(name=operation_name(pool_op.name)).status == OpStatus.DONE
+
+    cluster = clients.gke.get_cluster(name=SPEC.cluster_path)
+    assert cluster.status == Status.RUNNING
+    assert cluster.endpoint == "127.0.0.1"
+    assert cluster.master_auth.cluster_ca_certificate == ""
+    assert cluster.resource_labels == SPEC.labels
+    assert cluster.network_config.enable_multi_networking
+    assert cluster.addons_config.lustre_csi_driver_config.enable_legacy_lustre_port
+    assert [p.name for p in cluster.node_pools] == ["default-pool", SPEC.node_pool_name]
+    pool = clients.gke.get_node_pool(name=SPEC.node_pool_path)
+    assert pool.status == container_v1.NodePool.Status.RUNNING
+    assert len(pool.network_config.additional_node_network_configs) == 9
+    assert pool.config.reservation_affinity.values == [SPEC.reservation]
+    listed = clients.gke.list_clusters(parent=SPEC.cluster_parent)
+    assert [c.name for c in listed.clusters] == [SPEC.cluster_name]
+    assert len(clients.gke.list_node_pools(parent=SPEC.cluster_path).node_pools) == 2
+    # The answers parse strictly into the message types.
+    _, body = raw(sandbox.url, "GET", f"/v1/{SPEC.cluster_path}")
+    container_v1.Cluster.from_json(json.dumps(body), ignore_unknown_fields=False)
+    _, body = raw(sandbox.url, "GET", f"/v1/{operation_name(operation.name)}")
+    container_v1.Operation.from_json(json.dumps(body), ignore_unknown_fields=False)
+
+
+def test_repeat_create_is_409_missing_is_404(clients, sandbox):
+    create_networks(clients)
+    create_cluster(clients)
+    with pytest.raises(exceptions.Conflict):
+        create_cluster(clients)
+    create_node_pool(clients)
+    with pytest.raises(exceptions.Conflict):
+        create_node_pool(clients)
+    with pytest.raises(exceptions.NotFound):
+        clients.gke.get_cluster(name=f"{SPEC.cluster_parent}/clusters/none")
+    with pytest.raises(exceptions.NotFound):
+        clients.gke.delete_node_pool(name=f"{SPEC.cluster_path}/nodePools/none")
+    with pytest.raises(exceptions.NotFound):
+        clients.gke.get_operation(name=operation_name("operation-0-none"))
+
+
+def test_misspelt_field_is_400(clients, sandbox):
+    create_networks(clients)
+    body = gke.cluster_create_request(SPEC).body
+    body["cluster"]["addonsConfig"]["rayOperatorConfig"] = {"enable": True}
+    status, answer = raw(sandbox.url, "POST", f"/v1/{SPEC.cluster_parent}/clusters", body)
+    assert status == 400
+    assert answer["error"]["status"] == "INVALID_ARGUMENT"
+    assert 'Unknown name "enable"' in answer["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda c: c.update(name="Bad_Cluster"), "cluster.name"),
+        (lambda c: c.update(network="no-such-net"), "does not exist"),
+        (lambda c: c["workloadIdentityConfig"].update(workloadPool="other.svc.id.goog"), "Workload Identity"),
+        (lambda c: c["networkConfig"].pop("datapathProvider"), "Dataplane V2"),
+        (lambda c: c["nodePools"][0]["autoscaling"].update(totalMaxNodeCount=3), "cannot be specified together"),
+    ],
+)
+def test_cluster_rules(clients, sandbox, change, message):
+    create_networks(clients)
+    body = gke.cluster_create_request(SPEC).body
+    change(body["cluster"])
+    status, answer = raw(sandbox.url, "POST", f"/v1/{SPEC.cluster_parent}/clusters", body)
+    assert status == 400, answer
+    assert message in answer["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda p: p["config"]["reservationAffinity"].update(values=["other-res"]), "other-res"),
+        (lambda p: p["config"].update(machineType="a3-ultragpu-8g"), "comes with"),
+        (lambda p: p["networkConfig"]["additionalNodeNetworkConfigs"][0].update(subnetwork="nope"), "nope"),
+        (lambda p: p.update(locations=["us-east4-b"]), "not a zone of region"),
+    ],
+)
+def test_node_pool_rules(clients, sandbox, change, message):
+    create_networks(clients)
+    create_cluster(clients)
+    body = gke.node_pool_create_request(SPEC).body
+    change(body["nodePool"])
+    status, answer = raw(sandbox.url, "POST", f"/v1/{SPEC.cluster_path}/nodePools", body)
+    assert status == 400, answer
+    assert message in answer["error"]["message"]
+
+
+def test_cluster_delete_is_refused_while_a_node_pool_operation_runs(clients, sandbox):
+    create_networks(clients)
+    create_cluster(clients)
+    sandbox.set_latency(scale=1.0, seconds={"container.nodePools.create": 0.5})
+    pool_op = create_node_pool(clients)
+    assert pool_op.status in (OpStatus.PENDING, OpStatus.RUNNING)
+    assert clients.gke.get_cluster(name=SPEC.cluster_path).status == Status.RECONCILING
+    assert clients.gke.get_node_pool(name=SPEC.node_pool_path).status == container_v1.NodePool.Status.PROVISIONING
+    with pytest.raises(exceptions.BadRequest) as refused:
+        clients.gke.delete_cluster(name=SPEC.cluster_path)
+    assert "incompatible operation" in refused.value.message
+    assert pool_op.name in refused.value.message
+    time.sleep(0.55)
+    assert clients.gke.get_operation(name=operation_name(pool_op.name)).status == OpStatus.DONE
+    sandbox.set_latency(scale=0.0)
+    delete = clients.gke.delete_cluster(name=SPEC.cluster_path)
+    assert delete.operation_type == container_v1.Operation.Type.DELETE_CLUSTER
+    # Deleting the cluster deleted its node pools.
+    assert not [i for i in sandbox.inventory() if i["kind"].startswith("container.")]
+
+
+def test_node_pool_waits_for_a_running_cluster(clients, sandbox):
+    create_networks(clients)
+    sandbox.set_latency(scale=1.0, seconds={"container.clusters.create": 0.4})
+    operation = create_cluster(clients)
+    assert clients.gke.get_cluster(name=SPEC.cluster_path).status == Status.PROVISIONING
+    with pytest.raises(exceptions.BadRequest):
+        create_node_pool(clients)
+    time.sleep(0.45)
+    done = clients.gke.get_operation(name=operation_name(operation.name))
+    assert (done.status, done.end_time != "") == (OpStatus.DONE, True)
+    assert create_node_pool(clients).status in (OpStatus.PENDING, OpStatus.RUNNING, OpStatus.DONE)
+
+
+def test_node_pool_delete_leaves_the_cluster(clients, sandbox):
+    create_networks(clients)
+    create_cluster(clients)
+    create_node_pool(clients)
+    operation = clients.gke.delete_node_pool(name=SPEC.node_pool_path)
+    assert operation.operation_type == container_v1.Operation.Type.DELETE_NODE_POOL
+    assert [p.name for p in clients.gke.get_cluster(name=SPEC.cluster_path).node_pools] == ["default-pool"]
+    assert clients.gke.get_cluster(name=SPEC.cluster_path).status == Status.RUNNING
+    assert REGION in operation.self_link and PROJECT not in operation.self_link  # links name the project by number
