@@ -78,8 +78,26 @@ KIND = {
     "cluster": "container.clusters.create",
     "node-pool": "container.nodePools.create",
 }
-# Airflow settings a real deployment can use as well: they shorten the scheduler's idle sleep and the heartbeats that
-# pace its loop; nothing here skips work. PARALLELISM bounds the LocalExecutor's pre-forked workers.
+# Airflow settings a real deployment can use as well; nothing here skips work.
+# - PARALLELISM bounds the LocalExecutor's workers (enough for the 13 network tasks that start together).
+# - The scheduler's idle sleep and heartbeats pace its loop: shorter means smaller gaps between a task's end and its
+#   successor's start (or a fired trigger and the resumed task), for some scheduler CPU.
+# - mp_start_method=forkserver with mp_forkserver_preload (both new in Airflow 3.3): the LocalExecutor's workers are
+#   forked from a server that imported Airflow's task runner and the Google client libraries once, so each task
+#   process inherits them instead of spending ~2 s of CPU importing them, twice per deferred task (execute, then
+#   execute_complete). Only third-party and Airflow modules are preloaded, never the project's own code, so a
+#   plugins change needs no scheduler restart beyond what Airflow already asks for.
+PRELOAD = (
+    "airflow.executors.local_executor",
+    "airflow.sdk",
+    "airflow.sdk.execution_time.supervisor",
+    "airflow.sdk.execution_time.task_runner",
+    "airflow.providers.google.common.hooks.base_google",
+    "google.cloud.compute_v1",
+    "google.cloud.container_v1",
+    "google.cloud.lustre_v1",
+    "googleapiclient.discovery",
+)
 AIRFLOW_TUNING = {
     "AIRFLOW__CORE__PARALLELISM": "24",
     "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": "24",
@@ -87,6 +105,8 @@ AIRFLOW_TUNING = {
     "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.2",
     "AIRFLOW__SCHEDULER__JOB_HEARTBEAT_SEC": "1",
     "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "1",
+    "AIRFLOW__SCHEDULER__MP_START_METHOD": "forkserver",
+    "AIRFLOW__CORE__MP_FORKSERVER_PRELOAD": ",".join(PRELOAD),
 }
 
 

@@ -1,10 +1,11 @@
 """Fault injection: fail the n-th matching API call with an HTTP status, or make the operation it starts end in
 error or hang.
 
-A fault is ``{"match": {"method": "POST", "path": "regex", "query": "regex"}, "nth": 1, "times": 1, ...}`` plus one
-of ``"status": 503`` (the call is answered with that error before the API sees it, so nothing changes), or
-``"operation": "error"`` / ``"operation": "hang"`` (the call goes through, and the operation it starts ends in error,
-or never ends). ``path`` and ``query`` are searched (``re.search``) in the request path and raw query string.
+A fault is ``{"match": {...}, "nth": 1, "times": 1, ...}`` plus one of ``"status": 503`` (the call is answered
+with that error before the API sees it, so nothing changes), or ``"operation": "error"`` / ``"operation": "hang"``
+(the call goes through, and the operation it starts ends in error, or never ends). ``match`` may hold ``method``
+and the regexes ``path``, ``query`` and ``body``, searched (``re.search``) in the request path, the raw query string
+and the request body (``body`` tells apart inserts into one collection, e.g. one of nine subnets).
 
 Counting: a status fault counts every matching call; an operation fault counts only matching calls that start an
 operation (a 409 starts none). Calls ``nth`` .. ``nth + times - 1`` of that count are hit; ``times: null`` hits
@@ -22,7 +23,7 @@ from typing import Any
 from sandbox.errors import RPC_CODES, ApiError, status_for_http
 
 FAULT_KEYS = {"match", "nth", "times", "status", "operation", "message", "error_status"}
-MATCH_KEYS = {"method", "path", "query"}
+MATCH_KEYS = {"method", "path", "query", "body"}
 OPERATION_FAULTS = ("error", "hang")
 
 
@@ -38,6 +39,7 @@ class Fault:
     method: str | None
     path: str
     query: str | None
+    body: str | None
     nth: int
     times: int | None
     status: int | None
@@ -48,16 +50,20 @@ class Fault:
     fired: int = 0
     _path_re: re.Pattern[str] = field(init=False, repr=False)
     _query_re: re.Pattern[str] | None = field(init=False, repr=False)
+    _body_re: re.Pattern[str] | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._path_re = re.compile(self.path)
         self._query_re = re.compile(self.query) if self.query is not None else None
+        self._body_re = re.compile(self.body) if self.body is not None else None
 
-    def matches(self, method: str, path: str, query: str) -> bool:
-        """Whether a call is one this fault counts."""
+    def matches(self, method: str, path: str, query: str, body: str = "") -> bool:
+        """Whether a call is one this fault counts (``body`` tells apart inserts into one collection)."""
         if self.method is not None and self.method != method.upper():
             return False
         if not self._path_re.search(path):
+            return False
+        if self._body_re is not None and not self._body_re.search(body):
             return False
         return self._query_re is None or bool(self._query_re.search(query))
 
@@ -79,7 +85,7 @@ class Fault:
 
     def to_json(self) -> dict[str, Any]:
         """The fault as the admin API lists it."""
-        match = {"method": self.method, "path": self.path, "query": self.query}
+        match = {"method": self.method, "path": self.path, "query": self.query, "body": self.body}
         return {
             "id": self.id,
             "match": {k: v for k, v in match.items() if v is not None},
@@ -132,6 +138,7 @@ class Faults:
                 method=str(match["method"]).upper() if match.get("method") else None,
                 path=str(match.get("path", "")),
                 query=str(match["query"]) if match.get("query") is not None else None,
+                body=str(match["body"]) if match.get("body") is not None else None,
                 nth=nth,
                 times=times,
                 status=status,
@@ -158,11 +165,11 @@ class Faults:
         """Uninstall every fault."""
         self._faults.clear()
 
-    def call_fault(self, method: str, path: str, query: str) -> Fault | None:
+    def call_fault(self, method: str, path: str, query: str, body: str = "") -> Fault | None:
         """Count the call against every status fault; the first one it hits, if any."""
         hit: Fault | None = None
         for fault in self._faults:
-            if fault.status is None or not fault.matches(method, path, query):
+            if fault.status is None or not fault.matches(method, path, query, body):
                 continue
             fault.seen += 1
             if hit is None and fault.hits(fault.seen):
@@ -170,17 +177,17 @@ class Faults:
                 hit = fault
         return hit
 
-    def operation_fault(self, method: str, path: str, query: str) -> Fault | None:
+    def operation_fault(self, method: str, path: str, query: str, body: str = "") -> Fault | None:
         """The operation fault the call would hit if it starts an operation (nothing is counted yet)."""
         for fault in self._faults:
-            if fault.operation is not None and fault.matches(method, path, query) and fault.hits(fault.seen + 1):
+            if fault.operation is not None and fault.matches(method, path, query, body) and fault.hits(fault.seen + 1):
                 return fault
         return None
 
-    def operation_started(self, method: str, path: str, query: str, applied: Fault | None) -> None:
+    def operation_started(self, method: str, path: str, query: str, applied: Fault | None, body: str = "") -> None:
         """Count a call that started an operation against every operation fault it matches."""
         for fault in self._faults:
-            if fault.operation is not None and fault.matches(method, path, query):
+            if fault.operation is not None and fault.matches(method, path, query, body):
                 fault.seen += 1
                 if fault is applied:
                     fault.fired += 1

@@ -70,15 +70,17 @@ class SandboxServer:
         try:
             route, call.params = self.api_routes.match(call.method, call.path)
             call.service = route.service
-            fault = sb.faults.call_fault(call.method, call.path, call.query_string)
+            fault = sb.faults.call_fault(call.method, call.path, call.query_string, call.text)
             if fault is not None:
                 fault_id = fault.id
                 result = error_reply(fault.call_error())
             else:
-                call.operation_fault = sb.faults.operation_fault(call.method, call.path, call.query_string)
+                call.operation_fault = sb.faults.operation_fault(call.method, call.path, call.query_string, call.text)
                 result = await route.handler(sb, call)
                 if call.started:
-                    sb.faults.operation_started(call.method, call.path, call.query_string, call.operation_fault)
+                    sb.faults.operation_started(
+                        call.method, call.path, call.query_string, call.operation_fault, call.text
+                    )
                     if call.operation_fault is not None:
                         fault_id = call.operation_fault.id
         except ApiError as exc:

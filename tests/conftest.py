@@ -6,8 +6,12 @@ AIRFLOW_HOME must be set before anything imports airflow, so it is set here, at 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
+
+import pytest
 
 from tests.paths import ROOT
 
@@ -19,3 +23,11 @@ os.environ["AIRFLOW__CORE__PLUGINS_FOLDER"] = str(ROOT / "plugins")
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "False"
 os.environ["AIRFLOW__CORE__PARALLELISM"] = "4"
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> None:
+    """Migrate the session's private metadata DB once (`airflow db migrate`, as a user would)."""
+    airflow = Path(sys.executable).parent / "airflow"
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    subprocess.run([str(airflow), "db", "migrate"], env=env, check=True, capture_output=True)

@@ -23,8 +23,8 @@ def _env() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def metadata_db() -> None:
-    subprocess.run([AIRFLOW, "db", "migrate"], env=_env(), check=True, capture_output=True)
+def _metadata_db(airflow_db: None) -> None:
+    """Every test here runs the DAG against the migrated DB."""
 
 
 def dags_test(conf: dict, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -169,7 +169,7 @@ def normalize_ref(value: str) -> str:
 
 
 def _after_project(ref: str) -> str:
-    """``projects/<id or number>/rest`` -> ``rest``: the part of a path that does not depend on how the project is named."""
+    """``projects/<id or number>/rest`` -> ``rest``: what does not depend on how the project is named."""
     return re.sub(r"^projects/[^/]+/", "", ref)
 
 

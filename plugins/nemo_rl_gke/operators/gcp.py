@@ -138,6 +138,7 @@ class EnsureGcpResourceOperator(_GcpResourceOperator):
 
     def execute(self, context: Context) -> dict[str, str]:
         """Ensure the resource; defer on its operation if there is one."""
+        from nemo_rl_gke.gcp.hooks import http_status
         from nemo_rl_gke.gcp.resources import DriftError, NotOwnedError, ResourceFailedError, ensure
 
         spec = self.run_spec(context)
@@ -147,6 +148,12 @@ class EnsureGcpResourceOperator(_GcpResourceOperator):
         except (NotOwnedError, DriftError, ResourceFailedError) as exc:
             # Same conf, same answer (or a resource in ERROR that needs a human): a retry cannot help.
             raise AirflowFailException(str(exc)) from exc
+        except Exception as exc:
+            status = http_status(exc)
+            if status is not None and 400 <= status < 500:
+                # The API refused the request itself (400, 403, ...): the same request would be refused again.
+                raise AirflowFailException(f"{self.describe(resource)}: the API refused it: {exc}") from exc
+            raise
         if outcome.operation is not None:
             self.defer_on(outcome.operation, resource=resource, spec=spec, stage=resource.stage, action=outcome.action)
         return self.check_ready(resource, outcome.action)

@@ -1,0 +1,131 @@
+"""Run the DAG in apply mode against a local GCP sandbox, with real Airflow (`dag.test` / `airflow dags test`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nemo_rl_gke.gcp.gke import cluster_delete_request
+from nemo_rl_gke.gcp.lustre import lustre_delete_request
+from nemo_rl_gke.gcp.networks import firewall_delete_request, network_delete_request, subnet_delete_request
+from nemo_rl_gke.gcp.peering import connection_delete_request, peering_range_delete_request
+from nemo_rl_gke.gcp.resources import resources
+from nemo_rl_gke.spec import RunSpec
+from tests.paths import ROOT
+
+DAG_ID = "nemo_rl_grpo_gke"
+# Fast waits: the sandbox's operations are instant at latency scale 0.
+APPLY = {"mode": "apply", "poll_interval_s": 0.05}
+SEED = {
+    "reservations": [
+        {
+            "project": RunSpec().project,
+            "zone": RunSpec().zone,
+            "name": RunSpec().reservation,
+            "machine_type": RunSpec().effective_machine_type,
+            "count": RunSpec().worker_replicas,
+        }
+    ]
+}
+
+
+def connection_env(sandbox_url: str) -> dict[str, str]:
+    """The google_cloud_default connection pointing at the sandbox, as a user would configure it."""
+    extra = {"is_anonymous": True, "project": RunSpec().project, "api_endpoint": sandbox_url}
+    return {"AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": json.dumps({"conn_type": "google_cloud_platform", "extra": extra})}
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """The outcome of one DAG run: its state and every task's state and try number."""
+
+    state: str
+    tasks: dict[str, str]
+    tries: dict[str, int]
+    output: str = ""
+
+
+def _run_from_db(run_id: str) -> RunResult:
+    from airflow.models.dagrun import DagRun
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        run = session.query(DagRun).filter(DagRun.dag_id == DAG_ID, DagRun.run_id == run_id).one()
+        tis = session.query(TaskInstance).filter_by(dag_id=DAG_ID, run_id=run_id).all()
+        return RunResult(
+            str(run.state),
+            {ti.task_id: str(ti.state) for ti in tis},
+            {ti.task_id: int(ti.try_number or 0) for ti in tis},
+        )
+
+
+def run_in_process(dag: Any, conf: dict[str, Any]) -> RunResult:
+    """``dag.test()`` in this process (triggers run inline); the connection comes from the environment."""
+    run = dag.test(run_conf={**APPLY, **conf})
+    return _run_from_db(run.run_id)
+
+
+def run_cli(conf: dict[str, Any], env: dict[str, str]) -> RunResult:
+    """``airflow dags test`` in a subprocess, exactly as a user runs it; the output is kept for log assertions."""
+    airflow = Path(sys.executable).parent / "airflow"
+    full_env = {**os.environ, **env, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    proc = subprocess.run(
+        [str(airflow), "dags", "test", DAG_ID, "-c", json.dumps({**APPLY, **conf})],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    output = proc.stdout + proc.stderr
+    match = re.search(r"run_id=(\S+?),", output.split("DagRun Finished", 1)[-1])
+    assert match, output[-3000:]
+    result = _run_from_db(match.group(1))
+    return RunResult(result.state, result.tasks, result.tries, output)
+
+
+def create_match(key: str) -> dict[str, str]:
+    """The sandbox fault match for the call that creates resource ``key``."""
+    res = resources(RunSpec())[key]
+    request = res.request
+    match = {"method": request.http_method, "path": re.escape(request.path.split("?", 1)[0]) + "$"}
+    if request.service in ("compute", "container"):
+        # Several networks and nine subnets share one collection: the body names the one to fail.
+        match["body"] = rf'"name":\s*"{re.escape(res.name)}"'
+    return match
+
+
+def delete_match(key: str) -> dict[str, str]:
+    """The sandbox fault match for the call that deletes resource ``key``."""
+    spec = RunSpec()
+    res = resources(spec)[key]
+    if key in ("net", "gvnic-net", "rdma-net"):
+        request = network_delete_request(spec, res.name)
+    elif key == "gvnic-fw":
+        request = firewall_delete_request(spec, res.name)
+    elif "sub" in key:
+        request = subnet_delete_request(spec, res.name)
+    else:
+        request = {
+            "peering-range": peering_range_delete_request,
+            "peering": connection_delete_request,
+            "lustre": lustre_delete_request,
+            "cluster": cluster_delete_request,
+        }[key](spec)
+    return {"method": request.http_method, "path": re.escape(request.path.split("?", 1)[0]) + "$"}
+
+
+def load_dag() -> Any:
+    """The DAG as Airflow parses it from dags/."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(ROOT / "dags"))
+    assert not bag.import_errors, bag.import_errors
+    return bag.dags[DAG_ID]
