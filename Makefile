@@ -8,9 +8,9 @@ STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt | 
 # A project-local Airflow: its own home and SQLite DB, our dags/ and plugins/, no examples.
 AIRFLOW_ENV := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" AIRFLOW_HOME="$(CURDIR)/.airflow" \
 	AIRFLOW__CORE__DAGS_FOLDER="$(CURDIR)/dags" AIRFLOW__CORE__PLUGINS_FOLDER="$(CURDIR)/plugins" \
-	AIRFLOW__CORE__LOAD_EXAMPLES=False AIRFLOW__CORE__PARALLELISM=4 PYTHONPATH="$(CURDIR)/plugins"
+	AIRFLOW__CORE__LOAD_EXAMPLES=False AIRFLOW__CORE__PARALLELISM=4 PYTHONPATH="$(CURDIR)/plugins:$(CURDIR)"
 
-.PHONY: install test lint demo plan clean
+.PHONY: install test lint demo demo-plan plan clean
 
 install: $(STAMP)
 
@@ -27,9 +27,15 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-# The main job on the local sandbox. Until the apply tasks exist this is validate -> plan for the tutorial's
-# run, through the real DAG with `airflow dags test`; the plan is printed at the end.
+# The main job on the local sandbox: the tutorial's run in apply mode through the real DAG (`airflow dags test`),
+# against a local GCP sandbox started for it: every resource is created, then deleted again.
 demo: $(STAMP)
+	@mkdir -p .airflow
+	@$(AIRFLOW_ENV) airflow db migrate > .airflow/migrate.log 2>&1 || (cat .airflow/migrate.log; exit 1)
+	@$(AIRFLOW_ENV) $(PY) -m nemo_rl_gke.demo --sandbox --conf include/conf/tutorial.json
+
+# The tutorial's run in plan mode through the real DAG: validate -> plan, the plan printed at the end.
+demo-plan: $(STAMP)
 	@mkdir -p .airflow
 	@$(AIRFLOW_ENV) airflow db migrate > .airflow/migrate.log 2>&1 || (cat .airflow/migrate.log; exit 1)
 	@$(AIRFLOW_ENV) $(PY) -m nemo_rl_gke.demo --conf include/conf/tutorial.json

@@ -1,13 +1,16 @@
-"""``make demo``: run a DAG end to end with ``airflow dags test`` and print what a person wants to see.
+"""``make demo``: run the DAG end to end with ``airflow dags test`` and print what a person wants to see.
 
-The full Airflow output goes to a log file; the terminal gets the task states, and the plan (or the conf's
-findings) read back from the run's XCom in the metadata DB. Needs AIRFLOW_HOME and a migrated DB (the Makefile
-does both).
+With ``--sandbox`` the run is in apply mode against the local GCP sandbox (started here, seeded with the
+reservation, stopped at the end): every resource is created and deleted again through the production code. The
+full Airflow output goes to a log file; the terminal gets the task states, what each task did, and the plan (or
+the conf's findings) read back from the run's XCom in the metadata DB. Needs AIRFLOW_HOME and a migrated DB (the
+Makefile does both). A development tool: it is not used by the DAG.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -16,11 +19,15 @@ from pathlib import Path
 from typing import Any
 
 
-def _run_dags_test(dag_id: str, conf: str, log_path: Path) -> int:
+def _run_dags_test(dag_id: str, conf: str, log_path: Path, env: dict[str, str] | None = None) -> int:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("w") as log:
         proc = subprocess.run(
-            ["airflow", "dags", "test", dag_id, "-c", conf], stdout=log, stderr=subprocess.STDOUT, check=False
+            ["airflow", "dags", "test", dag_id, "-c", conf],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            check=False,
+            env={**os.environ, **(env or {})},
         )
     return proc.returncode
 
@@ -46,37 +53,88 @@ def _latest_run(dag_id: str) -> dict[str, Any]:
         }
 
 
+def _start_sandbox(home: Path, conf: dict[str, Any]) -> tuple[Any, dict[str, str]]:
+    """The local GCP sandbox, seeded with the conf's reservation, and the connection env pointing at it."""
+    from sandbox.testing import start_sandbox
+
+    from nemo_rl_gke.spec import RunSpec
+
+    spec = RunSpec.from_conf(conf)
+    seed = {
+        "reservations": [
+            {
+                "project": spec.project,
+                "zone": spec.zone,
+                "name": spec.reservation,
+                "machine_type": spec.effective_machine_type,
+                "count": spec.worker_replicas,
+            }
+        ]
+    }
+    # Operations take a few hundred milliseconds, so the waits really are deferrals.
+    sandbox = start_sandbox(home / f"sandbox-{time.strftime('%Y%m%d-%H%M%S')}", latency_scale=0.002, seed=seed)
+    extra = {"is_anonymous": True, "project": spec.project, "api_endpoint": sandbox.url}
+    conn = json.dumps({"conn_type": "google_cloud_platform", "extra": extra})
+    return sandbox, {"AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": conn}
+
+
+def _print_run(run: dict[str, Any], elapsed: float) -> None:
+    print(f"run {run['run_id']}: {run['state']} in {elapsed:.1f}s")
+    for task_id, state, duration in run["tasks"]:
+        result = run["xcom"].get((task_id, "return_value"))
+        action = result.get("action", "") if isinstance(result, dict) else ""
+        print(f"  {task_id:<30} {state:<8} {duration:6.1f}s  {action}")
+    findings = run["xcom"].get(("validate", "findings")) or run["xcom"].get(("preflight_live", "findings"))
+    if findings:
+        print(f"\nThe run was refused before anything was created ({len(findings)} problem(s)):")
+        for n, f in enumerate(findings, 1):
+            print(f"  {n}. [{f['rule_id']}] {f['param']}: {f['rule']}.\n     Fix: {f['fix']}")
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the DAG once with the given conf; exit 0 only if the run succeeded."""
+    """Run the DAG once with the given conf; exit 0 only if the run succeeded (and, on the sandbox, left nothing)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dag-id", default="nemo_rl_grpo_gke")
     parser.add_argument("--conf", type=Path, required=True, help="JSON file with the run conf")
+    parser.add_argument("--sandbox", action="store_true", help="apply mode against a local GCP sandbox")
     args = parser.parse_args(argv)
 
     home = Path(os.environ["AIRFLOW_HOME"])
-    log_path = home / "logs" / f"demo-{time.strftime('%Y%m%d-%H%M%S')}.log"
-    conf = args.conf.read_text()
-    print(f"$ airflow dags test {args.dag_id} -c @{args.conf}   (full output: {log_path})")
-    started = time.monotonic()
-    code = _run_dags_test(args.dag_id, conf, log_path)
-    elapsed = time.monotonic() - started
-    if code != 0:
-        print(log_path.read_text()[-3000:])
-        print(f"airflow dags test exited {code}: the run was not created (see above)")
-        return code
-    run = _latest_run(args.dag_id)
-    print(f"run {run['run_id']}: {run['state']} in {elapsed:.1f}s")
-    for task_id, state, duration in run["tasks"]:
-        print(f"  {task_id:<10} {state:<8} {duration:6.1f}s")
-    findings = run["xcom"].get(("validate", "findings"))
-    if findings:
-        print(f"\nThe conf was rejected before anything was created ({len(findings)} problem(s)):")
-        for n, f in enumerate(findings, 1):
-            print(f"  {n}. [{f['rule_id']}] {f['param']}: {f['rule']}.\n     Fix: {f['fix']}")
-    plan_text = run["xcom"].get(("plan", "plan_text"))
-    if plan_text:
-        print("\n" + plan_text)
-    return 0 if run["state"] == "success" else 1
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    log_path = home / "logs" / f"demo-{stamp}.log"
+    conf = json.loads(args.conf.read_text())
+    sandbox, env = None, {}
+    if args.sandbox:
+        conf = {**conf, "mode": "apply", "poll_interval_s": 0.2}
+        sandbox, env = _start_sandbox(home, conf)
+        print(f"GCP sandbox on {sandbox.url} (pid {sandbox.pid}), connection google_cloud_default -> sandbox")
+    try:
+        print(f"$ airflow dags test {args.dag_id} -c '<{args.conf} + mode {conf.get('mode', 'plan')}>'")
+        print(f"  (full output: {log_path})")
+        started = time.monotonic()
+        code = _run_dags_test(args.dag_id, json.dumps(conf), log_path, env)
+        elapsed = time.monotonic() - started
+        if code != 0 and "DagRun Finished" not in log_path.read_text():
+            print(log_path.read_text()[-3000:])
+            print(f"airflow dags test exited {code}: the run was not created (see above)")
+            return code
+        run = _latest_run(args.dag_id)
+        _print_run(run, elapsed)
+        plan_text = run["xcom"].get(("plan", "plan_text"))
+        if plan_text and sandbox is None:
+            print("\n" + plan_text)
+        elif plan_text:
+            plan_path = home / "logs" / f"plan-{stamp}.txt"
+            plan_path.write_text(plan_text)
+            print(f"\nplan: {plan_text.splitlines()[0]}\n  (full plan: {plan_path})")
+        leftover = sandbox.inventory() if sandbox is not None else []
+        if sandbox is not None:
+            calls = sandbox.calls()
+            print(f"sandbox: {len(calls)} API calls, {len(leftover)} resource(s) left after teardown")
+        return 0 if run["state"] == "success" and not leftover else 1
+    finally:
+        if sandbox is not None:
+            sandbox.stop()
 
 
 if __name__ == "__main__":

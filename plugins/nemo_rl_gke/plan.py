@@ -91,7 +91,7 @@ class Plan:
             f"Plan for {self.dag_id}: mode={spec.mode}, recipe {recipe.name} (NeMo RL {recipe.nemo_rl_version}), "
             f"{spec.worker_replicas} x {spec.effective_machine_type} "
             f"({spec.gpus_per_node} x {spec.gpu.accelerator_type}) in {spec.zone}, project {spec.project}",
-            "Nothing has been created. In apply mode the run makes these calls, in this order.",
+            "Nothing has been created yet. In apply mode the run makes these calls, in this order.",
             "",
             f"1. Google Cloud requests ({len(self.requests)}); storage and cluster run side by side once the main "
             "network exists",

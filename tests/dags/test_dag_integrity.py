@@ -59,3 +59,18 @@ def test_every_default_conf_is_valid(dagbag, dag_id: str) -> None:
     spec, findings = check_conf(defaults)
     assert findings == [] and spec is not None
     assert spec.mode == "plan"
+
+
+def test_teardown_tasks_are_teardowns_of_preflight_live(dagbag) -> None:
+    dag = dagbag.dags["nemo_rl_grpo_gke"]
+    deletes = [t for t in dag.tasks if t.task_id.startswith("teardown.")]
+    assert deletes and all(t.is_teardown for t in deletes)
+    assert all("preflight_live" in t.upstream_task_ids for t in deletes)
+    # Only the network deletions count for the run's state: a failed ensure still fails the run.
+    counted = {t.task_id for t in deletes if t.on_failure_fail_dagrun}
+    assert counted == {"teardown.delete-net", "teardown.delete-gvnic-net", "teardown.delete-rdma-net"}
+    ensures = [t for t in dag.tasks if t.task_id.split(".")[0] in ("network", "storage", "cluster")]
+    assert len(ensures) == 18
+    # Teardown starts only when every provisioning task has finished.
+    for root in ("teardown.delete-lustre", "teardown.delete-cluster", "teardown.delete-gvnic-fw"):
+        assert {t.task_id for t in ensures} <= dag.get_task(root).upstream_task_ids
