@@ -68,8 +68,9 @@ def dag(env: dict[str, str]) -> Any:
 
 
 @pytest.fixture(autouse=True)
-def _no_leftover_faults(sandbox: SandboxProcess) -> Iterator[None]:
-    sandbox.clear_faults()
+def _fresh_project(sandbox: SandboxProcess) -> Iterator[None]:
+    """Each test starts from an empty project (the seeded reservation stays), whatever the one before left."""
+    sandbox.reset()
     yield
     sandbox.clear_faults()
 
@@ -117,9 +118,11 @@ def test_keep_policy_keeps_everything_and_a_second_run_creates_nothing(sandbox: 
     first = run_in_process(dag, {"teardown_policy": "keep_all"})
     assert first.state == "success"
     kept = sandbox.inventory()
-    assert len(kept) == len(KEYS) == 18
-    # Everything kept carries the ownership marker: a label where the API has labels, else the description.
-    for item in kept:
+    # Every resource of the run, plus the cluster's default pool (created with the cluster, not a resource of ours).
+    assert len(kept) == len(KEYS) + 1 and "default-pool" in {i["name"] for i in kept}
+    # Everything kept carries the ownership marker: a label where the API has labels, else the description. The
+    # peering connection has neither: it is ours through the marked range it uses.
+    for item in (i for i in kept if i["name"] != "default-pool" and i["kind"] != "servicenetworking.connection"):
         marker = json.dumps(item.get("labels") or {}) + (item.get("description") or "")
         assert "airflow-nemo-rl-gke" in marker, item
 
@@ -128,7 +131,7 @@ def test_keep_policy_keeps_everything_and_a_second_run_creates_nothing(sandbox: 
     assert second.state == "success"
     assert _creates_since(sandbox, seq) == []
     assert {_xcom_actions(second.tasks)[ensure_task(k)] for k in KEYS} == {"exists"}
-    assert len(sandbox.inventory()) == 18
+    assert len(sandbox.inventory()) == len(KEYS) + 1
 
     cleanup = run_in_process(dag, {"teardown_policy": "delete_all"})
     assert cleanup.state == "success"
@@ -162,14 +165,14 @@ def test_a_resource_the_run_did_not_create_survives_every_teardown(sandbox: Sand
         refused = run_in_process(dag, {})
         assert refused.state == "failed"
         assert refused.tasks[ensure_task("net")] == "failed"
-        assert [(i["kind"], i["name"]) for i in sandbox.inventory()] == [("network", SPEC.network)]
+        assert [(i["kind"], i["name"]) for i in sandbox.inventory()] == [("compute.network", SPEC.network)]
 
         adopted = run_in_process(dag, {"adopt_existing": True})
         assert adopted.state == "success"
         actions = _xcom_actions(adopted.tasks)
         assert actions[ensure_task("net")] == "adopted"
         assert actions[delete_task("net")] == "kept-unowned"
-        assert [(i["kind"], i["name"]) for i in sandbox.inventory()] == [("network", SPEC.network)]
+        assert [(i["kind"], i["name"]) for i in sandbox.inventory()] == [("compute.network", SPEC.network)]
     finally:
         _raw_delete_network(sandbox, SPEC.network)
 
