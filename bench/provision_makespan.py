@@ -631,7 +631,7 @@ def main() -> int:
             return 0 if measure(args, workdir, started, running) else 1
     except (BenchError, SandboxError, OSError, KeyboardInterrupt) as exc:
         print(f"bench failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        if "airflow" in running:
+        if "airflow" in running and not isinstance(exc, KeyboardInterrupt):
             print(running["airflow"].log_tail(), file=sys.stderr)
         return 2
     finally:
