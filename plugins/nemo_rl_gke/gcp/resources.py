@@ -655,6 +655,36 @@ class _GkeResource(Resource):
     def target_path(self) -> str:
         """The resource path its operations' ``targetLink`` ends with."""
 
+    # ClusterManagerClient method suffix: get_cluster / create_cluster / delete_cluster, ..._node_pool.
+    api_noun: str = ""
+
+    def get(self, hook: GcpHook) -> dict[str, Any] | None:
+        """``get_<noun>``; ``None`` on 404 (for a pool, also when its cluster is gone)."""
+        method = getattr(hook.container_client, f"get_{self.api_noun}")
+        try:
+            found = hook.call(method, name=self.target_path, what=f"get {self.label}")
+        except Exception as exc:
+            if is_not_found(exc):
+                return None
+            raise
+        return message_dict(found)
+
+    def create(self, hook: GcpHook) -> OperationRef:
+        """``create_<noun>`` with the builder's request message."""
+        method = getattr(hook.container_client, f"create_{self.api_noun}")
+        return self._operation(hook.call(method, request=self.request.message, what=f"create {self.label}"))
+
+    def delete(self, hook: GcpHook) -> OperationRef | None:
+        """``delete_<noun>`` (a cluster's pools go with it); ``None`` on 404."""
+        method = getattr(hook.container_client, f"delete_{self.api_noun}")
+        try:
+            operation = hook.call(method, name=self.target_path, what=f"delete {self.label}")
+        except Exception as exc:
+            if is_not_found(exc):
+                return None
+            raise
+        return self._operation(operation)
+
     def _operation(self, operation: Any) -> OperationRef:
         # The operation's name may be the bare id or a full path; the poller needs the location-scoped GET path.
         op_id = operation.name.rsplit("/", 1)[-1]
@@ -695,6 +725,7 @@ class GkeCluster(_GkeResource):
 
     kind = "GKE cluster"
     body_root = "cluster"
+    api_noun = "cluster"
     checks = (
         Check("network", ref=True),
         Check("networkConfig.enableMultiNetworking", default=False),
@@ -710,35 +741,6 @@ class GkeCluster(_GkeResource):
     def target_path(self) -> str:
         """The cluster's path."""
         return self.spec.cluster_path
-
-    def get(self, hook: GcpHook) -> dict[str, Any] | None:
-        """``clusters.get``; ``None`` on 404."""
-        try:
-            found = hook.call(hook.container_client.get_cluster, name=self.spec.cluster_path, what=f"get {self.label}")
-        except Exception as exc:
-            if is_not_found(exc):
-                return None
-            raise
-        return message_dict(found)
-
-    def create(self, hook: GcpHook) -> OperationRef:
-        """``clusters.create`` with the builder's CreateClusterRequest."""
-        operation = hook.call(
-            hook.container_client.create_cluster, request=self.request.message, what=f"create {self.label}"
-        )
-        return self._operation(operation)
-
-    def delete(self, hook: GcpHook) -> OperationRef | None:
-        """``clusters.delete`` (its node pools go with it); ``None`` on 404."""
-        try:
-            operation = hook.call(
-                hook.container_client.delete_cluster, name=self.spec.cluster_path, what=f"delete {self.label}"
-            )
-        except Exception as exc:
-            if is_not_found(exc):
-                return None
-            raise
-        return self._operation(operation)
 
     def owned(self, actual: dict[str, Any]) -> bool:
         """The cluster's resource labels."""
@@ -765,6 +767,7 @@ class GkeNodePool(_GkeResource):
 
     kind = "GKE node pool"
     body_root = "nodePool"
+    api_noun = "node_pool"
     checks = (
         Check("config.machineType"),
         Check("config.accelerators", norm=_accelerators),
@@ -780,37 +783,6 @@ class GkeNodePool(_GkeResource):
     def target_path(self) -> str:
         """The pool's path."""
         return self.spec.node_pool_path
-
-    def get(self, hook: GcpHook) -> dict[str, Any] | None:
-        """``nodePools.get``; ``None`` on 404 (also when the cluster is gone)."""
-        try:
-            found = hook.call(
-                hook.container_client.get_node_pool, name=self.spec.node_pool_path, what=f"get {self.label}"
-            )
-        except Exception as exc:
-            if is_not_found(exc):
-                return None
-            raise
-        return message_dict(found)
-
-    def create(self, hook: GcpHook) -> OperationRef:
-        """``nodePools.create`` with the builder's CreateNodePoolRequest."""
-        operation = hook.call(
-            hook.container_client.create_node_pool, request=self.request.message, what=f"create {self.label}"
-        )
-        return self._operation(operation)
-
-    def delete(self, hook: GcpHook) -> OperationRef | None:
-        """``nodePools.delete``; ``None`` on 404."""
-        try:
-            operation = hook.call(
-                hook.container_client.delete_node_pool, name=self.spec.node_pool_path, what=f"delete {self.label}"
-            )
-        except Exception as exc:
-            if is_not_found(exc):
-                return None
-            raise
-        return self._operation(operation)
 
     def owned(self, actual: dict[str, Any]) -> bool:
         """The nodes' resource labels (node pools have no labels of their own)."""
