@@ -13,8 +13,10 @@ from nemo_rl_gke.dag_params import build_params
 from nemo_rl_gke.docs import DAG_DOC_MD
 from nemo_rl_gke.operators.gcp import DeleteGcpResourceOperator, EnsureGcpResourceOperator, PreflightLiveOperator
 from nemo_rl_gke.operators.preflight import VALIDATE_TASK_ID, ApplyGateOperator, PlanOperator, ValidateConfOperator
+from nemo_rl_gke.spec import RDMA_SUBNET_COUNT
 
-RDMA_SUBNETS = [f"rdma-sub-{n}" for n in range(8)]
+# Task ids are the resource keys of nemo_rl_gke.gcp.resources (not imported here: it pulls in the Google clients).
+RDMA_SUBNETS = [f"rdma-sub-{n}" for n in range(RDMA_SUBNET_COUNT)]
 NETWORKS = ("net", "gvnic-net", "rdma-net")
 
 with DAG(

@@ -70,7 +70,13 @@ def test_teardown_tasks_are_teardowns_of_preflight_live(dagbag) -> None:
     counted = {t.task_id for t in deletes if t.on_failure_fail_dagrun}
     assert counted == {"teardown.delete-net", "teardown.delete-gvnic-net", "teardown.delete-rdma-net"}
     ensures = [t for t in dag.tasks if t.task_id.split(".")[0] in ("network", "storage", "cluster")]
-    assert len(ensures) == 18
+    # One ensure task per resource of the registry, in the group of its stage.
+    from nemo_rl_gke.gcp.resources import resources
+    from nemo_rl_gke.spec import RunSpec
+
+    registry = resources(RunSpec())
+    assert {t.task_id for t in ensures} == {f"{r.stage}.{key}" for key, r in registry.items()}
+    assert {t.task_id for t in deletes} == {f"teardown.delete-{key}" for key in registry if key != "node-pool"}
     # Teardown starts only when every provisioning task has finished.
     for root in ("teardown.delete-lustre", "teardown.delete-cluster", "teardown.delete-gvnic-fw"):
         assert {t.task_id for t in ensures} <= dag.get_task(root).upstream_task_ids
