@@ -316,21 +316,27 @@ class Resource(ABC):
         body = self.request.body or {}
         return diff(body.get(self.body_root, {}) if self.body_root else body, actual, self.checks)
 
-    def ready(self, actual: dict[str, Any]) -> bool:
-        """Whether it is usable now (Compute objects are as soon as they can be read)."""
-        return True
+    # The lifecycle: the field holding the state (none for most Compute objects) and what its values mean.
+    state_field = ""
+    ready_states: tuple[str, ...] = ()  # empty: usable as soon as it can be read
+    failed_states: tuple[str, ...] = ()
+    deleting_states: tuple[str, ...] = ()
 
     def state(self, actual: dict[str, Any]) -> str:
         """Its lifecycle state as the API says it (empty when the API has none)."""
-        return ""
+        return str(actual.get(self.state_field, "")) if self.state_field else ""
+
+    def ready(self, actual: dict[str, Any]) -> bool:
+        """Whether it is usable now."""
+        return not self.ready_states or self.state(actual) in self.ready_states
 
     def failed(self, actual: dict[str, Any]) -> bool:
         """Whether it is in a state no wait will fix."""
-        return False
+        return self.state(actual) in self.failed_states
 
     def deleting(self, actual: dict[str, Any]) -> bool:
         """Whether it is being deleted."""
-        return False
+        return self.state(actual) in self.deleting_states
 
     def pending_operation(self, hook: GcpHook, actual: dict[str, Any]) -> OperationRef | None:
         """The unfinished operation working on it (for a resource found mid-create), or ``None``."""
@@ -466,9 +472,7 @@ class GlobalAddress(_ComputeResource):
         """The labels (addresses have them), or the description marker we also set."""
         return _has_owner_label(actual.get("labels")) or _has_owner_description(actual.get("description"))
 
-    def state(self, actual: dict[str, Any]) -> str:
-        """RESERVING, RESERVED or IN_USE."""
-        return str(actual.get("status", ""))
+    state_field = "status"  # RESERVING, RESERVED or IN_USE
 
     def ready(self, actual: dict[str, Any]) -> bool:
         """Reserved (or already used by the peering)."""
@@ -605,21 +609,10 @@ class LustreInstance(Resource):
         """The labels."""
         return _has_owner_label(actual.get("labels"))
 
-    def state(self, actual: dict[str, Any]) -> str:
-        """CREATING, ACTIVE, DELETING, ..."""
-        return str(actual.get("state", ""))
-
-    def ready(self, actual: dict[str, Any]) -> bool:
-        """ACTIVE."""
-        return self.state(actual) == "ACTIVE"
-
-    def failed(self, actual: dict[str, Any]) -> bool:
-        """Stopped or suspended: no wait brings it back."""
-        return self.state(actual) in ("STOPPED", "SUSPENDED")
-
-    def deleting(self, actual: dict[str, Any]) -> bool:
-        """DELETING."""
-        return self.state(actual) == "DELETING"
+    state_field = "state"  # CREATING, ACTIVE, DELETING, ...
+    ready_states = ("ACTIVE",)
+    failed_states = ("STOPPED", "SUSPENDED")  # no wait brings it back
+    deleting_states = ("DELETING",)
 
     def pending_operation(self, hook: GcpHook, actual: dict[str, Any]) -> OperationRef | None:
         """The unfinished longrunning operation whose ``metadata.target`` is this instance."""
@@ -692,21 +685,10 @@ class _GkeResource(Resource):
         path = f"/v1/projects/{self.spec.project}/locations/{location}/operations/{op_id}"
         return OperationRef("container", path, CONTAINER, self.label)
 
-    def state(self, actual: dict[str, Any]) -> str:
-        """PROVISIONING, RUNNING, RECONCILING, STOPPING, ERROR, ..."""
-        return str(actual.get("status", ""))
-
-    def ready(self, actual: dict[str, Any]) -> bool:
-        """RUNNING."""
-        return self.state(actual) == "RUNNING"
-
-    def failed(self, actual: dict[str, Any]) -> bool:
-        """ERROR (and a pool's RUNNING_WITH_ERROR)."""
-        return self.state(actual) in ("ERROR", "RUNNING_WITH_ERROR")
-
-    def deleting(self, actual: dict[str, Any]) -> bool:
-        """STOPPING."""
-        return self.state(actual) == "STOPPING"
+    state_field = "status"  # PROVISIONING, RUNNING, RECONCILING, STOPPING, ERROR, ...
+    ready_states = ("RUNNING",)
+    failed_states = ("ERROR", "RUNNING_WITH_ERROR")  # a pool's RUNNING_WITH_ERROR too
+    deleting_states = ("STOPPING",)
 
     def pending_operation(self, hook: GcpHook, actual: dict[str, Any]) -> OperationRef | None:
         """The unfinished container operation whose target is this object (not a child of it)."""
