@@ -1,0 +1,668 @@
+"""Follow the driver log of a NeMo RL GRPO Ray job: task-log lines, per-step metrics and a zero-learning guard.
+
+The Ray Jobs API hands the sensor the driver log either whole (``GET /api/jobs/{id}/logs``) or in chunks.
+:class:`LogFollower` turns that text into the lines worth showing in the Airflow task log (progress bars collapsed,
+colour codes removed) and feeds every line to :class:`RunMetrics`, which reads the per-step summaries NeMo RL
+prints. The formats come from NeMo RL's own print calls at v0.5.0 and v0.7.0:
+
+* ``nemo_rl/algorithms/grpo.py``: ``===== Step k/K =====``, ``📊 Training Results:``, ``⏱️  Timing:``,
+  ``📊 Validation Results:``, ``▶ Starting validation at step N...``, ``Saving checkpoint for step N...``;
+* ``nemo_rl/algorithms/utils.py`` ``print_performance_metrics``: ``🔍 Performance Metrics:`` and the
+  ``- <group> (Tokens/sec/gpu): x`` throughput lines.
+
+:func:`check_zero_learning` decides from the parsed steps whether the run can learn at all.
+
+Pure and stdlib-only (the triggerer imports it) and log-free: callers decide what to log.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+# ---------------------------------------------------------------------------------------------------------------
+# Line decorations: ANSI colours, Ray's actor prefix and its de-duplication suffix
+# ---------------------------------------------------------------------------------------------------------------
+
+# CSI (colours), OSC (terminal hyperlinks) and two-character escapes: Ray colours its actor prefixes, wandb its links.
+_ANSI_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+# Ray's print_worker_logs: "(Name pid=123, ip=10.0.0.5) msg", "(pid=123) msg", "(Name[rank=0] pid=123) msg";
+# NeMo RL's workers set __repr__, so Name may be "DTensorPolicyWorker[rank=0]". Also "(raylet)", "(autoscaler +5s)".
+_RAY_PREFIX_RE = re.compile(
+    r"^\((?:[^()]*? )?pid=\w+(?:, ip=[^()\s]+)?\) ?|^\((?:raylet|autoscaler|gcs_server)\b[^()]*\) ?"
+)
+# Ray's log de-duplication: "msg [repeated 7x across cluster]", the first time followed by its advice in parentheses.
+_RAY_REPEAT_RE = re.compile(
+    r"\s*(\[repeated \d+x across cluster\])(?:\s*\(Ray deduplicates logs by default\b.*\))?\s*$"
+)
+
+# ---------------------------------------------------------------------------------------------------------------
+# Progress bars (tqdm, vLLM)
+# ---------------------------------------------------------------------------------------------------------------
+
+_UNIT_NUM = r"\d+(?:\.\d+)?[kMGTPEZY]?"
+# tqdm's default "desc:  45%|████▌     | 29/64 [...]" and vLLM's weight loader "desc:  50% Completed | 1/2 [...]".
+_BAR_RE = re.compile(
+    rf"^(?P<desc>.*?)\s*:?\s*\d{{1,3}}%\s*(?:\|[^|]*\||Completed\s*\|)\s*"
+    rf"(?P<n>{_UNIT_NUM})/(?P<total>{_UNIT_NUM})(?![\w.])"
+)
+_UNIT_SCALE = {"": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18, "Z": 1e21, "Y": 1e24}
+
+# ---------------------------------------------------------------------------------------------------------------
+# NeMo RL GRPO markers (grpo.py and utils.py at v0.5.0 and v0.7.0)
+# ---------------------------------------------------------------------------------------------------------------
+
+_NUM = r"(?:[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?i:nan|inf))"
+# print(f"\n{'=' * 25} Step {current_step + 1}/{min(len(dataloader), max_num_steps)} {'=' * 25}")
+_STEP_RE = re.compile(r"^=+\s*Step\s+(\d+)\s*/\s*(\d+)\s*=+$")
+# print(f"\n{'=' * 25} Epoch {current_epoch + 1}/{max_num_epochs} {'=' * 25}")
+_EPOCH_RE = re.compile(r"^=+\s*Epoch\s+(\d+)\s*/\s*(\d+)\s*=+$")
+# Section headers; the leading emoji (📊, ⏱️, 🔍) are non-word characters, so \W* absorbs them (or their absence).
+# "Timing:" alone is the step's; "Validation Timing:" and "Worker Initialization Timing:" do not match it.
+_SECTIONS = (
+    ("train", re.compile(r"^\W*Training Results:$")),
+    ("timing", re.compile(r"^\W*Timing:$")),
+    ("perf", re.compile(r"^\W*Performance Metrics:$")),
+    ("val", re.compile(r"^\W*Validation Results:$")),
+    ("val_timing", re.compile(r"^\W*Validation Timing:$")),
+)
+# print(f"  • Loss: {metrics['loss']:.4f}") and the other "  • Key: value" lines of every section.
+_BULLET_RE = re.compile(r"^•\s*(?P<key>[^:]+?)\s*:\s*(?P<value>.*)$")
+# print(f"  • Total step time: {total_time:.2f}s")
+_SECONDS_RE = re.compile(rf"^(?P<s>{_NUM})s$")
+# print(f"  • {k}: {v:.2f}s ({percent:.1f}%)")
+_PHASE_RE = re.compile(rf"^(?P<s>{_NUM})s\s*\(\s*{_NUM}%\)$")
+# print(f"    - E2E (Tokens/sec/gpu): {e2e_tokens_per_sec_per_gpu:.2f}") and the per-group "(Tokens/sec)" lines.
+_THROUGHPUT_RE = re.compile(
+    rf"^-\s*(?P<name>.+?)\s*\((?P<unit>Tokens|Samples)/sec(?P<gpu>/gpu)?\)\s*:\s*(?P<value>{_NUM})$"
+)
+# print(f"▶ Starting validation at step {step}...")
+_VAL_START_RE = re.compile(r"Starting validation at step (\d+)\b")
+# print(f"Saving checkpoint for step {total_steps + 1}...")
+_CHECKPOINT_RE = re.compile(r"\bSaving checkpoint for step (\d+)\b")
+# wandb: "wandb: 🚀 View run at https://..." when the run starts, "wandb: 🚀 View run <name> at: https://..." when it
+# finishes; the emoji is dropped on terminals without them, the URL host differs on a self-hosted server.
+_WANDB_RUN_RE = re.compile(r"^wandb:\s.*?\bView run\b.*?(?P<url>https?://\S+)")
+
+_TRAIN_KEYS = {
+    "Loss": "loss",
+    "Generation KL Error": "kl_error",
+    "Avg Reward": "avg_reward",
+    # With dynamic sampling NeMo RL prints the batch mean as "Avg Total Reward" and the kept groups' as "Filtered".
+    "Avg Total Reward": "avg_reward",
+    "Avg Filtered Reward": "avg_filtered_reward",
+    "Mean Generation Length": "mean_gen_length",
+}
+
+# A line without any terminator is cut into pieces this long, so a runaway line cannot grow the buffer unbounded.
+_MAX_SEGMENT_CHARS = 1 << 20
+_EOL_RE = re.compile(r"[\r\n]")
+
+
+def _number(text: str) -> float | None:
+    """The float NeMo RL printed, or None for anything else."""
+    try:
+        return float(text.strip())
+    except ValueError:
+        return None
+
+
+def _unit_value(text: str) -> float:
+    """A tqdm count such as ``64`` or ``1.2k`` as a number."""
+    unit = text[-1] if text[-1] in _UNIT_SCALE else ""
+    return float(text[: len(text) - len(unit)]) * _UNIT_SCALE[unit]
+
+
+def _split_decorations(text: str) -> tuple[str, str, str]:
+    """Split an ANSI-free line into (Ray actor prefix, body, Ray repeat marker); prefix and marker may be empty."""
+    prefix = ""
+    m = _RAY_PREFIX_RE.match(text)
+    if m:
+        prefix, text = m.group().rstrip(), text[m.end() :]
+    repeat = ""
+    if "[repeated " in text:
+        r = _RAY_REPEAT_RE.search(text)
+        if r:
+            repeat, text = r.group(1), text[: r.start()]
+    return prefix, text, repeat
+
+
+def _strip_ansi(text: str) -> str:
+    """The text without terminal escape sequences."""
+    return _ANSI_RE.sub("", text) if "\x1b" in text else text
+
+
+def _compose(prefix: str, body: str, repeat: str) -> str:
+    """Put a display line back together from its parts."""
+    line = f"{prefix} {body}" if prefix else body
+    return f"{line} {repeat}" if repeat else line
+
+
+def new_log_text(full_text: str, offset: int) -> tuple[str, int]:
+    """The part of a whole-log poll not seen yet, and the offset to pass next time.
+
+    ``offset`` counts characters (not bytes) of the text already consumed. Ray job logs only grow, so a log shorter
+    than ``offset`` was replaced: all of it is new.
+    """
+    if offset < 0:
+        raise ValueError(f"offset must be >= 0, got {offset}")
+    if offset > len(full_text):
+        return full_text, len(full_text)
+    return full_text[offset:], len(full_text)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Metrics
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StepMetrics:
+    """What NeMo RL printed about one GRPO step; a field is None until (unless) its line shows up.
+
+    ``step``/``total_steps`` are the header's ``k/K``; NeMo RL restarts ``k`` at 1 each epoch (``epoch`` tells them
+    apart). ``phase_times_s`` maps each timer of the ``Timing:`` block (``generation``, ``policy_training``, ...) to
+    seconds; ``group_tokens_per_s_per_gpu`` maps each non-E2E ``(Tokens/sec/gpu)`` line to its value and
+    ``group_tokens_per_s`` each ``(Tokens/sec)`` line of the per-group block (E2E included).
+    """
+
+    step: int
+    total_steps: int
+    epoch: int | None = None
+    loss: float | None = None
+    kl_error: float | None = None
+    avg_reward: float | None = None
+    avg_filtered_reward: float | None = None
+    mean_gen_length: float | None = None
+    total_step_time_s: float | None = None
+    phase_times_s: dict[str, float] = field(default_factory=dict)
+    e2e_samples_per_s_per_gpu: float | None = None
+    e2e_tokens_per_s_per_gpu: float | None = None
+    group_tokens_per_s_per_gpu: dict[str, float] = field(default_factory=dict)
+    group_tokens_per_s: dict[str, float] = field(default_factory=dict)
+    val_accuracy: float | None = None
+    checkpoint_saved: bool = False
+
+    @property
+    def label(self) -> str:
+        """The step as NeMo RL shows it, ``k/K``."""
+        return f"{self.step}/{self.total_steps}"
+
+    @property
+    def completed(self) -> bool:
+        """Whether the step's training results were printed (the last step may still be running)."""
+        return self.loss is not None or self.avg_reward is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly form (a NaN loss stays a float NaN, which Python's json writes as ``NaN``)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StepMetrics:
+        """Rebuild from :meth:`to_dict` output, ignoring keys this version does not know."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+class RunMetrics:
+    """Per-step and run-level metrics read line by line from a NeMo RL GRPO driver log.
+
+    Metric lines are recognised inside the section their header opened (``Training Results:``, ``Timing:``, ...),
+    which stays open across unrelated lines: Ray prints actor output wherever it arrives, also between a header and
+    its bullets. A step header closes every section.
+    """
+
+    def __init__(self) -> None:
+        self.steps: list[StepMetrics] = []
+        self.wandb_url: str | None = None
+        self.checkpoints: list[int] = []
+        self.initial_val_accuracy: float | None = None
+        self._epoch: int | None = None
+        self._section: str | None = None
+        self._val_step: int | None = None
+
+    @property
+    def current(self) -> StepMetrics | None:
+        """The step being printed now (the last header seen), if any."""
+        return self.steps[-1] if self.steps else None
+
+    @property
+    def completed_steps(self) -> list[StepMetrics]:
+        """The steps whose training results were printed."""
+        return [s for s in self.steps if s.completed]
+
+    def parse_line(self, line: str) -> None:
+        """Read one complete log line; colour codes, a Ray actor prefix and a repeat marker are allowed."""
+        _, body, _ = _split_decorations(_strip_ansi(line))
+        self._parse_body(body)
+
+    def _parse_body(self, body: str) -> None:
+        """Read one line stripped of its decorations."""
+        text = body.strip()
+        if not text:
+            return
+        if text[0] == "=":
+            self._parse_header(text)
+            return
+        for name, pattern in _SECTIONS:
+            if pattern.match(text):
+                self._section = name
+                return
+        if text[0] == "•":
+            self._parse_bullet(text)
+        elif text[0] == "-":
+            self._parse_throughput(text)
+        elif text.startswith("wandb:"):
+            m = _WANDB_RUN_RE.match(text)
+            # The URL is printed when the run starts and again when it finishes; the first is the one to link.
+            if m and self.wandb_url is None:
+                self.wandb_url = m.group("url").rstrip(".,;)'\"")
+        else:
+            self._parse_event(text)
+
+    def _parse_header(self, text: str) -> None:
+        """Step and epoch headers."""
+        m = _EPOCH_RE.match(text)
+        if m:
+            self._epoch = int(m.group(1))
+            self._section = None
+            return
+        m = _STEP_RE.match(text)
+        if not m:
+            return
+        self._section = None
+        self._val_step = None
+        step, total = int(m.group(1)), int(m.group(2))
+        cur = self.current
+        # Dynamic sampling re-prints the header of a step whose batch it had to regenerate: same step, not a new one.
+        if cur is not None and not cur.completed and (cur.step, cur.epoch) == (step, self._epoch):
+            cur.total_steps = total
+            return
+        self.steps.append(StepMetrics(step=step, total_steps=total, epoch=self._epoch))
+
+    def _parse_event(self, text: str) -> None:
+        """Validation starts and checkpoint saves."""
+        m = _VAL_START_RE.search(text)
+        if m:
+            self._val_step = int(m.group(1))
+            return
+        m = _CHECKPOINT_RE.search(text)
+        if m:
+            self.checkpoints.append(int(m.group(1)))
+            if self.current is not None:
+                self.current.checkpoint_saved = True
+
+    def _parse_bullet(self, text: str) -> None:
+        """``• Key: value`` lines of the training, timing and validation sections."""
+        m = _BULLET_RE.match(text)
+        if not m:
+            return
+        key, value = m.group("key"), m.group("value").strip()
+        cur = self.current
+        if self._section == "val" and key == "Accuracy":
+            acc = _number(value)
+            # Validation before the first step (val_at_start) reports step 0; later ones run inside their step.
+            if cur is None or self._val_step == 0:
+                self.initial_val_accuracy = acc
+            else:
+                cur.val_accuracy = acc
+        elif cur is None:
+            return
+        elif self._section == "train" and key in _TRAIN_KEYS:
+            setattr(cur, _TRAIN_KEYS[key], _number(value))
+        elif self._section == "timing":
+            if key == "Total step time":
+                s = _SECONDS_RE.match(value)
+                cur.total_step_time_s = float(s.group("s")) if s else None
+            else:
+                p = _PHASE_RE.match(value)
+                if p:
+                    cur.phase_times_s[key] = float(p.group("s"))
+
+    def _parse_throughput(self, text: str) -> None:
+        """``- Group (Tokens/sec/gpu): x`` lines of the performance section."""
+        cur = self.current
+        if self._section != "perf" or cur is None:
+            return
+        m = _THROUGHPUT_RE.match(text)
+        if not m:
+            return
+        name, value, per_gpu = m.group("name"), float(m.group("value")), bool(m.group("gpu"))
+        if m.group("unit") == "Samples":
+            if per_gpu and name == "E2E":
+                cur.e2e_samples_per_s_per_gpu = value
+        elif not per_gpu:
+            cur.group_tokens_per_s[name] = value
+        elif name == "E2E":
+            cur.e2e_tokens_per_s_per_gpu = value
+        else:
+            cur.group_tokens_per_s_per_gpu[name] = value
+
+    def summary(self) -> dict[str, Any]:
+        """Run-level figures for when the job ends (JSON-friendly; None where the log had nothing)."""
+        done = self.completed_steps
+        rewarded = [s for s in done if s.avg_reward is not None]
+        best = max(rewarded, key=lambda s: s.avg_reward or 0.0) if rewarded else None
+        vals = [s.val_accuracy for s in self.steps if s.val_accuracy is not None]
+        return {
+            "steps_completed": len(done),
+            "last_step": done[-1].label if done else None,
+            "first_reward": rewarded[0].avg_reward if rewarded else None,
+            "last_reward": rewarded[-1].avg_reward if rewarded else None,
+            "best_reward": best.avg_reward if best else None,
+            "best_reward_step": best.label if best else None,
+            "mean_step_time_s": _mean([s.total_step_time_s for s in done]),
+            "mean_e2e_tokens_per_s_per_gpu": _mean([s.e2e_tokens_per_s_per_gpu for s in done]),
+            "mean_e2e_tokens_per_s": _mean([s.group_tokens_per_s.get("E2E") for s in done]),
+            "initial_val_accuracy": self.initial_val_accuracy,
+            "final_val_accuracy": vals[-1] if vals else self.initial_val_accuracy,
+            "checkpoints": list(self.checkpoints),
+            "wandb_url": self.wandb_url,
+        }
+
+    def summary_text(self) -> str:
+        """:meth:`summary` as one readable paragraph for the task log."""
+        s = self.summary()
+        if not s["steps_completed"]:
+            parts = ["no GRPO step completed"]
+        else:
+            parts = [f"{s['steps_completed']} GRPO step(s) completed (last {s['last_step']})"]
+        if s["first_reward"] is not None:
+            parts.append(
+                f"avg reward {s['first_reward']:.4f} -> {s['last_reward']:.4f} "
+                f"(best {s['best_reward']:.4f} at step {s['best_reward_step']})"
+            )
+        if s["mean_step_time_s"] is not None:
+            parts.append(f"mean step time {s['mean_step_time_s']:.1f}s")
+        if s["mean_e2e_tokens_per_s_per_gpu"] is not None:
+            parts.append(f"E2E {s['mean_e2e_tokens_per_s_per_gpu']:.1f} tokens/s/GPU")
+        if s["final_val_accuracy"] is not None:
+            start = s["initial_val_accuracy"]
+            shown = f"{start:.4f} -> " if start is not None else ""
+            parts.append(f"validation accuracy {shown}{s['final_val_accuracy']:.4f}")
+        if s["checkpoints"]:
+            parts.append("checkpoints at step(s) " + ", ".join(str(c) for c in s["checkpoints"]))
+        if s["wandb_url"]:
+            parts.append(f"W&B {s['wandb_url']}")
+        return "; ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly form of everything parsed so far (for a trigger event or XCom)."""
+        return {
+            "steps": [s.to_dict() for s in self.steps],
+            "wandb_url": self.wandb_url,
+            "checkpoints": list(self.checkpoints),
+            "initial_val_accuracy": self.initial_val_accuracy,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunMetrics:
+        """Rebuild from :meth:`to_dict` output (parse state such as the open section is not kept)."""
+        run = cls()
+        run.steps = [StepMetrics.from_dict(s) for s in data.get("steps", [])]
+        run.wandb_url = data.get("wandb_url")
+        run.checkpoints = list(data.get("checkpoints", []))
+        run.initial_val_accuracy = data.get("initial_val_accuracy")
+        return run
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    """Mean of the values that are present."""
+    present = [v for v in values if v is not None]
+    return sum(present) / len(present) if present else None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Following the log
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Bar:
+    """The last state seen of a progress bar still running."""
+
+    display: str
+    n: float
+
+
+class LogFollower:
+    """Incremental reader of a Ray job driver log: lines for the task log, metrics in :attr:`metrics`.
+
+    ``feed`` takes chunks of any size; the result does not depend on where chunks split. Lines end at ``\\n``;
+    ``\\r`` (a progress bar redrawing itself) also ends a segment. A progress bar (``...%|...| n/N``, or vLLM's
+    ``...% Completed | n/N``) shows up once, when it reaches ``N``, as its last state; one abandoned before ``N``
+    shows up as its last state when the next bar of the same name starts, or at :meth:`flush`. Bars are told apart
+    by Ray actor prefix and description. Blank lines are dropped, colour codes removed, and lines longer than
+    ``max_line_chars`` shortened.
+    """
+
+    def __init__(self, *, tail_size: int = 200, max_line_chars: int = 4000) -> None:
+        if tail_size < 1 or max_line_chars < 1:
+            raise ValueError("tail_size and max_line_chars must be >= 1")
+        self.metrics = RunMetrics()
+        self.offset = 0
+        self.lines_emitted = 0
+        self._max_line_chars = max_line_chars
+        self._tail: deque[str] = deque(maxlen=tail_size)
+        self._partial = ""
+        self._at_line_start = True
+        self._line_prefix = ""
+        self._bars: dict[tuple[str, str], _Bar] = {}
+        # Bars that reached N: tqdm's close() repaints the final state, which must not count as a new bar.
+        self._finished: set[tuple[str, str]] = set()
+
+    def feed(self, text: str) -> list[str]:
+        """Consume the next chunk of the log; return the display lines it completed."""
+        out: list[str] = []
+        buf = self._partial + text
+        pos = 0
+        for m in _EOL_RE.finditer(buf):
+            self._take(self._cut(buf[pos : m.start()], out), m.group() == "\n", out)
+            pos = m.end()
+        self._partial = self._cut(buf[pos:], out)
+        return out
+
+    def _cut(self, segment: str, out: list[str]) -> str:
+        """Take the leading pieces of an overlong segment; cut at the same places however the text was chunked."""
+        while len(segment) > _MAX_SEGMENT_CHARS:
+            self._take(segment[:_MAX_SEGMENT_CHARS], False, out)
+            segment = segment[_MAX_SEGMENT_CHARS:]
+        return segment
+
+    def feed_full_log(self, full_text: str) -> list[str]:
+        """Consume a whole-log poll (Ray's ``GET /api/jobs/{id}/logs``): only the text after :attr:`offset` is new.
+
+        A log shorter than what was already read is a replaced log: the stream state is reset and it is read whole.
+        """
+        if len(full_text) < self.offset:
+            self._partial, self._at_line_start, self._line_prefix = "", True, ""
+            self._bars.clear()
+            self._finished.clear()
+        new, self.offset = new_log_text(full_text, self.offset)
+        return self.feed(new)
+
+    def catch_up(self, full_text: str, offset: int) -> None:
+        """Re-read the first ``offset`` characters of a whole log without returning their lines.
+
+        For a fresh follower that resumes where an earlier one stopped (a re-deferred trigger knows only the
+        offset): metrics, bar and tail state are rebuilt exactly, and the next :meth:`feed_full_log` returns only
+        lines not shown before.
+        """
+        self.offset = 0
+        self.feed_full_log(full_text[:offset])
+
+    def flush(self) -> list[str]:
+        """End of the log: the unterminated last line and the last state of every unfinished bar."""
+        out: list[str] = []
+        if self._partial:
+            self._take(self._partial, True, out)
+            self._partial = ""
+        for bar in self._bars.values():
+            self._emit(bar.display, out)
+        self._bars.clear()
+        self._finished.clear()
+        self._at_line_start, self._line_prefix = True, ""
+        return out
+
+    def tail(self, n: int = 20) -> list[str]:
+        """The last ``n`` display lines (at most ``tail_size``), with running bars and the unterminated line."""
+        if n <= 0:
+            return []
+        lines = list(self._tail) + [bar.display for bar in self._bars.values()]
+        partial = _strip_ansi(self._partial).rstrip()
+        if partial.strip():
+            prefix = "" if self._at_line_start or _RAY_PREFIX_RE.match(partial) else self._line_prefix
+            lines.append(_compose(prefix, partial, ""))
+        return lines[-n:]
+
+    def _take(self, raw: str, line_end: bool, out: list[str]) -> None:
+        """Handle one segment: the text between two line or carriage-return terminators."""
+        prefix, body, repeat = _split_decorations(_strip_ansi(raw))
+        if self._at_line_start:
+            self._line_prefix = prefix
+        elif not prefix:
+            # A bar redrawn after "\r" carries no prefix of its own: it belongs to the line's actor.
+            prefix = self._line_prefix
+        self._at_line_start = line_end
+        if not body.strip():
+            return
+        if "%" in body:
+            bar = _BAR_RE.match(body.strip())
+            if bar:
+                self._update_bar(bar, _compose(prefix, body.strip(), repeat), (prefix, bar.group("desc")), out)
+                return
+        self.metrics._parse_body(body)
+        self._emit(_compose(prefix, body.rstrip(), repeat), out)
+
+    def _update_bar(self, bar: re.Match[str], display: str, key: tuple[str, str], out: list[str]) -> None:
+        """Record a bar state; emit it when the bar completes (or the previous one was abandoned)."""
+        n, total = _unit_value(bar.group("n")), _unit_value(bar.group("total"))
+        if n >= total:
+            self._bars.pop(key, None)
+            if key not in self._finished:
+                self._finished.add(key)
+                self._emit(display, out)
+            return
+        self._finished.discard(key)
+        previous = self._bars.get(key)
+        if previous is not None and n < previous.n:
+            self._emit(previous.display, out)
+        self._bars[key] = _Bar(display, n)
+
+    def _emit(self, line: str, out: list[str]) -> None:
+        """Add a display line to the result and the tail."""
+        if len(line) > self._max_line_chars:
+            line = f"{line[: self._max_line_chars]}… [{len(line) - self._max_line_chars} more chars]"
+        out.append(line)
+        self._tail.append(line)
+        self.lines_emitted += 1
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Zero-learning guard
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ZeroLearningVerdict:
+    """The run cannot learn: the trailing steps without a learning signal, their values, and why it matters."""
+
+    steps: tuple[str, ...]
+    avg_rewards: tuple[float | None, ...]
+    losses: tuple[float | None, ...]
+    k: int
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly form, for a trigger event or XCom."""
+        return {
+            "steps": list(self.steps),
+            "avg_rewards": list(self.avg_rewards),
+            "losses": list(self.losses),
+            "k": self.k,
+            "message": self.message,
+        }
+
+
+def _uniform_reward(step: StepMetrics) -> bool:
+    """Whether the batch mean of 0/1 rewards says every reward of the batch was the same."""
+    return step.avg_reward is not None and step.avg_reward in (0.0, 1.0)
+
+
+def _no_signal(step: StepMetrics) -> bool:
+    """Whether the step had a zero policy gradient: uniform rewards or a loss of exactly 0."""
+    return _uniform_reward(step) or step.loss == 0.0
+
+
+def check_zero_learning(steps: Sequence[StepMetrics], k: int) -> ZeroLearningVerdict | None:
+    """A verdict when the last ``k`` (or more) completed steps all had no learning signal, else None.
+
+    A step has none when its Avg Reward is exactly 0 or exactly 1 (NeMo RL prints the batch mean; with 0/1 rewards
+    that means every reward was equal) or its loss is exactly 0. Steps still running are skipped. Only the trailing
+    run of such steps counts: a run that recovered is left alone. Uniform prompt groups inside a mixed batch are
+    invisible in the log, so the guard cannot catch them.
+    """
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be an int >= 1, got {k!r}")
+    streak: list[StepMetrics] = []
+    for step in reversed([s for s in steps if s.completed]):
+        if not _no_signal(step):
+            break
+        streak.append(step)
+    if len(streak) < k:
+        return None
+    streak.reverse()
+    return ZeroLearningVerdict(
+        steps=tuple(s.label for s in streak),
+        avg_rewards=tuple(s.avg_reward for s in streak),
+        losses=tuple(s.loss for s in streak),
+        k=k,
+        message=_zero_learning_message(streak, k),
+    )
+
+
+def _fmt(value: float | None) -> str:
+    """A metric as NeMo RL prints it, or n/a."""
+    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.4f}"
+
+
+def _zero_learning_message(streak: list[StepMetrics], k: int) -> str:
+    """Explain a verdict: which steps, their values, why nothing is learned, likely causes and the switch."""
+    labels = ", ".join(s.label for s in streak)
+    rewards = ", ".join(_fmt(s.avg_reward) for s in streak)
+    losses = ", ".join(_fmt(s.loss) for s in streak)
+    parts = [
+        f"Zero-learning guard: the last {len(streak)} completed GRPO steps (steps {labels}) had no learning signal "
+        f"(Avg Reward: {rewards}; Loss: {losses}).",
+        "NeMo RL prints the batch mean of the rewards; with 0/1 rewards an Avg Reward of exactly 0 means every "
+        "sampled response got 0 and exactly 1 means every response got 1, so all rewards are equal. GRPO's "
+        "advantage is a response's reward minus the mean reward of its prompt's group, so every advantage is 0, "
+        "the policy gradient is 0 and the model learns nothing; a loss of exactly 0 says the same directly. "
+        "Further steps only burn GPU time.",
+    ]
+    if any(s.avg_reward == 0.0 for s in streak):
+        parts.append(
+            "All rewards 0 usually means the reward function never matches the ground truth: check the format of "
+            "the answer the grader gets. NeMo RL's math grader wraps the ground truth in \\boxed{} and compares it "
+            "with the model's \\boxed{} answer (other graders expect a '#### N' final answer), so a dataset that "
+            "passes the full worked solution as the answer (GSM8K's 'answer' column, ending in '#### N') instead "
+            "of just N never matches. Also check that the prompt asks for the answer in the form the grader "
+            "extracts and that the generation length limit does not cut answers off, or the task may be too hard "
+            "for the model."
+        )
+    if any(s.avg_reward == 1.0 for s in streak):
+        parts.append("All rewards 1 means the task is too easy for the model (or the grader accepts every answer).")
+    if any(s.loss == 0.0 and not _uniform_reward(s) for s in streak):
+        parts.append(
+            "A loss of exactly 0 while the Avg Reward varies means every prompt group was uniform on its own "
+            "(each prompt's responses all got the same reward) or every sample was masked out of the loss."
+        )
+    parts.append(
+        "To switch this check off set the conf param zero_learning_guard to false; to allow more steps without a "
+        f"learning signal raise zero_learning_steps (now {k})."
+    )
+    return " ".join(parts)
