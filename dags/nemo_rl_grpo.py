@@ -12,6 +12,7 @@ from airflow.sdk import DAG, TaskGroup, chain, cross_downstream
 from nemo_rl_gke.dag_params import build_params
 from nemo_rl_gke.docs import DAG_DOC_MD
 from nemo_rl_gke.operators.gcp import DeleteGcpResourceOperator, EnsureGcpResourceOperator, PreflightLiveOperator
+from nemo_rl_gke.operators.kube import ApplyKubeObjectsOperator, DeleteKubeObjectsOperator
 from nemo_rl_gke.operators.preflight import VALIDATE_TASK_ID, ApplyGateOperator, PlanOperator, ValidateConfOperator
 from nemo_rl_gke.spec import RDMA_SUBNET_COUNT
 
@@ -55,10 +56,20 @@ with DAG(
         cluster = EnsureGcpResourceOperator(task_id="cluster", resource_key="cluster")
         node_pool = EnsureGcpResourceOperator(task_id="node-pool", resource_key="node-pool")
         cluster >> node_pool
+    with TaskGroup("kube"):
+        nccl_installer = ApplyKubeObjectsOperator(task_id="nccl-installer", group="nccl-installer")
+        network_mapping = ApplyKubeObjectsOperator(task_id="network-mapping", group="network-mapping")
+        lustre_storage = ApplyKubeObjectsOperator(task_id="lustre-storage", group="lustre-storage")
+        raycluster = ApplyKubeObjectsOperator(task_id="raycluster", group="raycluster")
+        [nccl_installer, network_mapping, lustre_storage] >> raycluster
     preflight_live >> [net, gvnic_net, rdma_net]
     # Storage and cluster run side by side once NET exists; the GPU pool needs the gVNIC and RDMA subnets too.
     net >> [peering_range, cluster]
     [gvnic_sub, *rdma_subs] >> node_pool
+    # The GPU pool's nodes run the installer and use the mapped networks; the PV needs Lustre's IP.
+    node_pool >> [nccl_installer, network_mapping]
+    [cluster, lustre] >> lustre_storage
+    node_pool >> raycluster
     # Teardown starts once every provisioning task has finished, whatever its state.
     provisioned = [
         net,
@@ -72,9 +83,24 @@ with DAG(
         lustre,
         cluster,
         node_pool,
+        nccl_installer,
+        network_mapping,
+        lustre_storage,
+        raycluster,
     ]
 
     with TaskGroup("teardown"):
+        # The RayCluster first (it holds the GPU nodes), then the other objects, then the infrastructure.
+        delete_raycluster = DeleteKubeObjectsOperator(
+            task_id="delete-raycluster", groups=["raycluster"], retries=3, retry_delay=timedelta(seconds=5)
+        )
+        delete_kube_objects = DeleteKubeObjectsOperator(
+            task_id="delete-kube-objects",
+            groups=["lustre-storage", "network-mapping", "nccl-installer"],
+            retries=3,
+            retry_delay=timedelta(seconds=5),
+        )
+        delete_raycluster >> delete_kube_objects
         delete = {
             # A failed deletion is retried soon: the usual cause (a dependent still going away) clears quickly.
             key: DeleteGcpResourceOperator(
@@ -104,12 +130,15 @@ with DAG(
         [delete["gvnic-sub"], delete["gvnic-fw"]] >> delete["gvnic-net"]
         [delete[k] for k in RDMA_SUBNETS] >> delete["rdma-net"]
         [delete["peering-range"], delete["cluster"]] >> delete["net"]
+        delete_kube_objects >> [delete["lustre"], delete["cluster"]]
+        for task in (delete_raycluster, delete_kube_objects):
+            task.as_teardown(setups=preflight_live, on_failure_fail_dagrun=False)
         for key, task in delete.items():
             # Teardown runs after any failure once preflight_live succeeded. Only the network deletions decide the
             # run's state (Airflow otherwise counts a teardown leaf instead of the failed work before it): every
             # other resource lives in one of these networks, so a leak anywhere makes one of them fail.
             task.as_teardown(setups=preflight_live, on_failure_fail_dagrun=key in NETWORKS)
-    cross_downstream(provisioned, [delete["lustre"], delete["cluster"], delete["gvnic-fw"]])
+    cross_downstream(provisioned, [delete_raycluster, delete["gvnic-fw"]])
 
 # Set after the tasks: Airflow deep-copies the DAG's params into every task created while they are set, and merges
 # them back at run time anyway (process_params), so this keeps 60 copies of 61 Params out of every parse.

@@ -8,7 +8,8 @@ not Google's.
 - ``GET /sandbox/inventory``: every live resource (kind, name, path, state, phase, labels, description, operation;
   a Lustre instance's ``data_dir``) and, apart, what was seeded (reservations, network profiles, enabled services).
   Kinds: ``compute.network|subnetwork|firewall|address``, ``servicenetworking.connection`` (named after the network
-  it peers; the API gives it no labels or description), ``lustre.instance``, ``container.cluster|nodePool``.
+  it peers; the API gives it no labels or description), ``lustre.instance``, ``container.cluster|nodePool``. Apart:
+  ``kubernetes`` (every object a client made in a cluster's API) and ``ray_heads`` (every local Ray with its PID).
 - ``GET /sandbox/calls?since=N``, ``DELETE /sandbox/calls``: the API call log.
 - ``GET /sandbox/operations``: every operation (id, service, kind, target, start, end, status, error).
 - ``POST /sandbox/seed``: a seed document (see :mod:`sandbox.config`), applied now.
@@ -103,8 +104,6 @@ def inventory_item(resource: Resource) -> dict[str, Any]:
     if resource.kind == "lustre.instance":
         item["data_dir"] = resource.extra["data_dir"]
         item["mount_point"] = resource.body.get("mountPoint")
-    if resource.kind == "container.cluster":
-        item["endpoint"] = resource.extra.get("endpoint", "127.0.0.1")
     return item
 
 
@@ -115,6 +114,8 @@ async def inventory(sb: Sandbox, call: Call) -> Reply:
     return reply(
         {
             "resources": [inventory_item(r) for r in resources],
+            "kubernetes": sb.kube.inventory(),
+            "ray_heads": sb.kuberay.inventory(),
             "seeded": {
                 "reservations": [dataclasses.asdict(r) for r in config.reservations.values()],
                 "network_profiles": [f"{zone}-vpc-roce" for zone in config.roce_zones],

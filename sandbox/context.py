@@ -10,6 +10,8 @@ from sandbox.calllog import CallLog
 from sandbox.errors import ApiError
 from sandbox.faults import Faults
 from sandbox.http import Call
+from sandbox.kube import KubeApi
+from sandbox.kuberay import KubeRay
 from sandbox.operations import Effect, LatencyModel, Operation, new_operation_id
 from sandbox.store import Resource, Store
 
@@ -26,6 +28,15 @@ class Sandbox:
         self.started = formats.now()
         # Set by the server once it listens.
         self.url = ""
+        self.kube = KubeApi(self)
+        self.kuberay = KubeRay(self, self.kube)
+        self.kube.kuberay = self.kuberay
+        # A deleted GKE cluster takes its Kubernetes objects and its RayClusters' Ray processes along.
+        self.store.on_drop.append(self._dropped)
+
+    def _dropped(self, resource: Resource) -> None:
+        if resource.kind == "container.cluster":
+            self.kube.drop_cluster(resource.key)
 
     @property
     def latency(self) -> LatencyModel:

@@ -18,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from sandbox import admin, apis
+from sandbox import admin, apis, kube
 from sandbox.context import Sandbox
 from sandbox.errors import ApiError
 from sandbox.http import Call, Reply, error_reply
@@ -45,6 +45,10 @@ class SandboxServer:
 
     async def handle(self, request: web.Request) -> web.Response:
         """Answer one HTTP request with JSON."""
+        if request.path.startswith(kube.PREFIX):
+            # Kubernetes answers in its own shapes, and the service proxy forwards raw bytes.
+            self.sandbox.store.settle(self.sandbox.now())
+            return await self.sandbox.kube.handle(request)
         call = Call(request.method, request.path, request.query_string, await request.text())
         if call.path.startswith("/sandbox/"):
             result = await self._admin(call)
@@ -142,5 +146,7 @@ async def serve(port: int, state_dir: Path, latency_scale: float, seed: Path | N
     try:
         await stop.wait()
     finally:
+        await sandbox.kuberay.shutdown()
+        await sandbox.kube.close()
         await runner.cleanup()
         sandbox.store.save()

@@ -15,7 +15,7 @@ import dataclasses
 import json
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,6 +70,8 @@ class Store:
         self.operations: dict[str, Operation] = {}
         self.config = Config()
         self.dirty = False
+        # Called with every resource that goes away (deleted or reset), for what lives outside the store.
+        self.on_drop: list[Callable[[Resource], None]] = []
 
     # --- persistence ---------------------------------------------------------------------------------------------
     @property
@@ -158,6 +160,8 @@ class Store:
         self.dirty = True
 
     def _drop(self, resource: Resource) -> None:
+        for hook in self.on_drop:
+            hook(resource)
         data_dir = resource.extra.get("data_dir")
         if data_dir:
             files.remove_tree(Path(data_dir))

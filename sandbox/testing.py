@@ -32,7 +32,8 @@ from typing import Any
 HOST = "127.0.0.1"
 REPO_ROOT = Path(__file__).resolve().parents[1]
 START_TIMEOUT_SECONDS = 30.0
-STOP_TIMEOUT_SECONDS = 10.0
+# Stopping the sandbox stops its Ray heads first (a few seconds each).
+STOP_TIMEOUT_SECONDS = 40.0
 
 
 class SandboxError(RuntimeError):
@@ -99,6 +100,22 @@ def clear_faults(url: str) -> None:
 def inventory(url: str) -> list[dict[str, Any]]:
     """Every live resource: kind, name, path, state, phase, labels, description, operation."""
     return request_json(f"{url}/sandbox/inventory")["resources"]
+
+
+def full_inventory(url: str) -> dict[str, Any]:
+    """The whole inventory: GCP ``resources``, ``kubernetes`` objects, ``ray_heads`` (with PIDs) and ``seeded``."""
+    return dict(request_json(f"{url}/sandbox/inventory"))
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process (say a sandbox Ray head) still exists."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def calls(url: str, since: int = 0) -> list[dict[str, Any]]:
@@ -213,6 +230,10 @@ class SandboxProcess:
     def inventory(self) -> list[dict[str, Any]]:
         """See :func:`inventory`."""
         return inventory(self.url)
+
+    def full_inventory(self) -> dict[str, Any]:
+        """See :func:`full_inventory`."""
+        return full_inventory(self.url)
 
     def calls(self, since: int = 0) -> list[dict[str, Any]]:
         """See :func:`calls`."""

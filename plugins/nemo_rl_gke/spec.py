@@ -317,6 +317,15 @@ class RunSpec:
         description="'bundled' renders include/manifests/nccl-rdma-installer.yaml.j2 (pinned image); an https:// URL "
         "or a file path is read at apply time instead.",
     )
+    ray_dashboard_url: str = _param(
+        "",
+        section=SECTION_KUBE,
+        title="Ray dashboard URL (override)",
+        description="Leave empty to reach the dashboard through the Kubernetes API service proxy with the Google "
+        "token (no extra networking). Otherwise an http(s):// URL the Airflow workers can reach: in-cluster DNS, an "
+        "internal load balancer or a port-forward.",
+        pattern=r"^(https?://\S+)?$",
+    )
     # --- Training ------------------------------------------------------------------------------------------
     image_tag: str = _param(
         "",
@@ -451,6 +460,14 @@ class RunSpec:
         section=SECTION_WAITING,
         title="Cluster stage timeout (s)",
         description="Longest wait for the GKE cluster or the GPU node pool operation.",
+        minimum=1,
+    )
+    kube_timeout_s: int = _param(
+        1800,
+        section=SECTION_WAITING,
+        title="RayCluster readiness timeout (s)",
+        description="Longest wait for the RayCluster's HeadPodReady and RayClusterProvisioned conditions (image pulls "
+        "of the NeMo RL image take minutes).",
         minimum=1,
     )
     teardown_timeout_s: int = _param(
@@ -678,11 +695,12 @@ class RunSpec:
         return self.worker_replicas
 
     def stage_timeout_s(self, stage: str) -> int:
-        """The timeout of one wait in a provisioning stage (network, storage, cluster) or in teardown."""
+        """The timeout of one wait in a provisioning stage (network, storage, cluster, kube) or in teardown."""
         return {
             "network": self.network_timeout_s,
             "storage": self.storage_timeout_s,
             "cluster": self.cluster_timeout_s,
+            "kube": self.kube_timeout_s,
             "teardown": self.teardown_timeout_s,
         }[stage]
 
@@ -786,6 +804,8 @@ def _schema_fix(schema: Mapping[str, Any]) -> str:
     for key, text in (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="), ("minLength", "length >=")):
         if key in schema:
             parts.append(f"{text} {schema[key]}")
+    if "pattern" in schema:
+        parts.append(f"matching {schema['pattern']}")
     return ", ".join(parts)
 
 

@@ -4,7 +4,7 @@ A cluster is PROVISIONING until its create operation is done, then RUNNING (RECO
 runs on it), STOPPING while it is deleted, ERROR when its create failed. Node pools are stored as the cluster's
 children, so deleting a cluster deletes them. One operation at a time per cluster: a node pool create, a node pool
 delete or a cluster delete while another runs answers 400 FAILED_PRECONDITION ("incompatible operation"), as GKE
-does. The endpoint is a placeholder (127.0.0.1) until a later issue gives each cluster a Kubernetes API.
+does. The endpoint is the URL of the cluster's Kubernetes API, served by :mod:`sandbox.kube`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ SERVICE = "container"
 PREFIX = "/v1/projects/{project}/locations/{location}"
 MASTER_VERSION = "1.33.5-gke.1201000"
 RESERVATION_KEY = "compute.googleapis.com/reservation-name"
-DEFAULT_ENDPOINT = "127.0.0.1"
 CLUSTER_STATUS = {"creating": "PROVISIONING", "ready": "RUNNING", "deleting": "STOPPING", "error": "ERROR"}
 POOL_STATUS = {"creating": "PROVISIONING", "ready": "RUNNING", "deleting": "STOPPING", "error": "ERROR"}
 STATES = {"container.cluster": CLUSTER_STATUS, "container.nodePool": POOL_STATUS}
@@ -231,8 +230,9 @@ def render_cluster(sb: Sandbox, cluster: Resource) -> dict[str, Any]:
     body["currentNodeCount"] = sum(
         int(p.body.get("initialNodeCount", 0)) * len(p.body.get("locations", [])) for p in pools
     )
-    body["endpoint"] = cluster.extra.get("endpoint", DEFAULT_ENDPOINT)
-    body["masterAuth"] = {"clusterCaCertificate": cluster.extra.get("ca_certificate", "")}
+    # Real GKE reports an IP served over HTTPS; the sandbox reports the URL of the cluster's API on its own port.
+    body["endpoint"] = sb.kube.endpoint(str(body["id"]))
+    body["masterAuth"] = {"clusterCaCertificate": ""}
     return body
 
 

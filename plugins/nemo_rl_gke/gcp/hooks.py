@@ -117,17 +117,24 @@ class RetryPolicy:
         return [random.uniform(0.0, cap) for cap in caps]
 
 
-def retry_transient(fn: Callable[[], T], *, what: str, policy: RetryPolicy = RetryPolicy()) -> T:
+def retry_transient(
+    fn: Callable[[], T],
+    *,
+    what: str,
+    policy: RetryPolicy = RetryPolicy(),
+    transient: Callable[[BaseException], bool] = is_transient,
+) -> T:
     """Call ``fn``; on a transient error sleep and call it again, at most ``policy.attempts`` times in all.
 
     Anything that is not transient is raised at once, and the last transient error is raised when the attempts run out.
+    ``transient`` tells them apart (Google's errors by default; the Kubernetes hook passes its own).
     """
     delays = policy.delays()
     for attempt in range(policy.attempts):
         try:
             return fn()
         except Exception as exc:
-            if not is_transient(exc) or attempt == policy.attempts - 1:
+            if not transient(exc) or attempt == policy.attempts - 1:
                 raise
             delay = delays[attempt]
             log.warning(

@@ -1,0 +1,91 @@
+"""Async GETs against the run's cluster API for triggers (kubernetes_asyncio), with no sync call on the event loop.
+
+The cluster's endpoint and CA come from the container API through :class:`~nemo_rl_gke.gcp.async_hooks.GcpAsyncHook`,
+which also gives the bearer token (refreshed in a worker thread), so the triggerer never builds a sync client.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import tempfile
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio import client as kclient
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from nemo_rl_gke.gcp.async_hooks import GcpAsyncHook
+from nemo_rl_gke.kube.access import ClusterAccess
+from nemo_rl_gke.kube.client import OBJECT_RESPONSES, KubeApiError
+
+
+class AsyncKubeHook:
+    """``await get(path)`` on the cluster at ``cluster_path`` (``projects/P/locations/L/clusters/C``).
+
+    Use it as an async context manager so both HTTP sessions close on the loop that opened them.
+    """
+
+    def __init__(self, gcp_conn_id: str, cluster_path: str, request_timeout_s: float = 30.0) -> None:
+        self.gcp = GcpAsyncHook(gcp_conn_id, request_timeout_s=request_timeout_s)
+        self.cluster_path = cluster_path
+        self.request_timeout_s = request_timeout_s
+        self._api: kclient.ApiClient | None = None
+
+    async def __aenter__(self) -> AsyncKubeHook:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the Kubernetes and Google sessions."""
+        if self._api is not None:
+            await self._api.close()
+            self._api = None
+        await self.gcp.close()
+
+    async def _client(self) -> kclient.ApiClient:
+        if self._api is None:
+            cluster = await self.gcp.get_json("container", f"/v1/{self.cluster_path}")
+            access = ClusterAccess.from_cluster(cluster, f"GKE cluster {self.cluster_path}")
+            config = kclient.Configuration(host=access.host)
+            if access.ca_pem:
+                with tempfile.NamedTemporaryFile("w", suffix=".crt", delete=False) as ca_file:
+                    ca_file.write(access.ca_pem)
+                config.ssl_ca_cert = ca_file.name
+            self._api = kclient.ApiClient(config)
+        return self._api
+
+    async def get(self, path: str, query: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+        """GET ``path``: the object, or None on 404. Other failures raise :class:`KubeApiError` (status None for a
+        connection error or timeout)."""
+        api = await self._client()
+        headers = {k: v for k, v in (await self.gcp.headers()).items() if k == "Authorization"}
+        headers["Accept"] = "application/json"
+        try:
+            answer = await api.call_api(
+                path,
+                "GET",
+                query_params=list((query or {}).items()),
+                header_params=headers,
+                response_types_map=OBJECT_RESPONSES,
+                auth_settings=[],
+                _return_http_data_only=True,
+                _preload_content=True,
+                _request_timeout=self.request_timeout_s,
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            message = str(exc.reason or "")
+            with contextlib.suppress(ValueError, AttributeError):
+                message = str(json.loads(exc.body or "{}").get("message", message))
+            raise KubeApiError(f"GET {path}: HTTP {exc.status}: {message}", status=exc.status) from exc
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise KubeApiError(f"GET {path}: {type(exc).__name__}: {exc}", status=None) from exc
+        return dict(answer or {})

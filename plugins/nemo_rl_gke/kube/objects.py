@@ -1,0 +1,139 @@
+"""The Kubernetes objects of a run in four groups, and applying or deleting a group idempotently with ownership.
+
+Groups, in apply order: the NCCL RDMA installer (from its configured source), the network mapping (GKENetworkParamSet
+and Network per NIC), the Lustre PV and PVC (with the instance's IP from its mountPoint), and the RayCluster with its
+service account. Every object is validated against its schema right before it is applied, carries the run's
+ownership labels, and is applied server-side; an object this package did not make is adopted only when the conf says
+so, and is never deleted.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from nemo_rl_gke.kube.client import KubeHook, ObjectRef
+from nemo_rl_gke.kube.manifests import (
+    LUSTRE_IP_PLACEHOLDER,
+    LUSTRE_STORAGE_TEMPLATE,
+    NETWORK_MAPPING_TEMPLATE,
+    RAYCLUSTER_TEMPLATE,
+    load_nccl_installer,
+    render_template,
+)
+from nemo_rl_gke.spec import OWNER_LABEL_KEY, OWNER_LABEL_VALUE
+
+if TYPE_CHECKING:
+    from nemo_rl_gke.gcp.hooks import GcpHook
+    from nemo_rl_gke.spec import RunSpec
+
+log = logging.getLogger(__name__)
+
+GROUPS = ("nccl-installer", "network-mapping", "lustre-storage", "raycluster")
+
+
+class InvalidManifestError(ValueError):
+    """A manifest failed schema validation at apply time."""
+
+
+class NotOwnedObjectError(RuntimeError):
+    """An object of the same name exists, was not made by this package, and the conf does not adopt."""
+
+
+@dataclass(frozen=True)
+class ObjectResult:
+    """What happened to one object: created, configured, unchanged, adopted, deleted, absent or kept-unowned."""
+
+    ref: ObjectRef
+    action: str
+    resource_version: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form for XCom."""
+        return {"object": str(self.ref), "action": self.action, "resourceVersion": self.resource_version}
+
+
+def lustre_ip(spec: RunSpec, gcp: GcpHook) -> str:
+    """The Lustre instance's IP: the address part of its mountPoint (``IP@tcp:/filesystem``)."""
+    from nemo_rl_gke.gcp.resources import resources
+
+    instance = resources(spec)["lustre"].get(gcp)
+    mount_point = str((instance or {}).get("mountPoint") or "")
+    if "@" not in mount_point:
+        raise RuntimeError(f"Lustre instance {spec.lustre_name} reports no mountPoint yet ({mount_point!r})")
+    return mount_point.split("@", 1)[0]
+
+
+def group_objects(spec: RunSpec, group: str, *, lustre_address: str = LUSTRE_IP_PLACEHOLDER) -> list[dict[str, Any]]:
+    """The objects of one group. For deletion only the identities matter, so the IP may stay a placeholder."""
+    from nemo_rl_gke.recipes import load_recipe
+
+    if group == "nccl-installer":
+        return load_nccl_installer(spec)
+    if group == "network-mapping":
+        return render_template(NETWORK_MAPPING_TEMPLATE, spec=spec)
+    if group == "lustre-storage":
+        return render_template(LUSTRE_STORAGE_TEMPLATE, spec=spec, lustre_ip=lustre_address)
+    if group == "raycluster":
+        image = load_recipe(spec.recipe).image_for(spec)
+        return render_template(RAYCLUSTER_TEMPLATE, spec=spec, image=image)
+    raise ValueError(f"unknown Kubernetes object group {group!r}; one of {', '.join(GROUPS)}")
+
+
+def _owned(obj: dict[str, Any]) -> bool:
+    return (obj.get("metadata", {}).get("labels") or {}).get(OWNER_LABEL_KEY) == OWNER_LABEL_VALUE
+
+
+def apply_objects(kube: KubeHook, objects: list[dict[str, Any]], *, adopt: bool) -> list[ObjectResult]:
+    """Validate and server-side apply each object in order; unchanged objects keep their resourceVersion."""
+    from nemo_rl_gke.kube.validation import validate_manifest
+
+    for obj in objects:
+        problems = validate_manifest(obj)
+        if problems:
+            raise InvalidManifestError(f"{ObjectRef.of(obj)} is not valid: " + "; ".join(problems))
+    results = []
+    for obj in objects:
+        ref = ObjectRef.of(obj)
+        before = kube.get(ref)
+        if before is not None and not _owned(before):
+            if not adopt:
+                raise NotOwnedObjectError(
+                    f"{ref} exists in the cluster but was not created by this DAG (no {OWNER_LABEL_KEY}="
+                    f"{OWNER_LABEL_VALUE} label). Fix: delete or rename it, or set adopt_existing=true to use it "
+                    "as it is (teardown will then leave it in place)."
+                )
+            # Adopted means used as it is: applying would stamp our labels on it, and teardown would then delete it.
+            version = str(before.get("metadata", {}).get("resourceVersion", ""))
+            log.info("%s: adopted as it is (resourceVersion %s)", ref, version)
+            results.append(ObjectResult(ref, "adopted", version))
+            continue
+        after = kube.apply(obj)
+        version = str(after.get("metadata", {}).get("resourceVersion", ""))
+        if before is None:
+            action = "created"
+        elif before.get("metadata", {}).get("resourceVersion") == version:
+            action = "unchanged"
+        else:
+            action = "configured"
+        log.info("%s: %s (resourceVersion %s)", ref, action, version)
+        results.append(ObjectResult(ref, action, version))
+    return results
+
+
+def delete_objects(kube: KubeHook, objects: list[dict[str, Any]]) -> list[ObjectResult]:
+    """Delete each object in reverse apply order; 404 is done, and an object we did not make is kept."""
+    results = []
+    for obj in reversed(objects):
+        ref = ObjectRef.of(obj)
+        actual = kube.get(ref)
+        if actual is None:
+            results.append(ObjectResult(ref, "absent"))
+        elif not _owned(actual):
+            log.warning("%s was not created by this DAG: keeping it", ref)
+            results.append(ObjectResult(ref, "kept-unowned"))
+        else:
+            results.append(ObjectResult(ref, "deleted" if kube.delete(ref) else "absent"))
+            log.info("%s: %s", ref, results[-1].action)
+    return results

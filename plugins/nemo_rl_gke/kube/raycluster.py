@@ -1,0 +1,102 @@
+"""When a RayCluster is ready, and, when it is not, what exactly is stuck: pure reading of API objects.
+
+Ready means the conditions ``HeadPodReady`` and ``RayClusterProvisioned`` are both True. ``status.state`` is
+deprecated and can read ``ready`` while pods are still Pending (kuberay #2188), so it is never used. When the wait
+times out, the message names each condition that is not True (with its reason) and what the pods say: their phase,
+an unschedulable reason, container waiting reasons such as ImagePullBackOff, and their Warning events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+REQUIRED_CONDITIONS = ("HeadPodReady", "RayClusterProvisioned")
+RAYCLUSTER_API = "ray.io/v1"
+CLUSTER_LABEL = "ray.io/cluster"
+MAX_EVENTS_PER_POD = 3
+
+
+def raycluster_path(namespace: str, name: str) -> str:
+    """The REST path of a RayCluster."""
+    return f"/apis/{RAYCLUSTER_API}/namespaces/{namespace}/rayclusters/{name}"
+
+
+def pods_path(namespace: str) -> str:
+    """The REST path of the pods of a namespace."""
+    return f"/api/v1/namespaces/{namespace}/pods"
+
+
+def events_path(namespace: str) -> str:
+    """The REST path of the events of a namespace."""
+    return f"/api/v1/namespaces/{namespace}/events"
+
+
+def missing_conditions(raycluster: Mapping[str, Any]) -> list[str]:
+    """Each required condition that is not True, as ``Name (status, reason: message)``."""
+    found = {c.get("type"): c for c in (raycluster.get("status") or {}).get("conditions") or []}
+    missing = []
+    for name in REQUIRED_CONDITIONS:
+        condition = found.get(name)
+        if condition is None:
+            missing.append(f"{name} (not reported yet)")
+        elif condition.get("status") != "True":
+            detail = ": ".join(str(p) for p in (condition.get("reason"), condition.get("message")) if p)
+            missing.append(f"{name} ({condition.get('status')}{', ' + detail if detail else ''})")
+    return missing
+
+
+def is_ready(raycluster: Mapping[str, Any]) -> bool:
+    """Both required conditions are True."""
+    return not missing_conditions(raycluster)
+
+
+def pod_problem(pod: Mapping[str, Any]) -> str | None:
+    """What keeps one pod from being ready, or None when it is Running and Ready."""
+    status = pod.get("status") or {}
+    phase = status.get("phase", "Unknown")
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    reasons = []
+    scheduled = conditions.get("PodScheduled")
+    if scheduled is not None and scheduled.get("status") == "False":
+        reasons.append(f"{scheduled.get('reason', 'NotScheduled')}: {scheduled.get('message', '')}".rstrip(": "))
+    for container in status.get("containerStatuses") or []:
+        waiting = (container.get("state") or {}).get("waiting")
+        if waiting:
+            text = f"container {container.get('name')} {waiting.get('reason', 'Waiting')}"
+            reasons.append(f"{text}: {waiting['message']}" if waiting.get("message") else text)
+    ready = conditions.get("Ready", {}).get("status") == "True"
+    if phase == "Running" and ready and not reasons:
+        return None
+    return f"{phase}" + (f" ({'; '.join(reasons)})" if reasons else "")
+
+
+def diagnose(
+    name: str,
+    raycluster: Mapping[str, Any] | None,
+    pods: Sequence[Mapping[str, Any]],
+    events: Sequence[Mapping[str, Any]],
+) -> str:
+    """One message saying what is stuck: the missing conditions, then each pod's problem and its Warning events."""
+    if raycluster is None:
+        return f"RayCluster {name} does not exist"
+    parts = [f"RayCluster {name} is not ready: missing " + ", ".join(missing_conditions(raycluster))]
+    if not pods:
+        parts.append("no pods were created for it (is the KubeRay operator running?)")
+    for pod in pods:
+        pod_name = pod.get("metadata", {}).get("name", "?")
+        problem = pod_problem(pod)
+        if problem is None:
+            continue
+        line = f"pod {pod_name}: {problem}"
+        warnings = [
+            f"{e.get('reason')}: {e.get('message')}"
+            for e in events
+            if (e.get("involvedObject") or {}).get("name") == pod_name and e.get("type") == "Warning"
+        ]
+        # The newest events say the most; repeats of one reason add nothing.
+        unique = list(dict.fromkeys(reversed(warnings)))[:MAX_EVENTS_PER_POD]
+        if unique:
+            line += "; events: " + " | ".join(unique)
+        parts.append(line)
+    return ". ".join(parts)

@@ -1,0 +1,150 @@
+"""The trigger that waits for a RayCluster to be ready (or to be gone) without holding a worker slot.
+
+Ready is the conditions ``HeadPodReady`` and ``RayClusterProvisioned`` (never ``status.state``); gone is a 404 after a
+delete. It polls the cluster's API with async calls only and ends with exactly one event::
+
+    {"status": "success" | "error" | "timeout", "message": str, "raycluster": str, "wait_for": "ready" | "deleted"}
+
+A timeout while waiting for readiness says which condition is missing and what the pods and their events say.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from nemo_rl_gke.kube.access import ClusterUnreachableError
+from nemo_rl_gke.kube.async_client import AsyncKubeHook
+from nemo_rl_gke.kube.client import KubeApiError, is_kube_transient
+from nemo_rl_gke.kube.raycluster import CLUSTER_LABEL, diagnose, events_path, is_ready, pods_path, raycluster_path
+from nemo_rl_gke.triggers.operations import ERROR, SUCCESS, TIMEOUT, backoff_delay
+
+CLASSPATH = "nemo_rl_gke.triggers.raycluster.RayClusterTrigger"
+WAIT_MODES = ("ready", "deleted")
+
+
+class RayClusterTrigger(BaseTrigger):
+    """Polls one RayCluster until it is ready (or deleted), fails, or the deadline passes; yields one event.
+
+    :param cluster_path: the GKE cluster (``projects/P/locations/L/clusters/C``) whose API serves the RayCluster.
+    :param namespace: the RayCluster's namespace.
+    :param name: the RayCluster's name.
+    :param wait_for: ``ready`` or ``deleted``.
+    :param gcp_conn_id: the Airflow connection with the endpoints and credentials.
+    :param poll_interval: seconds between polls.
+    :param timeout: seconds from ``started_at`` until a ``timeout`` event.
+    :param started_at: epoch seconds the wait began (serialized, so a triggerer restart keeps the deadline).
+    """
+
+    def __init__(
+        self,
+        cluster_path: str,
+        namespace: str,
+        name: str,
+        *,
+        wait_for: str = "ready",
+        gcp_conn_id: str = "google_cloud_default",
+        poll_interval: float = 15.0,
+        timeout: float = 1800.0,
+        started_at: float | None = None,
+    ) -> None:
+        super().__init__()
+        if wait_for not in WAIT_MODES:
+            raise ValueError(f"wait_for must be one of {WAIT_MODES}, got {wait_for!r}")
+        self.cluster_path = cluster_path
+        self.namespace = namespace
+        self.name = name
+        self.wait_for = wait_for
+        self.gcp_conn_id = gcp_conn_id
+        self.poll_interval = float(poll_interval)
+        self.timeout = float(timeout)
+        self.started_at = float(started_at) if started_at is not None else time.time()
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        """Classpath and the kwargs ``__init__`` takes."""
+        return (
+            CLASSPATH,
+            {
+                "cluster_path": self.cluster_path,
+                "namespace": self.namespace,
+                "name": self.name,
+                "wait_for": self.wait_for,
+                "gcp_conn_id": self.gcp_conn_id,
+                "poll_interval": self.poll_interval,
+                "timeout": self.timeout,
+                "started_at": self.started_at,
+            },
+        )
+
+    def _event(self, status: str, message: str) -> TriggerEvent:
+        return TriggerEvent({"status": status, "message": message, "raycluster": self.name, "wait_for": self.wait_for})
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        """Poll until done or the deadline, then yield one event; every exception becomes an ``error`` event."""
+        try:
+            event = await self._wait()
+        except Exception as exc:
+            self.log.exception("Unexpected error while waiting for RayCluster %s", self.name)
+            event = self._event(
+                ERROR, f"unexpected error waiting for RayCluster {self.name}: {type(exc).__name__}: {exc}"
+            )
+        yield event
+
+    async def _wait(self) -> TriggerEvent:
+        path = raycluster_path(self.namespace, self.name)
+        failures, last_error = 0, ""
+        async with AsyncKubeHook(self.gcp_conn_id, self.cluster_path) as kube:
+            while True:
+                delay = self.poll_interval
+                try:
+                    obj = await kube.get(path)
+                except ClusterUnreachableError as exc:
+                    if self.wait_for == "deleted":
+                        return self._event(SUCCESS, f"RayCluster {self.name} is gone with its cluster ({exc})")
+                    return self._event(ERROR, f"cannot reach the cluster of RayCluster {self.name}: {exc}")
+                except KubeApiError as exc:
+                    if not is_kube_transient(exc):
+                        return self._event(ERROR, f"reading RayCluster {self.name} failed, not retried: {exc}")
+                    failures, last_error = failures + 1, str(exc)
+                    delay = backoff_delay(failures, self.poll_interval)
+                    self.log.warning("Transient error %d reading RayCluster %s: %s", failures, self.name, exc)
+                else:
+                    failures, last_error = 0, ""
+                    if self.wait_for == "deleted" and obj is None:
+                        return self._event(SUCCESS, f"RayCluster {self.name} is deleted")
+                    if self.wait_for == "ready" and obj is not None and is_ready(obj):
+                        return self._event(
+                            SUCCESS, f"RayCluster {self.name} is ready (HeadPodReady, RayClusterProvisioned)"
+                        )
+                    if self.wait_for == "ready" and obj is None:
+                        return self._event(ERROR, f"RayCluster {self.name} does not exist (deleted while waiting?)")
+                remaining = self.started_at + self.timeout - time.time()
+                if remaining <= 0:
+                    return self._event(TIMEOUT, await self._timeout_message(kube, last_error))
+                await asyncio.sleep(min(delay, remaining))
+
+    async def _timeout_message(self, kube: AsyncKubeHook, last_error: str) -> str:
+        head = f"timed out after {self.timeout:.0f}s waiting for RayCluster {self.name} to be {self.wait_for}"
+        if self.wait_for == "deleted":
+            return head
+        try:
+            obj = await kube.get(raycluster_path(self.namespace, self.name))
+            pods = await kube.get(pods_path(self.namespace), {"labelSelector": f"{CLUSTER_LABEL}={self.name}"})
+            items = list((pods or {}).get("items") or [])
+            events: list[dict[str, Any]] = []
+            for pod in items:
+                pod_name = pod.get("metadata", {}).get("name", "")
+                found = await kube.get(
+                    events_path(self.namespace), {"fieldSelector": f"involvedObject.name={pod_name}"}
+                )
+                events += list((found or {}).get("items") or [])
+            detail = diagnose(self.name, obj, items, events)
+        except KubeApiError as exc:
+            detail = f"and the diagnosis failed: {exc}"
+        if last_error:
+            detail += f"; last poll error: {last_error}"
+        return f"{head}: {detail}"

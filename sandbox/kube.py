@@ -1,0 +1,559 @@
+"""The Kubernetes API of every GKE cluster the sandbox creates: a generic object store for the kinds a run applies.
+
+A cluster's API lives under ``{sandbox url}/kube/{cluster id}``, which is the ``endpoint`` the cluster reports once it
+runs (real GKE reports an IP; the client treats an endpoint with a scheme as a URL). Served:
+
+- discovery (``/api``, ``/api/v1``, ``/apis``, ``/apis/{group}/{version}``) for the kinds in :data:`RESOURCES`;
+- get, list (``labelSelector``, ``fieldSelector`` on ``metadata.name`` / ``involvedObject.name``), create (409 when it
+  exists), server-side apply (``PATCH`` with ``application/apply-patch+yaml`` and a ``fieldManager``), delete (404
+  when it does not exist), for namespaced and cluster-scoped objects, with a per-cluster ``resourceVersion``;
+- the service proxy ``/api/v1/namespaces/{ns}/services/{name}:{port}/proxy/...``, forwarded to the local Ray dashboard
+  behind a RayCluster's head service (see :mod:`sandbox.kuberay`).
+
+Errors are Kubernetes ``Status`` objects. Faults match kube paths like any other: a status fault answers the call, and
+an ``operation: hang`` fault on a RayCluster apply makes that RayCluster never become ready.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import yaml
+from aiohttp import web
+
+from sandbox import formats
+
+if TYPE_CHECKING:
+    from sandbox.context import Sandbox
+    from sandbox.kuberay import KubeRay
+
+PREFIX = "/kube/"
+APPLY_PATCH = "application/apply-patch+yaml"
+# (plural, kind, namespaced) per groupVersion: what a GKE cluster with KubeRay and multi-networking serves for a run.
+RESOURCES: dict[str, tuple[tuple[str, str, bool], ...]] = {
+    "v1": (
+        ("namespaces", "Namespace", False),
+        ("serviceaccounts", "ServiceAccount", True),
+        ("persistentvolumes", "PersistentVolume", False),
+        ("persistentvolumeclaims", "PersistentVolumeClaim", True),
+        ("services", "Service", True),
+        ("pods", "Pod", True),
+        ("events", "Event", True),
+        ("configmaps", "ConfigMap", True),
+    ),
+    "apps/v1": (("daemonsets", "DaemonSet", True),),
+    "networking.gke.io/v1": (("gkenetworkparamsets", "GKENetworkParamSet", False), ("networks", "Network", False)),
+    "ray.io/v1": (("rayclusters", "RayCluster", True), ("rayjobs", "RayJob", True)),
+}
+BUILTIN_NAMESPACES = ("default", "kube-system", "kube-public")
+# Fields the server owns: never taken from an applied object, never compared to decide whether apply changed it.
+SERVER_METADATA = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields", "deletionTimestamp")
+HOP_HEADERS = frozenset({"host", "authorization", "content-length", "transfer-encoding", "connection"})
+
+
+class KubeError(Exception):
+    """A Kubernetes API error, answered as a ``Status`` object."""
+
+    def __init__(self, code: int, reason: str, message: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.details = details or {}
+
+    def status(self) -> dict[str, Any]:
+        """The ``Status`` body."""
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "details": self.details,
+            "code": self.code,
+        }
+
+
+def not_found(plural: str, name: str, group: str = "") -> KubeError:
+    """404 as the API server words it: ``rayclusters.ray.io "x" not found``."""
+    resource = f"{plural}.{group}" if group else plural
+    return KubeError(404, "NotFound", f'{resource} "{name}" not found', {"name": name, "group": group, "kind": plural})
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a request path names: groupVersion, resource type, namespace, name and subresource path."""
+
+    group_version: str
+    plural: str
+    kind: str
+    namespaced: bool
+    namespace: str | None
+    name: str | None
+    sub: tuple[str, ...] = ()
+
+    @property
+    def group(self) -> str:
+        """The API group ('' for the core group)."""
+        return self.group_version.rpartition("/")[0]
+
+
+@dataclass
+class KubeCluster:
+    """The API objects of one GKE cluster."""
+
+    cluster_id: str
+    cluster_key: str
+    objects: dict[tuple[str, str, str, str], dict[str, Any]] = field(default_factory=dict)
+    revision: int = 0
+
+    def next_version(self) -> str:
+        """A new resourceVersion (one counter per cluster, as etcd's revision)."""
+        self.revision += 1
+        return str(self.revision)
+
+    def get(self, gv: str, plural: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """One object, or None."""
+        return self.objects.get((gv, plural, namespace or "", name))
+
+    def put(self, gv: str, plural: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """Store ``obj`` (a new or changed object) with a fresh resourceVersion."""
+        meta = obj["metadata"]
+        meta["resourceVersion"] = self.next_version()
+        self.objects[(gv, plural, meta.get("namespace", ""), meta["name"])] = obj
+        return obj
+
+    def remove(self, gv: str, plural: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """Drop one object; returns it, or None if it was not there."""
+        return self.objects.pop((gv, plural, namespace or "", name), None)
+
+    def of(self, gv: str, plural: str, namespace: str | None = None) -> Iterator[dict[str, Any]]:
+        """Objects of one type, in one namespace or all of them."""
+        for (o_gv, o_plural, o_ns, _), obj in sorted(self.objects.items()):
+            if o_gv == gv and o_plural == plural and (namespace is None or o_ns == namespace):
+                yield obj
+
+    def new_object(self, gv: str, kind: str, name: str, namespace: str | None, body: dict[str, Any]) -> dict[str, Any]:
+        """A server-made object (pod, service, event) with the server's metadata filled in."""
+        obj = {"apiVersion": gv, "kind": kind, **body}
+        meta = obj.setdefault("metadata", {})
+        meta["name"] = name
+        if namespace is not None:
+            meta["namespace"] = namespace
+        _server_metadata(meta)
+        return obj
+
+
+def _server_metadata(meta: dict[str, Any]) -> None:
+    meta.setdefault("uid", str(uuid.uuid4()))
+    meta.setdefault("creationTimestamp", formats.rfc3339(time.time()))
+    meta.setdefault("generation", 1)
+
+
+def _kind_table() -> dict[tuple[str, str], tuple[str, bool]]:
+    return {(gv, plural): (kind, ns) for gv, items in RESOURCES.items() for plural, kind, ns in items}
+
+
+KINDS = _kind_table()
+
+
+def parse_path(path: str) -> tuple[str, list[str]]:
+    """Split ``/kube/{id}/rest`` into the cluster id and the rest's segments."""
+    parts = [p for p in path[len(PREFIX) :].split("/")]
+    return parts[0], [p for p in parts[1:] if p != ""]
+
+
+def resolve(segments: list[str]) -> Target | dict[str, Any]:
+    """A resource path as a :class:`Target`, or the discovery document it names."""
+    if segments == ["api"]:
+        return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}
+    if segments == ["apis"]:
+        groups = [gv for gv in RESOURCES if "/" in gv]
+        return {
+            "kind": "APIGroupList",
+            "apiVersion": "v1",
+            "groups": [
+                {
+                    "name": gv.split("/")[0],
+                    "versions": [{"groupVersion": gv, "version": gv.split("/")[1]}],
+                    "preferredVersion": {"groupVersion": gv, "version": gv.split("/")[1]},
+                }
+                for gv in groups
+            ],
+        }
+    if segments[:1] == ["api"] and len(segments) >= 2:
+        gv, rest = segments[1], segments[2:]
+    elif segments[:1] == ["apis"] and len(segments) >= 3:
+        gv, rest = f"{segments[1]}/{segments[2]}", segments[3:]
+    else:
+        raise KubeError(404, "NotFound", "the server could not find the requested resource")
+    if gv not in RESOURCES:
+        raise KubeError(404, "NotFound", f"the server could not find the requested resource (groupVersion {gv})")
+    if not rest:
+        return {
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": gv,
+            "resources": [
+                {"name": plural, "singularName": kind.lower(), "namespaced": ns, "kind": kind, "verbs": VERBS}
+                for plural, kind, ns in RESOURCES[gv]
+            ],
+        }
+    namespace = None
+    if rest[0] == "namespaces" and len(rest) >= 3:
+        namespace, rest = rest[1], rest[2:]
+    plural, name, sub = rest[0], (rest[1] if len(rest) > 1 else None), tuple(rest[2:])
+    if (gv, plural) not in KINDS:
+        raise KubeError(404, "NotFound", f"the server could not find the requested resource ({gv} {plural})")
+    kind, namespaced = KINDS[(gv, plural)]
+    if namespace is not None and not namespaced:
+        raise KubeError(404, "NotFound", f"{plural} is not namespaced")
+    return Target(gv, plural, kind, namespaced, namespace, name, sub)
+
+
+VERBS = ["create", "delete", "get", "list", "patch"]
+
+
+def _selector(text: str) -> dict[str, str]:
+    pairs = [p for p in text.split(",") if p]
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise KubeError(400, "BadRequest", f"unable to parse requirement: {pair!r} (only key=value is served)")
+        out[key.strip()] = value.lstrip("=").strip()
+    return out
+
+
+def _field(obj: dict[str, Any], dotted: str) -> Any:
+    value: Any = obj
+    for part in dotted.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def _merge(base: Any, applied: Any) -> Any:
+    """Apply ``applied`` over ``base``: maps merge key by key, anything else (lists included) is replaced."""
+    if isinstance(base, dict) and isinstance(applied, dict):
+        out = dict(base)
+        for key, value in applied.items():
+            out[key] = _merge(base.get(key), value)
+        return out
+    return copy.deepcopy(applied)
+
+
+def _user_view(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object without status and server-owned metadata: what an apply can change."""
+    view = {k: v for k, v in obj.items() if k != "status"}
+    view["metadata"] = {k: v for k, v in obj.get("metadata", {}).items() if k not in SERVER_METADATA}
+    return view
+
+
+class KubeApi:
+    """Every cluster's Kubernetes API, the service proxy, and the hook to the KubeRay emulation."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self.sandbox = sandbox
+        self.clusters: dict[str, KubeCluster] = {}
+        self.kuberay: KubeRay | None = None
+        self._session: aiohttp.ClientSession | None = None
+
+    # --- clusters -----------------------------------------------------------------------------------------------
+    def cluster_for(self, cluster_id: str) -> KubeCluster:
+        """The API of a running GKE cluster (by its numeric id); 404 once the cluster is gone or not yet running."""
+        for resource in self.sandbox.store.of_kind("container.cluster"):
+            if resource.body.get("id") == cluster_id and resource.phase in ("ready", "deleting"):
+                if cluster_id not in self.clusters:
+                    self.clusters[cluster_id] = self._new_cluster(cluster_id, resource.key)
+                return self.clusters[cluster_id]
+        raise KubeError(404, "NotFound", f"no running cluster with id {cluster_id}")
+
+    def _new_cluster(self, cluster_id: str, key: str) -> KubeCluster:
+        cluster = KubeCluster(cluster_id, key)
+        for name in BUILTIN_NAMESPACES:
+            obj = cluster.new_object("v1", "Namespace", name, None, {"status": {"phase": "Active"}})
+            cluster.put("v1", "namespaces", obj)
+        return cluster
+
+    def endpoint(self, cluster_id: str) -> str:
+        """What the GKE cluster reports as its endpoint."""
+        return f"{self.sandbox.url}{PREFIX}{cluster_id}"
+
+    def drop_cluster(self, cluster_key: str) -> None:
+        """The GKE cluster is gone: so are its objects, and its RayClusters' Ray processes are stopped."""
+        for cluster_id, cluster in list(self.clusters.items()):
+            if cluster.cluster_key == cluster_key:
+                if self.kuberay is not None:
+                    self.kuberay.drop_cluster(cluster_id)
+                del self.clusters[cluster_id]
+
+    def reset(self) -> None:
+        """Forget every cluster (stopping every Ray)."""
+        for cluster in list(self.clusters.values()):
+            self.drop_cluster(cluster.cluster_key)
+
+    def inventory(self) -> list[dict[str, Any]]:
+        """Every object a client made (built-in namespaces left out), for the admin inventory."""
+        items = []
+        for cluster in self.clusters.values():
+            for (gv, plural, ns, name), obj in sorted(cluster.objects.items()):
+                if plural == "namespaces" and name in BUILTIN_NAMESPACES:
+                    continue
+                items.append(
+                    {
+                        "cluster": cluster.cluster_key,
+                        "apiVersion": gv,
+                        "kind": obj.get("kind"),
+                        "namespace": ns or None,
+                        "name": name,
+                        "resourceVersion": obj["metadata"].get("resourceVersion"),
+                        "labels": obj["metadata"].get("labels", {}),
+                    }
+                )
+        return items
+
+    # --- HTTP ---------------------------------------------------------------------------------------------------
+    async def handle(self, request: web.Request) -> web.Response:
+        """Answer one request under ``/kube/``."""
+        sb = self.sandbox
+        started = time.perf_counter()
+        raw = await request.read()
+        text = raw.decode("utf-8", errors="replace")
+        fault_id = None
+        status = 200
+        try:
+            fault = sb.faults.call_fault(request.method, request.path, request.query_string, text)
+            if fault is not None:
+                fault_id = fault.id
+                raise KubeError(fault.status or 500, "InternalError", fault.message or f"Injected fault {fault.id}")
+            cluster_id, segments = parse_path(request.path)
+            cluster = self.cluster_for(cluster_id)
+            target = resolve(segments)
+            if isinstance(target, dict):
+                response = web.json_response(target)
+            elif target.plural == "services" and target.sub[:1] == ("proxy",):
+                response = await self._proxy(request, cluster, target, raw)
+            else:
+                fault = sb.faults.operation_fault(request.method, request.path, request.query_string, text)
+                status, body = self._dispatch(request, cluster, target, text, fault)
+                if fault is not None:
+                    sb.faults.operation_started(request.method, request.path, request.query_string, fault, text)
+                    fault_id = fault.id
+                response = web.json_response(body, status=status)
+        except KubeError as exc:
+            response = web.json_response(exc.status(), status=exc.code)
+        status = response.status
+        sb.calls.append(
+            time=sb.now(),
+            method=request.method,
+            path=request.path,
+            query=request.query_string,
+            service="kubernetes",
+            status=status,
+            duration_ms=round(1000 * (time.perf_counter() - started), 3),
+            operations=[],
+            fault=fault_id,
+            error=None if status < 400 else _message(response),
+        )
+        return response
+
+    def _dispatch(
+        self, request: web.Request, cluster: KubeCluster, target: Target, text: str, fault: Any
+    ) -> tuple[int, dict[str, Any]]:
+        method = request.method
+        if target.sub:
+            raise KubeError(404, "NotFound", f"subresource {'/'.join(target.sub)} is not served")
+        if target.namespace is not None and cluster.get("v1", "namespaces", None, target.namespace) is None:
+            raise not_found("namespaces", target.namespace)
+        if method == "GET" and target.name is None:
+            return 200, self._list(cluster, target, request)
+        if method == "GET":
+            obj = cluster.get(target.group_version, target.plural, target.namespace, target.name or "")
+            if obj is None:
+                raise not_found(target.plural, target.name or "", target.group)
+            return 200, obj
+        if method == "POST" and target.name is None:
+            return 201, self._create(cluster, target, self._body(text, "application/json"))
+        if method == "PATCH" and target.name is not None:
+            if request.content_type != APPLY_PATCH:
+                raise KubeError(415, "UnsupportedMediaType", f"the sandbox serves only {APPLY_PATCH} patches")
+            if not request.query.get("fieldManager"):
+                raise KubeError(400, "BadRequest", "PATCH with apply-patch needs the fieldManager query parameter")
+            return self._apply(cluster, target, self._body(text, APPLY_PATCH), request.query["fieldManager"], fault)
+        if method == "DELETE" and target.name is not None:
+            return 200, self._delete(cluster, target)
+        raise KubeError(405, "MethodNotAllowed", f"{method} is not served on this path")
+
+    @staticmethod
+    def _body(text: str, content_type: str) -> dict[str, Any]:
+        try:
+            body = yaml.safe_load(text) if content_type == APPLY_PATCH else json.loads(text)
+        except (ValueError, yaml.YAMLError) as exc:
+            raise KubeError(400, "BadRequest", f"the body is not a valid object: {exc}") from exc
+        if not isinstance(body, dict):
+            raise KubeError(400, "BadRequest", "the body must be an object")
+        return body
+
+    def _check_body(self, target: Target, body: dict[str, Any], name: str | None) -> dict[str, Any]:
+        if body.get("apiVersion") != target.group_version or body.get("kind") != target.kind:
+            raise KubeError(
+                400,
+                "BadRequest",
+                f"the body is {body.get('apiVersion')}/{body.get('kind')}, the path is {target.group_version}"
+                f"/{target.kind}",
+            )
+        meta = body.get("metadata") or {}
+        if not meta.get("name"):
+            raise KubeError(422, "Invalid", f'{target.kind} is invalid: metadata.name: Required value"')
+        if name is not None and meta["name"] != name:
+            raise KubeError(400, "BadRequest", f"the name in the body ({meta['name']}) does not match the URL ({name})")
+        body_ns = meta.get("namespace")
+        if target.namespaced:
+            if body_ns is not None and body_ns != target.namespace:
+                raise KubeError(400, "BadRequest", f"the namespace of the object ({body_ns}) does not match the URL's")
+            meta["namespace"] = target.namespace
+        elif body_ns:
+            raise KubeError(400, "BadRequest", f"{target.kind} is cluster-scoped; metadata.namespace must be unset")
+        return body
+
+    def _create(self, cluster: KubeCluster, target: Target, body: dict[str, Any]) -> dict[str, Any]:
+        body = self._check_body(target, copy.deepcopy(body), None)
+        name = body["metadata"]["name"]
+        if cluster.get(target.group_version, target.plural, target.namespace, name) is not None:
+            raise KubeError(
+                409,
+                "AlreadyExists",
+                f'{target.plural} "{name}" already exists',
+                {"name": name, "group": target.group, "kind": target.plural},
+            )
+        body.pop("status", None)
+        body["metadata"] = {k: v for k, v in body["metadata"].items() if k not in SERVER_METADATA}
+        _server_metadata(body["metadata"])
+        obj = cluster.put(target.group_version, target.plural, body)
+        self._created(cluster, target, obj, None)
+        return obj
+
+    def _apply(
+        self, cluster: KubeCluster, target: Target, body: dict[str, Any], manager: str, fault: Any
+    ) -> tuple[int, dict[str, Any]]:
+        """Server-side apply: create the object, or merge the applied fields into it; unchanged keeps its version."""
+        body = self._check_body(target, copy.deepcopy(body), target.name)
+        body.pop("status", None)
+        applied_meta = {k: v for k, v in body["metadata"].items() if k not in SERVER_METADATA}
+        existing = cluster.get(target.group_version, target.plural, target.namespace, target.name or "")
+        managed = [{"manager": manager, "operation": "Apply", "apiVersion": target.group_version}]
+        if existing is None:
+            obj = {**body, "metadata": applied_meta}
+            _server_metadata(obj["metadata"])
+            obj["metadata"]["managedFields"] = managed
+            obj = cluster.put(target.group_version, target.plural, obj)
+            self._created(cluster, target, obj, fault)
+            return 201, obj
+        if existing["metadata"].get("deletionTimestamp"):
+            raise KubeError(409, "Conflict", f'{target.plural} "{target.name}" is being deleted')
+        merged = _merge(_user_view(existing), {**body, "metadata": applied_meta})
+        if merged == _user_view(existing):
+            return 200, existing
+        obj = {**merged, "status": existing.get("status", {})}
+        obj["metadata"] = {**merged["metadata"], **{k: existing["metadata"][k] for k in SERVER_METADATA[:3]}}
+        spec_changed = merged.get("spec") != existing.get("spec")
+        obj["metadata"]["generation"] = existing["metadata"].get("generation", 1) + int(spec_changed)
+        obj["metadata"]["managedFields"] = managed
+        return 200, cluster.put(target.group_version, target.plural, obj)
+
+    def _created(self, cluster: KubeCluster, target: Target, obj: dict[str, Any], fault: Any) -> None:
+        """What controllers do with a new object: bind a PVC to its PV, start KubeRay on a RayCluster."""
+        if target.plural == "persistentvolumeclaims":
+            volume = (obj.get("spec") or {}).get("volumeName")
+            bound = volume and cluster.get("v1", "persistentvolumes", None, volume) is not None
+            obj["status"] = {"phase": "Bound" if bound else "Pending"}
+        elif target.plural == "persistentvolumes":
+            obj["status"] = {"phase": "Available"}
+        elif target.plural == "rayclusters" and self.kuberay is not None:
+            hang = fault is not None and getattr(fault, "operation", None) == "hang"
+            self.kuberay.created(cluster, obj, stuck_message=(fault.message or "") if hang else None)
+
+    def _delete(self, cluster: KubeCluster, target: Target) -> dict[str, Any]:
+        name = target.name or ""
+        obj = cluster.get(target.group_version, target.plural, target.namespace, name)
+        if obj is None:
+            raise not_found(target.plural, name, target.group)
+        if target.plural == "rayclusters" and self.kuberay is not None:
+            # KubeRay's finalizer keeps the object until its pods are gone: here, until its Ray has stopped.
+            if not obj["metadata"].get("deletionTimestamp"):
+                obj["metadata"]["deletionTimestamp"] = formats.rfc3339(time.time())
+                cluster.put(target.group_version, target.plural, obj)
+                self.kuberay.deleting(cluster, obj)
+            return obj
+        cluster.remove(target.group_version, target.plural, target.namespace, name)
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Success",
+            "details": {"name": name, "group": target.group, "kind": target.plural, "uid": obj["metadata"]["uid"]},
+        }
+
+    def _list(self, cluster: KubeCluster, target: Target, request: web.Request) -> dict[str, Any]:
+        labels = _selector(request.query.get("labelSelector", ""))
+        fields = _selector(request.query.get("fieldSelector", ""))
+        items = []
+        for obj in cluster.of(target.group_version, target.plural, target.namespace):
+            obj_labels = obj["metadata"].get("labels") or {}
+            if any(obj_labels.get(k) != v for k, v in labels.items()):
+                continue
+            if any(str(_field(obj, k)) != v for k, v in fields.items()):
+                continue
+            items.append(obj)
+        return {
+            "kind": f"{target.kind}List",
+            "apiVersion": target.group_version,
+            "metadata": {"resourceVersion": str(cluster.revision)},
+            "items": items,
+        }
+
+    # --- service proxy -----------------------------------------------------------------------------------------
+    async def _proxy(self, request: web.Request, cluster: KubeCluster, target: Target, raw: bytes) -> web.Response:
+        """Forward ``services/{name}:{port}/proxy/...`` to the local process behind that service."""
+        service_name, _, port = (target.name or "").partition(":")
+        service = cluster.get("v1", "services", target.namespace, service_name)
+        if service is None:
+            raise not_found("services", service_name)
+        backend = (self.kuberay.backend(cluster, service, port) if self.kuberay is not None else None) or ""
+        if not backend:
+            raise KubeError(503, "ServiceUnavailable", f'no endpoints available for service "{service_name}"')
+        url = backend + "/" + "/".join(target.sub[1:])
+        if request.path.endswith("/") and not url.endswith("/"):
+            url += "/"
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300))
+        try:
+            async with self._session.request(
+                request.method, url, params=request.query, data=raw or None, headers=headers
+            ) as upstream:
+                body = await upstream.read()
+                content_type = upstream.headers.get("Content-Type", "application/octet-stream")
+                return web.Response(status=upstream.status, body=body, headers={"Content-Type": content_type})
+        except aiohttp.ClientError as exc:
+            raise KubeError(503, "ServiceUnavailable", f"error trying to reach service: {exc}") from exc
+
+    async def close(self) -> None:
+        """Close the proxy's HTTP session."""
+        if self._session is not None and not self._session.closed:
+            await self._session.close()
+
+
+def _message(response: web.Response) -> str | None:
+    try:
+        return str(json.loads(response.body).get("message"))  # type: ignore[arg-type]
+    except (ValueError, TypeError, AttributeError):
+        return None

@@ -1,0 +1,431 @@
+"""KubeRay, emulated: every RayCluster applied to a sandbox cluster gets a real local Ray head.
+
+For a new RayCluster the controller makes its pods (Pending), finds the local directory behind the head's ``/data``
+volume (PVC -> PV -> the Lustre volume handle -> the sandbox Lustre instance's data directory), and runs
+``ray start --head --block`` on 127.0.0.1 with its own ports and temp dir, with ``SANDBOX_DATA_DIR`` set to that
+directory so jobs can map ``/data`` onto it. When the dashboard answers, the pods turn Running, the head service
+``{name}-head-svc`` appears and the conditions ``HeadPodReady`` and ``RayClusterProvisioned`` turn True.
+
+Deleting the RayCluster stops that Ray by its own process group (never ``ray stop``, which stops every Ray on the
+machine), and only then does the object go, as KubeRay's finalizer does. Deleting the GKE cluster stops its Rays too.
+
+What stays fake: the worker pods are shown but not run (there are no GPUs); everything runs on the head.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+
+from sandbox import formats
+
+if TYPE_CHECKING:
+    from sandbox.context import Sandbox
+    from sandbox.kube import KubeApi, KubeCluster
+
+log = logging.getLogger("sandbox.kuberay")
+HOST = "127.0.0.1"
+DASHBOARD_PORT = "8265"
+READY_TIMEOUT_S = 180.0
+STOP_TIMEOUT_S = 20.0
+DEFAULT_STUCK_MESSAGE = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu. preemption: 0/4 nodes are available."
+# Ray's ports, one free port each: two heads on one machine would otherwise collide on Ray's defaults.
+PORT_FLAGS = (
+    "--port",
+    "--dashboard-port",
+    "--ray-client-server-port",
+    "--dashboard-agent-listen-port",
+    "--dashboard-agent-grpc-port",
+    "--metrics-export-port",
+    "--runtime-env-agent-port",
+)
+
+
+@dataclass
+class RayHead:
+    """One RayCluster's local Ray: its process, ports, temp dir and log."""
+
+    cluster_id: str
+    namespace: str
+    name: str
+    head_pod: str
+    worker_pods: list[str]
+    process: asyncio.subprocess.Process | None = None
+    dashboard_port: int = 0
+    temp_dir: str = ""
+    log_path: str = ""
+    data_dir: str = ""
+    ready: bool = False
+    stopping: bool = False
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    @property
+    def pid(self) -> int | None:
+        """The PID of ``ray start --block`` (the leader of the Ray process group)."""
+        return self.process.pid if self.process is not None else None
+
+    def to_json(self) -> dict[str, Any]:
+        """The admin inventory entry."""
+        return {
+            "cluster_id": self.cluster_id,
+            "namespace": self.namespace,
+            "raycluster": self.name,
+            "pid": self.pid,
+            "dashboard": f"http://{HOST}:{self.dashboard_port}" if self.dashboard_port else None,
+            "ready": self.ready,
+            "data_dir": self.data_dir,
+            "log": self.log_path,
+        }
+
+
+def _free_ports(count: int) -> list[int]:
+    sockets = []
+    try:
+        for _ in range(count):
+            probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            probe.bind((HOST, 0))
+            sockets.append(probe)
+        return [int(s.getsockname()[1]) for s in sockets]
+    finally:
+        for probe in sockets:
+            probe.close()
+
+
+class KubeRay:
+    """The RayCluster controller of every sandbox cluster."""
+
+    def __init__(self, sandbox: Sandbox, api: KubeApi) -> None:
+        self.sandbox = sandbox
+        self.api = api
+        self.heads: dict[tuple[str, str, str], RayHead] = {}
+
+    # --- called by the API ----------------------------------------------------------------------------------------
+    def created(self, cluster: KubeCluster, obj: dict[str, Any], stuck_message: str | None) -> None:
+        """A RayCluster was created: make its pods and start reconciling it."""
+        meta = obj["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        suffix = secrets.token_hex(3)[:5]
+        workers = []
+        for group in (obj.get("spec") or {}).get("workerGroupSpecs") or []:
+            for n in range(int(group.get("replicas") or 0)):
+                workers.append(f"{name}-{group.get('groupName', 'workers')}-worker-{suffix}{n}")
+        head = RayHead(cluster.cluster_id, namespace, name, f"{name}-head-{suffix}", workers)
+        self.heads[(cluster.cluster_id, namespace, name)] = head
+        for pod in [head.head_pod, *workers]:
+            role = "head" if pod == head.head_pod else "worker"
+            labels = {"ray.io/cluster": name, "ray.io/node-type": role, **(meta.get("labels") or {})}
+            body = {"metadata": {"labels": labels}, "spec": {}, "status": _pending_status("ContainerCreating", "")}
+            cluster.put("v1", "pods", cluster.new_object("v1", "Pod", pod, namespace, body))
+        self._set_conditions(cluster, head, head_ready=False, reason="HeadPodNotReady")
+        task = asyncio.get_running_loop().create_task(self._reconcile(cluster, head, stuck_message))
+        head.tasks.append(task)
+
+    def deleting(self, cluster: KubeCluster, obj: dict[str, Any]) -> None:
+        """A RayCluster was deleted: stop its Ray, then remove its pods, service and the object itself."""
+        head = self.heads.get((cluster.cluster_id, obj["metadata"]["namespace"], obj["metadata"]["name"]))
+        task = asyncio.get_running_loop().create_task(self._finalize(cluster, head, obj))
+        if head is not None:
+            head.tasks.append(task)
+
+    def drop_cluster(self, cluster_id: str) -> None:
+        """The GKE cluster is gone: stop every Ray it had (in the background; the inventory shows them until then)."""
+        loop = asyncio.get_running_loop()
+        for key, head in list(self.heads.items()):
+            if head.cluster_id == cluster_id:
+                head.tasks.append(loop.create_task(self._stop_and_forget(key, head)))
+
+    def backend(self, cluster: KubeCluster, service: dict[str, Any], port: str) -> str | None:
+        """The local URL behind ``service:port``, when it is a ready head service's dashboard port."""
+        for head in self.heads.values():
+            if (
+                head.cluster_id == cluster.cluster_id
+                and service["metadata"]["name"] == f"{head.name}-head-svc"
+                and service["metadata"].get("namespace") == head.namespace
+                and port in (DASHBOARD_PORT, "dashboard")
+                and head.ready
+            ):
+                return f"http://{HOST}:{head.dashboard_port}"
+        return None
+
+    def inventory(self) -> list[dict[str, Any]]:
+        """Every Ray head the sandbox runs (or is stopping)."""
+        return [head.to_json() for head in self.heads.values()]
+
+    async def shutdown(self) -> None:
+        """Stop every Ray (the sandbox is stopping)."""
+        await asyncio.gather(*(self._stop_and_forget(key, head) for key, head in list(self.heads.items())))
+
+    # --- reconciling ------------------------------------------------------------------------------------------------
+    async def _reconcile(self, cluster: KubeCluster, head: RayHead, stuck_message: str | None) -> None:
+        try:
+            if stuck_message is not None:
+                # The injected fault: the head pod can never be scheduled, as on a cluster without capacity.
+                self._pending(cluster, head, "Unschedulable", stuck_message or DEFAULT_STUCK_MESSAGE)
+                return
+            while not head.stopping:
+                data_dir, problem = self._data_dir(cluster, head)
+                if data_dir is not None:
+                    break
+                self._pending(cluster, head, "Unschedulable", problem)
+                await asyncio.sleep(1.0)
+            if head.stopping:
+                return
+            head.data_dir = str(data_dir)
+            await self._start(head)
+            if await self._wait_dashboard(head):
+                self._running(cluster, head)
+                head.tasks.append(asyncio.get_running_loop().create_task(self._watch(cluster, head)))
+            elif not head.stopping:
+                self._crashed(cluster, head, "the Ray dashboard did not answer in time")
+        except Exception:
+            log.exception("reconciling RayCluster %s failed", head.name)
+            self._crashed(cluster, head, "the sandbox's KubeRay emulation failed (see the sandbox log)")
+
+    def _data_dir(self, cluster: KubeCluster, head: RayHead) -> tuple[Path | None, str]:
+        """The local directory behind the head pod's PVC volume (its Lustre instance), or why there is none."""
+        obj = cluster.get("ray.io/v1", "rayclusters", head.namespace, head.name)
+        if obj is None:
+            return None, "the RayCluster is gone"
+        template = obj.get("spec", {}).get("headGroupSpec", {}).get("template", {}).get("spec", {})
+        claims = [
+            v["persistentVolumeClaim"]["claimName"]
+            for v in template.get("volumes") or []
+            if isinstance(v.get("persistentVolumeClaim"), dict)
+        ]
+        if not claims:
+            return Path(tempfile.gettempdir()), ""
+        claim = cluster.get("v1", "persistentvolumeclaims", head.namespace, claims[0])
+        if claim is None:
+            return None, f'persistentvolumeclaim "{claims[0]}" not found'
+        volume_name = (claim.get("spec") or {}).get("volumeName")
+        volume = cluster.get("v1", "persistentvolumes", None, volume_name or "")
+        if volume is None:
+            return None, f'0/1 nodes are available: persistentvolume "{volume_name}" not found.'
+        handle = ((volume.get("spec") or {}).get("csi") or {}).get("volumeHandle", "")
+        project, _, rest = handle.partition("/")
+        zone, _, instance = rest.partition("/")
+        lustre = self.sandbox.store.get(f"projects/{project}/locations/{zone}/instances/{instance}")
+        if lustre is None or lustre.phase != "ready":
+            return None, f"MountVolume.SetUp failed for volume {volume_name!r}: Lustre instance {handle} is not ready"
+        return Path(lustre.extra["data_dir"]), ""
+
+    async def _start(self, head: RayHead) -> None:
+        ports = _free_ports(len(PORT_FLAGS))
+        head.dashboard_port = ports[1]
+        # Ray's socket paths must stay under 108 bytes, so the temp dir is short and not under the state dir.
+        head.temp_dir = tempfile.mkdtemp(prefix="sbray-")
+        head.log_path = str(self.sandbox.state_dir / "ray" / f"{head.cluster_id}-{head.namespace}-{head.name}.log")
+        Path(head.log_path).parent.mkdir(parents=True, exist_ok=True)
+        ray = Path(sys.executable).parent / "ray"
+        port_args = [f"{flag}={port}" for flag, port in zip(PORT_FLAGS, ports, strict=True)]
+        args = [str(ray), "start", "--head", "--block", *port_args]
+        args += [
+            "--min-worker-port=0",
+            "--max-worker-port=0",
+            f"--node-ip-address={HOST}",
+            f"--dashboard-host={HOST}",
+            f"--temp-dir={head.temp_dir}",
+            "--num-cpus=2",
+            "--object-store-memory=200000000",
+            "--include-dashboard=true",
+            "--disable-usage-stats",
+        ]
+        env = {**os.environ, "SANDBOX_DATA_DIR": head.data_dir, "RAY_USAGE_STATS_ENABLED": "0"}
+        with open(head.log_path, "ab") as out:
+            head.process = await asyncio.create_subprocess_exec(
+                *args, stdout=out, stderr=asyncio.subprocess.STDOUT, env=env, start_new_session=True
+            )
+        log.info("RayCluster %s: ray start pid %s, dashboard port %s", head.name, head.pid, head.dashboard_port)
+
+    async def _wait_dashboard(self, head: RayHead) -> bool:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        url = f"http://{HOST}:{head.dashboard_port}/api/version"
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session:
+            while time.monotonic() < deadline and not head.stopping:
+                if head.process is not None and head.process.returncode is not None:
+                    return False
+                with contextlib.suppress(aiohttp.ClientError, TimeoutError, OSError):
+                    async with session.get(url) as response:
+                        if response.status == 200:
+                            return True
+                await asyncio.sleep(0.5)
+        return False
+
+    async def _watch(self, cluster: KubeCluster, head: RayHead) -> None:
+        """A Ray that exits on its own is a crashed head pod."""
+        assert head.process is not None
+        code = await head.process.wait()
+        if not head.stopping:
+            self._crashed(cluster, head, f"ray start exited with code {code}")
+
+    # --- status -----------------------------------------------------------------------------------------------------
+    def _pending(self, cluster: KubeCluster, head: RayHead, reason: str, message: str) -> None:
+        pod = cluster.get("v1", "pods", head.namespace, head.head_pod)
+        if pod is None:
+            return
+        status = _pending_status(reason, message)
+        if pod.get("status") != status:
+            pod["status"] = status
+            cluster.put("v1", "pods", pod)
+            self._event(cluster, head, "FailedScheduling" if reason == "Unschedulable" else reason, message)
+
+    def _running(self, cluster: KubeCluster, head: RayHead) -> None:
+        head.ready = True
+        for pod_name in [head.head_pod, *head.worker_pods]:
+            pod = cluster.get("v1", "pods", head.namespace, pod_name)
+            if pod is not None:
+                pod["status"] = {
+                    "phase": "Running",
+                    "podIP": HOST,
+                    "conditions": [
+                        {"type": "PodScheduled", "status": "True"},
+                        {"type": "Ready", "status": "True"},
+                    ],
+                    "containerStatuses": [{"name": "ray", "ready": True, "state": {"running": {}}}],
+                }
+                cluster.put("v1", "pods", pod)
+        service = cluster.new_object(
+            "v1",
+            "Service",
+            f"{head.name}-head-svc",
+            head.namespace,
+            {
+                "metadata": {"labels": {"ray.io/cluster": head.name}},
+                "spec": {
+                    "selector": {"ray.io/cluster": head.name, "ray.io/node-type": "head"},
+                    "ports": [
+                        {"name": "dashboard", "port": int(DASHBOARD_PORT)},
+                        {"name": "gcs-server", "port": 6379},
+                        {"name": "client", "port": 10001},
+                    ],
+                },
+            },
+        )
+        cluster.put("v1", "services", service)
+        self._set_conditions(cluster, head, head_ready=True, reason="HeadPodRunningAndReady")
+
+    def _crashed(self, cluster: KubeCluster, head: RayHead, message: str) -> None:
+        head.ready = False
+        pod = cluster.get("v1", "pods", head.namespace, head.head_pod)
+        if pod is not None:
+            pod["status"] = {
+                "phase": "Running",
+                "conditions": [{"type": "Ready", "status": "False", "reason": "ContainersNotReady"}],
+                "containerStatuses": [
+                    {
+                        "name": "ray",
+                        "ready": False,
+                        "restartCount": 1,
+                        "state": {"waiting": {"reason": "CrashLoopBackOff", "message": message}},
+                    }
+                ],
+            }
+            cluster.put("v1", "pods", pod)
+            self._event(cluster, head, "BackOff", f"Back-off restarting failed container ray: {message}")
+        self._set_conditions(cluster, head, head_ready=False, reason="HeadPodNotReady")
+
+    def _set_conditions(self, cluster: KubeCluster, head: RayHead, *, head_ready: bool, reason: str) -> None:
+        obj = cluster.get("ray.io/v1", "rayclusters", head.namespace, head.name)
+        if obj is None:
+            return
+        now = formats.rfc3339(time.time())
+        status = "True" if head_ready else "False"
+        provisioned = obj.get("status", {}).get("conditions", [])
+        was_provisioned = any(c["type"] == "RayClusterProvisioned" and c["status"] == "True" for c in provisioned)
+        obj["status"] = {
+            # state is deprecated (kuberay #2188) but kept, as KubeRay still sets it.
+            "state": "ready" if head_ready else "",
+            "desiredWorkerReplicas": len(head.worker_pods),
+            "readyWorkerReplicas": len(head.worker_pods) if head_ready else 0,
+            "head": {"podName": head.head_pod, "podIP": HOST if head_ready else "", "serviceIP": HOST},
+            "conditions": [
+                {"type": "HeadPodReady", "status": status, "reason": reason, "lastTransitionTime": now},
+                {
+                    "type": "RayClusterProvisioned",
+                    "status": "True" if head_ready or was_provisioned else "False",
+                    "reason": "AllPodRunningAndReadyFirstTime" if head_ready else "RayClusterPodsProvisioning",
+                    "lastTransitionTime": now,
+                },
+            ],
+        }
+        cluster.put("ray.io/v1", "rayclusters", obj)
+
+    def _event(self, cluster: KubeCluster, head: RayHead, reason: str, message: str) -> None:
+        name = f"{head.head_pod}.{secrets.token_hex(8)}"
+        body = {
+            "involvedObject": {"kind": "Pod", "name": head.head_pod, "namespace": head.namespace},
+            "reason": reason,
+            "message": message,
+            "type": "Warning",
+            "count": 1,
+            "lastTimestamp": formats.rfc3339(time.time()),
+        }
+        cluster.put("v1", "events", cluster.new_object("v1", "Event", name, head.namespace, body))
+
+    # --- stopping ---------------------------------------------------------------------------------------------------
+    async def _finalize(self, cluster: KubeCluster, head: RayHead | None, obj: dict[str, Any]) -> None:
+        meta = obj["metadata"]
+        if head is not None:
+            await self._stop_and_forget((cluster.cluster_id, head.namespace, head.name), head)
+            for pod in [head.head_pod, *head.worker_pods]:
+                cluster.remove("v1", "pods", head.namespace, pod)
+            cluster.remove("v1", "services", head.namespace, f"{head.name}-head-svc")
+        cluster.remove("ray.io/v1", "rayclusters", meta["namespace"], meta["name"])
+
+    async def _stop_and_forget(self, key: tuple[str, str, str], head: RayHead) -> None:
+        head.stopping = True
+        head.ready = False
+        await _stop(head)
+        for task in head.tasks:
+            if task is not asyncio.current_task() and not task.done():
+                task.cancel()
+        self.heads.pop(key, None)
+
+
+async def _stop(head: RayHead) -> None:
+    """Stop one Ray by its own process group: SIGTERM, then SIGKILL after a grace period."""
+    process = head.process
+    if process is not None and process.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(process.wait(), STOP_TIMEOUT_S)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            await process.wait()
+    if process is not None:
+        # `ray start --block` stops its children on SIGTERM; anything left in the group goes too.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+    if head.temp_dir:
+        shutil.rmtree(head.temp_dir, ignore_errors=True)
+
+
+def _pending_status(reason: str, message: str) -> dict[str, Any]:
+    if reason == "Unschedulable":
+        return {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": reason, "message": message}],
+        }
+    return {
+        "phase": "Pending",
+        "conditions": [{"type": "PodScheduled", "status": "True"}],
+        "containerStatuses": [
+            {"name": "ray", "ready": False, "state": {"waiting": {"reason": reason, "message": message}}}
+        ],
+    }

@@ -1,0 +1,293 @@
+"""The Kubernetes side against the sandbox: the sync hook's apply/delete, the RayCluster trigger, the service proxy.
+
+Real HTTP throughout: the GKE cluster is created through the production resources, its API is the sandbox's, and a
+RayCluster starts a real local Ray head (stopped by PID when it is deleted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import time
+import urllib.request
+from typing import Any
+
+import pytest
+from sandbox.testing import SandboxProcess, pid_alive
+
+from nemo_rl_gke.gcp.hooks import GcpHook
+from nemo_rl_gke.gcp.resources import resources
+from nemo_rl_gke.kube.access import ClusterAccess, ClusterUnreachableError, dashboard_address
+from nemo_rl_gke.kube.client import KubeApiError, KubeHook, ObjectRef
+from nemo_rl_gke.kube.objects import (
+    InvalidManifestError,
+    NotOwnedObjectError,
+    apply_objects,
+    delete_objects,
+    group_objects,
+    lustre_ip,
+)
+from nemo_rl_gke.kube.raycluster import diagnose
+from nemo_rl_gke.spec import RunSpec
+from nemo_rl_gke.triggers.raycluster import CLASSPATH, RayClusterTrigger
+from tests.gcp.conftest import ensure_done
+
+pytestmark = pytest.mark.airflow
+
+
+@pytest.fixture
+def cluster_spec(spec: RunSpec, hook: GcpHook) -> RunSpec:
+    """A running GKE cluster and a ready Lustre instance (with its network and peering) in the test's project."""
+    found = resources(spec)
+    for key in ("net", "cluster", "peering-range", "peering", "lustre"):
+        ensure_done(found[key], hook)
+    return spec
+
+
+def _kube(spec: RunSpec, hook: GcpHook) -> KubeHook:
+    return KubeHook(spec, hook)
+
+
+def _trigger(spec: RunSpec, wait_for: str = "ready", timeout: float = 120.0) -> RayClusterTrigger:
+    return RayClusterTrigger(
+        cluster_path=spec.cluster_path,
+        namespace=spec.namespace,
+        name=spec.raycluster_name,
+        wait_for=wait_for,
+        poll_interval=0.2,
+        timeout=timeout,
+    )
+
+
+async def _first_event(trigger: RayClusterTrigger, timeout: float = 150.0) -> dict[str, Any]:
+    async def first() -> dict[str, Any]:
+        async for event in trigger.run():
+            return dict(event.payload)
+        raise AssertionError("the trigger ended without an event")
+
+    return await asyncio.wait_for(first(), timeout)
+
+
+def _ray_heads(sandbox: SandboxProcess) -> list[dict[str, Any]]:
+    return sandbox.full_inventory()["ray_heads"]
+
+
+def test_cluster_access_comes_from_the_gke_cluster(
+    cluster_spec: RunSpec, hook: GcpHook, sandbox: SandboxProcess
+) -> None:
+    access = _kube(cluster_spec, hook).access
+    assert access.host.startswith(f"{sandbox.url}/kube/")
+    assert dashboard_address(cluster_spec, access).url == access.host + cluster_spec.dashboard_proxy_path
+    direct = RunSpec.from_conf({**cluster_spec.to_conf(), "ray_dashboard_url": "http://10.0.0.7:8265/"})
+    assert dashboard_address(direct, None).url == "http://10.0.0.7:8265"
+    assert not dashboard_address(direct, None).needs_token
+    # A real GKE endpoint is a bare IP with a CA: HTTPS, and the CA decoded for verification.
+    real = ClusterAccess.from_cluster(
+        {"status": "RUNNING", "endpoint": "34.1.2.3", "masterAuth": {"clusterCaCertificate": "UEVN"}}, "c"
+    )
+    assert real == ClusterAccess("https://34.1.2.3", "PEM")
+    with pytest.raises(ClusterUnreachableError, match="PROVISIONING"):
+        ClusterAccess.from_cluster({"status": "PROVISIONING", "endpoint": "34.1.2.3"}, "c")
+
+
+def test_apply_creates_then_reapply_changes_nothing_and_delete_treats_404_as_done(
+    cluster_spec: RunSpec, hook: GcpHook, sandbox: SandboxProcess
+) -> None:
+    kube = _kube(cluster_spec, hook)
+    address = lustre_ip(cluster_spec, hook)
+    objects = [
+        *group_objects(cluster_spec, "nccl-installer"),
+        *group_objects(cluster_spec, "network-mapping"),
+        *group_objects(cluster_spec, "lustre-storage", lustre_address=address),
+    ]
+    first = apply_objects(kube, objects, adopt=False)
+    assert {r.action for r in first} == {"created"} and len(first) == len(objects) == 21
+    pv = kube.get(ObjectRef("v1", "PersistentVolume", cluster_spec.lustre_pv))
+    assert pv is not None and pv["spec"]["csi"]["volumeAttributes"]["ip"] == address
+    assert pv["metadata"]["labels"]["managed-by"] == "airflow-nemo-rl-gke"
+    pvc = kube.get(ObjectRef("v1", "PersistentVolumeClaim", cluster_spec.lustre_pvc, cluster_spec.namespace))
+    assert pvc is not None and pvc["status"]["phase"] == "Bound"
+
+    second = apply_objects(kube, objects, adopt=False)
+    assert {r.action for r in second} == {"unchanged"}
+    assert [r.resource_version for r in second] == [r.resource_version for r in first]
+
+    changed = copy.deepcopy(objects)
+    changed[1]["spec"]["deviceMode"] = "RDMA"
+    third = apply_objects(kube, changed, adopt=False)
+    assert [r.action for r in third].count("configured") == 1
+
+    deleted = delete_objects(kube, objects)
+    assert {r.action for r in deleted} == {"deleted"}
+    assert {r.action for r in delete_objects(kube, objects)} == {"absent"}
+    assert sandbox.full_inventory()["kubernetes"] == []
+
+
+def test_an_unowned_object_is_refused_adopted_on_request_and_never_deleted(
+    cluster_spec: RunSpec, hook: GcpHook
+) -> None:
+    kube = _kube(cluster_spec, hook)
+    ours = group_objects(cluster_spec, "network-mapping")[:1]
+    foreign = copy.deepcopy(ours[0])
+    foreign["metadata"]["labels"] = {"team": "someone-else"}
+    kube.apply(foreign)
+    with pytest.raises(NotOwnedObjectError, match="adopt_existing=true"):
+        apply_objects(kube, ours, adopt=False)
+    assert [r.action for r in apply_objects(kube, ours, adopt=True)] == ["adopted"]
+    assert [r.action for r in delete_objects(kube, ours)] == ["kept-unowned"]
+    assert kube.get(ObjectRef.of(ours[0])) is not None
+
+
+def test_manifests_are_validated_at_apply_time(cluster_spec: RunSpec, hook: GcpHook) -> None:
+    bad = group_objects(cluster_spec, "network-mapping")[:1]
+    bad[0]["spec"]["deviceMode"] = 7
+    with pytest.raises(InvalidManifestError, match="deviceMode"):
+        apply_objects(_kube(cluster_spec, hook), bad, adopt=False)
+
+
+def test_api_errors_are_kubernetes_status_errors(cluster_spec: RunSpec, hook: GcpHook) -> None:
+    kube = _kube(cluster_spec, hook)
+    with pytest.raises(KubeApiError) as refused:
+        kube.request("POST", "/api/v1/namespaces/nowhere/serviceaccounts", body={"apiVersion": "v1"})
+    assert refused.value.status == 404 and 'namespaces "nowhere" not found' in str(refused.value)
+    with pytest.raises(KubeApiError, match="does not serve Widget"):
+        kube.resource_info("v1", "Widget")
+
+
+def test_a_raycluster_runs_a_real_ray_reachable_through_the_service_proxy_and_stops_by_pid(
+    cluster_spec: RunSpec, hook: GcpHook, sandbox: SandboxProcess
+) -> None:
+    kube = _kube(cluster_spec, hook)
+    storage = group_objects(cluster_spec, "lustre-storage", lustre_address=lustre_ip(cluster_spec, hook))
+    raycluster = group_objects(cluster_spec, "raycluster")
+    apply_objects(kube, [*storage, *raycluster], adopt=False)
+    try:
+        # Still waiting: the head takes seconds to start, and a short run of the trigger yields nothing.
+        with pytest.raises(TimeoutError):
+            asyncio.run(_first_event(_trigger(cluster_spec), timeout=0.5))
+        event = asyncio.run(_first_event(_trigger(cluster_spec)))
+        assert event["status"] == "success", event
+        heads = _ray_heads(sandbox)
+        assert len(heads) == 1 and pid_alive(heads[0]["pid"])
+        # /data is the Lustre instance's directory, and Ray learns it from SANDBOX_DATA_DIR.
+        lustre = next(r for r in sandbox.inventory() if r["path"] == cluster_spec.lustre_path)
+        assert heads[0]["data_dir"] == lustre["data_dir"]
+
+        address = kube.dashboard()
+        request = urllib.request.Request(address.url + "/api/version", headers=kube.dashboard_headers(address))
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert json.loads(response.read())["ray_version"] == "2.60.0"
+    finally:
+        results = delete_objects(kube, [*storage, *raycluster])
+    assert any(r.action == "deleted" and r.ref.kind == "RayCluster" for r in results)
+    assert asyncio.run(_first_event(_trigger(cluster_spec, "deleted")))["status"] == "success"
+    assert _ray_heads(sandbox) == [] and not pid_alive(heads[0]["pid"])
+
+
+def test_a_raycluster_that_never_gets_ready_times_out_naming_the_condition_and_the_pod_reason(
+    cluster_spec: RunSpec, hook: GcpHook, sandbox: SandboxProcess
+) -> None:
+    sandbox.add_fault(
+        {"method": "PATCH", "path": "/rayclusters/"},
+        operation="hang",
+        message="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+    )
+    kube = _kube(cluster_spec, hook)
+    raycluster = group_objects(cluster_spec, "raycluster")
+    try:
+        apply_objects(kube, raycluster, adopt=False)
+        event = asyncio.run(_first_event(_trigger(cluster_spec, timeout=1.5)))
+    finally:
+        sandbox.clear_faults()
+        delete_objects(kube, raycluster)
+    assert event["status"] == "timeout"
+    message = event["message"]
+    assert "missing HeadPodReady (False, HeadPodNotReady)" in message
+    assert "Unschedulable: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu." in message
+    assert "events: FailedScheduling" in message
+    assert _ray_heads(sandbox) == []
+
+
+def test_trigger_errors_end_in_one_event(cluster_spec: RunSpec, hook: GcpHook, sandbox: SandboxProcess) -> None:
+    # A non-transient API answer (403) is an error event at once, not a wait until the deadline.
+    sandbox.add_fault({"method": "GET", "path": "/rayclusters/"}, status=403, message="forbidden by policy")
+    try:
+        event = asyncio.run(_first_event(_trigger(cluster_spec, timeout=60)))
+    finally:
+        sandbox.clear_faults()
+    assert event["status"] == "error" and "403" in event["message"] and "not retried" in event["message"]
+    # A missing RayCluster while waiting for readiness is an error; while waiting for deletion it is success.
+    assert asyncio.run(_first_event(_trigger(cluster_spec)))["status"] == "error"
+    assert asyncio.run(_first_event(_trigger(cluster_spec, "deleted")))["status"] == "success"
+    gone = RunSpec.from_conf({**cluster_spec.to_conf(), "cluster_name": "no-such-cluster"})
+    assert asyncio.run(_first_event(_trigger(gone)))["status"] == "error"
+
+
+def test_trigger_serializes_exactly_and_round_trips() -> None:
+    trigger = RayClusterTrigger(
+        cluster_path="projects/p/locations/r/clusters/c",
+        namespace="default",
+        name="rc",
+        wait_for="deleted",
+        gcp_conn_id="gcp",
+        poll_interval=2,
+        timeout=60,
+        started_at=1000.0,
+    )
+    classpath, kwargs = trigger.serialize()
+    assert classpath == CLASSPATH
+    assert kwargs == {
+        "cluster_path": "projects/p/locations/r/clusters/c",
+        "namespace": "default",
+        "name": "rc",
+        "wait_for": "deleted",
+        "gcp_conn_id": "gcp",
+        "poll_interval": 2.0,
+        "timeout": 60.0,
+        "started_at": 1000.0,
+    }
+    assert RayClusterTrigger(**kwargs).serialize() == (classpath, kwargs)
+    with pytest.raises(ValueError, match="wait_for"):
+        RayClusterTrigger(cluster_path="x", namespace="n", name="r", wait_for="soon")
+
+
+def test_diagnose_reads_image_pull_errors_and_missing_pods() -> None:
+    raycluster = {"status": {"conditions": [{"type": "HeadPodReady", "status": "False", "reason": "HeadPodNotReady"}]}}
+    pods = [
+        {
+            "metadata": {"name": "rc-head-x"},
+            "status": {
+                "phase": "Pending",
+                "containerStatuses": [
+                    {"name": "ray-head", "state": {"waiting": {"reason": "ImagePullBackOff", "message": "not found"}}}
+                ],
+            },
+        }
+    ]
+    events = [
+        {"involvedObject": {"name": "rc-head-x"}, "type": "Warning", "reason": "Failed", "message": "pull failed"}
+    ]
+    text = diagnose("rc", raycluster, pods, events)
+    assert "HeadPodReady (False, HeadPodNotReady)" in text and "RayClusterProvisioned (not reported yet)" in text
+    assert "container ray-head ImagePullBackOff: not found" in text and "events: Failed: pull failed" in text
+    assert "no pods were created" in diagnose("rc", raycluster, [], [])
+    assert diagnose("rc", None, [], []) == "RayCluster rc does not exist"
+
+
+def test_deleting_the_gke_cluster_stops_its_ray(cluster_spec: RunSpec, hook: GcpHook, sandbox: SandboxProcess) -> None:
+    kube = _kube(cluster_spec, hook)
+    storage = group_objects(cluster_spec, "lustre-storage", lustre_address=lustre_ip(cluster_spec, hook))
+    apply_objects(kube, [*storage, *group_objects(cluster_spec, "raycluster")], adopt=False)
+    assert asyncio.run(_first_event(_trigger(cluster_spec)))["status"] == "success"
+    pid = _ray_heads(sandbox)[0]["pid"]
+    from nemo_rl_gke.gcp.resources import delete_resource
+    from tests.gcp.conftest import wait_for
+
+    outcome = delete_resource(resources(cluster_spec)["cluster"], hook)
+    assert outcome.operation is not None
+    wait_for(hook, outcome.operation)
+    deadline = time.monotonic() + 30
+    while (_ray_heads(sandbox) or pid_alive(pid)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _ray_heads(sandbox) == [] and not pid_alive(pid)
