@@ -14,6 +14,7 @@ from nemo_rl_gke.docs import DAG_DOC_MD
 from nemo_rl_gke.operators.gcp import DeleteGcpResourceOperator, EnsureGcpResourceOperator, PreflightLiveOperator
 from nemo_rl_gke.operators.kube import ApplyKubeObjectsOperator, DeleteKubeObjectsOperator
 from nemo_rl_gke.operators.preflight import VALIDATE_TASK_ID, ApplyGateOperator, PlanOperator, ValidateConfOperator
+from nemo_rl_gke.operators.rayjob import RayJobSensor, SubmitRayJobOperator
 from nemo_rl_gke.spec import RDMA_SUBNET_COUNT
 
 # Task ids are the resource keys of nemo_rl_gke.gcp.resources (not imported here: it pulls in the Google clients).
@@ -62,6 +63,12 @@ with DAG(
         lustre_storage = ApplyKubeObjectsOperator(task_id="lustre-storage", group="lustre-storage")
         raycluster = ApplyKubeObjectsOperator(task_id="raycluster", group="raycluster")
         [nccl_installer, network_mapping, lustre_storage] >> raycluster
+    with TaskGroup("train"):
+        # The submission id comes from the DAG run, so a retried submit adopts the job instead of starting another.
+        submit = SubmitRayJobOperator(task_id="submit")
+        # A failed or stopped job, the guard and the timeout fail without retry; a lost trigger is retried.
+        wait = RayJobSensor(task_id="wait", retries=1)
+        raycluster >> submit >> wait
     preflight_live >> [net, gvnic_net, rdma_net]
     # Storage and cluster run side by side once NET exists; the GPU pool needs the gVNIC and RDMA subnets too.
     net >> [peering_range, cluster]
@@ -87,6 +94,8 @@ with DAG(
         network_mapping,
         lustre_storage,
         raycluster,
+        submit,
+        wait,
     ]
 
     with TaskGroup("teardown"):

@@ -398,6 +398,21 @@ class RunSpec:
         description="More Hydra overrides for the recipe's config, e.g. policy.optimizer.kwargs.lr=1e-6. "
         "key=v sets an existing key, +key=v adds a new one; both are checked against the pinned version.",
     )
+    zero_learning_guard: bool = _param(
+        True,
+        section=SECTION_TRAINING,
+        title="Stop runs that cannot learn",
+        description="Stop the job and fail the run when every reward in the batch is equal (all 0 or all 1) or the "
+        "loss is exactly 0 for zero_learning_steps steps in a row: GRPO's advantages are then zero, so is the "
+        "gradient, and the GPUs learn nothing.",
+    )
+    zero_learning_steps: int = _param(
+        3,
+        section=SECTION_TRAINING,
+        title="Zero-learning steps (K)",
+        description="How many consecutive steps without a learning signal stop the run (with the guard on).",
+        minimum=1,
+    )
     checkpoint_dir: str = _param(
         "/data/nemo_rl_gemma3_27b_3_17",
         section=SECTION_TRAINING,
@@ -468,6 +483,13 @@ class RunSpec:
         title="RayCluster readiness timeout (s)",
         description="Longest wait for the RayCluster's HeadPodReady and RayClusterProvisioned conditions (image pulls "
         "of the NeMo RL image take minutes).",
+        minimum=1,
+    )
+    job_timeout_s: int = _param(
+        86400,
+        section=SECTION_WAITING,
+        title="Training job timeout (s)",
+        description="Longest run of the GRPO Ray job; past it the job is stopped and the run fails.",
         minimum=1,
     )
     teardown_timeout_s: int = _param(
@@ -701,6 +723,7 @@ class RunSpec:
             "storage": self.storage_timeout_s,
             "cluster": self.cluster_timeout_s,
             "kube": self.kube_timeout_s,
+            "train": self.job_timeout_s,
             "teardown": self.teardown_timeout_s,
         }[stage]
 

@@ -76,7 +76,15 @@ def test_teardown_tasks_are_teardowns_of_preflight_live(dagbag) -> None:
 
     registry = resources(RunSpec())
     assert {t.task_id for t in ensures} == {f"{r.stage}.{key}" for key, r in registry.items()}
-    assert {t.task_id for t in deletes} == {f"teardown.delete-{key}" for key in registry if key != "node-pool"}
+    kube_deletes = {"teardown.delete-raycluster", "teardown.delete-kube-objects"}
+    gcp_deletes = {f"teardown.delete-{key}" for key in registry if key != "node-pool"}
+    assert {t.task_id for t in deletes} == gcp_deletes | kube_deletes
     # Teardown starts only when every provisioning task has finished.
-    for root in ("teardown.delete-lustre", "teardown.delete-cluster", "teardown.delete-gvnic-fw"):
-        assert {t.task_id for t in ensures} <= dag.get_task(root).upstream_task_ids
+    applies = {t.task_id for t in dag.tasks if t.task_id.startswith("kube.")}
+    assert applies == {"kube.nccl-installer", "kube.network-mapping", "kube.lustre-storage", "kube.raycluster"}
+    for root in ("teardown.delete-raycluster", "teardown.delete-gvnic-fw"):
+        assert {t.task_id for t in ensures} | applies <= dag.get_task(root).upstream_task_ids
+    # The RayCluster goes first, then the other objects, then the cluster and Lustre they live in and on.
+    assert "teardown.delete-raycluster" in dag.get_task("teardown.delete-kube-objects").upstream_task_ids
+    for infra in ("teardown.delete-lustre", "teardown.delete-cluster"):
+        assert "teardown.delete-kube-objects" in dag.get_task(infra).upstream_task_ids

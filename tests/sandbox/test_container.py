@@ -27,7 +27,8 @@ def test_cluster_and_gpu_pool_of_the_plan_succeed(clients, sandbox):
 
     cluster = clients.gke.get_cluster(name=SPEC.cluster_path)
     assert cluster.status == Status.RUNNING
-    assert cluster.endpoint == "127.0.0.1"
+    # The URL of the cluster's Kubernetes API on the sandbox (real GKE reports an IP served over HTTPS).
+    assert cluster.endpoint == f"{sandbox.url}/kube/{cluster.id}"
     assert cluster.master_auth.cluster_ca_certificate == ""
     assert cluster.resource_labels == SPEC.labels
     assert cluster.network_config.enable_multi_networking

@@ -1,0 +1,143 @@
+"""Submitting the GRPO Ray job exactly once, and the deferrable sensor that follows it to the end.
+
+Thin glue: the job comes from :mod:`nemo_rl_gke.rayjobs` (rendered from the recipe and RunSpec), submission from
+:mod:`nemo_rl_gke.raysubmit`, the dashboard address from :mod:`nemo_rl_gke.kube.access`, and the wait from
+:class:`~nemo_rl_gke.triggers.rayjob.RayJobTrigger`. Clients are imported inside the methods only.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import Context
+from airflow.sdk.exceptions import AirflowFailException
+
+from nemo_rl_gke.operators.gcp import DEFERRAL_BACKSTOP_S, _GcpResourceOperator
+
+if TYPE_CHECKING:
+    from nemo_rl_gke.kube.access import DashboardAddress
+    from nemo_rl_gke.spec import RunSpec
+
+SUBMIT_TASK_ID = "train.submit"
+STEPS_KEY = "steps"
+SUMMARY_KEY = "summary"
+
+
+class _RayJobOperator(_GcpResourceOperator):
+    """Shared plumbing: the spec, the dashboard address and the headers it needs."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(resource_key="cluster", **kwargs)
+
+    def dashboard(self, spec: RunSpec) -> tuple[DashboardAddress, dict[str, str]]:
+        """The Ray dashboard of the run's RayCluster and the headers a request to it needs."""
+        from nemo_rl_gke.kube.client import KubeHook
+
+        kube = KubeHook(spec, self.hook)
+        address = kube.dashboard()
+        return address, kube.dashboard_headers(address)
+
+
+class SubmitRayJobOperator(_RayJobOperator):
+    """Submits the run's GRPO job to the RayCluster through the Ray Jobs API, exactly once per DAG run.
+
+    The submission id is derived from the DAG run, so a retry adopts the job already running. Secrets come from the
+    connections named in the conf, are masked, and go to Ray only as environment variables. Returns
+    ``{"submission_id", "action": "submitted" | "adopted", "status", "dashboard"}``.
+    """
+
+    ui_color = "#f3e8fb"
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        """Render the job, resolve its secrets, submit or adopt it."""
+        from airflow.sdk import BaseHook
+        from airflow.sdk.log import mask_secret
+
+        from nemo_rl_gke.rayjobs import job_request
+        from nemo_rl_gke.raysubmit import SecretMissingError, resolve_secrets, submit_once
+        from nemo_rl_gke.recipes import load_recipe
+
+        spec = self.run_spec(context)
+        request = job_request(spec, load_recipe(spec.recipe), context["dag"].dag_id, context["run_id"])
+
+        def password_of(conn_id: str) -> str | None:
+            try:
+                password = BaseHook.get_connection(conn_id).password
+            except Exception:
+                return None
+            if password:
+                mask_secret(password)
+            return password
+
+        try:
+            secrets = resolve_secrets(request, password_of)
+        except SecretMissingError as exc:
+            raise AirflowFailException(str(exc)) from exc
+        address, headers = self.dashboard(spec)
+        self.log.info("Ray dashboard of RayCluster %s via %s", spec.raycluster_name, address.via)
+        self.log.info("Job %s: %s", request.submission_id, request.entrypoint.splitlines()[-1])
+        submission = submit_once(request, address.url, headers, secrets)
+        return {**submission.to_dict(), "dashboard": address.url, "submitted_at": time.time()}
+
+
+class RayJobSensor(_RayJobOperator):
+    """Waits, deferred, for the GRPO job to end; streams its log into the task log and its metrics into XCom.
+
+    Fails with Ray's message, the error type, the exit code and the driver's last lines when the job fails or is
+    stopped; stops the job and fails when the zero-learning guard fires or the job timeout passes. XCom: ``steps``
+    (one row per training step), ``summary`` and the return value (status and summary).
+    """
+
+    ui_color = "#f3e8fb"
+
+    def __init__(self, *, submit_task_id: str = SUBMIT_TASK_ID, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.submit_task_id = submit_task_id
+
+    def execute(self, context: Context) -> None:
+        """Defer to the trigger that follows the job."""
+        from nemo_rl_gke.triggers.rayjob import RayJobTrigger
+
+        spec = self.run_spec(context)
+        submitted = context["ti"].xcom_pull(task_ids=self.submit_task_id)
+        address, _ = self.dashboard(spec)
+        self.log.info(
+            "Following Ray job %s (poll every %ss, timeout %ss, zero-learning guard %s), no worker slot held",
+            submitted["submission_id"],
+            spec.poll_interval_s,
+            spec.job_timeout_s,
+            f"K={spec.zero_learning_steps}" if spec.zero_learning_guard else "off",
+        )
+        self.defer(
+            trigger=RayJobTrigger(
+                address=address.url,
+                submission_id=submitted["submission_id"],
+                needs_token=address.needs_token,
+                gcp_conn_id=self.gcp_conn_id,
+                poll_interval=spec.poll_interval_s,
+                timeout=spec.job_timeout_s,
+                started_at=float(submitted.get("submitted_at") or time.time()),
+                zero_learning_steps=spec.zero_learning_steps if spec.zero_learning_guard else 0,
+            ),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=spec.job_timeout_s + DEFERRAL_BACKSTOP_S),
+        )
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        """Push the per-step table and the summary; fail with the full story unless the job succeeded."""
+        from nemo_rl_gke.metrics import RunMetrics
+
+        metrics = RunMetrics.from_dict(event.get("metrics") or {})
+        steps = [s.to_dict() for s in metrics.completed_steps]
+        summary = metrics.summary()
+        context["ti"].xcom_push(key=STEPS_KEY, value=steps)
+        context["ti"].xcom_push(key=SUMMARY_KEY, value=summary)
+        self.log.info("Training summary:\n%s", metrics.summary_text())
+        status = event.get("status")
+        if status == "success":
+            return {"status": event.get("job_status"), "submission_id": event.get("submission_id"), **summary}
+        tail = "\n".join(event.get("tail") or [])
+        message = f"{event.get('message', 'no message')}\nLast lines of the driver log:\n{tail}"
+        raise AirflowFailException(message)

@@ -1,0 +1,123 @@
+"""Submitting the GRPO job to the RayCluster exactly once, through Ray's Job Submission API.
+
+The ``submission_id`` comes from the DAG run (:meth:`RunSpec.submission_id`), so a retried submit task finds the job it
+already started: Ray answers a duplicate id with "already exists" (FACTS §6), and the job is adopted instead of run
+twice. Secrets are resolved here, at the last moment, from Airflow connections into the runtime env only; they are
+registered with Airflow's secrets masker first, so no log line can show them.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nemo_rl_gke.paths import RECIPES_DIR
+from nemo_rl_gke.rayjobs import JobRequest
+
+log = logging.getLogger(__name__)
+TERMINAL_STATUSES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
+
+
+class SecretMissingError(RuntimeError):
+    """A connection the job needs a secret from does not exist or has no password."""
+
+
+@dataclass(frozen=True)
+class Submission:
+    """What the submit task did: ``submitted`` a new job or ``adopted`` the one this run already started."""
+
+    submission_id: str
+    action: str
+    status: str
+
+    def to_dict(self) -> dict[str, str]:
+        """JSON form for XCom (no secrets: only the id, the action and the status)."""
+        return {"submission_id": self.submission_id, "action": self.action, "status": self.status}
+
+
+def resolve_secrets(request: JobRequest, password_of: Callable[[str], str | None]) -> dict[str, str]:
+    """The secret env vars of ``request``, read through ``password_of(conn_id)``; raises when one is missing."""
+    values = {}
+    for secret in request.secrets:
+        value = password_of(secret.conn_id)
+        if not value:
+            raise SecretMissingError(
+                f"the job needs {secret.name} from the password of Airflow connection '{secret.conn_id}', which is "
+                "missing or empty. Fix: create the connection (UI, CLI, AIRFLOW_CONN_* or the secrets backend) with "
+                "the token as its password"
+            )
+        values[secret.name] = value
+    return values
+
+
+def stage_working_dir(request: JobRequest, into: Path) -> Path:
+    """Copy the recipe files the job needs into one flat directory: the job's working_dir."""
+    into.mkdir(parents=True, exist_ok=True)
+    for relative in request.working_dir_files:
+        shutil.copy2(RECIPES_DIR / relative, into / Path(relative).name)
+    return into
+
+
+def submit_once(
+    request: JobRequest,
+    address: str,
+    headers: Mapping[str, str],
+    secrets: Mapping[str, str],
+) -> Submission:
+    """Submit the job, or adopt it when this submission id already exists on the cluster."""
+    from ray.job_submission import JobSubmissionClient
+
+    client = JobSubmissionClient(address=address, headers=dict(headers))
+    existing = _status(client, request.submission_id)
+    if existing is not None:
+        log.info("Ray job %s already exists (%s): adopting it, not submitting again", request.submission_id, existing)
+        return Submission(request.submission_id, "adopted", existing)
+    runtime_env: dict[str, Any] = {"env_vars": {**request.env_vars, **secrets}}
+    with tempfile.TemporaryDirectory(prefix="nemo-rl-job-") as staging:
+        if request.working_dir_files:
+            runtime_env["working_dir"] = str(stage_working_dir(request, Path(staging) / "working_dir"))
+        try:
+            client.submit_job(
+                entrypoint=request.entrypoint,
+                submission_id=request.submission_id,
+                runtime_env=runtime_env,
+                metadata=dict(request.metadata),
+            )
+        except RuntimeError as exc:
+            # A submit that reached Ray but whose answer was lost: the retry lands here, and the job is ours.
+            if "already exists" not in str(exc):
+                raise
+            status = _status(client, request.submission_id) or "PENDING"
+            log.info("Ray job %s already exists: adopting it", request.submission_id)
+            return Submission(request.submission_id, "adopted", status)
+    log.info("Submitted Ray job %s", request.submission_id)
+    return Submission(request.submission_id, "submitted", "PENDING")
+
+
+def stop_job(address: str, headers: Mapping[str, str], submission_id: str) -> bool:
+    """Ask Ray to stop the job; False when it had already stopped or does not exist."""
+    from ray.job_submission import JobSubmissionClient
+
+    client = JobSubmissionClient(address=address, headers=dict(headers))
+    try:
+        return bool(client.stop_job(submission_id))
+    except RuntimeError as exc:
+        if "does not exist" in str(exc) or "404" in str(exc):
+            return False
+        raise
+
+
+def _status(client: Any, submission_id: str) -> str | None:
+    try:
+        status = client.get_job_status(submission_id)
+    except RuntimeError as exc:
+        if "does not exist" in str(exc) or "404" in str(exc) or "Not Found" in str(exc):
+            return None
+        raise
+    # JobStatus is a str Enum: its value is the bare name ('RUNNING'), its str() is not.
+    return str(getattr(status, "value", status))

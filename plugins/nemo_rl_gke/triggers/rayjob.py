@@ -1,0 +1,199 @@
+"""The trigger that follows the GRPO Ray job: status, live driver log, step metrics, zero-learning guard, timeout.
+
+It polls the Jobs REST API (``GET /api/jobs/{id}`` and ``/api/jobs/{id}/logs``) with aiohttp only, writes each new
+driver-log line into the task log as it arrives (vLLM progress bars collapsed), parses NeMo RL's step metrics, and
+ends with exactly one event::
+
+    {"status": "success" | "failed" | "stopped" | "zero_learning" | "timeout" | "error", "message": str,
+     "submission_id": str, "job_status": str, "metrics": RunMetrics dict, "tail": [last driver-log lines]}
+
+The guard and the timeout stop the job before the event is sent. Marking the deferred task failed or success in the
+UI (or clearing it) calls :meth:`on_kill`, which stops the job too. The Google token for the API server's service
+proxy is fetched here, never passed in: trigger kwargs are stored in the metadata DB.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from nemo_rl_gke.gcp.async_hooks import GcpAsyncHook
+from nemo_rl_gke.metrics import LogFollower, check_zero_learning
+from nemo_rl_gke.triggers.operations import backoff_delay
+
+CLASSPATH = "nemo_rl_gke.triggers.rayjob.RayJobTrigger"
+TERMINAL = {"SUCCEEDED": "success", "FAILED": "failed", "STOPPED": "stopped"}
+TAIL_LINES = 30
+STOP_TIMEOUT_S = 30.0
+
+
+class RayJobTrigger(BaseTrigger):
+    """Follows one Ray job until it ends, the guard stops it, or the deadline passes; yields one event.
+
+    :param address: the Ray dashboard base URL (the service-proxy path, or the conf's direct URL).
+    :param submission_id: the job.
+    :param needs_token: send the Google bearer token of ``gcp_conn_id`` (only through the API server).
+    :param gcp_conn_id: the connection the token comes from.
+    :param poll_interval: seconds between polls.
+    :param timeout: seconds from ``started_at`` until the job is stopped and a ``timeout`` event sent.
+    :param started_at: epoch seconds the job was submitted (serialized, so the deadline survives restarts).
+    :param zero_learning_steps: K for the guard; 0 switches the guard off.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        submission_id: str,
+        *,
+        needs_token: bool = False,
+        gcp_conn_id: str = "google_cloud_default",
+        poll_interval: float = 15.0,
+        timeout: float = 86400.0,
+        started_at: float | None = None,
+        zero_learning_steps: int = 3,
+    ) -> None:
+        super().__init__()
+        self.address = address.rstrip("/")
+        self.submission_id = submission_id
+        self.needs_token = needs_token
+        self.gcp_conn_id = gcp_conn_id
+        self.poll_interval = float(poll_interval)
+        self.timeout = float(timeout)
+        self.started_at = float(started_at) if started_at is not None else time.time()
+        self.zero_learning_steps = int(zero_learning_steps)
+        self.follower = LogFollower()
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        """Classpath and the kwargs ``__init__`` takes (no token: it is fetched in ``run``)."""
+        return (
+            CLASSPATH,
+            {
+                "address": self.address,
+                "submission_id": self.submission_id,
+                "needs_token": self.needs_token,
+                "gcp_conn_id": self.gcp_conn_id,
+                "poll_interval": self.poll_interval,
+                "timeout": self.timeout,
+                "started_at": self.started_at,
+                "zero_learning_steps": self.zero_learning_steps,
+            },
+        )
+
+    # --- HTTP -----------------------------------------------------------------------------------------------------
+    async def _headers(self, gcp: GcpAsyncHook) -> dict[str, str]:
+        if not self.needs_token:
+            return {"Accept": "application/json"}
+        return await gcp.headers()
+
+    async def _call(self, session: aiohttp.ClientSession, gcp: GcpAsyncHook, method: str, path: str) -> tuple[int, Any]:
+        headers = await self._headers(gcp)
+        async with session.request(method, f"{self.address}{path}", headers=headers) as response:
+            text = await response.text()
+            try:
+                body: Any = await response.json(content_type=None) if text else None
+            except ValueError:
+                body = text
+            return response.status, body
+
+    async def _stop(self, session: aiohttp.ClientSession, gcp: GcpAsyncHook) -> str:
+        try:
+            status, body = await asyncio.wait_for(
+                self._call(session, gcp, "POST", f"/api/jobs/{self.submission_id}/stop"), STOP_TIMEOUT_S
+            )
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            return (
+                f"stopping it failed ({type(exc).__name__}: {exc}); stop it by hand: ray job stop {self.submission_id}"
+            )
+        stopped = isinstance(body, dict) and body.get("stopped")
+        return "it was stopped" if status == 200 and stopped else f"the stop request answered HTTP {status}: {body}"
+
+    # --- events -----------------------------------------------------------------------------------------------------
+    def _event(self, status: str, message: str, job_status: str) -> TriggerEvent:
+        return TriggerEvent(
+            {
+                "status": status,
+                "message": message,
+                "submission_id": self.submission_id,
+                "job_status": job_status,
+                "metrics": self.follower.metrics.to_dict(),
+                "tail": self.follower.tail(TAIL_LINES),
+            }
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        """Follow the job; every exception becomes an ``error`` event (the job keeps running: a retry resumes it)."""
+        try:
+            event = await self._follow()
+        except Exception as exc:
+            self.log.exception("Unexpected error while following Ray job %s", self.submission_id)
+            event = self._event("error", f"following Ray job {self.submission_id} failed: {exc!r}", "UNKNOWN")
+        yield event
+
+    async def _follow(self) -> TriggerEvent:
+        failures, job_status = 0, "UNKNOWN"
+        timeout = aiohttp.ClientTimeout(total=60)
+        async with GcpAsyncHook(self.gcp_conn_id) as gcp, aiohttp.ClientSession(timeout=timeout) as session:
+            while True:
+                delay = self.poll_interval
+                try:
+                    code, info = await self._call(session, gcp, "GET", f"/api/jobs/{self.submission_id}")
+                    if code == 404:
+                        return self._event("error", f"Ray job {self.submission_id} does not exist", job_status)
+                    if code >= 500 or code in (408, 429):
+                        raise aiohttp.ClientResponseError(None, (), status=code, message=str(info)[:300])  # type: ignore[arg-type]
+                    if code >= 400 or not isinstance(info, dict):
+                        return self._event(
+                            "error", f"reading Ray job {self.submission_id}: HTTP {code}: {info}", job_status
+                        )
+                    job_status = str(info.get("status", "UNKNOWN"))
+                    _, logs = await self._call(session, gcp, "GET", f"/api/jobs/{self.submission_id}/logs")
+                    text = logs.get("logs", "") if isinstance(logs, dict) else ""
+                    for line in self.follower.feed_full_log(text):
+                        self.log.info("[ray job] %s", line)
+                    failures = 0
+                except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                    failures += 1
+                    delay = backoff_delay(failures, self.poll_interval)
+                    self.log.warning("Transient error %d polling Ray job %s: %s", failures, self.submission_id, exc)
+                else:
+                    if job_status in TERMINAL:
+                        for line in self.follower.flush():
+                            self.log.info("[ray job] %s", line)
+                        return self._event(TERMINAL[job_status], _end_message(info), job_status)
+                    if self.zero_learning_steps > 0:
+                        verdict = check_zero_learning(self.follower.metrics.completed_steps, self.zero_learning_steps)
+                        if verdict is not None:
+                            outcome = await self._stop(session, gcp)
+                            return self._event(
+                                "zero_learning", f"{verdict.message} The job was stopped: {outcome}.", job_status
+                            )
+                remaining = self.started_at + self.timeout - time.time()
+                if remaining <= 0:
+                    outcome = await self._stop(session, gcp)
+                    message = f"Ray job {self.submission_id} ran past the {self.timeout:.0f}s job timeout; {outcome}"
+                    return self._event("timeout", message, job_status)
+                await asyncio.sleep(min(delay, remaining))
+
+    async def on_kill(self) -> None:
+        """The user marked the task failed/success or cleared it: stop the job (cleanup() never does)."""
+        timeout = aiohttp.ClientTimeout(total=STOP_TIMEOUT_S)
+        async with GcpAsyncHook(self.gcp_conn_id) as gcp, aiohttp.ClientSession(timeout=timeout) as session:
+            outcome = await self._stop(session, gcp)
+        self.log.warning("The task was killed: Ray job %s: %s", self.submission_id, outcome)
+
+
+def _end_message(info: dict[str, Any]) -> str:
+    """Ray's own account of a finished job: status, message, error type and the driver's exit code."""
+    parts = [f"Ray job {info.get('submission_id') or info.get('job_id')} {info.get('status')}"]
+    if info.get("message"):
+        parts.append(f"message: {info['message']}")
+    if info.get("error_type"):
+        parts.append(f"error type: {info['error_type']}")
+    if info.get("driver_exit_code") is not None:
+        parts.append(f"driver exit code: {info['driver_exit_code']}")
+    return "; ".join(parts)

@@ -1,0 +1,121 @@
+"""The kube task group end to end on the sandbox: Kubernetes objects, a real Ray head behind the service proxy,
+idempotent re-apply, teardown that leaves no Ray process, and a RayCluster that never gets ready.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sandbox.testing import SandboxProcess, pid_alive, start_sandbox
+
+from nemo_rl_gke.gcp.hooks import GcpHook
+from nemo_rl_gke.kube.client import KubeHook
+from nemo_rl_gke.spec import RunSpec
+from tests.e2e.harness import SEED, connection_env, load_dag, run_cli, run_in_process
+
+pytestmark = pytest.mark.airflow
+SPEC = RunSpec()
+KUBE_TASKS = ["kube.nccl-installer", "kube.network-mapping", "kube.lustre-storage", "kube.raycluster"]
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxProcess]:
+    with start_sandbox(tmp_path_factory.mktemp("kube"), latency_scale=0.0, seed=SEED) as process:
+        yield process
+
+
+@pytest.fixture(scope="module")
+def env(sandbox: SandboxProcess, airflow_db: None) -> Iterator[dict[str, str]]:
+    values = connection_env(sandbox.url)
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    yield values
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture(scope="module")
+def dag(env: dict[str, str]) -> Any:
+    return load_dag()
+
+
+def _kube_results() -> dict[str, dict[str, Any]]:
+    from nemo_rl_gke.demo import _latest_run
+
+    xcom = _latest_run("nemo_rl_grpo_gke")["xcom"]
+    return {task: value for (task, key), value in xcom.items() if key == "return_value" and task in KUBE_TASKS}
+
+
+def test_kube_group_brings_up_objects_and_a_real_ray_then_teardown_leaves_nothing(
+    sandbox: SandboxProcess, dag: Any
+) -> None:
+    sandbox.reset()
+    kept = run_in_process(dag, {"teardown_policy": "keep_all"})
+    assert kept.state == "success"
+    assert all(kept.tasks[t] == "success" for t in KUBE_TASKS)
+    first = _kube_results()
+    assert {o["action"] for r in first.values() for o in r["objects"]} == {"created"}
+    inventory = sandbox.full_inventory()
+    assert len(inventory["kubernetes"]) >= 22  # 21 applied + the service account + KubeRay's pods and service
+    heads = inventory["ray_heads"]
+    assert len(heads) == 1 and heads[0]["ready"] and pid_alive(heads[0]["pid"])
+
+    # The dashboard, resolved the way later tasks resolve it: the API server's service proxy.
+    kube = KubeHook(SPEC, GcpHook())
+    address = kube.dashboard()
+    assert address.url.endswith("/api/v1/namespaces/default/services/ray-cluster-kuberay-head-svc:8265/proxy")
+    with urllib.request.urlopen(urllib.request.Request(address.url + "/api/version"), timeout=30) as response:
+        assert json.loads(response.read())["ray_version"] == "2.60.0"
+
+    # Re-applying every object changes nothing: the sandbox sees the same objects at the same resourceVersions.
+    before = sandbox.full_inventory()["kubernetes"]
+    again = run_in_process(dag, {"teardown_policy": "keep_all"})
+    assert again.state == "success"
+    second = _kube_results()
+    assert {o["action"] for r in second.values() for o in r["objects"]} == {"unchanged"}
+    assert sandbox.full_inventory()["kubernetes"] == before
+    versions = {(o["object"], o["resourceVersion"]) for r in second.values() for o in r["objects"]}
+    assert versions <= {
+        (f"{i['kind']} {i['namespace'] + '/' if i['namespace'] else ''}{i['name']}", i["resourceVersion"])
+        for i in before
+    }
+    assert [h["pid"] for h in sandbox.full_inventory()["ray_heads"]] == [heads[0]["pid"]]
+
+    cleanup = run_in_process(dag, {"teardown_policy": "delete_all"})
+    assert cleanup.state == "success"
+    assert cleanup.tasks["teardown.delete-raycluster"] == "success"
+    after = sandbox.full_inventory()
+    assert after["resources"] == [] and after["kubernetes"] == [] and after["ray_heads"] == []
+    assert not pid_alive(heads[0]["pid"])
+
+
+def test_a_raycluster_that_never_gets_ready_fails_the_run_naming_condition_and_pod_reason(
+    sandbox: SandboxProcess, env: dict[str, str]
+) -> None:
+    sandbox.reset()
+    sandbox.add_fault(
+        {"method": "PATCH", "path": "/rayclusters/"},
+        operation="hang",
+        message="0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
+    )
+    try:
+        result = run_cli({"kube_timeout_s": 8}, env)
+    finally:
+        sandbox.clear_faults()
+    assert result.state == "failed"
+    assert result.tasks["kube.raycluster"] == "failed"
+    assert result.tries["kube.raycluster"] == 1  # a stuck cluster is not retried into a second long wait
+    assert "missing HeadPodReady (False, HeadPodNotReady)" in result.output
+    assert "Unschedulable: 0/2 nodes are available: 2 Insufficient nvidia.com/gpu." in result.output
+    # Teardown still cleaned everything, and no Ray was ever started.
+    assert all(state == "success" for task, state in result.tasks.items() if task.startswith("teardown."))
+    after = sandbox.full_inventory()
+    assert after["resources"] == [] and after["kubernetes"] == [] and after["ray_heads"] == []
