@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from airflow.sdk import DAG, TaskGroup, chain, cross_downstream
+from airflow.sdk import DAG, Asset, TaskGroup, chain, cross_downstream
 
 from nemo_rl_gke.dag_params import build_params
 from nemo_rl_gke.docs import DAG_DOC_MD
+from nemo_rl_gke.operators.checkpoint import ExportCheckpointOperator, ValidateCheckpointOperator
 from nemo_rl_gke.operators.gcp import DeleteGcpResourceOperator, EnsureGcpResourceOperator, PreflightLiveOperator
 from nemo_rl_gke.operators.kube import ApplyKubeObjectsOperator, DeleteKubeObjectsOperator
 from nemo_rl_gke.operators.preflight import VALIDATE_TASK_ID, ApplyGateOperator, PlanOperator, ValidateConfOperator
@@ -20,6 +21,9 @@ from nemo_rl_gke.spec import RDMA_SUBNET_COUNT
 # Task ids are the resource keys of nemo_rl_gke.gcp.resources (not imported here: it pulls in the Google clients).
 RDMA_SUBNETS = [f"rdma-sub-{n}" for n in range(RDMA_SUBNET_COUNT)]
 NETWORKS = ("net", "gvnic-net", "rdma-net")
+# Every exported checkpoint is an event on this Asset; its extra holds the gs:// URI, step, metrics and shards,
+# so an evaluation DAG can be scheduled on it.
+CHECKPOINT_ASSET = Asset(name="nemo_rl_grpo_gke_checkpoint")
 
 with DAG(
     dag_id="nemo_rl_grpo_gke",
@@ -69,6 +73,11 @@ with DAG(
         # A failed or stopped job, the guard and the timeout fail without retry; a lost trigger is retried.
         wait = RayJobSensor(task_id="wait", retries=1)
         raycluster >> submit >> wait
+    with TaskGroup("checkpoint"):
+        # Both fail without retry: a retry would re-read the same files or re-run the same copy to the same answer.
+        validate_checkpoint = ValidateCheckpointOperator(task_id="validate", retries=0)
+        export = ExportCheckpointOperator(task_id="export", retries=1, outlets=[CHECKPOINT_ASSET])
+        wait >> validate_checkpoint >> export
     preflight_live >> [net, gvnic_net, rdma_net]
     # Storage and cluster run side by side once NET exists; the GPU pool needs the gVNIC and RDMA subnets too.
     net >> [peering_range, cluster]
@@ -96,6 +105,8 @@ with DAG(
         raycluster,
         submit,
         wait,
+        validate_checkpoint,
+        export,
     ]
 
     with TaskGroup("teardown"):

@@ -56,10 +56,11 @@ def resolve_secrets(request: JobRequest, password_of: Callable[[str], str | None
 
 
 def stage_working_dir(request: JobRequest, into: Path) -> Path:
-    """Copy the recipe files the job needs into one flat directory: the job's working_dir."""
+    """Copy the files the job needs (recipe-relative, or absolute) into one flat directory: the job's working_dir."""
     into.mkdir(parents=True, exist_ok=True)
-    for relative in request.working_dir_files:
-        shutil.copy2(RECIPES_DIR / relative, into / Path(relative).name)
+    for name in request.working_dir_files:
+        source = Path(name) if Path(name).is_absolute() else RECIPES_DIR / name
+        shutil.copy2(source, into / source.name)
     return into
 
 

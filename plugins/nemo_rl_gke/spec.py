@@ -748,6 +748,20 @@ class RunSpec:
         """Whether the teardown policy deletes Lustre (and with it the only copy of the checkpoint)."""
         return self.teardown_policy == "delete_all"
 
+    @property
+    def final_step(self) -> int:
+        """The step the run's last checkpoint is saved at (NeMo RL saves at max_num_steps)."""
+        return self.max_steps
+
+    def checkpoint_lustre_path(self, step: int) -> str:
+        """A step's directory as a path on the Lustre filesystem (the PV mounts its root at /data)."""
+        return f"{self.checkpoint_dir.removeprefix('/data').rstrip('/')}/step_{step}"
+
+    def export_uri(self, dag_id: str, run_id: str, step: int) -> str:
+        """Where a validated step is exported: gs://<bucket>/<dag>/<run>/step_N/."""
+        readable = re.sub(r"[^a-zA-Z0-9_.-]+", "-", run_id).strip("-")
+        return f"gs://{self.export_bucket_name}/{dag_id}/{readable}/step_{step}/"
+
     def submission_id(self, dag_id: str, run_id: str) -> str:
         """Ray job submission_id for one DAG run: stable across task retries, unique across runs."""
         digest = hashlib.sha256(f"{dag_id}\0{run_id}".encode()).hexdigest()[:12]

@@ -21,7 +21,12 @@ from tests.paths import ROOT
 
 DAG_ID = "nemo_rl_grpo_gke"
 # Fast waits: the sandbox's operations are instant at latency scale 0.
-APPLY = {"mode": "apply", "poll_interval_s": 0.05}
+# The local CPU recipe (include/conf/local.json) with two steps: every run trains for real, briefly.
+LOCAL_CONF = json.loads((ROOT / "include" / "conf" / "local.json").read_text())
+APPLY = {**LOCAL_CONF, "mode": "apply", "poll_interval_s": 0.05, "max_steps": 2}
+# Test secrets: they must never show up in logs, XCom or rendered fields (tests grep for them).
+HF_TEST_TOKEN = "hf_TESTtoken0123456789abcdefSECRET"
+WANDB_TEST_KEY = "wandbTESTkey0123456789abcdefSECRET"
 SEED = {
     "reservations": [
         {
@@ -38,7 +43,11 @@ SEED = {
 def connection_env(sandbox_url: str) -> dict[str, str]:
     """The google_cloud_default connection pointing at the sandbox, as a user would configure it."""
     extra = {"is_anonymous": True, "project": RunSpec().project, "api_endpoint": sandbox_url}
-    return {"AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": json.dumps({"conn_type": "google_cloud_platform", "extra": extra})}
+    return {
+        "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": json.dumps({"conn_type": "google_cloud_platform", "extra": extra}),
+        "AIRFLOW_CONN_HUGGINGFACE_DEFAULT": json.dumps({"conn_type": "generic", "password": HF_TEST_TOKEN}),
+        "AIRFLOW_CONN_WANDB_DEFAULT": json.dumps({"conn_type": "generic", "password": WANDB_TEST_KEY}),
+    }
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,13 @@ DELETING_POLICY = "delete_all"
 DEFERRAL_BACKSTOP_S = 600
 KEPT_BY_POLICY = "kept-by-policy"
 KEPT_UNOWNED = "kept-unowned"  # delete_resource's answer for a resource without our ownership marker
+KEPT_FOR_CHECKPOINT = "kept-for-checkpoint"
+KEPT_FOR_LUSTRE = "kept-for-lustre"
+# What a kept Lustre instance still needs: its peering, the peering's range and the network it lives in.
+LUSTRE_NEEDS = ("peering", "peering-range", "net")
+EXPORT_TASK_ID = "checkpoint.export"
+SUBMIT_TASK_ID = "train.submit"
+DELETE_LUSTRE_TASK_ID = "teardown.delete-lustre"
 
 
 class _GcpResourceOperator(BaseOperator):
@@ -201,6 +208,18 @@ class DeleteGcpResourceOperator(_GcpResourceOperator):
         if spec.teardown_policy != DELETING_POLICY:
             self.log.info("%s kept by teardown policy %s", self.describe(resource), spec.teardown_policy)
             return self.result(resource, KEPT_BY_POLICY)
+        if self.resource_key == "lustre":
+            reason = self.checkpoint_at_risk(context, spec)
+            if reason:
+                self.log.warning("%s kept: %s", self.describe(resource), reason)
+                return self.result(resource, KEPT_FOR_CHECKPOINT)
+        if self.resource_key in LUSTRE_NEEDS:
+            lustre = context["ti"].xcom_pull(task_ids=DELETE_LUSTRE_TASK_ID) or {}
+            if lustre.get("action") == KEPT_FOR_CHECKPOINT:
+                self.log.warning(
+                    "%s kept: the Lustre instance kept for its checkpoint still uses it", self.describe(resource)
+                )
+                return self.result(resource, KEPT_FOR_LUSTRE)
         outcome = delete_resource(resource, self.hook)
         if outcome.action == KEPT_UNOWNED:
             self.log.warning("%s kept: not created by this DAG", self.describe(resource))
@@ -209,6 +228,21 @@ class DeleteGcpResourceOperator(_GcpResourceOperator):
             self.defer_on(outcome.operation, resource=resource, spec=spec, stage="teardown", action=outcome.action)
         self.log.info("%s: %s", self.describe(resource), outcome.action)
         return self.result(resource, outcome.action)
+
+    def checkpoint_at_risk(self, context: Context, spec: RunSpec) -> str:
+        """Why deleting Lustre now would lose the only copy of a checkpoint ('' when it would not, DESIGN rule 4)."""
+        if spec.accept_checkpoint_loss:
+            return ""
+        exported = context["ti"].xcom_pull(task_ids=EXPORT_TASK_ID) or {}
+        if exported.get("action") == "exported":
+            return ""
+        if not context["ti"].xcom_pull(task_ids=SUBMIT_TASK_ID):
+            return ""  # no job ran in this run, so nothing it wrote can be lost
+        return (
+            f"the checkpoint export did not succeed, so the only copy of {spec.checkpoint_dir} is on this instance "
+            f"(Lustre path {spec.checkpoint_dir.removeprefix('/data') or '/'}). Export it (gcloud lustre instances "
+            "export-data), then delete the instance, or re-run with accept_checkpoint_loss=true"
+        )
 
     def execute_complete(self, context: Context, event: dict[str, Any], action: str = "deleted") -> dict[str, str]:
         """Resume after the trigger: done when the resource is gone, whatever the operation said."""

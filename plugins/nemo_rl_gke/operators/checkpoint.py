@@ -1,0 +1,201 @@
+"""Validating the run's final checkpoint where it lives, and exporting it to Cloud Storage before teardown.
+
+Validation is a small Ray job on the run's RayCluster: ``checkpoints.py`` (self-contained) travels as the job's
+working_dir, so no extra image is needed, and its JSON report comes back in the job log. Export is Managed Lustre's
+``exportData`` long-running operation, waited for by the triggerer; success publishes an Airflow Asset event with
+the checkpoint's URI, step, final metrics and shard count, for downstream evaluation DAGs.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import Context
+from airflow.sdk.exceptions import AirflowFailException
+
+from nemo_rl_gke.operators.gcp import DEFERRAL_BACKSTOP_S
+from nemo_rl_gke.operators.rayjob import SUBMIT_TASK_ID, SUMMARY_KEY, _RayJobOperator
+
+if TYPE_CHECKING:
+    from nemo_rl_gke.spec import RunSpec
+
+VALIDATE_TASK = "checkpoint.validate"
+EXPORT_TASK = "checkpoint.export"
+WAIT_TASK = "train.wait"
+REPORT_KEY = "report"
+# The validator is one file with no package imports, so it can run in any image that has torch and PyYAML.
+VALIDATOR = Path(__file__).resolve().parents[1] / "checkpoints.py"
+
+
+def expectation(spec: RunSpec) -> dict[str, Any]:
+    """What the submitted run must have produced: the final step, one shard per training rank, its config."""
+    from nemo_rl_gke.nemo_rules import layout
+    from nemo_rl_gke.recipes import load_recipe
+
+    config = load_recipe(spec.recipe).effective_config(spec)
+    keys = (
+        "policy.model_name",
+        "grpo.max_num_steps",
+        "policy.dtensor_cfg.tensor_parallel_size",
+        "cluster.num_nodes",
+        "cluster.gpus_per_node",
+    )
+    return {
+        "step": spec.final_step,
+        "training_ranks": layout(config).train_gpus,
+        "config": {k: config[k] for k in keys if k in config},
+    }
+
+
+class ValidateCheckpointOperator(_RayJobOperator):
+    """Runs the checkpoint validator as a Ray job on the cluster and fails with its precise reasons.
+
+    Pushes the validator's JSON report to XCom (``report``) and returns ``{"valid", "step", "shards", ...}``.
+    """
+
+    ui_color = "#fff3d6"
+
+    def execute(self, context: Context) -> None:
+        """Submit the validation job (exactly once per run) and defer until it ends."""
+        import json
+        import shlex
+
+        from nemo_rl_gke.rayjobs import JobRequest
+        from nemo_rl_gke.raysubmit import submit_once
+        from nemo_rl_gke.triggers.rayjob import RayJobTrigger
+
+        spec = self.run_spec(context)
+        submitted = context["ti"].xcom_pull(task_ids=SUBMIT_TASK_ID)
+        # /data is the Lustre mount on GKE; the sandbox sets SANDBOX_DATA_DIR to the directory standing in for it.
+        rest = spec.checkpoint_dir.removeprefix("/data")
+        target = f'"${{SANDBOX_DATA_DIR:-/data}}"{shlex.quote(rest)}'
+        request = JobRequest(
+            submission_id=f"{submitted['submission_id']}-validate",
+            entrypoint=f"python checkpoints.py validate {target} --expect {shlex.quote(json.dumps(expectation(spec)))}",
+            env_vars={},
+            secrets=(),
+            working_dir_files=(str(VALIDATOR),),
+            metadata={
+                "airflow_dag_id": context["dag"].dag_id,
+                "airflow_run_id": context["run_id"],
+                "purpose": "validate",
+            },
+        )
+        address, headers = self.dashboard(spec)
+        submission = submit_once(request, address.url, headers, {})
+        self.log.info(
+            "Validating %s with Ray job %s: %s", spec.checkpoint_dir, submission.submission_id, request.entrypoint
+        )
+        timeout_s = spec.stage_timeout_s("kube")
+        self.defer(
+            trigger=RayJobTrigger(
+                address=address.url,
+                submission_id=submission.submission_id,
+                needs_token=address.needs_token,
+                gcp_conn_id=self.gcp_conn_id,
+                poll_interval=spec.poll_interval_s,
+                timeout=timeout_s,
+                started_at=time.time(),
+                zero_learning_steps=0,
+            ),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=timeout_s + DEFERRAL_BACKSTOP_S),
+        )
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        """Read the report from the job log; fail with every problem it lists."""
+        from ray.job_submission import JobSubmissionClient
+
+        from nemo_rl_gke.checkpoints import find_report
+
+        spec = self.run_spec(context)
+        address, headers = self.dashboard(spec)
+        logs = JobSubmissionClient(address=address.url, headers=headers).get_job_logs(event["submission_id"])
+        report = find_report(logs)
+        if report is None:
+            tail = "\n".join(event.get("tail") or [])
+            raise AirflowFailException(f"the checkpoint validator produced no report ({event.get('message')}):\n{tail}")
+        context["ti"].xcom_push(key=REPORT_KEY, value=report)
+        if not report.get("valid"):
+            problems = "\n".join(f"  - [{p['check']}] {p['path']}: {p['reason']}" for p in report.get("problems", []))
+            raise AirflowFailException(f"checkpoint {report.get('path')} is not valid:\n{problems}")
+        self.log.info(
+            "Checkpoint %s is valid: step %s, shards %s, %s tensors, %s bytes",
+            report.get("path"),
+            report.get("step"),
+            report.get("shards"),
+            report.get("tensors"),
+            report.get("total_bytes"),
+        )
+        return {k: report.get(k) for k in ("valid", "path", "step", "shards", "tensors", "total_bytes")}
+
+
+class ExportCheckpointOperator(_RayJobOperator):
+    """Exports the validated step to ``gs://<bucket>/<dag>/<run>/step_N/`` with Lustre's exportData, deferred.
+
+    On success it publishes an event on its outlet Asset with ``{"uri", "step", "metrics", "shards"}`` in the extra,
+    and returns ``{"action": "exported", "uri", "step"}``. A failed export fails the task and says where the checkpoint
+    still is; teardown then keeps Lustre (unless the conf accepts the loss).
+    """
+
+    ui_color = "#fff3d6"
+
+    def _request_id(self, context: Context, spec: RunSpec) -> str:
+        # Stable per run and step: a retried export reuses the operation it started instead of copying twice.
+        return str(uuid.uuid5(uuid.NAMESPACE_URL, f"{context['dag'].dag_id}/{context['run_id']}/{spec.final_step}"))
+
+    def execute(self, context: Context) -> None:
+        """Start the export and defer on its operation."""
+        from google.cloud import lustre_v1
+
+        from nemo_rl_gke.gcp.operations import LONGRUNNING, OperationRef
+        from nemo_rl_gke.triggers.operations import OperationTrigger
+
+        spec = self.run_spec(context)
+        uri = spec.export_uri(context["dag"].dag_id, context["run_id"], spec.final_step)
+        source = spec.checkpoint_lustre_path(spec.final_step)
+        request = lustre_v1.ExportDataRequest(
+            name=spec.lustre_path,
+            lustre_path=lustre_v1.LustrePath(path=source),
+            gcs_path=lustre_v1.GcsPath(uri=uri),
+            request_id=self._request_id(context, spec),
+        )
+        operation = self.hook.call(self.hook.lustre_client.export_data, request=request, what=f"export {source}")
+        ref = OperationRef("lustre", f"/v1/{operation.operation.name}", LONGRUNNING, f"export {source} -> {uri}")
+        self.log.info("Exporting Lustre %s:%s to %s (operation %s)", spec.lustre_name, source, uri, ref.path)
+        timeout_s = spec.stage_timeout_s("storage")
+        self.defer(
+            trigger=OperationTrigger(
+                operation=ref.to_dict(),
+                gcp_conn_id=self.gcp_conn_id,
+                poll_interval=spec.poll_interval_s,
+                timeout=timeout_s,
+                started_at=time.time(),
+            ),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=timeout_s + DEFERRAL_BACKSTOP_S),
+        )
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        """Publish the Asset event, or fail saying where the checkpoint still is."""
+        spec = self.run_spec(context)
+        uri = spec.export_uri(context["dag"].dag_id, context["run_id"], spec.final_step)
+        source = spec.checkpoint_lustre_path(spec.final_step)
+        if event.get("status") != "success":
+            raise AirflowFailException(
+                f"the export of the checkpoint to {uri} failed: {event.get('message')}. The checkpoint is still on "
+                f"Lustre instance {spec.lustre_name} at {source} ({spec.checkpoint_dir}/step_{spec.final_step} in "
+                "the pods); teardown keeps that instance. Export it by hand (gcloud lustre instances export-data) or "
+                "re-run with accept_checkpoint_loss=true to let teardown delete it."
+            )
+        report = context["ti"].xcom_pull(task_ids=VALIDATE_TASK, key=REPORT_KEY) or {}
+        summary = context["ti"].xcom_pull(task_ids=WAIT_TASK, key=SUMMARY_KEY) or {}
+        extra = {"uri": uri, "step": spec.final_step, "metrics": summary, "shards": report.get("shards", {})}
+        for outlet in self.outlets:
+            context["outlet_events"][outlet].extra = extra
+        self.log.info("Checkpoint step %s exported to %s", spec.final_step, uri)
+        return {"action": "exported", "uri": uri, "step": spec.final_step}

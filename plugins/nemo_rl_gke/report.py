@@ -1,0 +1,617 @@
+"""The run report: stage durations, the critical path, GPU node-hours and cost, training result and teardown.
+
+The last task of every DAG run collects its task instances (:class:`TaskTiming`), the DAG's dependencies and a few
+run facts (:class:`RunInputs`) and calls :func:`build_report`; this module only computes and renders, so it is pure,
+stdlib-only and cheap to import (the DAG file imports it while Airflow parses DAGs).
+
+What is measured:
+
+* **Stages.** A task's stage is its task-group prefix (``cluster.node-pool`` -> ``cluster``); the ungrouped gate
+  tasks (:data:`PREFLIGHT_TASKS`) form ``preflight`` and any other ungrouped task is its own stage. A stage lasts
+  from the first start to the last end of its tasks that ran.
+* **Critical path.** The longest chain through the DAG's dependencies, each task weighted by its own duration
+  (0 if it did not run): the shortest the run could have been with instant scheduling. The makespan (first start to
+  last end) divided by the critical path's total is the *schedule ratio*: 1.0 means the run took exactly its
+  dependency bound; above 1 is time spent between tasks (scheduler and executor latency, queueing for worker or pool
+  slots, trigger latency of deferred tasks, retry delays: an Airflow task instance keeps only its last try's times).
+* **GPU node-hours.** A model, not a bill: the GPU pool's nodes are counted from the end of ``cluster.node-pool``
+  until the end of ``teardown.delete-cluster`` (or until ``now`` if the cluster was kept or not deleted, flagged
+  as still running), times ``worker_replicas``. The pool starts empty and autoscales, so this is an upper bound.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from heapq import heapify, heappop, heappush
+from typing import Any
+
+# Rough on-demand list prices per GPU-hour (USD) of a4-highgpu-8g (B200) and a3-ultragpu-8g (H200) divided by 8.
+# Estimates for a ballpark figure, not quotes: set gpu_hour_price_usd in the run conf for your contracted price.
+DEFAULT_GPU_HOUR_PRICES_USD: dict[str, float] = {"b200": 11.0, "h200": 10.6}
+
+PREFLIGHT_STAGE = "preflight"
+# The ungrouped tasks before any resource is created.
+PREFLIGHT_TASKS = frozenset({"validate", "plan", "apply_gate", "preflight_live"})
+# The DAG's stages in run order; unknown stages (e.g. the report task) are listed after them.
+STAGE_ORDER = (PREFLIGHT_STAGE, "network", "storage", "cluster", "kube", "train", "checkpoint", "teardown")
+
+NODE_POOL_TASK = "cluster.node-pool"
+DELETE_CLUSTER_TASK = "teardown.delete-cluster"
+SUCCESS = "success"
+# Teardown actions after which the resource is gone. "absent" counts: a retried delete whose first try already
+# deleted the cluster finds it missing.
+GONE_ACTIONS = frozenset({"deleted", "absent"})
+
+# Most severe first: a stage's state is the most severe state among its tasks. Unknown states rank just after
+# upstream_failed so that they are not hidden behind "success".
+_STATE_SEVERITY = (
+    "failed",
+    "upstream_failed",
+    "up_for_retry",
+    "up_for_reschedule",
+    "restarting",
+    "running",
+    "deferred",
+    "queued",
+    "scheduled",
+    "removed",
+    "none",
+    "skipped",
+    SUCCESS,
+)
+_UNKNOWN_SEVERITY = 2
+
+# The training summary's keys in the order they are printed; other keys follow in their own order.
+_TRAINING_KEYS = (
+    "steps_completed",
+    "first_reward",
+    "last_reward",
+    "best_reward",
+    "mean_step_time_s",
+    "final_val_accuracy",
+    "checkpoints",
+    "wandb_url",
+)
+
+
+@dataclass(frozen=True)
+class TaskTiming:
+    """One task instance of the run: its id (``group.task`` inside a task group), state, times and tries."""
+
+    task_id: str
+    state: str
+    start: float | None  # epoch seconds; None if the task never started
+    end: float | None
+    tries: int = 1
+
+    @property
+    def ran(self) -> bool:
+        """Whether the task has both a start and an end time."""
+        return self.start is not None and self.end is not None
+
+    @property
+    def duration_s(self) -> float:
+        """``end - start`` in seconds, 0 for a task that did not run (clamped at 0 against clock skew)."""
+        if self.start is None or self.end is None:
+            return 0.0
+        return max(0.0, self.end - self.start)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunInputs:
+    """The run facts the report needs besides the task instances (from the run spec and the tasks' XComs)."""
+
+    gpu_type: str
+    gpus_per_node: int
+    worker_replicas: int
+    now: float  # epoch seconds; the end of anything still alive
+    gpu_hour_price_usd: float = 0.0  # 0: use DEFAULT_GPU_HOUR_PRICES_USD
+    teardown_policy: str = ""
+    training_summary: Mapping[str, Any] | None = None
+    checkpoint_uri: str | None = None
+    teardown_actions: Mapping[str, str] = field(default_factory=dict)  # task_id -> deleted, absent, kept-...
+
+
+@dataclass(frozen=True)
+class StageSummary:
+    """One stage: its span over the tasks that ran, and how its tasks ended."""
+
+    name: str
+    tasks: int
+    ran: int  # tasks with a start and an end
+    start: float | None
+    end: float | None
+    duration_s: float | None  # None if no task of the stage ran
+    state: str  # the most severe task state: success only if every task succeeded
+    states: dict[str, int]  # task count per state
+    failed: tuple[str, ...]  # task ids in state failed
+    retried: tuple[str, ...]  # task ids that needed more than one try
+
+    def state_text(self) -> str:
+        """``success``, ``FAILED: a, b`` or the state counts (``success 3, skipped 1``)."""
+        if self.failed:
+            return "FAILED: " + ", ".join(self.failed)
+        if set(self.states) == {SUCCESS}:
+            return SUCCESS
+        return ", ".join(f"{state} {count}" for state, count in self.states.items())
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return {
+            "name": self.name,
+            "tasks": self.tasks,
+            "ran": self.ran,
+            "start": self.start,
+            "end": self.end,
+            "duration_s": self.duration_s,
+            "state": self.state,
+            "states": dict(self.states),
+            "failed": list(self.failed),
+            "retried": list(self.retried),
+        }
+
+
+@dataclass(frozen=True)
+class PathStep:
+    """One task on the critical path, with its duration and its start relative to the run's first start."""
+
+    task_id: str
+    duration_s: float
+    start_offset_s: float | None
+
+
+@dataclass(frozen=True)
+class CriticalPath:
+    """The longest dependency chain by task duration, first task first."""
+
+    steps: tuple[PathStep, ...]
+    total_s: float
+
+    @property
+    def task_ids(self) -> list[str]:
+        """The path's task ids in order."""
+        return [step.task_id for step in self.steps]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return {
+            "total_s": self.total_s,
+            "steps": [
+                {"task_id": s.task_id, "duration_s": s.duration_s, "start_offset_s": s.start_offset_s}
+                for s in self.steps
+            ],
+        }
+
+
+@dataclass(frozen=True)
+class GpuUsage:
+    """GPU pool node-hours, GPU-hours and the estimated cost (see the module docstring for the model)."""
+
+    gpu_type: str
+    gpus_per_node: int
+    worker_replicas: int
+    came_up: bool  # cluster.node-pool succeeded in this run
+    up_at: float | None
+    down_at: float | None  # end of teardown.delete-cluster; None if never up or still running
+    still_running: bool  # up and not deleted: counted until `now`
+    counted_until: float | None  # down_at, or `now` when still running
+    hours: float  # wall-clock hours the pool was up
+    node_hours: float
+    gpu_hours: float
+    price_per_gpu_hour_usd: float | None  # None: unknown GPU type and no price in the conf
+    price_source: str  # conf, default or unknown
+    estimated_cost_usd: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return {
+            "gpu_type": self.gpu_type,
+            "gpus_per_node": self.gpus_per_node,
+            "worker_replicas": self.worker_replicas,
+            "came_up": self.came_up,
+            "up_at": self.up_at,
+            "down_at": self.down_at,
+            "still_running": self.still_running,
+            "counted_until": self.counted_until,
+            "hours": self.hours,
+            "node_hours": self.node_hours,
+            "gpu_hours": self.gpu_hours,
+            "price_per_gpu_hour_usd": self.price_per_gpu_hour_usd,
+            "price_source": self.price_source,
+            "estimated_cost_usd": self.estimated_cost_usd,
+        }
+
+
+@dataclass(frozen=True)
+class TeardownItem:
+    """What one teardown task did with its resource (the action it reported)."""
+
+    task_id: str
+    action: str
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """The whole run report; :meth:`to_dict` for the XCom, :meth:`to_text` for the task log."""
+
+    stages: tuple[StageSummary, ...]
+    critical_path: CriticalPath
+    run_start: float | None
+    run_end: float | None
+    makespan_s: float | None  # last end - first start over all tasks; None if nothing ran
+    schedule_ratio: float | None  # makespan / critical path total; None if either is missing or 0
+    gpu: GpuUsage
+    teardown_policy: str
+    training_summary: dict[str, Any] | None
+    checkpoint_uri: str | None
+    deleted: tuple[TeardownItem, ...]
+    absent: tuple[TeardownItem, ...]  # nothing to delete (never created, or deleted by an earlier try)
+    kept: tuple[TeardownItem, ...]  # the action is the reason: kept-by-policy, kept-unowned, ...
+
+    def stage(self, name: str) -> StageSummary:
+        """The stage called ``name`` (KeyError if the run has no such stage)."""
+        for stage in self.stages:
+            if stage.name == name:
+                return stage
+        raise KeyError(name)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (``json.dumps`` works on it; non-finite floats become None)."""
+        return _jsonable(
+            {
+                "stages": [s.to_dict() for s in self.stages],
+                "critical_path": self.critical_path.to_dict(),
+                "run_start": self.run_start,
+                "run_end": self.run_end,
+                "makespan_s": self.makespan_s,
+                "schedule_ratio": self.schedule_ratio,
+                "gpu": self.gpu.to_dict(),
+                "teardown_policy": self.teardown_policy,
+                "training_summary": self.training_summary,
+                "checkpoint_uri": self.checkpoint_uri,
+                "teardown": {
+                    "deleted": [{"task_id": i.task_id, "action": i.action} for i in self.deleted],
+                    "absent": [{"task_id": i.task_id, "action": i.action} for i in self.absent],
+                    "kept": [{"task_id": i.task_id, "action": i.action} for i in self.kept],
+                },
+            }
+        )
+
+    def to_text(self) -> str:
+        """A fixed-width, multi-section plain-text table for the Airflow task log."""
+        lines: list[str] = ["NeMo RL GRPO run report", "=" * 23, ""]
+        lines += self._stages_text()
+        lines += self._critical_path_text()
+        lines += self._gpu_text()
+        lines += self._training_text()
+        lines += ["Checkpoint", f"  {self.checkpoint_uri or 'none: not exported'}", ""]
+        lines += self._teardown_text()
+        return "\n".join(lines).rstrip() + "\n"
+
+    def _offset(self, at: float | None) -> str:
+        if at is None or self.run_start is None:
+            return "-"
+        return f"+{at - self.run_start:.1f}"
+
+    def _stages_text(self) -> list[str]:
+        width = max([len("stage"), *(len(s.name) for s in self.stages)])
+        lines = [
+            f"Stages (run start {_iso(self.run_start)}; start/end in s from it)",
+            f"  {'stage':<{width}}  {'start':>9}  {'end':>9}  {'duration_s':>10}  {'tasks':>5}  state",
+        ]
+        for s in self.stages:
+            duration = "-" if s.duration_s is None else f"{s.duration_s:.1f}"
+            state = s.state_text()
+            if s.retried:
+                state += "; retried: " + ", ".join(s.retried)
+            lines.append(
+                f"  {s.name:<{width}}  {self._offset(s.start):>9}  {self._offset(s.end):>9}  {duration:>10}  "
+                f"{s.tasks:>5}  {state}"
+            )
+        return [*lines, ""]
+
+    def _critical_path_text(self) -> list[str]:
+        steps = self.critical_path.steps
+        width = max([len("task"), len("total"), *(len(s.task_id) for s in steps)])
+        lines = [
+            "Critical path (longest dependency chain, weighted by task duration)",
+            f"  {'#':>3}  {'task':<{width}}  {'start':>9}  {'duration_s':>10}",
+        ]
+        for number, step in enumerate(steps, 1):
+            start = "-" if step.start_offset_s is None else f"+{step.start_offset_s:.1f}"
+            lines.append(f"  {number:>3}  {step.task_id:<{width}}  {start:>9}  {step.duration_s:>10.1f}")
+        lines.append(f"  {'':>3}  {'total':<{width}}  {'':>9}  {self.critical_path.total_s:>10.1f}")
+        makespan = "-" if self.makespan_s is None else f"{self.makespan_s:.1f} s"
+        if self.schedule_ratio is None:
+            ratio = "-"
+        else:
+            overhead = (self.schedule_ratio - 1.0) * 100.0
+            ratio = f"{self.schedule_ratio:.3f} ({overhead:+.1f}% beyond the dependency bound: scheduling/queueing)"
+        return [*lines, f"  makespan                {makespan}", f"  makespan / critical     {ratio}", ""]
+
+    def _gpu_text(self) -> list[str]:
+        g = self.gpu
+        header = f"GPU usage ({g.gpu_type}, {g.worker_replicas} nodes x {g.gpus_per_node} GPUs)"
+        if not g.came_up:
+            up, down = "never (cluster.node-pool did not succeed)", "-"
+        else:
+            up = f"{_iso(g.up_at)} (end of {NODE_POOL_TASK})"
+            if g.still_running:
+                down = f"not deleted: counted until now, {_iso(g.counted_until)}"
+            else:
+                down = f"{_iso(g.down_at)} (end of {DELETE_CLUSTER_TASK})"
+        if g.price_per_gpu_hour_usd is None:
+            price = "unknown (no default for this GPU type; set gpu_hour_price_usd)"
+        else:
+            source = "conf" if g.price_source == "conf" else "default list-price estimate"
+            price = f"{g.price_per_gpu_hour_usd:.2f} ({source})"
+        cost = "-" if g.estimated_cost_usd is None else f"{g.estimated_cost_usd:.2f}"
+        if g.still_running:
+            cost += " (still running!)"
+        lines = [
+            header,
+            f"  nodes up                {up}",
+            f"  nodes down              {down}",
+            f"  pool hours              {g.hours:.3f}",
+            f"  GPU node-hours          {g.node_hours:.3f}",
+            f"  GPU-hours               {g.gpu_hours:.2f}",
+            f"  price/GPU-h (USD)       {price}",
+            f"  estimated cost (USD)    {cost}",
+        ]
+        if g.still_running:
+            lines.append("  the cluster was kept: its GPU nodes bill until the pool scales to 0 or it is deleted")
+        return [*lines, ""]
+
+    def _training_text(self) -> list[str]:
+        if self.training_summary is None:
+            return ["Training", "  no training ran", ""]
+        keys = [k for k in _TRAINING_KEYS if k in self.training_summary]
+        keys += [k for k in self.training_summary if k not in _TRAINING_KEYS]
+        width = max([0, *(len(k) for k in keys)])
+        lines = ["Training"]
+        lines += [f"  {k:<{width}}  {_value_text(self.training_summary[k])}" for k in keys]
+        return [*lines, ""]
+
+    def _teardown_text(self) -> list[str]:
+        lines = [f"Teardown (policy {self.teardown_policy or '-'})"]
+        if not (self.deleted or self.absent or self.kept):
+            return [*lines, "  no teardown actions recorded", ""]
+        items = [*self.deleted, *self.absent, *self.kept]
+        width = max(len(i.task_id) for i in items)
+        for label, group in (("deleted", self.deleted), ("absent", self.absent), ("kept", self.kept)):
+            lines.append(f"  {label}: {len(group)}")
+            lines += [f"    {i.task_id:<{width}}  {i.action}" for i in group]
+        return [*lines, ""]
+
+
+def stage_of(task_id: str) -> str:
+    """The stage of a task: its task-group prefix, ``preflight`` for the gate tasks, else the task id itself."""
+    group, dot, _ = task_id.partition(".")
+    if dot:
+        return group
+    return PREFLIGHT_STAGE if task_id in PREFLIGHT_TASKS else task_id
+
+
+def summarize_stages(timings: Iterable[TaskTiming]) -> tuple[StageSummary, ...]:
+    """Group the task instances by stage and summarise each: span, duration, state counts, failures, retries."""
+    by_stage: dict[str, list[TaskTiming]] = {}
+    for t in timings:
+        by_stage.setdefault(stage_of(t.task_id), []).append(t)
+    summaries = []
+    for name, tasks in by_stage.items():
+        ran = [t for t in tasks if t.ran]
+        start = min((t.start for t in ran if t.start is not None), default=None)
+        end = max((t.end for t in ran if t.end is not None), default=None)
+        states: dict[str, int] = {}
+        for t in tasks:
+            states[t.state] = states.get(t.state, 0) + 1
+        summaries.append(
+            StageSummary(
+                name=name,
+                tasks=len(tasks),
+                ran=len(ran),
+                start=start,
+                end=end,
+                duration_s=None if start is None or end is None else max(0.0, end - start),
+                state=min(states, key=_severity),
+                states=dict(sorted(states.items(), key=lambda kv: (_severity(kv[0]), kv[0]))),
+                failed=tuple(t.task_id for t in tasks if t.state == "failed"),
+                retried=tuple(f"{t.task_id} x{t.tries}" for t in tasks if t.tries > 1),
+            )
+        )
+    # Known stages in run order, then the others by when they started (never-started last).
+    summaries.sort(
+        key=lambda s: (
+            STAGE_ORDER.index(s.name) if s.name in STAGE_ORDER else len(STAGE_ORDER),
+            math.inf if s.start is None else s.start,
+            s.name,
+        )
+    )
+    return tuple(summaries)
+
+
+def critical_path(timings: Iterable[TaskTiming], upstream: Mapping[str, Sequence[str]]) -> CriticalPath:
+    """The longest path through the DAG, each task weighted by its duration (0 if it did not run).
+
+    The graph is every task in ``timings`` or ``upstream``. Ties go to the task earlier in topological order, so
+    zero-duration tasks after the path's last real task (e.g. the still-running report task) are not appended.
+    Raises ValueError if ``upstream`` has a cycle.
+    """
+    by_id = {t.task_id: t for t in timings}
+    order = _topological_order(set(by_id) | set(upstream) | {u for ups in upstream.values() for u in ups}, upstream)
+    if not order:
+        return CriticalPath((), 0.0)
+    rank = {task_id: i for i, task_id in enumerate(order)}
+    weight = {task_id: by_id[task_id].duration_s if task_id in by_id else 0.0 for task_id in order}
+    finish: dict[str, float] = {}  # longest path length ending with (and including) the task
+    previous: dict[str, str | None] = {}
+    for task_id in order:
+        ups = list(dict.fromkeys(upstream.get(task_id, ())))
+        best = max(ups, key=lambda u: (finish[u], -rank[u]), default=None)
+        finish[task_id] = weight[task_id] + (finish[best] if best is not None else 0.0)
+        previous[task_id] = best
+    last: str | None = max(order, key=lambda t: (finish[t], -rank[t]))
+    path: list[str] = []
+    while last is not None:
+        path.append(last)
+        last = previous[last]
+    path.reverse()
+    run_start = min((t.start for t in by_id.values() if t.start is not None), default=None)
+    steps = []
+    for task_id in path:
+        start = by_id[task_id].start if task_id in by_id else None
+        offset = None if start is None or run_start is None else start - run_start
+        steps.append(PathStep(task_id, weight[task_id], offset))
+    return CriticalPath(tuple(steps), sum(s.duration_s for s in steps))
+
+
+def gpu_usage(timings: Iterable[TaskTiming], inputs: RunInputs) -> GpuUsage:
+    """GPU pool hours from the end of ``cluster.node-pool`` to the end of ``teardown.delete-cluster`` (or ``now``).
+
+    The pool counts as up only if ``cluster.node-pool`` succeeded with an end time. It counts as gone at the end of
+    ``teardown.delete-cluster`` when that task reported ``deleted`` (or ``absent``: an earlier try deleted it);
+    any other action, or no action at all, means the cluster is still there: counted until ``inputs.now`` and
+    flagged ``still_running``.
+    """
+    by_id = {t.task_id: t for t in timings}
+    if inputs.gpu_hour_price_usd > 0:
+        price: float | None = inputs.gpu_hour_price_usd
+        source = "conf"
+    elif inputs.gpu_type in DEFAULT_GPU_HOUR_PRICES_USD:
+        price, source = DEFAULT_GPU_HOUR_PRICES_USD[inputs.gpu_type], "default"
+    else:
+        price, source = None, "unknown"
+
+    pool = by_id.get(NODE_POOL_TASK)
+    up_at = pool.end if pool is not None and pool.state == SUCCESS else None
+    down_at: float | None = None
+    still_running = False
+    if up_at is None:
+        counted_until = None
+        hours = 0.0
+    else:
+        delete = by_id.get(DELETE_CLUSTER_TASK)
+        action = inputs.teardown_actions.get(DELETE_CLUSTER_TASK)
+        if action in GONE_ACTIONS and delete is not None and delete.end is not None:
+            down_at = delete.end
+        else:
+            still_running = True
+        counted_until = down_at if down_at is not None else inputs.now
+        hours = max(0.0, counted_until - up_at) / 3600.0
+    node_hours = hours * inputs.worker_replicas
+    gpu_hours = node_hours * inputs.gpus_per_node
+    return GpuUsage(
+        gpu_type=inputs.gpu_type,
+        gpus_per_node=inputs.gpus_per_node,
+        worker_replicas=inputs.worker_replicas,
+        came_up=up_at is not None,
+        up_at=up_at,
+        down_at=down_at,
+        still_running=still_running,
+        counted_until=counted_until,
+        hours=hours,
+        node_hours=node_hours,
+        gpu_hours=gpu_hours,
+        price_per_gpu_hour_usd=price,
+        price_source=source,
+        estimated_cost_usd=None if price is None else gpu_hours * price,
+    )
+
+
+def build_report(
+    timings: Iterable[TaskTiming], upstream: Mapping[str, Sequence[str]], inputs: RunInputs
+) -> RunReport:
+    """Compute the run report from the run's task instances, the DAG's direct upstreams and the run facts."""
+    timings = list(timings)
+    path = critical_path(timings, upstream)
+    run_start = min((t.start for t in timings if t.start is not None), default=None)
+    run_end = max((t.end for t in timings if t.end is not None), default=None)
+    makespan = None if run_start is None or run_end is None else max(0.0, run_end - run_start)
+    ratio = makespan / path.total_s if makespan is not None and path.total_s > 0 else None
+    deleted, absent, kept = [], [], []
+    for task_id, action in sorted(inputs.teardown_actions.items()):
+        item = TeardownItem(task_id, action)
+        if action == "deleted":
+            deleted.append(item)
+        elif action == "absent":
+            absent.append(item)
+        else:
+            kept.append(item)
+    return RunReport(
+        stages=summarize_stages(timings),
+        critical_path=path,
+        run_start=run_start,
+        run_end=run_end,
+        makespan_s=makespan,
+        schedule_ratio=ratio,
+        gpu=gpu_usage(timings, inputs),
+        teardown_policy=inputs.teardown_policy,
+        training_summary=None if inputs.training_summary is None else dict(inputs.training_summary),
+        checkpoint_uri=inputs.checkpoint_uri or None,
+        deleted=tuple(deleted),
+        absent=tuple(absent),
+        kept=tuple(kept),
+    )
+
+
+def _severity(state: str) -> int:
+    return _STATE_SEVERITY.index(state) if state in _STATE_SEVERITY else _UNKNOWN_SEVERITY
+
+
+def _topological_order(nodes: set[str], upstream: Mapping[str, Sequence[str]]) -> list[str]:
+    """Kahn's algorithm; ready tasks are taken in name order so the result (and every tie-break) is stable."""
+    downstream: dict[str, list[str]] = {n: [] for n in nodes}
+    pending = {n: 0 for n in nodes}
+    for task_id, ups in upstream.items():
+        for u in dict.fromkeys(ups):
+            downstream[u].append(task_id)
+            pending[task_id] += 1
+    ready = [n for n, count in pending.items() if count == 0]
+    heapify(ready)
+    order: list[str] = []
+    while ready:
+        n = heappop(ready)
+        order.append(n)
+        for d in downstream[n]:
+            pending[d] -= 1
+            if pending[d] == 0:
+                heappush(ready, d)
+    if len(order) != len(nodes):
+        stuck = sorted(n for n, count in pending.items() if count > 0)
+        raise ValueError(f"upstream has a cycle through {', '.join(stuck[:5])}")
+    return order
+
+
+def _iso(at: float | None) -> str:
+    if at is None:
+        return "-"
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _value_text(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_value_text(v) for v in value) or "-"
+    if isinstance(value, Mapping):
+        return json.dumps(_jsonable(value), sort_keys=True)
+    return str(value)
+
+
+def _jsonable(value: Any) -> Any:
+    """Plain JSON types: mappings to dicts, sequences to lists, NaN and infinities to None, others to str."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_jsonable(v) for v in value]
+    return str(value)

@@ -1,0 +1,200 @@
+"""The Ray job side against a real Ray head on the sandbox (a RayCluster, reached through the API service proxy):
+exactly-once submission, and RayJobTrigger in the Airflow style (serialize, round trip, success / failure / stopped /
+error events, still waiting, the zero-learning guard, the timeout, and on_kill stopping the job).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from nemo_rl_gke.gcp.hooks import GcpHook
+from nemo_rl_gke.gcp.resources import resources
+from nemo_rl_gke.kube.client import KubeHook
+from nemo_rl_gke.kube.objects import apply_objects, delete_objects, group_objects, lustre_ip
+from nemo_rl_gke.rayjobs import JobRequest, SecretEnv
+from nemo_rl_gke.raysubmit import SecretMissingError, resolve_secrets, submit_once
+from nemo_rl_gke.spec import RunSpec
+from nemo_rl_gke.triggers.raycluster import RayClusterTrigger
+from nemo_rl_gke.triggers.rayjob import CLASSPATH, RayJobTrigger
+from tests.gcp.conftest import ensure_done
+
+pytestmark = pytest.mark.airflow
+
+# A NeMo RL-shaped log: three steps with every reward 0 (the published tutorial run), then a long sleep.
+ZERO_REWARD_SCRIPT = (
+    "import time\n"
+    "for k in range(1, 4):\n"
+    "    print(f'========================= Step {k}/10 =========================', flush=True)\n"
+    "    print('\\U0001f4ca Training Results:', flush=True)\n"
+    "    print('  \\u2022 Loss: 0.0000', flush=True)\n"
+    "    print('  \\u2022 Avg Reward: 0.0000', flush=True)\n"
+    "    print('  \\u2022 Mean Generation Length: 311.0000', flush=True)\n"
+    "    print('\\u23f1\\ufe0f  Timing:', flush=True)\n"
+    "    print('  \\u2022 Total step time: 0.30s', flush=True)\n"
+    "    time.sleep(0.3)\n"
+    "time.sleep(120)\n"
+)
+
+
+@pytest.fixture
+def ray_spec(spec: RunSpec, hook: GcpHook) -> Iterator[RunSpec]:
+    """A running cluster with Lustre, the PV/PVC and a ready RayCluster (a real Ray head) in the test's project."""
+    found = resources(spec)
+    for key in ("net", "cluster", "peering-range", "peering", "lustre"):
+        ensure_done(found[key], hook)
+    kube = KubeHook(spec, hook)
+    objects = [
+        *group_objects(spec, "lustre-storage", lustre_address=lustre_ip(spec, hook)),
+        *group_objects(spec, "raycluster"),
+    ]
+    apply_objects(kube, objects, adopt=False)
+    ready = RayClusterTrigger(
+        cluster_path=spec.cluster_path, namespace=spec.namespace, name=spec.raycluster_name, poll_interval=0.2
+    )
+    assert asyncio.run(_first(ready))["status"] == "success"
+    yield spec
+    delete_objects(kube, objects)
+
+
+async def _first(trigger: Any, timeout: float = 150.0) -> dict[str, Any]:
+    async def first() -> dict[str, Any]:
+        async for event in trigger.run():
+            return dict(event.payload)
+        raise AssertionError("no event")
+
+    return await asyncio.wait_for(first(), timeout)
+
+
+def _request(submission_id: str, entrypoint: str) -> JobRequest:
+    return JobRequest(submission_id, entrypoint, {"MODE": "test"}, (), (), {"airflow_dag_id": "t"})
+
+
+def _trigger(address: Any, submission_id: str, **kwargs: Any) -> RayJobTrigger:
+    return RayJobTrigger(
+        address=address.url, submission_id=submission_id, needs_token=address.needs_token, poll_interval=0.2, **kwargs
+    )
+
+
+def test_submission_is_exactly_once_per_submission_id(ray_spec: RunSpec, hook: GcpHook) -> None:
+    from ray.job_submission import JobSubmissionClient
+
+    kube = KubeHook(ray_spec, hook)
+    address = kube.dashboard()
+    headers = kube.dashboard_headers(address)
+    request = _request("nemo-rl-once-1", "python -c \"import os; print('mode', os.environ['MODE'])\"")
+    first = submit_once(request, address.url, headers, {})
+    second = submit_once(request, address.url, headers, {})
+    assert (first.action, second.action) == ("submitted", "adopted")
+    jobs = JobSubmissionClient(address.url, headers=headers).list_jobs()
+    assert [j.submission_id for j in jobs].count("nemo-rl-once-1") == 1
+    event = asyncio.run(_first(_trigger(address, "nemo-rl-once-1")))
+    assert event["status"] == "success" and event["job_status"] == "SUCCEEDED"
+    assert "mode test" in event["tail"]
+
+
+def test_a_failing_job_reports_ray_message_exit_code_and_last_lines(ray_spec: RunSpec, hook: GcpHook) -> None:
+    kube = KubeHook(ray_spec, hook)
+    address = kube.dashboard()
+    script = "import sys; print('loading the model'); print('CUDA out of memory', file=sys.stderr); sys.exit(3)"
+    submit_once(_request("nemo-rl-fail-1", f'python -c "{script}"'), address.url, kube.dashboard_headers(address), {})
+    event = asyncio.run(_first(_trigger(address, "nemo-rl-fail-1")))
+    assert event["status"] == "failed" and event["job_status"] == "FAILED"
+    assert "error type: JOB_ENTRYPOINT_COMMAND_ERROR" in event["message"]
+    assert "driver exit code: 3" in event["message"]
+    assert "CUDA out of memory" in event["tail"]
+
+
+def test_zero_learning_guard_stops_the_job_within_k_steps(ray_spec: RunSpec, hook: GcpHook) -> None:
+    kube = KubeHook(ray_spec, hook)
+    address = kube.dashboard()
+    headers = kube.dashboard_headers(address)
+    submit_once(_request("nemo-rl-zero-1", f"python -c {_quoted(ZERO_REWARD_SCRIPT)}"), address.url, headers, {})
+    started = time.monotonic()
+    event = asyncio.run(_first(_trigger(address, "nemo-rl-zero-1", zero_learning_steps=3)))
+    assert event["status"] == "zero_learning", event
+    assert time.monotonic() - started < 60  # not the 120 s the script would sleep
+    assert "GRPO" in event["message"] and "zero_learning_guard" in event["message"]
+    assert "The job was stopped: it was stopped" in event["message"]
+    assert [s["avg_reward"] for s in event["metrics"]["steps"]][:3] == [0.0, 0.0, 0.0]
+    from ray.job_submission import JobSubmissionClient
+
+    deadline = time.monotonic() + 30
+    client = JobSubmissionClient(address.url, headers=headers)
+    while client.get_job_status("nemo-rl-zero-1").value != "STOPPED" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert client.get_job_status("nemo-rl-zero-1").value == "STOPPED"
+
+
+def test_still_waiting_then_on_kill_stops_the_job_and_timeout_stops_it_too(ray_spec: RunSpec, hook: GcpHook) -> None:
+    from ray.job_submission import JobSubmissionClient
+
+    kube = KubeHook(ray_spec, hook)
+    address = kube.dashboard()
+    headers = kube.dashboard_headers(address)
+    client = JobSubmissionClient(address.url, headers=headers)
+    submit_once(_request("nemo-rl-kill-1", 'python -c "import time; time.sleep(120)"'), address.url, headers, {})
+    trigger = _trigger(address, "nemo-rl-kill-1")
+    # Still waiting: a running job yields nothing within a short window.
+    with pytest.raises(TimeoutError):
+        asyncio.run(_first(trigger, timeout=3))
+    asyncio.run(trigger.on_kill())
+    deadline = time.monotonic() + 30
+    while client.get_job_status("nemo-rl-kill-1").value != "STOPPED" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert client.get_job_status("nemo-rl-kill-1").value == "STOPPED"
+    assert asyncio.run(_first(_trigger(address, "nemo-rl-kill-1")))["status"] == "stopped"
+
+    submit_once(_request("nemo-rl-late-1", 'python -c "import time; time.sleep(120)"'), address.url, headers, {})
+    event = asyncio.run(_first(_trigger(address, "nemo-rl-late-1", timeout=2)))
+    assert event["status"] == "timeout" and "it was stopped" in event["message"]
+
+
+def test_trigger_error_events(ray_spec: RunSpec, hook: GcpHook) -> None:
+    kube = KubeHook(ray_spec, hook)
+    address = kube.dashboard()
+    missing = asyncio.run(_first(_trigger(address, "nemo-rl-no-such-job")))
+    assert missing["status"] == "error" and "does not exist" in missing["message"]
+
+
+def test_trigger_serializes_exactly_and_round_trips() -> None:
+    trigger = RayJobTrigger(
+        address="http://h/api/v1/namespaces/default/services/rc-head-svc:8265/proxy/",
+        submission_id="nemo-rl-x",
+        needs_token=True,
+        gcp_conn_id="gcp",
+        poll_interval=5,
+        timeout=100,
+        started_at=1.0,
+        zero_learning_steps=3,
+    )
+    classpath, kwargs = trigger.serialize()
+    assert classpath == CLASSPATH
+    assert kwargs == {
+        "address": "http://h/api/v1/namespaces/default/services/rc-head-svc:8265/proxy",
+        "submission_id": "nemo-rl-x",
+        "needs_token": True,
+        "gcp_conn_id": "gcp",
+        "poll_interval": 5.0,
+        "timeout": 100.0,
+        "started_at": 1.0,
+        "zero_learning_steps": 3,
+    }
+    assert RayJobTrigger(**kwargs).serialize() == (classpath, kwargs)
+
+
+def test_secrets_resolve_from_connections_or_fail_naming_the_connection() -> None:
+    request = JobRequest("s", "true", {}, (SecretEnv("HF_TOKEN", "hf_conn"),), ())
+    assert resolve_secrets(request, {"hf_conn": "tok"}.get) == {"HF_TOKEN": "tok"}
+    with pytest.raises(SecretMissingError, match="Airflow connection 'hf_conn'"):
+        resolve_secrets(request, {}.get)
+
+
+def _quoted(script: str) -> str:
+    import shlex
+
+    return shlex.quote(script)
