@@ -16,6 +16,7 @@ from nemo_rl_gke.operators.gcp import DeleteGcpResourceOperator, EnsureGcpResour
 from nemo_rl_gke.operators.kube import ApplyKubeObjectsOperator, DeleteKubeObjectsOperator
 from nemo_rl_gke.operators.preflight import VALIDATE_TASK_ID, ApplyGateOperator, PlanOperator, ValidateConfOperator
 from nemo_rl_gke.operators.rayjob import RayJobSensor, SubmitRayJobOperator
+from nemo_rl_gke.operators.report import RunReportOperator
 from nemo_rl_gke.spec import RDMA_SUBNET_COUNT
 
 # Task ids are the resource keys of nemo_rl_gke.gcp.resources (not imported here: it pulls in the Google clients).
@@ -159,6 +160,11 @@ with DAG(
             # other resource lives in one of these networks, so a leak anywhere makes one of them fail.
             task.as_teardown(setups=preflight_live, on_failure_fail_dagrun=key in NETWORKS)
     cross_downstream(provisioned, [delete_raycluster, delete["gvnic-fw"]])
+
+    # The last task: it runs whenever the conf was valid, after teardown, and never decides the run's state.
+    report = RunReportOperator(task_id="report", retries=0)
+    [delete_raycluster, delete_kube_objects, *delete.values()] >> report
+    report.as_teardown(setups=validate, on_failure_fail_dagrun=False)
 
 # Set after the tasks: Airflow deep-copies the DAG's params into every task created while they are set, and merges
 # them back at run time anyway (process_params), so this keeps 60 copies of 61 Params out of every parse.

@@ -7,6 +7,7 @@ moment, straight into the request it sends to Ray.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +41,11 @@ class JobRequest:
     secrets: tuple[SecretEnv, ...]
     working_dir_files: tuple[str, ...]
     metadata: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def shell_entrypoint(self) -> str:
+        """What Ray runs: the script under bash (Ray's shell is /bin/sh, dash on Ubuntu images: no pipefail)."""
+        return f"bash -c {shlex.quote(self.entrypoint)}"
 
     def runtime_env(self) -> dict[str, Any]:
         """The runtime env with every secret redacted (the submitter substitutes the real values)."""

@@ -84,7 +84,7 @@ def submit_once(
             runtime_env["working_dir"] = str(stage_working_dir(request, Path(staging) / "working_dir"))
         try:
             client.submit_job(
-                entrypoint=request.entrypoint,
+                entrypoint=request.shell_entrypoint,
                 submission_id=request.submission_id,
                 runtime_env=runtime_env,
                 metadata=dict(request.metadata),

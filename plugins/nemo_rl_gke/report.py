@@ -331,7 +331,7 @@ class RunReport:
         else:
             overhead = (self.schedule_ratio - 1.0) * 100.0
             ratio = f"{self.schedule_ratio:.3f} ({overhead:+.1f}% beyond the dependency bound: scheduling/queueing)"
-        return [*lines, f"  makespan                {makespan}", f"  makespan / critical     {ratio}", ""]
+        return [*lines, f"  makespan                {makespan}", f"  makespan / crit. path   {ratio}", ""]
 
     def _gpu_text(self) -> list[str]:
         g = self.gpu
@@ -522,9 +522,7 @@ def gpu_usage(timings: Iterable[TaskTiming], inputs: RunInputs) -> GpuUsage:
     )
 
 
-def build_report(
-    timings: Iterable[TaskTiming], upstream: Mapping[str, Sequence[str]], inputs: RunInputs
-) -> RunReport:
+def build_report(timings: Iterable[TaskTiming], upstream: Mapping[str, Sequence[str]], inputs: RunInputs) -> RunReport:
     """Compute the run report from the run's task instances, the DAG's direct upstreams and the run facts."""
     timings = list(timings)
     path = critical_path(timings, upstream)

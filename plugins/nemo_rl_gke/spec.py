@@ -521,6 +521,13 @@ class RunSpec:
         title="Accept checkpoint loss",
         description="Allow teardown to delete Lustre even when the checkpoint export did not succeed.",
     )
+    gpu_hour_price_usd: float = _param(
+        0.0,
+        section=SECTION_TEARDOWN,
+        title="Price per GPU-hour (USD)",
+        description="For the run report's cost estimate; 0 uses the package's rough list price for the GPU type.",
+        minimum=0,
+    )
     adopt_existing: bool = _param(
         False,
         section=SECTION_TEARDOWN,

@@ -111,7 +111,8 @@ def test_apply_provisions_every_resource_then_deletes_it_waiting_only_in_deferra
     # Every wait on a long-running operation was a deferral: no task held a worker slot while GCP worked.
     deferred = set(re.findall(r"Pausing task as DEFERRED\..*?task_id=(\S+)", result.output))
     waits = {ensure_task(k) for k in KEYS} | {delete_task(k) for k in DELETABLE}
-    assert deferred == waits | {"kube.raycluster", "train.wait", "teardown.delete-raycluster"}
+    kube_and_job = {"kube.raycluster", "train.wait", "checkpoint.validate", "checkpoint.export"}
+    assert deferred == waits | kube_and_job | {"teardown.delete-raycluster"}
     assert sandbox.inventory() == []
 
 

@@ -15,10 +15,11 @@ from datetime import timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator, Context
+from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from nemo_rl_gke.operators.preflight import FINDINGS_KEY, VALIDATE_TASK_ID
+from nemo_rl_gke.operators.report import RecordsStart
 
 if TYPE_CHECKING:
     from nemo_rl_gke.gcp.hooks import GcpHook
@@ -44,7 +45,7 @@ SUBMIT_TASK_ID = "train.submit"
 DELETE_LUSTRE_TASK_ID = "teardown.delete-lustre"
 
 
-class _GcpResourceOperator(BaseOperator):
+class _GcpResourceOperator(RecordsStart):
     """Shared plumbing: the spec from the validate task's XCom, the resource by key, the hook, the deferral."""
 
     def __init__(
@@ -260,7 +261,7 @@ class DeleteGcpResourceOperator(_GcpResourceOperator):
         raise AirflowException(self.event_failure(resource, event))
 
 
-class PreflightLiveOperator(BaseOperator):
+class PreflightLiveOperator(RecordsStart):
     """Checks the live project before anything is created: reservation, RoCE profile, APIs, quota.
 
     Fails (no retries) with every finding at once, in the same format as the offline validate task, and pushes them

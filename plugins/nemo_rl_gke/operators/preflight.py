@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk import BaseOperator, Context
+from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from nemo_rl_gke.operators.report import RecordsStart
 
 VALIDATE_TASK_ID = "validate"
 FINDINGS_KEY = "findings"
@@ -31,7 +33,7 @@ def run_conf(context: Context) -> dict[str, Any]:
     return conf
 
 
-class ValidateConfOperator(BaseOperator):
+class ValidateConfOperator(RecordsStart):
     """Offline preflight of the run conf; pushes the validated spec (as conf) to XCom or fails with every finding.
 
     A failure is final (no retries): the same conf fails the same way, and nothing has been created.
@@ -61,7 +63,7 @@ class ValidateConfOperator(BaseOperator):
         return spec.to_conf()
 
 
-class PlanOperator(BaseOperator):
+class PlanOperator(RecordsStart):
     """Builds the run's plan from the validated spec, logs it as text and pushes it to XCom as JSON."""
 
     ui_color = "#eaf0f8"
@@ -83,7 +85,7 @@ class PlanOperator(BaseOperator):
         return plan.to_dict()
 
 
-class ApplyGateOperator(BaseOperator):
+class ApplyGateOperator(RecordsStart):
     """Ends a plan-mode run after the plan: it skips itself, and with it every apply task downstream.
 
     The teardown tasks are skipped too, since their setup (``preflight_live``) never ran: nothing was created.

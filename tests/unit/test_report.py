@@ -1,0 +1,523 @@
+"""The run report: stage grouping, critical path, makespan, GPU node-hours and cost, and its two renderings.
+
+The synthetic run mimics a real apply run of the DAG: the gate tasks, the network fan-out, Lustre (storage) and the
+cluster with its GPU pool side by side, the Kubernetes objects, an hour of training, the checkpoint export and the
+teardown, whose Lustre and cluster chains also run side by side. Times are seconds from ``T0`` with a few seconds
+of scheduling gap between dependent tasks, as Airflow leaves them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from nemo_rl_gke import report
+from nemo_rl_gke.report import (
+    DEFAULT_GPU_HOUR_PRICES_USD,
+    RunInputs,
+    TaskTiming,
+    build_report,
+    critical_path,
+    stage_of,
+)
+
+T0 = 1_750_000_000.0
+
+# task_id -> (start, end) in seconds from T0; None for a task still running.
+SCHEDULE: dict[str, tuple[float, float | None]] = {
+    "validate": (0, 2),
+    "plan": (3, 5),
+    "apply_gate": (6, 7),
+    "preflight_live": (8, 20),
+    "network.net": (22, 52),
+    "network.gvnic-net": (22, 47),
+    "network.rdma-net": (23, 50),
+    "network.gvnic-sub": (49, 64),
+    "network.gvnic-fw": (49, 59),
+    "network.rdma-sub-0": (51, 66),
+    "storage.peering-range": (54, 84),
+    "storage.peering": (86, 146),
+    "storage.lustre": (148, 1048),
+    "cluster.cluster": (54, 474),
+    "cluster.node-pool": (476, 776),
+    "kube.nccl-installer": (778, 788),
+    "kube.network-mapping": (778, 783),
+    "kube.lustre-storage": (1050, 1056),
+    "kube.raycluster": (1058, 1238),
+    "train.submit": (1240, 1250),
+    "train.wait": (1252, 4852),
+    "checkpoint.validate": (4854, 4914),
+    "checkpoint.export": (4916, 5216),
+    "teardown.delete-raycluster": (5218, 5248),
+    "teardown.delete-gvnic-fw": (5218, 5228),
+    "teardown.delete-kube-objects": (5250, 5260),
+    "teardown.delete-lustre": (5262, 5862),
+    "teardown.delete-peering": (5864, 5884),
+    "teardown.delete-peering-range": (5886, 5896),
+    "teardown.delete-cluster": (5262, 5742),
+    "teardown.delete-gvnic-sub": (5744, 5764),
+    "teardown.delete-rdma-sub-0": (5744, 5766),
+    "teardown.delete-gvnic-net": (5766, 5786),
+    "teardown.delete-rdma-net": (5768, 5788),
+    "teardown.delete-net": (5898, 5928),
+    "report": (5930, None),
+}
+
+UPSTREAM: dict[str, list[str]] = {
+    "plan": ["validate"],
+    "apply_gate": ["plan"],
+    "preflight_live": ["apply_gate"],
+    "network.net": ["preflight_live"],
+    "network.gvnic-net": ["preflight_live"],
+    "network.rdma-net": ["preflight_live"],
+    "network.gvnic-sub": ["network.gvnic-net"],
+    "network.gvnic-fw": ["network.gvnic-net"],
+    "network.rdma-sub-0": ["network.rdma-net"],
+    "storage.peering-range": ["network.net"],
+    "storage.peering": ["storage.peering-range"],
+    "storage.lustre": ["storage.peering"],
+    "cluster.cluster": ["network.net"],
+    "cluster.node-pool": ["cluster.cluster", "network.gvnic-sub", "network.rdma-sub-0"],
+    "kube.nccl-installer": ["cluster.node-pool"],
+    "kube.network-mapping": ["cluster.node-pool"],
+    "kube.lustre-storage": ["cluster.cluster", "storage.lustre"],
+    "kube.raycluster": ["kube.nccl-installer", "kube.network-mapping", "kube.lustre-storage", "cluster.node-pool"],
+    "train.submit": ["kube.raycluster"],
+    "train.wait": ["train.submit"],
+    "checkpoint.validate": ["train.wait"],
+    "checkpoint.export": ["checkpoint.validate"],
+    "teardown.delete-raycluster": ["checkpoint.export", "train.wait", "storage.lustre", "network.gvnic-fw"],
+    "teardown.delete-gvnic-fw": ["train.wait", "network.gvnic-fw"],
+    "teardown.delete-kube-objects": ["teardown.delete-raycluster"],
+    "teardown.delete-lustre": ["teardown.delete-kube-objects"],
+    "teardown.delete-peering": ["teardown.delete-lustre"],
+    "teardown.delete-peering-range": ["teardown.delete-peering"],
+    "teardown.delete-cluster": ["teardown.delete-kube-objects"],
+    "teardown.delete-gvnic-sub": ["teardown.delete-cluster"],
+    "teardown.delete-rdma-sub-0": ["teardown.delete-cluster"],
+    "teardown.delete-gvnic-net": ["teardown.delete-gvnic-sub", "teardown.delete-gvnic-fw"],
+    "teardown.delete-rdma-net": ["teardown.delete-rdma-sub-0"],
+    "teardown.delete-net": ["teardown.delete-peering-range", "teardown.delete-cluster"],
+    "report": ["teardown.delete-net", "teardown.delete-gvnic-net", "teardown.delete-rdma-net"],
+}
+
+# Lustre (30 + 60 + 900 s, then the 6 s PV) outlasts the cluster and its pool (420 + 300 s); in teardown, deleting
+# Lustre and the peering (600 + 20 + 10 s) outlasts deleting the cluster and a subnet (480 + 22 + 20 s).
+EXPECTED_PATH = [
+    ("validate", 2),
+    ("plan", 2),
+    ("apply_gate", 1),
+    ("preflight_live", 12),
+    ("network.net", 30),
+    ("storage.peering-range", 30),
+    ("storage.peering", 60),
+    ("storage.lustre", 900),
+    ("kube.lustre-storage", 6),
+    ("kube.raycluster", 180),
+    ("train.submit", 10),
+    ("train.wait", 3600),
+    ("checkpoint.validate", 60),
+    ("checkpoint.export", 300),
+    ("teardown.delete-raycluster", 30),
+    ("teardown.delete-kube-objects", 10),
+    ("teardown.delete-lustre", 600),
+    ("teardown.delete-peering", 20),
+    ("teardown.delete-peering-range", 10),
+    ("teardown.delete-net", 30),
+]
+EXPECTED_PATH_TOTAL = 5893.0
+MAKESPAN = 5928.0  # network teardown ends at +5928; the report task has not ended
+POOL_UP_S = 5742 - 776  # end of cluster.node-pool to end of teardown.delete-cluster
+
+TRAINING = {
+    "steps_completed": 20,
+    "first_reward": 0.3867,
+    "last_reward": 0.7125,
+    "best_reward": 0.7342,
+    "mean_step_time_s": 118.64,
+    "final_val_accuracy": 0.655,
+    "checkpoints": ["step_10", "step_20"],
+    "wandb_url": "https://wandb.ai/ml-team/nemo-rl/runs/k3x9q2ab",
+}
+CHECKPOINT = "gs://proj-nemo-rl-checkpoints/runs/manual__2025-06-15/step_20"
+ALL_DELETED = {task_id: "deleted" for task_id in SCHEDULE if task_id.startswith("teardown.")}
+
+
+def timings(
+    schedule: dict[str, tuple[float, float | None]] | None = None,
+    states: dict[str, str] | None = None,
+    tries: dict[str, int] | None = None,
+) -> list[TaskTiming]:
+    """Task instances from a schedule of offsets; every task succeeded unless ``states`` says otherwise."""
+    states = states or {}
+    tries = tries or {}
+    out = []
+    for task_id, (start, end) in (schedule or SCHEDULE).items():
+        state = states.get(task_id, "running" if end is None else "success")
+        out.append(
+            TaskTiming(
+                task_id=task_id,
+                state=state,
+                start=None if start is None else T0 + start,
+                end=None if end is None else T0 + end,
+                tries=tries.get(task_id, 1),
+            )
+        )
+    return out
+
+
+def inputs(**overrides: object) -> RunInputs:
+    fields: dict[str, object] = {
+        "gpu_type": "b200",
+        "gpus_per_node": 8,
+        "worker_replicas": 2,
+        "now": T0 + 5931,
+        "teardown_policy": "delete_all",
+        "training_summary": TRAINING,
+        "checkpoint_uri": CHECKPOINT,
+        "teardown_actions": ALL_DELETED,
+    }
+    fields.update(overrides)
+    return RunInputs(**fields)  # type: ignore[arg-type]
+
+
+def failed_pool_run() -> list[TaskTiming]:
+    """The GPU pool creation fails (stockout); everything needing it is upstream_failed and never starts."""
+    schedule: dict[str, tuple[float | None, float | None]] = {
+        k: v for k, v in SCHEDULE.items() if not k.startswith(("teardown.", "report"))
+    }
+    never = ["kube.nccl-installer", "kube.network-mapping", "kube.raycluster", "train.submit", "train.wait"]
+    never += ["checkpoint.validate", "checkpoint.export"]
+    for task_id in never:
+        schedule[task_id] = (None, None)
+    schedule["cluster.node-pool"] = (476, 1376)
+    schedule["teardown.delete-raycluster"] = (1378, 1380)
+    schedule["teardown.delete-cluster"] = (1400, 1880)
+    states = dict.fromkeys(never, "upstream_failed")
+    states["cluster.node-pool"] = "failed"
+    return timings(schedule, states)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Stages
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("task_id", "stage"),
+    [
+        ("validate", "preflight"),
+        ("plan", "preflight"),
+        ("apply_gate", "preflight"),
+        ("preflight_live", "preflight"),
+        ("network.rdma-sub-0", "network"),
+        ("cluster.node-pool", "cluster"),
+        ("teardown.delete-cluster", "teardown"),
+        ("checkpoint.export", "checkpoint"),
+        ("report", "report"),
+        ("a.b.c", "a"),
+    ],
+)
+def test_stage_of(task_id: str, stage: str) -> None:
+    assert stage_of(task_id) == stage
+
+
+def test_stage_grouping_order_and_durations() -> None:
+    r = build_report(timings(), UPSTREAM, inputs())
+    names = [s.name for s in r.stages]
+    assert names == ["preflight", "network", "storage", "cluster", "kube", "train", "checkpoint", "teardown", "report"]
+    durations = {s.name: s.duration_s for s in r.stages}
+    assert durations == {
+        "preflight": 20.0,
+        "network": 66.0 - 22.0,
+        "storage": 1048.0 - 54.0,
+        "cluster": 776.0 - 54.0,
+        "kube": 1238.0 - 778.0,
+        "train": 4852.0 - 1240.0,
+        "checkpoint": 5216.0 - 4854.0,
+        "teardown": 5928.0 - 5218.0,
+        "report": None,  # started, not ended
+    }
+    assert r.stage("network").tasks == 6
+    assert r.stage("teardown").tasks == 12
+    assert r.stage("storage").start == T0 + 54
+    assert r.stage("storage").end == T0 + 1048
+    assert all(r.stage(n).state == "success" and not r.stage(n).failed for n in names[:-1])
+    assert r.stage("report").state == "running"
+
+
+def test_stage_state_names_the_failed_tasks_and_retries() -> None:
+    r = build_report(failed_pool_run(), UPSTREAM, inputs(training_summary=None, checkpoint_uri=None))
+    cluster = r.stage("cluster")
+    assert cluster.state == "failed"
+    assert cluster.failed == ("cluster.node-pool",)
+    assert cluster.state_text() == "FAILED: cluster.node-pool"
+    assert cluster.duration_s == 1376.0 - 54.0
+    # Nothing in train ran: the stage has no span, and its state says why.
+    train = r.stage("train")
+    assert (train.ran, train.start, train.end, train.duration_s) == (0, None, None, None)
+    assert train.state == "upstream_failed"
+    assert train.states == {"upstream_failed": 2}
+    kube = r.stage("kube")
+    assert kube.states == {"upstream_failed": 3, "success": 1}
+    assert kube.duration_s == 6.0  # only lustre-storage ran
+    assert kube.state_text() == "upstream_failed 3, success 1"
+
+    retried = build_report(timings(tries={"storage.lustre": 3}), UPSTREAM, inputs())
+    assert retried.stage("storage").retried == ("storage.lustre x3",)
+    assert "retried: storage.lustre x3" in retried.to_text()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Critical path and makespan
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_critical_path_follows_the_longer_parallel_chain() -> None:
+    path = critical_path(timings(), UPSTREAM)
+    assert [(s.task_id, s.duration_s) for s in path.steps] == EXPECTED_PATH
+    assert path.total_s == EXPECTED_PATH_TOTAL == sum(d for _, d in EXPECTED_PATH)
+    assert path.steps[0].start_offset_s == 0.0
+    assert path.steps[7].start_offset_s == 148.0  # storage.lustre
+    # The still-running report task (duration 0) is not appended after the last real task.
+    assert path.task_ids[-1] == "teardown.delete-net"
+
+
+def test_critical_path_switches_chain_when_the_cluster_is_slower() -> None:
+    # A slow GPU pool (1200 s instead of 300 s) makes the cluster chain the longer one; later tasks shift along.
+    schedule = dict(SCHEDULE)
+    schedule["cluster.node-pool"] = (476, 1676)
+    path = critical_path(timings(schedule), UPSTREAM)
+    ids = path.task_ids
+    # The pool is followed by the longer of its two kube children (the NCCL installer: 10 s, the mapping: 5 s).
+    assert ids[4:9] == ["network.net", "cluster.cluster", "cluster.node-pool", "kube.nccl-installer", "kube.raycluster"]
+    assert not any(t.startswith("storage.") for t in ids[:12])
+    assert path.total_s == EXPECTED_PATH_TOTAL - (30 + 60 + 900 + 6) + (420 + 1200 + 10)
+
+
+def test_makespan_and_schedule_ratio() -> None:
+    r = build_report(timings(), UPSTREAM, inputs())
+    assert r.run_start == T0
+    assert r.run_end == T0 + MAKESPAN
+    assert r.makespan_s == MAKESPAN
+    assert r.schedule_ratio == pytest.approx(MAKESPAN / EXPECTED_PATH_TOTAL)
+    assert r.schedule_ratio >= 1.0
+
+
+def test_critical_path_counts_tasks_that_never_ran_as_zero() -> None:
+    path = critical_path(failed_pool_run(), UPSTREAM)
+    durations = dict((s.task_id, s.duration_s) for s in path.steps)
+    # The failed pool still took 900 s: cluster + pool (1320 s) outlast the Lustre chain (996 s).
+    assert list(durations)[4:7] == ["network.net", "cluster.cluster", "cluster.node-pool"]
+    assert durations["cluster.node-pool"] == 900.0
+    assert all(d == 0.0 for t, d in durations.items() if t.startswith(("train.", "checkpoint.")))
+    assert math.isfinite(path.total_s)
+
+
+def test_critical_path_handles_tasks_missing_from_either_input() -> None:
+    # "extra" has no upstream entry; "ghost" is only named as an upstream and has no task instance.
+    ts = [TaskTiming("a", "success", T0, T0 + 5), TaskTiming("b", "success", T0 + 6, T0 + 8)]
+    ts.append(TaskTiming("extra", "success", T0, T0 + 20))
+    path = critical_path(ts, {"b": ["a", "ghost"]})
+    assert path.task_ids == ["extra"]
+    assert path.total_s == 20.0
+    assert critical_path([], {}).steps == ()
+
+
+def test_critical_path_rejects_a_cycle() -> None:
+    ts = [TaskTiming("a", "success", T0, T0 + 1), TaskTiming("b", "success", T0 + 1, T0 + 2)]
+    with pytest.raises(ValueError, match="cycle"):
+        critical_path(ts, {"a": ["b"], "b": ["a"]})
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# GPU node-hours and cost
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_node_hours_from_pool_up_to_cluster_deleted_with_default_price() -> None:
+    g = build_report(timings(), UPSTREAM, inputs()).gpu
+    hours = POOL_UP_S / 3600
+    assert g.came_up and not g.still_running
+    assert (g.up_at, g.down_at, g.counted_until) == (T0 + 776, T0 + 5742, T0 + 5742)
+    assert g.hours == pytest.approx(hours)
+    assert g.node_hours == pytest.approx(hours * 2)
+    assert g.gpu_hours == pytest.approx(hours * 2 * 8)
+    assert g.price_source == "default"
+    assert g.price_per_gpu_hour_usd == DEFAULT_GPU_HOUR_PRICES_USD["b200"]
+    assert g.estimated_cost_usd == pytest.approx(hours * 16 * DEFAULT_GPU_HOUR_PRICES_USD["b200"])
+    assert g.estimated_cost_usd == pytest.approx(242.78, abs=0.01)
+
+
+def test_cost_uses_the_conf_price_and_the_h200_default() -> None:
+    hours = POOL_UP_S / 3600
+    conf = build_report(timings(), UPSTREAM, inputs(gpu_hour_price_usd=4.25, worker_replicas=4)).gpu
+    assert (conf.price_source, conf.price_per_gpu_hour_usd) == ("conf", 4.25)
+    assert conf.node_hours == pytest.approx(hours * 4)
+    assert conf.estimated_cost_usd == pytest.approx(hours * 4 * 8 * 4.25)
+    h200 = build_report(timings(), UPSTREAM, inputs(gpu_type="h200")).gpu
+    assert h200.price_per_gpu_hour_usd == DEFAULT_GPU_HOUR_PRICES_USD["h200"] != DEFAULT_GPU_HOUR_PRICES_USD["b200"]
+    assert h200.estimated_cost_usd == pytest.approx(hours * 16 * DEFAULT_GPU_HOUR_PRICES_USD["h200"])
+    unknown = build_report(timings(), UPSTREAM, inputs(gpu_type="x100")).gpu
+    assert (unknown.price_per_gpu_hour_usd, unknown.price_source, unknown.estimated_cost_usd) == (None, "unknown", None)
+    assert unknown.gpu_hours == pytest.approx(hours * 16)
+
+
+@pytest.mark.parametrize("action", ["kept-by-policy", "kept-unowned", "kept-for-checkpoint", None])
+def test_kept_cluster_counts_until_now_and_is_flagged(action: str | None) -> None:
+    actions = dict(ALL_DELETED)
+    if action is None:
+        del actions["teardown.delete-cluster"]  # the teardown task reported nothing (failed or skipped)
+    else:
+        actions["teardown.delete-cluster"] = action
+    now = T0 + 776 + 7200
+    r = build_report(timings(), UPSTREAM, inputs(teardown_actions=actions, now=now))
+    g = r.gpu
+    assert g.still_running
+    assert g.down_at is None
+    assert g.counted_until == now
+    assert g.hours == pytest.approx(2.0)
+    assert g.gpu_hours == pytest.approx(2.0 * 2 * 8)
+    assert g.estimated_cost_usd == pytest.approx(32 * 11.0)
+    text = r.to_text()
+    assert "352.00 (still running!)" in text
+    if action is not None:
+        assert [(i.task_id, i.action) for i in r.kept] == [("teardown.delete-cluster", action)]
+
+
+def test_absent_cluster_counts_as_gone() -> None:
+    # A retried delete whose first try already deleted the cluster reports "absent": the nodes are gone.
+    actions = {**ALL_DELETED, "teardown.delete-cluster": "absent"}
+    r = build_report(timings(), UPSTREAM, inputs(teardown_actions=actions, now=T0 + 99_999))
+    assert not r.gpu.still_running
+    assert r.gpu.hours == pytest.approx(POOL_UP_S / 3600)
+    assert [i.task_id for i in r.absent] == ["teardown.delete-cluster"]
+    assert "still running" not in r.to_text()
+
+
+def test_deleted_action_without_an_end_time_is_still_running() -> None:
+    schedule = {**SCHEDULE, "teardown.delete-cluster": (5262, None)}
+    g = build_report(timings(schedule), UPSTREAM, inputs(now=T0 + 6000)).gpu
+    assert g.still_running
+    assert g.hours == pytest.approx((6000 - 776) / 3600)
+
+
+def test_pool_that_never_came_up_costs_nothing() -> None:
+    r = build_report(failed_pool_run(), UPSTREAM, inputs(teardown_actions={}, now=T0 + 50_000))
+    g = r.gpu
+    assert not g.came_up and not g.still_running
+    assert (g.up_at, g.down_at, g.counted_until) == (None, None, None)
+    assert (g.hours, g.node_hours, g.gpu_hours, g.estimated_cost_usd) == (0.0, 0.0, 0.0, 0.0)
+    # The pool task missing altogether (a validate-only run) is the same.
+    only_gate = [t for t in timings() if stage_of(t.task_id) == "preflight"]
+    assert build_report(only_gate, UPSTREAM, inputs()).gpu.gpu_hours == 0.0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Training, checkpoint, teardown and the renderings
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_teardown_lists_and_pass_through_fields() -> None:
+    actions = {
+        "teardown.delete-raycluster": "deleted",
+        "teardown.delete-kube-objects": "absent",
+        "teardown.delete-lustre": "kept-for-checkpoint",
+        "teardown.delete-cluster": "kept-by-policy",
+        "teardown.delete-net": "kept-unowned",
+    }
+    r = build_report(timings(), UPSTREAM, inputs(teardown_actions=actions, teardown_policy="keep_cluster_and_storage"))
+    assert [(i.task_id, i.action) for i in r.deleted] == [("teardown.delete-raycluster", "deleted")]
+    assert [i.task_id for i in r.absent] == ["teardown.delete-kube-objects"]
+    assert [(i.task_id, i.action) for i in r.kept] == [
+        ("teardown.delete-cluster", "kept-by-policy"),
+        ("teardown.delete-lustre", "kept-for-checkpoint"),
+        ("teardown.delete-net", "kept-unowned"),
+    ]
+    assert r.training_summary == TRAINING
+    assert r.training_summary is not TRAINING  # a copy: the report is not tied to the caller's dict
+    assert r.checkpoint_uri == CHECKPOINT
+    text = r.to_text()
+    assert "Teardown (policy keep_cluster_and_storage)" in text
+    assert "teardown.delete-lustre" in text and "kept-for-checkpoint" in text
+
+
+def test_to_dict_is_json_serializable() -> None:
+    summary = {**TRAINING, "final_val_accuracy": float("nan")}
+    r = build_report(timings(), UPSTREAM, inputs(training_summary=summary))
+    d = json.loads(json.dumps(r.to_dict(), allow_nan=False))
+    assert d["makespan_s"] == MAKESPAN
+    assert d["critical_path"]["total_s"] == EXPECTED_PATH_TOTAL
+    assert [s["task_id"] for s in d["critical_path"]["steps"]] == [t for t, _ in EXPECTED_PATH]
+    assert d["gpu"]["still_running"] is False
+    assert d["gpu"]["gpu_hours"] == pytest.approx(POOL_UP_S / 3600 * 16)
+    assert d["training_summary"]["final_val_accuracy"] is None
+    assert d["training_summary"]["checkpoints"] == ["step_10", "step_20"]
+    assert d["stages"][0] == {
+        "name": "preflight",
+        "tasks": 4,
+        "ran": 4,
+        "start": T0,
+        "end": T0 + 20,
+        "duration_s": 20.0,
+        "state": "success",
+        "states": {"success": 4},
+        "failed": [],
+        "retried": [],
+    }
+    assert len(d["teardown"]["deleted"]) == len(ALL_DELETED)
+    failed = build_report(failed_pool_run(), UPSTREAM, inputs(training_summary=None, checkpoint_uri=None))
+    json.dumps(failed.to_dict(), allow_nan=False)
+
+
+def test_to_text_shows_the_key_numbers() -> None:
+    text = build_report(timings(), UPSTREAM, inputs()).to_text()
+    assert text.isascii()  # no emojis in the task log
+    for expected in [
+        "Stages",
+        "Critical path",
+        "storage.lustre",
+        "5893.0",  # critical path total
+        "makespan                5928.0 s",
+        f"makespan / crit. path   {MAKESPAN / EXPECTED_PATH_TOTAL:.3f} (+0.6% beyond",
+        "GPU usage (b200, 2 nodes x 8 GPUs)",
+        f"GPU node-hours          {POOL_UP_S / 3600 * 2:.3f}",
+        f"GPU-hours               {POOL_UP_S / 3600 * 16:.2f}",
+        "11.00 (default list-price estimate)",
+        "estimated cost (USD)    242.78",
+        "steps_completed     20",
+        "https://wandb.ai/ml-team/nemo-rl/runs/k3x9q2ab",
+        "step_10, step_20",
+        CHECKPOINT,
+        "deleted: 12",
+    ]:
+        assert expected in text, expected
+    assert "still running" not in text
+    # Fixed width: the stage rows' columns line up whatever the numbers' widths.
+    rows = [line for line in text.splitlines() if line.startswith(("  preflight ", "  teardown "))]
+    assert len(rows) == 2
+    assert rows[0].index(" 20.0 ") + 5 == rows[1].index(" 710.0 ") + 6
+    assert rows[0].index("success") == rows[1].index("success")
+
+
+def test_to_text_without_training_checkpoint_or_teardown() -> None:
+    r = build_report(
+        failed_pool_run(), UPSTREAM, inputs(training_summary=None, checkpoint_uri=None, teardown_actions={})
+    )
+    text = r.to_text()
+    assert "no training ran" in text
+    assert "none: not exported" in text
+    assert "no teardown actions recorded" in text
+    assert "FAILED: cluster.node-pool" in text
+    assert "never (cluster.node-pool did not succeed)" in text
+    assert "estimated cost (USD)    0.00" in text
+
+
+def test_module_is_cheap_to_import() -> None:
+    # Imported while Airflow parses the DAG: stdlib only, no Airflow.
+    source = report.__file__
+    with open(source, encoding="utf-8") as f:
+        imports = [line for line in f if line.startswith(("import ", "from "))]
+    assert not any("airflow" in line or "nemo_rl_gke" in line for line in imports), imports
