@@ -32,7 +32,7 @@ lint: $(STAMP)
 demo: $(STAMP)
 	@mkdir -p .airflow
 	@$(AIRFLOW_ENV) airflow db migrate > .airflow/migrate.log 2>&1 || (cat .airflow/migrate.log; exit 1)
-	@$(AIRFLOW_ENV) $(PY) -m nemo_rl_gke.demo --sandbox --conf include/conf/tutorial.json
+	@$(AIRFLOW_ENV) $(PY) -m nemo_rl_gke.demo --sandbox --conf include/conf/local.json
 
 # The tutorial's run in plan mode through the real DAG: validate -> plan, the plan printed at the end.
 demo-plan: $(STAMP)

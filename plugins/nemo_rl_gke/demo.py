@@ -75,7 +75,9 @@ def _start_sandbox(home: Path, conf: dict[str, Any]) -> tuple[Any, dict[str, str
     sandbox = start_sandbox(home / f"sandbox-{time.strftime('%Y%m%d-%H%M%S')}", latency_scale=0.002, seed=seed)
     extra = {"is_anonymous": True, "project": spec.project, "api_endpoint": sandbox.url}
     conn = json.dumps({"conn_type": "google_cloud_platform", "extra": extra})
-    return sandbox, {"AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": conn}
+    # The local recipe needs no Hugging Face token, but the job always gets one: a placeholder stands in for it.
+    hf = json.dumps({"conn_type": "generic", "password": "hf_sandbox_placeholder_token"})
+    return sandbox, {"AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": conn, f"AIRFLOW_CONN_{spec.hf_conn_id.upper()}": hf}
 
 
 def _print_run(run: dict[str, Any], elapsed: float) -> None:
@@ -89,6 +91,26 @@ def _print_run(run: dict[str, Any], elapsed: float) -> None:
         print(f"\nThe run was refused before anything was created ({len(findings)} problem(s)):")
         for n, f in enumerate(findings, 1):
             print(f"  {n}. [{f['rule_id']}] {f['param']}: {f['rule']}.\n     Fix: {f['fix']}")
+
+
+def _print_training(run: dict[str, Any], sandbox: Any) -> None:
+    """Reward by step, the checkpoint's location and the run report, from the run's XCom."""
+    xcom = run["xcom"]
+    steps = xcom.get(("train.wait", "steps")) or []
+    if steps:
+        print("\nreward by step (avg reward of the batch):")
+        for row in steps:
+            reward = row.get("avg_reward") or 0.0
+            print(f"  step {row['step']:>3}  {reward:6.4f}  {'#' * round(40 * reward)}")
+    exported = xcom.get(("checkpoint.export", "return_value")) or {}
+    if exported.get("uri"):
+        print(f"\ncheckpoint: {exported['uri']}")
+        if sandbox is not None:
+            local = Path(sandbox.state_dir) / "gcs" / exported["uri"].removeprefix("gs://")
+            print(f"  (the sandbox's bucket directory: {local})")
+    text = xcom.get(("report", "text"))
+    if text:
+        print("\n" + text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,10 +149,16 @@ def main(argv: list[str] | None = None) -> int:
             plan_path = home / "logs" / f"plan-{stamp}.txt"
             plan_path.write_text(plan_text)
             print(f"\nplan: {plan_text.splitlines()[0]}\n  (full plan: {plan_path})")
-        leftover = sandbox.inventory() if sandbox is not None else []
+        _print_training(run, sandbox)
+        leftover: list[Any] = []
         if sandbox is not None:
-            calls = sandbox.calls()
-            print(f"sandbox: {len(calls)} API calls, {len(leftover)} resource(s) left after teardown")
+            inventory = sandbox.full_inventory()
+            leftover = [*inventory["resources"], *inventory["kubernetes"], *inventory["ray_heads"]]
+            print(
+                f"\nsandbox: {len(sandbox.calls())} API calls; left after teardown: {len(inventory['resources'])} "
+                f"GCP resource(s), {len(inventory['kubernetes'])} Kubernetes object(s), "
+                f"{len(inventory['ray_heads'])} Ray process(es)"
+            )
         return 0 if run["state"] == "success" and not leftover else 1
     finally:
         if sandbox is not None:

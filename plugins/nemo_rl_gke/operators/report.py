@@ -14,6 +14,7 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 
 STARTED_AT_KEY = "started_at"
+REPORT_TEXT_KEY = "text"
 
 
 class RecordsStart(BaseOperator):
@@ -74,5 +75,7 @@ class RunReportOperator(RecordsStart):
                 teardown_actions=teardown,
             ),
         )
-        self.log.info("Run report\n%s", report.to_text())
+        text = report.to_text()
+        self.log.info("Run report\n%s", text)
+        ti.xcom_push(key=REPORT_TEXT_KEY, value=text)
         return report.to_dict()

@@ -1,0 +1,177 @@
+"""The whole mission on the sandbox with the local CPU recipe: train for real, validate and export the checkpoint,
+publish the Asset event, tear down, report. Also: a failing job, the zero-reward guard, a failed export that keeps
+Lustre, and the test tokens never leaking.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sandbox.testing import SandboxProcess, start_sandbox
+
+from nemo_rl_gke.spec import RunSpec
+from tests.e2e.harness import HF_TEST_TOKEN, SEED, WANDB_TEST_KEY, connection_env, run_cli
+
+pytestmark = pytest.mark.airflow
+SPEC = RunSpec()
+LUSTRE_CHAIN = {"lustre.instance", "servicenetworking.connection", "compute.address", "compute.network"}
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxProcess]:
+    with start_sandbox(tmp_path_factory.mktemp("train"), latency_scale=0.0, seed=SEED) as process:
+        yield process
+
+
+@pytest.fixture(scope="module")
+def env(sandbox: SandboxProcess, airflow_db: None) -> Iterator[dict[str, str]]:
+    values = connection_env(sandbox.url)
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    yield values
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture(autouse=True)
+def _fresh(sandbox: SandboxProcess) -> Iterator[None]:
+    sandbox.reset()
+    yield
+    sandbox.clear_faults()
+
+
+def _xcom() -> dict[tuple[str, str], Any]:
+    from nemo_rl_gke.demo import _latest_run
+
+    return _latest_run("nemo_rl_grpo_gke")["xcom"]
+
+
+def _stamp(line: str) -> datetime:
+    return datetime.fromisoformat(line.split(maxsplit=1)[0].replace("Z", "+00:00"))
+
+
+def test_the_local_recipe_trains_validates_exports_and_cleans_up(sandbox: SandboxProcess, env: dict[str, str]) -> None:
+    result = run_cli({"max_steps": 20}, env)
+    assert result.state == "success", result.output[-3000:]
+    assert all(state == "success" for state in result.tasks.values()), result.tasks
+
+    # The reward curve is in XCom, one row per step, and it rises on the fixed seed.
+    xcom = _xcom()
+    steps = xcom[("train.wait", "steps")]
+    assert [s["step"] for s in steps] == list(range(1, 21))
+    rewards = [s["avg_reward"] for s in steps]
+    assert sum(rewards[-5:]) / 5 > sum(rewards[:5]) / 5 + 0.2, rewards
+    assert xcom[("train.wait", "summary")]["steps_completed"] == 20
+
+    # The step lines reached the task log while the job ran, not in one piece at the end.
+    lines = [line for line in result.output.splitlines() if "[ray job]" in line and "Step " in line]
+    first = next(line for line in lines if "Step 1/20" in line)
+    last = next(line for line in lines if "Step 20/20" in line)
+    assert (_stamp(last) - _stamp(first)).total_seconds() > 1.0
+
+    # The checkpoint was validated where it lives (8 training ranks -> 8 shards) and exported.
+    report = xcom[("checkpoint.validate", "report")]
+    assert report["valid"] and report["step"] == 20 and report["shards"] == {"weights": 8, "optimizer": 8}
+    exported = xcom[("checkpoint.export", "return_value")]
+    assert exported["uri"].startswith(f"gs://{SPEC.export_bucket_name}/nemo_rl_grpo_gke/")
+    bucket = Path(sandbox.state_dir) / "gcs" / SPEC.export_bucket_name
+    copied = {p.relative_to(bucket).as_posix().split("/", 2)[-1] for p in bucket.rglob("*") if p.is_file()}
+    assert {"step_20/config.yaml", "step_20/policy/weights/.metadata", "step_20/policy/weights/__7_0.distcp"} <= copied
+
+    # The Asset event carries the URI, the step, the metrics and the shard count.
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        event = (
+            session.query(AssetEvent)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .filter(AssetModel.name == "nemo_rl_grpo_gke_checkpoint")
+            .order_by(AssetEvent.id.desc())
+            .first()
+        )
+        assert event is not None
+        assert event.extra["uri"] == exported["uri"] and event.extra["step"] == 20
+        assert event.extra["shards"] == {"weights": 8, "optimizer": 8}
+        assert event.extra["metrics"]["steps_completed"] == 20
+
+    # The report is the last task; teardown left nothing, no Ray process either.
+    run_report = xcom[("report", "return_value")]
+    assert run_report["checkpoint_uri"] == exported["uri"]
+    assert run_report["gpu"]["came_up"] and not run_report["gpu"]["still_running"]
+    after = sandbox.full_inventory()
+    assert after["resources"] == [] and after["kubernetes"] == [] and after["ray_heads"] == []
+
+    # The test tokens appear nowhere: not in the task logs, not in XCom, not in rendered fields.
+    from airflow.models.renderedtifields import RenderedTaskInstanceFields
+    from airflow.models.xcom import XComModel
+
+    home = Path(os.environ["AIRFLOW_HOME"])
+    for path in (home / "logs").rglob("*"):
+        if path.is_file():
+            text = path.read_text(errors="replace")
+            assert HF_TEST_TOKEN not in text and WANDB_TEST_KEY not in text, path
+    assert HF_TEST_TOKEN not in result.output
+    with create_session() as session:
+        stored = json.dumps([XComModel.deserialize_value(x) for x in session.query(XComModel).all()], default=str)
+        rendered = json.dumps([r.rendered_fields for r in session.query(RenderedTaskInstanceFields).all()], default=str)
+    for secret in (HF_TEST_TOKEN, WANDB_TEST_KEY):
+        assert secret not in stored and secret not in rendered
+
+
+def test_a_failing_job_fails_the_run_with_the_driver_last_lines_and_teardown_runs(
+    sandbox: SandboxProcess, env: dict[str, str]
+) -> None:
+    result = run_cli({"extra_overrides": ["policy.optimizer.lr=-1"], "accept_checkpoint_loss": True}, env)
+    assert result.state == "failed"
+    assert result.tasks["train.wait"] == "failed" and result.tries["train.wait"] == 1
+    assert "driver exit code: 2" in result.output or "exit code 2" in result.output
+    assert "Last lines of the driver log:" in result.output
+    assert "'policy.optimizer.lr' must be a number > 0.0, got -1" in result.output
+    assert all(state == "success" for task, state in result.tasks.items() if task.startswith("teardown."))
+    assert sandbox.full_inventory()["resources"] == []
+
+
+def test_every_reward_zero_trips_the_guard_within_k_steps_and_lustre_is_kept_without_an_export(
+    sandbox: SandboxProcess, env: dict[str, str]
+) -> None:
+    conf = {"max_steps": 20, "extra_overrides": ["data.ground_truth=full_solution"], "zero_learning_steps": 3}
+    result = run_cli(conf, env)
+    assert result.state == "failed"
+    assert result.tasks["train.wait"] == "failed"
+    assert "advantages" in result.output and "zero_learning_guard" in result.output
+    steps = _xcom()[("train.wait", "steps")]
+    assert 3 <= len(steps) < 20 and {s["avg_reward"] for s in steps} == {0.0}
+    # A job ran and nothing was exported: teardown keeps Lustre (and what it needs) rather than lose the checkpoint.
+    actions = {t: v.get("action") for (t, k), v in _xcom().items() if k == "return_value" and isinstance(v, dict)}
+    assert actions["teardown.delete-lustre"] == "kept-for-checkpoint"
+    assert actions["teardown.delete-net"] == "kept-for-lustre"
+    kept = {r["kind"] for r in sandbox.inventory()}
+    assert kept == LUSTRE_CHAIN
+    assert sandbox.full_inventory()["ray_heads"] == []
+
+
+def test_a_failed_export_keeps_lustre_and_says_where_the_checkpoint_is(
+    sandbox: SandboxProcess, env: dict[str, str]
+) -> None:
+    sandbox.add_fault({"method": "POST", "path": ":exportData$"}, operation="error", message="injected: export failed")
+    result = run_cli({}, env)
+    assert result.state == "failed"
+    assert result.tasks["checkpoint.export"] == "failed"
+    assert re.search(r"still on Lustre instance nemo-rl-lustre at /nemo_rl_local/step_2", result.output)
+    assert {r["kind"] for r in sandbox.inventory()} == LUSTRE_CHAIN
+    # Accepting the loss lets the next run's teardown delete it all.
+    sandbox.clear_faults()
+    cleanup = run_cli({"accept_checkpoint_loss": True, "max_steps": 3}, env)
+    assert cleanup.state == "success"
+    assert sandbox.inventory() == []
