@@ -244,7 +244,9 @@ class KubeRay:
             "--include-dashboard=true",
             "--disable-usage-stats",
         ]
-        env = {**os.environ, "SANDBOX_DATA_DIR": head.data_dir, "RAY_USAGE_STATS_ENABLED": "0"}
+        # Jobs run `python` from PATH, as in the NeMo RL image: here, the sandbox's own interpreter (it has torch).
+        path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+        env = {**os.environ, "PATH": path, "SANDBOX_DATA_DIR": head.data_dir, "RAY_USAGE_STATS_ENABLED": "0"}
         with open(head.log_path, "ab") as out:
             head.process = await asyncio.create_subprocess_exec(
                 *args, stdout=out, stderr=asyncio.subprocess.STDOUT, env=env, start_new_session=True

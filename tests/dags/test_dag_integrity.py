@@ -38,7 +38,9 @@ def test_tags_retries_docs_and_concurrency(dagbag, dag_id: str) -> None:
     # Validation is deterministic: retrying a bad conf cannot help.
     assert dag.get_task("validate").retries == 0
     assert dag.get_task("plan").retries >= 1
-    assert dag.get_task("validate").downstream_task_ids == {"plan"}
+    # validate feeds plan, and is the setup of the run report (which runs whenever the conf was valid).
+    assert dag.get_task("validate").downstream_task_ids == {"plan", "report"}
+    assert dag.get_task("report").is_teardown and not dag.get_task("report").on_failure_fail_dagrun
 
 
 @pytest.mark.parametrize("dag_id", DAG_IDS)

@@ -53,7 +53,8 @@ def test_tutorial_conf_validates_and_plans() -> None:
     assert run["state"] == "success"
     states = {t: s for t, s, _ in run["tasks"]}
     assert (states.pop("validate"), states.pop("plan"), states.pop("apply_gate")) == ("success", "success", "skipped")
-    # mode=plan: nothing downstream of the gate runs, teardown included (its setup never ran).
+    # mode=plan: nothing downstream of the gate runs, teardown included (its setup never ran); the report runs.
+    assert states.pop("report") == "success"
     assert states and set(states.values()) == {"skipped"}
     plan = run["xcom"][("plan", "return_value")]
     assert plan["gcp_requests"][0]["method"] == "networks.insert"

@@ -94,6 +94,11 @@ def run_cli(conf: dict[str, Any], env: dict[str, str]) -> RunResult:
         timeout=600,
     )
     output = proc.stdout + proc.stderr
+    if os.environ.get("E2E_OUTPUT_DIR"):
+        # For debugging a failed run: the whole `airflow dags test` output (assertion messages show only its tail).
+        out_dir = Path(os.environ["E2E_OUTPUT_DIR"])
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / f"run-{len(list(out_dir.iterdir())):03d}.log").write_text(output)
     match = re.search(r"run_id=(\S+?),", output.split("DagRun Finished", 1)[-1])
     assert match, output[-3000:]
     result = _run_from_db(match.group(1))
