@@ -273,6 +273,9 @@ def start_airflow(workdir: Path, sandbox_url: str) -> Airflow:
         "AIRFLOW__API__BASE_URL": f"http://{HOST}:{port}",
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://{HOST}:{port}/execution/",
         "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": json.dumps(connection),
+        # preflight_live checks the job's secrets exist; the bench measures provisioning, so placeholders do.
+        "AIRFLOW_CONN_HUGGINGFACE_DEFAULT": json.dumps({"conn_type": "generic", "password": "hf_bench_placeholder"}),
+        "AIRFLOW_CONN_WANDB_DEFAULT": json.dumps({"conn_type": "generic", "password": "wandb_bench_placeholder"}),
         **AIRFLOW_TUNING,
     }
     env.pop("PYTHONPATH", None)

@@ -321,7 +321,22 @@ def test_preflight_live_fails_with_every_finding(sandbox: SandboxProcess, projec
     assert str(failure.value).startswith(f"{len(pushed)} problem(s)")
 
 
-def test_preflight_live_passes_with_the_reservation(sandbox: SandboxProcess, project: str) -> None:
+def test_preflight_live_refuses_missing_secrets_before_anything_exists(
+    sandbox: SandboxProcess, project: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_HUGGINGFACE_DEFAULT", json.dumps({"conn_type": "generic", "password": "hf_x"}))
+    monkeypatch.delenv("AIRFLOW_CONN_WANDB_DEFAULT", raising=False)
+    context = context_for(project)
+    with pytest.raises(AirflowFailException, match=r"\[secrets.present\] wandb_conn_id=\"wandb_default\""):
+        PreflightLiveOperator(task_id="preflight_live").execute(context)
+    assert live(sandbox, project) == {}
+
+
+def test_preflight_live_passes_with_the_reservation(
+    sandbox: SandboxProcess, project: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for conn in ("HUGGINGFACE_DEFAULT", "WANDB_DEFAULT"):
+        monkeypatch.setenv(f"AIRFLOW_CONN_{conn}", json.dumps({"conn_type": "generic", "password": "tok"}))
     context = context_for(project)
     spec = spec_of(context)
     sandbox.seed_reservation(

@@ -22,6 +22,7 @@ from nemo_rl_gke.operators.preflight import FINDINGS_KEY, VALIDATE_TASK_ID
 from nemo_rl_gke.operators.report import RecordsStart
 
 if TYPE_CHECKING:
+    from nemo_rl_gke.findings import Finding
     from nemo_rl_gke.gcp.hooks import GcpHook
     from nemo_rl_gke.gcp.operations import OperationRef
     from nemo_rl_gke.gcp.resources import Resource
@@ -261,6 +262,35 @@ class DeleteGcpResourceOperator(_GcpResourceOperator):
         raise AirflowException(self.event_failure(resource, event))
 
 
+def secret_findings(spec: RunSpec) -> list[Finding]:
+    """The job's secrets exist now (connection with a password), before anything is created."""
+    from airflow.sdk import BaseHook
+
+    from nemo_rl_gke.findings import Finding
+    from nemo_rl_gke.rayjobs import job_secrets
+
+    findings = []
+    for secret in job_secrets(spec):
+        param = "hf_conn_id" if secret.name == "HF_TOKEN" else "wandb_conn_id"
+        try:
+            password = BaseHook.get_connection(secret.conn_id).password
+        except Exception:
+            password = None
+        if not password:
+            findings.append(
+                Finding(
+                    "secrets.present",
+                    (param,),
+                    secret.conn_id,
+                    f"the job needs {secret.name} from the password of Airflow connection '{secret.conn_id}', which "
+                    "does not exist or has no password",
+                    f"create it: airflow connections add {secret.conn_id} --conn-type generic --conn-password <token> "
+                    "(or AIRFLOW_CONN_*, or your secrets backend); the token never goes in the conf",
+                )
+            )
+    return findings
+
+
 class PreflightLiveOperator(RecordsStart):
     """Checks the live project before anything is created: reservation, RoCE profile, APIs, quota.
 
@@ -295,7 +325,7 @@ class PreflightLiveOperator(RecordsStart):
         from nemo_rl_gke.spec import RunSpec
 
         spec = RunSpec.from_conf(context["ti"].xcom_pull(task_ids=self.validate_task_id))
-        findings = live_findings(spec, self.hook)
+        findings = [*live_findings(spec, self.hook), *secret_findings(spec)]
         if findings:
             for finding in findings:
                 self.log.error("%s", finding)
