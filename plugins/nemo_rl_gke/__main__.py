@@ -60,6 +60,11 @@ def _cmd_params(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(rows, indent=2))
         return 0
+    if args.format == "markdown":
+        from nemo_rl_gke.docs import params_markdown
+
+        print(params_markdown(rows), end="")
+        return 0
     for row in rows:
         allowed = f" one of {row['enum']}" if "enum" in row else ""
         print(f"{row['name']} ({row['type']}{allowed}) = {json.dumps(row['default'])}\n    {row['description']}")
@@ -86,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         cmd.add_argument("--format", choices=["text", "json"], default="text")
         cmd.set_defaults(func=func)
     params = sub.add_parser("params", help="every conf parameter with its type, default and meaning")
-    params.add_argument("--format", choices=["text", "json"], default="text")
+    params.add_argument("--format", choices=["text", "json", "markdown"], default="text")
     params.set_defaults(func=_cmd_params)
     sub.add_parser("rules", help="the preflight rules as a Markdown table").set_defaults(func=_cmd_rules)
     args = parser.parse_args(argv)

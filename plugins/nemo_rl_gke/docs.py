@@ -1,8 +1,9 @@
-"""Text the package generates for people: the DAG's doc_md and the preflight rule table of docs/."""
+"""Text the package generates for people: the DAG's doc_md, and the conf reference and rule table of docs/."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 DAG_DOC_MD = """
 ### NeMo RL GRPO on GKE
@@ -20,10 +21,12 @@ Unknown keys and bad values are rejected before anything is created:
   problem naming the parameter, the value, the rule and the fix.
 
 **Modes**: `plan` lists every GCP request, manifest and the Ray job (secrets redacted) in the `plan` task's log
-and XCom, creating nothing. `apply` is refused until the provisioning tasks are released.
+and XCom, creating nothing. `apply` provisions, trains (the `train.wait` log streams the job's output; its XCom
+holds the per-step metrics), validates and exports the checkpoint (an event on the
+`nemo_rl_grpo_gke_checkpoint` Asset), tears down per `teardown_policy`, and ends with the `report` task.
 
 Secrets (Hugging Face token, W&B key) come from Airflow connections named in the conf, never from the conf itself.
-Docs: README.md and docs/preflight-rules.md in the repository.
+Docs: README.md, docs/conf-reference.md and docs/preflight-rules.md in the repository.
 """
 
 
@@ -41,3 +44,17 @@ def rules_markdown() -> str:
             example += f" with the recipe patched to {json.dumps(rule.example_recipe)}"
         lines.append(f"| `{rule.rule_id}` | {rule.category} | {rule.title} | `{example}` |")
     return "\n".join(lines) + "\n"
+
+
+def params_markdown(rows: list[dict[str, Any]]) -> str:
+    """The conf parameters as Markdown, one table per form section: name, type, default, meaning."""
+    out: list[str] = []
+    section = None
+    for row in rows:
+        if row["section"] != section:
+            section = row["section"]
+            out += ["", f"## {section}", "", "| parameter | type | default | meaning |", "| --- | --- | --- | --- |"]
+        kind = row["type"] + (" (" + ", ".join(str(v) for v in row["enum"]) + ")" if "enum" in row else "")
+        meaning = str(row["description"]).replace("|", "\\|")
+        out.append(f"| `{row['name']}` | {kind} | `{json.dumps(row['default'])}` | {meaning} |")
+    return "\n".join(out).lstrip("\n") + "\n"
