@@ -10,7 +10,7 @@ AIRFLOW_ENV := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" AIRFLOW_HOME="$(CURDIR)/.airf
 	AIRFLOW__CORE__DAGS_FOLDER="$(CURDIR)/dags" AIRFLOW__CORE__PLUGINS_FOLDER="$(CURDIR)/plugins" \
 	AIRFLOW__CORE__LOAD_EXAMPLES=False AIRFLOW__CORE__PARALLELISM=4 PYTHONPATH="$(CURDIR)/plugins:$(CURDIR)"
 
-.PHONY: install test lint demo demo-plan plan clean
+.PHONY: install test lint demo demo-plan plan bench-e2e clean
 
 install: $(STAMP)
 
@@ -33,6 +33,12 @@ demo: $(STAMP)
 	@mkdir -p .airflow
 	@$(AIRFLOW_ENV) airflow db migrate > .airflow/migrate.log 2>&1 || (cat .airflow/migrate.log; exit 1)
 	@$(AIRFLOW_ENV) $(PY) -m nemo_rl_gke.demo --sandbox --conf include/conf/local.json
+
+# The demo run's stage-by-stage makespan and its ratio to the critical-path bound.
+bench-e2e: $(STAMP)
+	@mkdir -p .airflow
+	@$(AIRFLOW_ENV) airflow db migrate > .airflow/migrate.log 2>&1 || (cat .airflow/migrate.log; exit 1)
+	@$(AIRFLOW_ENV) $(PY) bench/e2e.py
 
 # The tutorial's run in plan mode through the real DAG: validate -> plan, the plan printed at the end.
 demo-plan: $(STAMP)

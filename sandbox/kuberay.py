@@ -41,7 +41,8 @@ log = logging.getLogger("sandbox.kuberay")
 HOST = "127.0.0.1"
 DASHBOARD_PORT = "8265"
 READY_TIMEOUT_S = 180.0
-STOP_TIMEOUT_S = 20.0
+# `ray start --block` forwards SIGTERM to its children but can wait long on busy workers; then SIGKILL the group.
+STOP_TIMEOUT_S = 5.0
 DEFAULT_STUCK_MESSAGE = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu. preemption: 0/4 nodes are available."
 # Ray's ports, one free port each: two heads on one machine would otherwise collide on Ray's defaults.
 PORT_FLAGS = (
