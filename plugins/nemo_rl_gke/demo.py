@@ -80,11 +80,27 @@ def _start_sandbox(home: Path, conf: dict[str, Any]) -> tuple[Any, dict[str, str
     return sandbox, {"AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": conn, f"AIRFLOW_CONN_{spec.hf_conn_id.upper()}": hf}
 
 
+def _what_it_did(result: Any) -> str:
+    """One word or two for a task's return value: its action, its objects' actions, or the job's status."""
+    if not isinstance(result, dict):
+        return ""
+    if "objects" in result and "action" not in result:
+        counts: dict[str, int] = {}
+        for obj in result["objects"]:
+            counts[obj["action"]] = counts.get(obj["action"], 0) + 1
+        return ", ".join(f"{n} {action}" for action, n in sorted(counts.items()))
+    if "steps_completed" in result:
+        return f"{result.get('status')}, {result['steps_completed']} steps"
+    if "valid" in result:
+        return f"valid, shards {result.get('shards')}"
+    return str(result.get("action", ""))
+
+
 def _print_run(run: dict[str, Any], elapsed: float) -> None:
     print(f"run {run['run_id']}: {run['state']} in {elapsed:.1f}s")
     for task_id, state, duration in run["tasks"]:
         result = run["xcom"].get((task_id, "return_value"))
-        action = result.get("action", "") if isinstance(result, dict) else ""
+        action = _what_it_did(result)
         print(f"  {task_id:<30} {state:<8} {duration:6.1f}s  {action}")
     findings = run["xcom"].get(("validate", "findings")) or run["xcom"].get(("preflight_live", "findings"))
     if findings:
