@@ -20,7 +20,6 @@ from nemo_rl_gke.paths import RECIPES_DIR
 from nemo_rl_gke.rayjobs import JobRequest
 
 log = logging.getLogger(__name__)
-TERMINAL_STATUSES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 
 
 class SecretMissingError(RuntimeError):
@@ -98,19 +97,6 @@ def submit_once(
             return Submission(request.submission_id, "adopted", status)
     log.info("Submitted Ray job %s", request.submission_id)
     return Submission(request.submission_id, "submitted", "PENDING")
-
-
-def stop_job(address: str, headers: Mapping[str, str], submission_id: str) -> bool:
-    """Ask Ray to stop the job; False when it had already stopped or does not exist."""
-    from ray.job_submission import JobSubmissionClient
-
-    client = JobSubmissionClient(address=address, headers=dict(headers))
-    try:
-        return bool(client.stop_job(submission_id))
-    except RuntimeError as exc:
-        if "does not exist" in str(exc) or "404" in str(exc):
-            return False
-        raise
 
 
 def _status(client: Any, submission_id: str) -> str | None:

@@ -17,14 +17,13 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 
-from nemo_rl_gke.operators.gcp import DEFERRAL_BACKSTOP_S
-from nemo_rl_gke.operators.rayjob import SUBMIT_TASK_ID, SUMMARY_KEY, _RayJobOperator
+from nemo_rl_gke.operators.gcp import DEFERRAL_BACKSTOP_S, SUBMIT_TASK_ID
+from nemo_rl_gke.operators.rayjob import SUMMARY_KEY, _RayJobOperator
 
 if TYPE_CHECKING:
     from nemo_rl_gke.spec import RunSpec
 
 VALIDATE_TASK = "checkpoint.validate"
-EXPORT_TASK = "checkpoint.export"
 WAIT_TASK = "train.wait"
 REPORT_KEY = "report"
 # The validator is one file with no package imports, so it can run in any image that has torch and PyYAML.

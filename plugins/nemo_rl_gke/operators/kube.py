@@ -29,6 +29,7 @@ class _KubeOperator(_GcpResourceOperator):
     """Shared plumbing: the object groups, the Kubernetes hook of the run's cluster, the RayCluster deferral."""
 
     def __init__(self, *, groups: Sequence[str], **kwargs: Any) -> None:
+        # The objects live in the run's GKE cluster: the shared plumbing (spec, GCP hook) is keyed to that resource.
         super().__init__(resource_key="cluster", **kwargs)
         self.groups = list(groups)
 

@@ -14,13 +14,12 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 
-from nemo_rl_gke.operators.gcp import DEFERRAL_BACKSTOP_S, _GcpResourceOperator
+from nemo_rl_gke.operators.gcp import DEFERRAL_BACKSTOP_S, SUBMIT_TASK_ID, _GcpResourceOperator
 
 if TYPE_CHECKING:
     from nemo_rl_gke.kube.access import DashboardAddress
     from nemo_rl_gke.spec import RunSpec
 
-SUBMIT_TASK_ID = "train.submit"
 STEPS_KEY = "steps"
 SUMMARY_KEY = "summary"
 
@@ -29,6 +28,7 @@ class _RayJobOperator(_GcpResourceOperator):
     """Shared plumbing: the spec, the dashboard address and the headers it needs."""
 
     def __init__(self, **kwargs: Any) -> None:
+        # The job runs on the run's GKE cluster: the shared plumbing (spec, GCP hook) is keyed to that resource.
         super().__init__(resource_key="cluster", **kwargs)
 
     def dashboard(self, spec: RunSpec) -> tuple[DashboardAddress, dict[str, str]]:
