@@ -6,23 +6,19 @@ Every GCP call goes through the production hooks and the real google-cloud clien
 from __future__ import annotations
 
 import json
-import os
 import re
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sandbox.testing import SandboxProcess, start_sandbox
+from sandbox.testing import SandboxProcess
 
 from nemo_rl_gke.gcp.resources import resources
 from nemo_rl_gke.spec import RunSpec
 from tests.e2e.harness import (
-    SEED,
-    connection_env,
     create_match,
     delete_match,
-    load_dag,
     run_cli,
     run_in_process,
 )
@@ -40,31 +36,6 @@ def ensure_task(key: str) -> str:
 
 def delete_task(key: str) -> str:
     return f"teardown.delete-{key}"
-
-
-@pytest.fixture(scope="module")
-def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxProcess]:
-    with start_sandbox(tmp_path_factory.mktemp("gcp"), latency_scale=0.0, seed=SEED) as process:
-        yield process
-
-
-@pytest.fixture(scope="module")
-def env(sandbox: SandboxProcess, airflow_db: None) -> Iterator[dict[str, str]]:
-    """The google_cloud_default connection in this process's environment (for dag.test) and for subprocesses."""
-    values = connection_env(sandbox.url)
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    yield values
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-
-
-@pytest.fixture(scope="module")
-def dag(env: dict[str, str]) -> Any:
-    return load_dag()
 
 
 @pytest.fixture(autouse=True)

@@ -5,46 +5,20 @@ idempotent re-apply, teardown that leaves no Ray process, and a RayCluster that 
 from __future__ import annotations
 
 import json
-import os
 import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sandbox.testing import SandboxProcess, pid_alive, start_sandbox
+from sandbox.testing import SandboxProcess, pid_alive
 
 from nemo_rl_gke.gcp.hooks import GcpHook
 from nemo_rl_gke.kube.client import KubeHook
 from nemo_rl_gke.spec import RunSpec
-from tests.e2e.harness import SEED, connection_env, load_dag, run_cli, run_in_process
+from tests.e2e.harness import run_cli, run_in_process
 
 pytestmark = pytest.mark.airflow
 SPEC = RunSpec()
 KUBE_TASKS = ["kube.nccl-installer", "kube.network-mapping", "kube.lustre-storage", "kube.raycluster"]
-
-
-@pytest.fixture(scope="module")
-def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxProcess]:
-    with start_sandbox(tmp_path_factory.mktemp("kube"), latency_scale=0.0, seed=SEED) as process:
-        yield process
-
-
-@pytest.fixture(scope="module")
-def env(sandbox: SandboxProcess, airflow_db: None) -> Iterator[dict[str, str]]:
-    values = connection_env(sandbox.url)
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    yield values
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-
-
-@pytest.fixture(scope="module")
-def dag(env: dict[str, str]) -> Any:
-    return load_dag()
 
 
 def _kube_results() -> dict[str, dict[str, Any]]:

@@ -14,33 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sandbox.testing import SandboxProcess, start_sandbox
+from sandbox.testing import SandboxProcess
 
 from nemo_rl_gke.spec import RunSpec
-from tests.e2e.harness import HF_TEST_TOKEN, SEED, WANDB_TEST_KEY, connection_env, run_cli
+from tests.e2e.harness import HF_TEST_TOKEN, WANDB_TEST_KEY, run_cli
 
 pytestmark = pytest.mark.airflow
 SPEC = RunSpec()
 LUSTRE_CHAIN = {"lustre.instance", "servicenetworking.connection", "compute.address", "compute.network"}
-
-
-@pytest.fixture(scope="module")
-def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxProcess]:
-    with start_sandbox(tmp_path_factory.mktemp("train"), latency_scale=0.0, seed=SEED) as process:
-        yield process
-
-
-@pytest.fixture(scope="module")
-def env(sandbox: SandboxProcess, airflow_db: None) -> Iterator[dict[str, str]]:
-    values = connection_env(sandbox.url)
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    yield values
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
 
 
 @pytest.fixture(autouse=True)
