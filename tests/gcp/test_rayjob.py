@@ -6,6 +6,7 @@ error events, still waiting, the zero-learning guard, the timeout, and on_kill s
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -154,6 +155,23 @@ def test_still_waiting_then_on_kill_stops_the_job_and_timeout_stops_it_too(ray_s
     assert event["status"] == "timeout" and "it was stopped" in event["message"]
 
 
+def test_a_job_that_prints_its_secret_shows_it_masked(
+    ray_spec: RunSpec, hook: GcpHook, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "hf_PRINTEDsecret0123456789"
+    monkeypatch.setenv("AIRFLOW_CONN_HF_PRINTED", f'{{"conn_type": "generic", "password": "{secret}"}}')
+    kube = KubeHook(ray_spec, hook)
+    address = kube.dashboard()
+    request = JobRequest(
+        "nemo-rl-print-1", "python -c \"import os; print('token is', os.environ['HF_TOKEN'])\"", {}, (), ()
+    )
+    submit_once(request, address.url, kube.dashboard_headers(address), {"HF_TOKEN": secret})
+    event = asyncio.run(_first(_trigger(address, "nemo-rl-print-1", secret_conn_ids=["hf_printed"])))
+    assert event["status"] == "success"
+    assert "token is ***" in event["tail"]
+    assert secret not in json.dumps(event)
+
+
 def test_trigger_error_events(ray_spec: RunSpec, hook: GcpHook) -> None:
     kube = KubeHook(ray_spec, hook)
     address = kube.dashboard()
@@ -171,6 +189,7 @@ def test_trigger_serializes_exactly_and_round_trips() -> None:
         timeout=100,
         started_at=1.0,
         zero_learning_steps=3,
+        secret_conn_ids=["huggingface_default"],
     )
     classpath, kwargs = trigger.serialize()
     assert classpath == CLASSPATH
@@ -183,6 +202,7 @@ def test_trigger_serializes_exactly_and_round_trips() -> None:
         "timeout": 100.0,
         "started_at": 1.0,
         "zero_learning_steps": 3,
+        "secret_conn_ids": ["huggingface_default"],
     }
     assert RayJobTrigger(**kwargs).serialize() == (classpath, kwargs)
 

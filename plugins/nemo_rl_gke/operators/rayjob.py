@@ -98,6 +98,7 @@ class RayJobSensor(_RayJobOperator):
 
     def execute(self, context: Context) -> None:
         """Defer to the trigger that follows the job."""
+        from nemo_rl_gke.rayjobs import job_secrets
         from nemo_rl_gke.triggers.rayjob import RayJobTrigger
 
         spec = self.run_spec(context)
@@ -120,6 +121,7 @@ class RayJobSensor(_RayJobOperator):
                 timeout=spec.job_timeout_s,
                 started_at=float(submitted.get("submitted_at") or time.time()),
                 zero_learning_steps=spec.zero_learning_steps if spec.zero_learning_guard else 0,
+                secret_conn_ids=[secret.conn_id for secret in job_secrets(spec)],
             ),
             method_name="execute_complete",
             timeout=timedelta(seconds=spec.job_timeout_s + DEFERRAL_BACKSTOP_S),

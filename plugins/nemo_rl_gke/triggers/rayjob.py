@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import aiohttp
+from airflow.providers.common.compat.connection import get_async_connection
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from nemo_rl_gke.gcp.async_hooks import GcpAsyncHook
@@ -43,6 +44,9 @@ class RayJobTrigger(BaseTrigger):
     :param timeout: seconds from ``started_at`` until the job is stopped and a ``timeout`` event sent.
     :param started_at: epoch seconds the job was submitted (serialized, so the deadline survives restarts).
     :param zero_learning_steps: K for the guard; 0 switches the guard off.
+    :param secret_conn_ids: connections whose passwords the job has as env vars (ids only, never values): a job
+        that prints one gets it replaced by ``***`` in the task log and the event, since the triggerer is not the
+        process that masked it at submit time.
     """
 
     def __init__(
@@ -56,6 +60,7 @@ class RayJobTrigger(BaseTrigger):
         timeout: float = 86400.0,
         started_at: float | None = None,
         zero_learning_steps: int = 3,
+        secret_conn_ids: Sequence[str] = (),
     ) -> None:
         super().__init__()
         self.address = address.rstrip("/")
@@ -66,7 +71,9 @@ class RayJobTrigger(BaseTrigger):
         self.timeout = float(timeout)
         self.started_at = float(started_at) if started_at is not None else time.time()
         self.zero_learning_steps = int(zero_learning_steps)
+        self.secret_conn_ids = list(secret_conn_ids)
         self.follower = LogFollower()
+        self._secrets: list[str] = []
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """Classpath and the kwargs ``__init__`` takes (no token: it is fetched in ``run``)."""
@@ -81,8 +88,25 @@ class RayJobTrigger(BaseTrigger):
                 "timeout": self.timeout,
                 "started_at": self.started_at,
                 "zero_learning_steps": self.zero_learning_steps,
+                "secret_conn_ids": self.secret_conn_ids,
             },
         )
+
+    # --- secrets ----------------------------------------------------------------------------------------------------
+    async def _load_secrets(self) -> None:
+        """Read the job's secret values (the async connection API also registers them with the masker)."""
+        for conn_id in self.secret_conn_ids:
+            try:
+                password = (await get_async_connection(conn_id)).password
+            except Exception:
+                password = None  # the submit task refused a missing one already
+            if password:
+                self._secrets.append(password)
+
+    def _redact(self, line: str) -> str:
+        for secret in self._secrets:
+            line = line.replace(secret, "***")
+        return line
 
     # --- HTTP -----------------------------------------------------------------------------------------------------
     async def _headers(self, gcp: GcpAsyncHook) -> dict[str, str]:
@@ -117,11 +141,11 @@ class RayJobTrigger(BaseTrigger):
         return TriggerEvent(
             {
                 "status": status,
-                "message": message,
+                "message": self._redact(message),
                 "submission_id": self.submission_id,
                 "job_status": job_status,
                 "metrics": self.follower.metrics.to_dict(),
-                "tail": self.follower.tail(TAIL_LINES),
+                "tail": [self._redact(line) for line in self.follower.tail(TAIL_LINES)],
             }
         )
 
@@ -137,6 +161,7 @@ class RayJobTrigger(BaseTrigger):
     async def _follow(self) -> TriggerEvent:
         failures, job_status = 0, "UNKNOWN"
         timeout = aiohttp.ClientTimeout(total=60)
+        await self._load_secrets()
         async with GcpAsyncHook(self.gcp_conn_id) as gcp, aiohttp.ClientSession(timeout=timeout) as session:
             while True:
                 delay = self.poll_interval
@@ -154,7 +179,7 @@ class RayJobTrigger(BaseTrigger):
                     _, logs = await self._call(session, gcp, "GET", f"/api/jobs/{self.submission_id}/logs")
                     text = logs.get("logs", "") if isinstance(logs, dict) else ""
                     for line in self.follower.feed_full_log(text):
-                        self.log.info("[ray job] %s", line)
+                        self.log.info("[ray job] %s", self._redact(line))
                     failures = 0
                 except (aiohttp.ClientError, TimeoutError, OSError) as exc:
                     failures += 1
@@ -163,7 +188,7 @@ class RayJobTrigger(BaseTrigger):
                 else:
                     if job_status in TERMINAL:
                         for line in self.follower.flush():
-                            self.log.info("[ray job] %s", line)
+                            self.log.info("[ray job] %s", self._redact(line))
                         return self._event(TERMINAL[job_status], _end_message(info), job_status)
                     if self.zero_learning_steps > 0:
                         verdict = check_zero_learning(self.follower.metrics.completed_steps, self.zero_learning_steps)
