@@ -9,7 +9,6 @@ import json
 import os
 import re
 from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +36,6 @@ def _xcom() -> dict[tuple[str, str], Any]:
     return _latest_run("nemo_rl_grpo_gke")["xcom"]
 
 
-def _stamp(line: str) -> datetime:
-    return datetime.fromisoformat(line.split(maxsplit=1)[0].replace("Z", "+00:00"))
-
-
 def test_the_local_recipe_trains_validates_exports_and_cleans_up(sandbox: SandboxProcess, env: dict[str, str]) -> None:
     result = run_cli({"max_steps": 20}, env)
     assert result.state == "success", result.output[-3000:]
@@ -54,11 +49,10 @@ def test_the_local_recipe_trains_validates_exports_and_cleans_up(sandbox: Sandbo
     assert sum(rewards[-5:]) / 5 > sum(rewards[:5]) / 5 + 0.2, rewards
     assert xcom[("train.wait", "summary")]["steps_completed"] == 20
 
-    # The step lines reached the task log while the job ran, not in one piece at the end.
+    # Every step header reached the task log (that they arrive while the job runs is proven causally, with a
+    # gated job, in tests/gcp/test_rayjob.py: no timing here).
     lines = [line for line in result.output.splitlines() if "[ray job]" in line and "Step " in line]
-    first = next(line for line in lines if "Step 1/20" in line)
-    last = next(line for line in lines if "Step 20/20" in line)
-    assert (_stamp(last) - _stamp(first)).total_seconds() > 1.0
+    assert [n for n in range(1, 21) if any(f"Step {n}/20 " in line for line in lines)] == list(range(1, 21))
 
     # The checkpoint was validated where it lives (8 training ranks -> 8 shards) and exported.
     report = xcom[("checkpoint.validate", "report")]

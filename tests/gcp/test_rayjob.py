@@ -40,6 +40,22 @@ ZERO_REWARD_SCRIPT = (
     "    time.sleep(0.3)\n"
     "time.sleep(120)\n"
 )
+# Two NeMo RL-shaped steps with a gate between them: step 2 is printed only once the file argv[1] exists.
+GATED_SCRIPT = (
+    "import os, sys, time\n"
+    "def step(k):\n"
+    "    print(f'========================= Step {k}/2 =========================', flush=True)\n"
+    "    print('\\U0001f4ca Training Results:', flush=True)\n"
+    "    print('  \\u2022 Loss: 0.1000', flush=True)\n"
+    "    print(f'  \\u2022 Avg Reward: {0.25 * k:.4f}', flush=True)\n"
+    "step(1)\n"
+    "deadline = time.time() + 90\n"
+    "while not os.path.exists(sys.argv[1]):\n"
+    "    if time.time() > deadline:\n"
+    "        sys.exit('never released: the trigger did not show step 1 while the job ran')\n"
+    "    time.sleep(0.05)\n"
+    "step(2)\n"
+)
 
 
 @pytest.fixture
@@ -96,6 +112,41 @@ def test_submission_is_exactly_once_per_submission_id(ray_spec: RunSpec, hook: G
     event = asyncio.run(_first(_trigger(address, "nemo-rl-once-1")))
     assert event["status"] == "success" and event["job_status"] == "SUCCEEDED"
     assert "mode test" in event["tail"]
+
+
+class _GateOpener:
+    """Stands in for the trigger's logger: records what it logs and opens the job's gate once step 1 shows."""
+
+    def __init__(self, gate: Any) -> None:
+        self.gate = gate
+        self.lines: list[str] = []
+        self.opened_after: int | None = None
+
+    def info(self, message: str, *args: Any, **kwargs: Any) -> None:
+        self.lines.append(message % args if args else message)
+        if self.opened_after is None and "Step 1/2" in self.lines[-1]:
+            self.opened_after = len(self.lines)
+            self.gate.touch()
+
+    warning = debug = exception = error = info
+
+
+def test_step_lines_reach_the_task_log_while_the_job_runs(ray_spec: RunSpec, hook: GcpHook, tmp_path: Any) -> None:
+    # Causal, not timed: the job cannot print step 2 (or end) until the trigger has logged step 1.
+    kube = KubeHook(ray_spec, hook)
+    address = kube.dashboard()
+    gate = tmp_path / "step-1-was-shown"
+    entrypoint = f"python -c {_quoted(GATED_SCRIPT)} {_quoted(str(gate))}"
+    submit_once(_request("nemo-rl-live-1", entrypoint), address.url, kube.dashboard_headers(address), {})
+    trigger = _trigger(address, "nemo-rl-live-1")
+    opener = _GateOpener(gate)
+    trigger._log = opener
+    event = asyncio.run(_first(trigger))
+    assert event["status"] == "success", event
+    assert opener.opened_after is not None, opener.lines
+    shown_later = opener.lines[opener.opened_after :]
+    assert any("Step 2/2" in line for line in shown_later), opener.lines
+    assert [s["avg_reward"] for s in event["metrics"]["steps"]] == [0.25, 0.5]
 
 
 def test_a_failing_job_reports_ray_message_exit_code_and_last_lines(ray_spec: RunSpec, hook: GcpHook) -> None:
