@@ -1,7 +1,8 @@
-"""Command line: ``python -m nemo_rl_gke {validate,plan,params,rules} ...`` (no Airflow, no cloud access).
+"""Command line: ``python -m nemo_rl_gke {validate,plan,params,rules,settings} ...`` (no Airflow, no cloud access).
 
 ``validate`` and ``plan`` are the same code the DAG's ``validate`` and ``plan`` tasks run, so a conf can be
-checked and reviewed on a laptop before it is triggered.
+checked and reviewed on a laptop before it is triggered. The deployment's settings come from the same environment
+variables Airflow reads (``AIRFLOW__NEMO_RL_GKE__*``), with their defaults when unset.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ def _load_conf(path: str) -> dict[str, Any]:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    from nemo_rl_gke.deployment import Deployment
     from nemo_rl_gke.preflight import check_conf
 
-    spec, findings = check_conf(_load_conf(args.conf))
+    spec, findings = check_conf(_load_conf(args.conf), Deployment.from_env())
     if args.format == "json":
         print(json.dumps({"valid": spec is not None, "findings": [f.to_dict() for f in findings]}, indent=2))
     elif findings:
@@ -37,14 +39,16 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
+    from nemo_rl_gke.deployment import Deployment
     from nemo_rl_gke.plan import build_plan
     from nemo_rl_gke.preflight import check_conf
 
-    spec, findings = check_conf(_load_conf(args.conf))
+    deployment = Deployment.from_env()
+    spec, findings = check_conf(_load_conf(args.conf), deployment)
     if spec is None:
         print(format_findings(findings), file=sys.stderr)
         return 1
-    plan = build_plan(spec)
+    plan = build_plan(spec, deployment=deployment)
     print(json.dumps(plan.to_dict(), indent=2) if args.format == "json" else plan.to_text())
     return 0
 
@@ -78,6 +82,20 @@ def _cmd_rules(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_settings(args: argparse.Namespace) -> int:
+    from nemo_rl_gke.deployment import SETTINGS_DOC, Deployment, settings_markdown
+
+    if args.format == "markdown":
+        print(settings_markdown(), end="")
+        return 0
+    current = Deployment.from_env()
+    for name, _, meaning in SETTINGS_DOC:
+        value = getattr(current, name)
+        shown = " ".join(value) if isinstance(value, tuple) else value
+        print(f"{name} = {shown!s}\n    {meaning}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run one subcommand; returns the process exit code."""
     parser = argparse.ArgumentParser(prog="python -m nemo_rl_gke", description=__doc__.splitlines()[0])
@@ -94,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     params.add_argument("--format", choices=["text", "json", "markdown"], default="text")
     params.set_defaults(func=_cmd_params)
     sub.add_parser("rules", help="the preflight rules as a Markdown table").set_defaults(func=_cmd_rules)
+    settings = sub.add_parser("settings", help="the deployment's settings ([nemo_rl_gke]) and their values here")
+    settings.add_argument("--format", choices=["text", "markdown"], default="text")
+    settings.set_defaults(func=_cmd_settings)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -25,7 +25,9 @@ and XCom, creating nothing. `apply` provisions, trains (the `train.wait` log str
 holds the per-step metrics), validates and exports the checkpoint (an event on the
 `nemo_rl_grpo_gke_checkpoint` Asset), tears down per `teardown_policy`, and ends with the `report` task.
 
-Secrets (Hugging Face token, W&B key) come from Airflow connections named in the conf, never from the conf itself.
+Secrets (Hugging Face token, W&B key) come from Airflow connections the deployment allows (`[nemo_rl_gke]`
+settings), never from the conf itself; the conf may only pick among them. The deployment, not the conf, also
+decides any other Ray dashboard endpoint and where an NCCL installer may be downloaded from.
 Docs: README.md, docs/conf-reference.md and docs/preflight-rules.md in the repository.
 """
 
@@ -46,6 +48,21 @@ def rules_markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _kind(row: dict[str, Any]) -> str:
+    kinds = row["type"] if isinstance(row["type"], list) else [row["type"]]
+    kind = " or ".join(kinds)
+    if "enum" in row:
+        return kind + " (" + ", ".join(str(v) for v in row["enum"]) + ")"
+    bounds = [f"{row[k]:,}" if isinstance(row[k], int) else str(row[k]) for k in ("minimum", "maximum") if k in row]
+    if len(bounds) == 2:
+        kind += f", {bounds[0]}..{bounds[1]}"
+    if "maxLength" in row:
+        kind += f", at most {row['maxLength']} characters"
+    if "maxItems" in row:
+        kind += f", at most {row['maxItems']} items"
+    return kind
+
+
 def params_markdown(rows: list[dict[str, Any]]) -> str:
     """The conf parameters as Markdown, one table per form section: name, type, default, meaning."""
     out: list[str] = []
@@ -54,7 +71,7 @@ def params_markdown(rows: list[dict[str, Any]]) -> str:
         if row["section"] != section:
             section = row["section"]
             out += ["", f"## {section}", "", "| parameter | type | default | meaning |", "| --- | --- | --- | --- |"]
-        kind = row["type"] + (" (" + ", ".join(str(v) for v in row["enum"]) + ")" if "enum" in row else "")
+        kind = _kind(row)
         meaning = str(row["description"]).replace("|", "\\|")
         out.append(f"| `{row['name']}` | {kind} | `{json.dumps(row['default'])}` | {meaning} |")
     return "\n".join(out).lstrip("\n") + "\n"

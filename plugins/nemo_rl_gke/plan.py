@@ -14,6 +14,7 @@ from nemo_rl_gke.rayjobs import RUN_ID_PLACEHOLDER, JobRequest, job_request
 from nemo_rl_gke.recipes import load_recipe
 
 if TYPE_CHECKING:
+    from nemo_rl_gke.deployment import Deployment
     from nemo_rl_gke.gcp.api import ApiRequest
     from nemo_rl_gke.kube.manifests import Manifest
     from nemo_rl_gke.spec import RunSpec
@@ -180,8 +181,16 @@ def teardown_steps(spec: RunSpec, manifests: list[Manifest]) -> list[TeardownSte
     return steps
 
 
-def build_plan(spec: RunSpec, dag_id: str = DEFAULT_DAG_ID, run_id: str = RUN_ID_PLACEHOLDER) -> Plan:
-    """The plan of a validated spec for one DAG run (the run id fixes the Ray submission id)."""
+def build_plan(
+    spec: RunSpec,
+    dag_id: str = DEFAULT_DAG_ID,
+    run_id: str = RUN_ID_PLACEHOLDER,
+    deployment: Deployment | None = None,
+) -> Plan:
+    """The plan of a validated spec for one DAG run (the run id fixes the Ray submission id).
+
+    ``deployment`` resolves which connections the job's secrets come from (None: the defaults).
+    """
     from nemo_rl_gke.kube.manifests import render_manifests
 
     recipe = load_recipe(spec.recipe)
@@ -192,6 +201,6 @@ def build_plan(spec: RunSpec, dag_id: str = DEFAULT_DAG_ID, run_id: str = RUN_ID
         requests=tuple(gcp_requests(spec)),
         manifests=tuple(manifests),
         installer_source=spec.nccl_installer_source,
-        job=job_request(spec, recipe, dag_id, run_id),
+        job=job_request(spec, recipe, dag_id, run_id, deployment),
         teardown=tuple(teardown_steps(spec, manifests)),
     )

@@ -2,7 +2,8 @@
 
 Secrets never enter this object as values: they are :class:`SecretEnv` references to Airflow connections, so a
 job request can be logged, planned and pushed to XCom as it is. The submitting task resolves them at the last
-moment, straight into the request it sends to Ray.
+moment, straight into the request it sends to Ray. Which connections may be referenced is the deployment's choice
+(:class:`~nemo_rl_gke.deployment.Deployment`): the conf may only pick among them.
 """
 
 from __future__ import annotations
@@ -11,11 +12,15 @@ import shlex
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from nemo_rl_gke.deployment import Deployment
+
 if TYPE_CHECKING:
     from nemo_rl_gke.recipes import Recipe
     from nemo_rl_gke.spec import RunSpec
 
 RUN_ID_PLACEHOLDER = "<run_id>"
+HF_TOKEN_ENV = "HF_TOKEN"
+WANDB_KEY_ENV = "WANDB_API_KEY"
 
 
 @dataclass(frozen=True)
@@ -66,15 +71,31 @@ class JobRequest:
         }
 
 
-def job_secrets(spec: RunSpec) -> tuple[SecretEnv, ...]:
-    """The secrets the job needs: the HF token always, the W&B key with W&B logging."""
-    secrets = [SecretEnv("HF_TOKEN", spec.hf_conn_id)]
+def job_secrets(spec: RunSpec, deployment: Deployment | None = None) -> tuple[SecretEnv, ...]:
+    """The secrets the job needs: the HF token always, the W&B key with W&B logging.
+
+    The connections are the conf's choice among those ``deployment`` allows (None: the defaults), '' meaning the
+    deployment's first; any other raises :class:`~nemo_rl_gke.deployment.ConnectionNotAllowedError`.
+    """
+    deployment = deployment or Deployment()
+    secrets = [SecretEnv(HF_TOKEN_ENV, deployment.hf_conn_id(spec.hf_conn_id))]
     if spec.wandb_enabled:
-        secrets.append(SecretEnv("WANDB_API_KEY", spec.wandb_conn_id))
+        secrets.append(SecretEnv(WANDB_KEY_ENV, deployment.wandb_conn_id(spec.wandb_conn_id)))
     return tuple(secrets)
 
 
-def job_request(spec: RunSpec, recipe: Recipe, dag_id: str, run_id: str = RUN_ID_PLACEHOLDER) -> JobRequest:
+def allowed_secret_conn_ids(deployment: Deployment) -> dict[str, tuple[str, ...]]:
+    """Which connections each secret env var may be read from in ``deployment``."""
+    return {HF_TOKEN_ENV: deployment.hf_conn_ids, WANDB_KEY_ENV: deployment.wandb_conn_ids}
+
+
+def job_request(
+    spec: RunSpec,
+    recipe: Recipe,
+    dag_id: str,
+    run_id: str = RUN_ID_PLACEHOLDER,
+    deployment: Deployment | None = None,
+) -> JobRequest:
     """The GRPO job of one DAG run; the submission id is stable across retries of the same run."""
     known = run_id != RUN_ID_PLACEHOLDER
     return JobRequest(
@@ -83,7 +104,7 @@ def job_request(spec: RunSpec, recipe: Recipe, dag_id: str, run_id: str = RUN_ID
         else "<derived from the DAG run: nemo-rl-<run id>-<hash>>",
         entrypoint=recipe.command(spec),
         env_vars=dict(recipe.env),
-        secrets=job_secrets(spec),
+        secrets=job_secrets(spec, deployment),
         working_dir_files=recipe.files,
         metadata={
             "airflow_dag_id": dag_id,

@@ -3,7 +3,8 @@
 The ``submission_id`` comes from the DAG run (:meth:`RunSpec.submission_id`), so a retried submit task finds the job it
 already started: Ray answers a duplicate id with "already exists" (FACTS §6), and the job is adopted instead of run
 twice. Secrets are resolved here, at the last moment, from Airflow connections into the runtime env only; they are
-registered with Airflow's secrets masker first, so no log line can show them.
+registered with Airflow's secrets masker first, so no log line can show them. Only connections the deployment allows
+for each secret are ever read.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nemo_rl_gke.deployment import ConnectionNotAllowedError, Deployment
 from nemo_rl_gke.paths import RECIPES_DIR
-from nemo_rl_gke.rayjobs import JobRequest
+from nemo_rl_gke.rayjobs import JobRequest, allowed_secret_conn_ids
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +41,21 @@ class Submission:
         return {"submission_id": self.submission_id, "action": self.action, "status": self.status}
 
 
-def resolve_secrets(request: JobRequest, password_of: Callable[[str], str | None]) -> dict[str, str]:
-    """The secret env vars of ``request``, read through ``password_of(conn_id)``; raises when one is missing."""
+def resolve_secrets(
+    request: JobRequest, password_of: Callable[[str], str | None], deployment: Deployment | None = None
+) -> dict[str, str]:
+    """The secret env vars of ``request``, read through ``password_of(conn_id)``; raises when one is missing.
+
+    Every connection is checked against ``deployment`` (None: the defaults) before anything is read, so a request
+    naming any other connection raises :class:`ConnectionNotAllowedError` and reads nothing.
+    """
+    allowed = allowed_secret_conn_ids(deployment or Deployment())
+    for secret in request.secrets:
+        if secret.conn_id not in allowed.get(secret.name, ()):
+            raise ConnectionNotAllowedError(
+                f"the job's {secret.name} may be read only from {', '.join(allowed.get(secret.name, ())) or 'no'} "
+                "connection(s) of this deployment; nothing was read"
+            )
     values = {}
     for secret in request.secrets:
         value = password_of(secret.conn_id)
@@ -68,11 +83,16 @@ def submit_once(
     address: str,
     headers: Mapping[str, str],
     secrets: Mapping[str, str],
+    verify: bool | str = True,
 ) -> Submission:
-    """Submit the job, or adopt it when this submission id already exists on the cluster."""
+    """Submit the job, or adopt it when this submission id already exists on the cluster.
+
+    ``verify`` is the TLS check of an https ``address``: True (the system's CAs) or a CA bundle path, e.g.
+    :meth:`~nemo_rl_gke.kube.access.DashboardAddress.verify` for the cluster's own CA. It is never switched off.
+    """
     from ray.job_submission import JobSubmissionClient
 
-    client = JobSubmissionClient(address=address, headers=dict(headers))
+    client = JobSubmissionClient(address=address, headers=dict(headers), verify=verify or True)
     existing = _status(client, request.submission_id)
     if existing is not None:
         log.info("Ray job %s already exists (%s): adopting it, not submitting again", request.submission_id, existing)

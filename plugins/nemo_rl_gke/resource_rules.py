@@ -1,7 +1,8 @@
 """Offline preflight rules for cloud and Kubernetes resources: names, locations, GPUs, Lustre, CIDRs, sizes.
 
 Name rules follow the API rules of FACTS §4; a wrong name found here costs nothing, found by the API it costs the
-resources created before it.
+resources created before it. Every name is matched whole (``fullmatch``): ``$`` would also match before a trailing
+newline, and ``name\n`` would pass here and fail at the API after the first resources exist.
 """
 
 from __future__ import annotations
@@ -12,24 +13,28 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from nemo_rl_gke.kube.manifests import installer_source_problem
 from nemo_rl_gke.rules import Violation, rule
 from nemo_rl_gke.spec import GPU_PROFILES
 
 if TYPE_CHECKING:
+    from nemo_rl_gke.deployment import Deployment
     from nemo_rl_gke.recipes import Recipe
     from nemo_rl_gke.spec import RunSpec
 
 RESOURCE = "resource"
 
-RFC1035 = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
-GKE_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
-PROJECT_ID = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
-REGION = re.compile(r"^[a-z]+-[a-z]+[0-9]+$")
-LUSTRE_FS = re.compile(r"^[A-Za-z0-9]{1,8}$")
-DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-DNS1123_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
-CONN_ID = re.compile(r"^[A-Za-z0-9_.-]{1,250}$")
+# Use these with fullmatch only.
+RFC1035 = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
+GKE_NAME = re.compile(r"[a-z]([-a-z0-9]{0,38}[a-z0-9])?")
+PROJECT_ID = re.compile(r"[a-z][a-z0-9-]{4,28}[a-z0-9]")
+REGION = re.compile(r"[a-z]+-[a-z]+[0-9]+")
+ZONE_SUFFIX = "-[a-z]"
+LUSTRE_FS = re.compile(r"[A-Za-z0-9]{1,8}")
+DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+DNS1123_SUBDOMAIN = re.compile(r"(?=.{1,253}\Z)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+BUCKET = re.compile(r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]")
+CHECKPOINT_COMPONENT = re.compile(r"[A-Za-z0-9_.-]+")
 # Subnet ranges of an auto-mode VPC: the main network is auto mode, so nothing else may overlap them.
 AUTO_MODE_RANGE = ipaddress.ip_network("10.128.0.0/9")
 
@@ -82,7 +87,7 @@ LUSTRE_TIERS: dict[int, LustreTier] = {
 )
 def project_id(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
     """A project ID is 6-30 characters: lowercase letters, digits and hyphens, starting with a letter."""
-    if not PROJECT_ID.match(spec.project):
+    if not PROJECT_ID.fullmatch(spec.project):
         yield Violation(
             ("project",),
             spec.project,
@@ -101,9 +106,9 @@ def project_id(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
 )
 def zone_in_region(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
     """The GPU zone must be a zone of the control-plane region, since the subnets live in that region."""
-    if not REGION.match(spec.region):
+    if not REGION.fullmatch(spec.region):
         yield Violation(("region",), spec.region, "a region looks like us-central1", "use a Compute Engine region name")
-    elif not re.fullmatch(rf"{re.escape(spec.region)}-[a-z]", spec.zone):
+    elif not re.fullmatch(re.escape(spec.region) + ZONE_SUFFIX, spec.zone):
         suggestion = spec.zone.rsplit("-", 1)[0] if "-" in spec.zone else "the zone's region"
         yield Violation(
             ("zone", "region"),
@@ -131,7 +136,7 @@ def compute_names(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
         "reservation": [spec.reservation],
     }
     for param, names in derived.items():
-        bad = [n for n in names if not RFC1035.match(n)]
+        bad = [n for n in names if not RFC1035.fullmatch(n)]
         if bad:
             yield Violation(
                 (param,),
@@ -154,7 +159,7 @@ def gke_names(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
     """Cluster and node pool names match [a-z]([-a-z0-9]{0,38}[a-z0-9])?."""
     for param in ("cluster_name", "node_pool_name"):
         value = getattr(spec, param)
-        if not GKE_NAME.match(value):
+        if not GKE_NAME.fullmatch(value):
             yield Violation(
                 (param,),
                 value,
@@ -173,7 +178,7 @@ def gke_names(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
 )
 def lustre_instance_name(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
     """A Managed Lustre instance ID is 1-63 lowercase characters starting with a letter."""
-    if not RFC1035.match(spec.lustre_name):
+    if not RFC1035.fullmatch(spec.lustre_name):
         yield Violation(
             ("lustre_name",),
             spec.lustre_name,
@@ -192,7 +197,7 @@ def lustre_instance_name(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
 )
 def lustre_filesystem(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
     """The filesystem name is at most 8 letters and digits."""
-    if not LUSTRE_FS.match(spec.lustre_filesystem):
+    if not LUSTRE_FS.fullmatch(spec.lustre_filesystem):
         yield Violation(
             ("lustre_filesystem",),
             spec.lustre_filesystem,
@@ -393,7 +398,7 @@ def kubernetes_names(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
         ("lustre_name", spec.lustre_pv, DNS1123_SUBDOMAIN, "usable as PersistentVolume name {value}-pv"),
     ]
     for param, name, pattern, what in checks:
-        if not pattern.match(name):
+        if not pattern.fullmatch(name):
             value = getattr(spec, param)
             yield Violation(
                 (param,),
@@ -413,12 +418,14 @@ def kubernetes_names(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
 def checkpoint_on_lustre(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
     """Anything outside /data dies with the pod, and the export reads from Lustre."""
     parts = spec.checkpoint_dir.split("/")
-    if not spec.checkpoint_dir.startswith("/data/") or len(parts) < 3 or ".." in parts or "" in parts[1:]:
+    plain = all(CHECKPOINT_COMPONENT.fullmatch(p) and p not in (".", "..") for p in parts[2:])
+    if not spec.checkpoint_dir.startswith("/data/") or len(parts) < 3 or not plain:
         yield Violation(
             ("checkpoint_dir",),
             spec.checkpoint_dir,
-            "the checkpoint directory must be a normalised path below /data, where the Lustre PVC is mounted; "
-            "elsewhere it is lost with the pod and cannot be exported",
+            "the checkpoint directory must be a normalised path below /data, where the Lustre PVC is mounted, of "
+            "components made of letters, digits, '_', '.' and '-' (no '.' or '..'); elsewhere it is lost with the "
+            "pod and cannot be exported, and other characters reach Hydra, the shell and the Lustre export path",
             "use e.g. /data/nemo_rl_gemma3_27b",
         )
 
@@ -433,7 +440,7 @@ def checkpoint_on_lustre(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
 def bucket_name(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
     """Bucket names are 3-63 lowercase characters; a gs:// prefix is a common slip."""
     name = spec.export_bucket_name
-    if not BUCKET.match(name) or name.startswith("goog") or "google" in name:
+    if not BUCKET.fullmatch(name) or name.startswith("goog") or "google" in name:
         yield Violation(
             ("export_bucket",),
             spec.export_bucket,
@@ -446,43 +453,47 @@ def bucket_name(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
 @rule(
     "kube.nccl-installer-source",
     RESOURCE,
-    "NCCL RDMA installer source",
+    "NCCL RDMA installer source: bundled, an allowed https URL, or a file inside include/",
     example={"nccl_installer_source": "http://example.com/installer.yaml"},
     counter_example={"nccl_installer_source": "bundled"},
+    uses_deployment=True,
 )
-def nccl_source(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
-    """The installer runs privileged on every GPU node, so it comes only from a pinned file or over https."""
-    src = spec.nccl_installer_source
-    if not (src == "bundled" or src.startswith("https://") or src.startswith("/") or src.startswith("file:///")):
+def nccl_source(spec: RunSpec, _: Recipe, deployment: Deployment) -> Iterator[Violation]:
+    """The installer runs privileged on every GPU node: only the pinned copy, the deployment's URLs, or include/."""
+    problem = installer_source_problem(spec.nccl_installer_source, deployment)
+    if problem:
         yield Violation(
             ("nccl_installer_source",),
-            src,
-            "the installer DaemonSet runs privileged on every GPU node; it must be 'bundled', an https:// URL or "
-            "an absolute file path",
-            "use 'bundled' (the pinned template) or an https:// URL",
+            spec.nccl_installer_source,
+            f"the installer DaemonSet runs privileged on every GPU node, so its source must be 'bundled', an https "
+            f"URL on the deployment's allowlist, or a .yaml file inside include/: {problem}",
+            "use 'bundled' (the pinned template), one of the allowed URLs ([nemo_rl_gke] nccl_installer_allowlist: "
+            + ", ".join(deployment.nccl_installer_allowlist)[:300]
+            + "), or a path relative to include/",
         )
 
 
 @rule(
     "secrets.connections",
     RESOURCE,
-    "Secrets come from Airflow connections",
-    example={"wandb_enabled": True, "wandb_conn_id": ""},
-    counter_example={"wandb_enabled": False, "wandb_conn_id": ""},
+    "Secrets come only from connections the deployment allows",
+    example={"hf_conn_id": "google_cloud_default"},
+    counter_example={"hf_conn_id": "huggingface_default"},
+    uses_deployment=True,
 )
-def secret_connections(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
-    """The HF token (and the W&B key when logging to W&B) are read from connections, checked live later."""
-    if not CONN_ID.match(spec.hf_conn_id):
-        yield Violation(
-            ("hf_conn_id",),
-            spec.hf_conn_id,
-            "the Hugging Face token is read from this Airflow connection; its id must be letters, digits, _ . -",
-            "create a connection (password = token) and name it here",
-        )
-    if spec.wandb_enabled and not CONN_ID.match(spec.wandb_conn_id):
-        yield Violation(
-            ("wandb_conn_id", "wandb_enabled"),
-            spec.wandb_conn_id,
-            "W&B logging is on, so the W&B API key must come from an Airflow connection",
-            "name the connection holding the key (password = key), or set wandb_enabled to false",
-        )
+def secret_connections(spec: RunSpec, _: Recipe, deployment: Deployment) -> Iterator[Violation]:
+    """The conf may pick among the deployment's connections for the HF token and the W&B key, and nothing else:
+    any other connection's password would leave in the job's environment."""
+    checks = [("hf_conn_id", spec.hf_conn_id, deployment.hf_conn_ids, "Hugging Face token")]
+    if spec.wandb_enabled:
+        checks.append(("wandb_conn_id", spec.wandb_conn_id, deployment.wandb_conn_ids, "W&B API key"))
+    for param, value, allowed, what in checks:
+        if value and value not in allowed:
+            yield Violation(
+                (param,),
+                value,
+                f"the {what} may be read only from a connection this deployment allows for it "
+                f"({', '.join(allowed)}); no other connection is read",
+                f"leave {param} empty for {allowed[0]}, or use one of {', '.join(allowed)}; an Airflow admin sets "
+                f"the list ([nemo_rl_gke] {param}s)",
+            )

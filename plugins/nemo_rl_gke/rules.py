@@ -1,7 +1,8 @@
 """The preflight rule registry: every offline rule, with a conf that trips it and one that does not.
 
 The registry feeds the validator, the docs table (``python -m nemo_rl_gke rules``) and the per-rule tests, so a
-rule cannot exist without an example and a documented message.
+rule cannot exist without an example and a documented message. A rule that needs the deployment's settings (which
+connections, which installer URLs) says so, and gets the :class:`~nemo_rl_gke.deployment.Deployment` as well.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from nemo_rl_gke.deployment import Deployment
 from nemo_rl_gke.findings import Finding
 
 if TYPE_CHECKING:
@@ -27,7 +29,8 @@ class Violation:
     fix: str
 
 
-Check = Callable[["RunSpec", "Recipe"], Iterable[Violation]]
+# (spec, recipe) -> violations, or (spec, recipe, deployment) -> violations for a rule registered with uses_deployment.
+Check = Callable[..., Iterable[Violation]]
 
 
 @dataclass(frozen=True)
@@ -42,10 +45,12 @@ class Rule:
     counter_example: dict[str, Any] = field(default_factory=dict)
     # Some rules guard recipe files rather than the conf: their example patches the recipe (dataclasses.replace).
     example_recipe: dict[str, Any] = field(default_factory=dict)
+    uses_deployment: bool = False
 
-    def run(self, spec: RunSpec, recipe: Recipe) -> Iterator[Finding]:
-        """Findings of this rule for one spec."""
-        for v in self.check(spec, recipe):
+    def run(self, spec: RunSpec, recipe: Recipe, deployment: Deployment | None = None) -> Iterator[Finding]:
+        """Findings of this rule for one spec (a deployment-dependent rule uses the defaults when given none)."""
+        args = (spec, recipe, deployment or Deployment()) if self.uses_deployment else (spec, recipe)
+        for v in self.check(*args):
             yield Finding(self.rule_id, v.params, v.value, v.rule, v.fix)
 
 
@@ -60,13 +65,27 @@ def rule(
     example: dict[str, Any],
     counter_example: dict[str, Any] | None = None,
     example_recipe: dict[str, Any] | None = None,
+    uses_deployment: bool = False,
 ) -> Callable[[Check], Check]:
-    """Register a check under ``rule_id`` with a conf that trips it (``example``) and one that passes."""
+    """Register a check under ``rule_id`` with a conf that trips it (``example``) and one that passes.
+
+    With ``uses_deployment`` the check takes the deployment as a third argument; its examples are judged against
+    the default deployment.
+    """
 
     def register(check: Check) -> Check:
         if rule_id in REGISTRY:
             raise ValueError(f"duplicate preflight rule id {rule_id}")
-        REGISTRY[rule_id] = Rule(rule_id, category, title, check, example, counter_example or {}, example_recipe or {})
+        REGISTRY[rule_id] = Rule(
+            rule_id,
+            category,
+            title,
+            check,
+            example,
+            counter_example or {},
+            example_recipe or {},
+            uses_deployment,
+        )
         return check
 
     return register

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import hashlib
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from nemo_rl_gke.findings import ConfError, Finding
+from nemo_rl_gke.findings import CREDENTIAL_VALUE, REDACTED, ConfError, Finding, looks_like_secret, shown
 from nemo_rl_gke.paths import recipe_names
 
 OWNER_LABEL_KEY = "managed-by"
@@ -40,6 +42,19 @@ SECTION_TRAINING = "Training (NeMo RL GRPO)"
 SECTION_LOGGING = "Logging and secrets"
 SECTION_TEARDOWN = "Checkpoint export and teardown"
 SECTION_WAITING = "Waiting and timeouts"
+
+# Bounds of the conf's values. Every string and number has one, so nothing unbounded reaches a rule, a template or
+# an API; the name rules (resource_rules) then check each name's exact grammar.
+NAME_MAX = 63
+CIDR_MAX = len("255.255.255.255/32")
+BATCH_MAX = 65_536
+TP_MAX = 512  # 64 nodes of 8 GPUs
+POLL_MIN_S = 0.05  # faster polling only spins the triggerer's event loop
+HOUR = 3600
+DAY = 24 * HOUR
+# Compute Engine machine types: family-shape(-size...), e.g. a4-highgpu-8g, n2-highmem-80, n2-custom-8-16384.
+MACHINE_TYPE = r"[a-z][a-z0-9]*(-[a-z0-9]+)+"
+CONN_ID_PATTERN = r"^[A-Za-z0-9_.-]*$"
 
 
 @dataclass(frozen=True)
@@ -77,7 +92,7 @@ def _param(default: Any, *, section: str, title: str, description: str, **schema
     """Declare a conf parameter: a dataclass field carrying its JSON schema for the form and the validator."""
     full = {"type": _json_type(default), "title": title, "description": description, **schema}
     if isinstance(default, tuple):
-        full["items"] = {"type": "string"}
+        full.setdefault("items", {"type": "string"})
     return field(default=default, metadata={"schema": full, "section": section})
 
 
@@ -108,6 +123,7 @@ class RunSpec:
         title="GCP project ID",
         description="Project that gets every resource (6-30 characters: lowercase letters, digits, hyphens).",
         minLength=1,
+        maxLength=NAME_MAX,
     )
     region: str = _param(
         "us-central1",
@@ -115,6 +131,7 @@ class RunSpec:
         title="Region",
         description="Region of the GKE control plane and the subnets (CONTROL_PLANE_REGION in the tutorial).",
         minLength=1,
+        maxLength=NAME_MAX,
     )
     zone: str = _param(
         "us-central1-b",
@@ -123,6 +140,7 @@ class RunSpec:
         description="Zone of the GPU nodes, the reservation and Lustre (NODE_ZONE). Must lie in the region and "
         "offer the {zone}-vpc-roce network profile.",
         minLength=1,
+        maxLength=NAME_MAX,
     )
     # --- GPU nodes -----------------------------------------------------------------------------------------
     gpu_type: str = _param(
@@ -138,6 +156,8 @@ class RunSpec:
         section=SECTION_GPU,
         title="GPU machine type (override)",
         description="Leave empty to derive it from the GPU type. If set, it must be the GPU type's machine type.",
+        maxLength=NAME_MAX,
+        pattern=f"^({MACHINE_TYPE})?$",
     )
     reservation: str = _param(
         "nemo-rl-reservation",
@@ -145,9 +165,14 @@ class RunSpec:
         title="Reservation",
         description="Name of the Compute Engine reservation in the zone that holds the GPU machines.",
         minLength=1,
+        maxLength=NAME_MAX,
     )
     node_pool_name: str = _param(
-        "gpu-pool", section=SECTION_GPU, title="GPU node pool name", description="Name of the GPU node pool."
+        "gpu-pool",
+        section=SECTION_GPU,
+        title="GPU node pool name",
+        description="Name of the GPU node pool.",
+        maxLength=NAME_MAX,
     )
     worker_replicas: int = _param(
         2,
@@ -171,24 +196,28 @@ class RunSpec:
         section=SECTION_NETWORK,
         title="Main VPC network",
         description="Auto-mode VPC of the cluster and of Lustre (NETWORK in the tutorial).",
+        maxLength=NAME_MAX,
     )
     gvnic_prefix: str = _param(
         "nemo-rl-gvnic",
         section=SECTION_NETWORK,
         title="gVNIC network prefix",
         description="Prefix of the gVNIC network: {prefix}-net, {prefix}-sub and firewall {prefix}-internal.",
+        maxLength=NAME_MAX,
     )
     rdma_prefix: str = _param(
         "nemo-rl-rdma",
         section=SECTION_NETWORK,
         title="RDMA network prefix",
         description="Prefix of the RDMA network: {prefix}-net and subnets {prefix}-sub-0..7.",
+        maxLength=NAME_MAX,
     )
     gvnic_subnet_cidr: str = _param(
         "192.168.0.0/24",
         section=SECTION_NETWORK,
         title="gVNIC subnet range",
         description="IPv4 range of the gVNIC subnet.",
+        maxLength=CIDR_MAX,
     )
     rdma_subnet_cidrs: tuple[str, ...] = _param(
         tuple(f"192.168.{n + 1}.0/24" for n in range(RDMA_SUBNET_COUNT)),
@@ -197,12 +226,14 @@ class RunSpec:
         description="Eight IPv4 ranges, one per RDMA subnet (one per GPU NIC).",
         minItems=RDMA_SUBNET_COUNT,
         maxItems=RDMA_SUBNET_COUNT,
+        items={"type": "string", "maxLength": CIDR_MAX},
     )
     firewall_source_range: str = _param(
         "192.168.0.0/16",
         section=SECTION_NETWORK,
         title="gVNIC firewall source range",
         description="Source range allowed (tcp, udp, icmp) by the gVNIC network's internal firewall rule.",
+        maxLength=CIDR_MAX,
     )
     net_mtu: int = _param(
         1460,
@@ -218,6 +249,7 @@ class RunSpec:
         section=SECTION_NETWORK,
         title="Peering range start address",
         description="First address of the private-services range for Lustre; empty lets Google pick a free /N.",
+        maxLength=15,
     )
     peering_prefix_length: int = _param(
         20,
@@ -233,12 +265,16 @@ class RunSpec:
         section=SECTION_CLUSTER,
         title="Cluster name",
         description="GKE Standard cluster, regional, in the region.",
+        maxLength=NAME_MAX,
     )
     system_machine_type: str = _param(
         "n2-highmem-80",
         section=SECTION_CLUSTER,
         title="Default pool machine type",
-        description="Machine type of the default pool, which runs the Ray head.",
+        description="Machine type of the default pool, which runs the Ray head (a Compute Engine machine type "
+        "such as n2-highmem-80).",
+        maxLength=NAME_MAX,
+        pattern=f"^{MACHINE_TYPE}$",
     )
     system_min_nodes: int = _param(
         1,
@@ -270,6 +306,7 @@ class RunSpec:
         section=SECTION_STORAGE,
         title="Lustre instance name",
         description="Managed Lustre instance in the zone; the peering range is {name}-range.",
+        maxLength=NAME_MAX,
     )
     lustre_capacity_gib: int = _param(
         18000,
@@ -277,6 +314,7 @@ class RunSpec:
         title="Lustre capacity (GiB)",
         description="Capacity; its minimum, maximum and step depend on the throughput tier.",
         minimum=9000,
+        maximum=40_032_000,
     )
     lustre_throughput: int = _param(
         500,
@@ -290,6 +328,7 @@ class RunSpec:
         section=SECTION_STORAGE,
         title="Lustre filesystem name",
         description="Filesystem name: letters and digits only, at most 8.",
+        maxLength=NAME_MAX,
     )
     # --- Kubernetes and Ray --------------------------------------------------------------------------------
     namespace: str = _param(
@@ -297,34 +336,31 @@ class RunSpec:
         section=SECTION_KUBE,
         title="Kubernetes namespace",
         description="Namespace of the Lustre PVC, the service account and the RayCluster.",
+        maxLength=NAME_MAX,
     )
     ksa_name: str = _param(
         "generic-ksa",
         section=SECTION_KUBE,
         title="Kubernetes service account",
         description="Service account the Ray pods run as (KSA_NAME in the tutorial).",
+        maxLength=253,
     )
     raycluster_name: str = _param(
         "ray-cluster-kuberay",
         section=SECTION_KUBE,
         title="RayCluster name",
         description="Name of the RayCluster; its head service is {name}-head-svc.",
+        maxLength=NAME_MAX,
     )
     nccl_installer_source: str = _param(
         "bundled",
         section=SECTION_KUBE,
         title="NCCL RDMA installer source",
-        description="'bundled' renders include/manifests/nccl-rdma-installer.yaml.j2 (pinned image); an https:// URL "
-        "or a file path is read at apply time instead.",
-    )
-    ray_dashboard_url: str = _param(
-        "",
-        section=SECTION_KUBE,
-        title="Ray dashboard URL (override)",
-        description="Leave empty to reach the dashboard through the Kubernetes API service proxy with the Google "
-        "token (no extra networking). Otherwise an http(s):// URL the Airflow workers can reach: in-cluster DNS, an "
-        "internal load balancer or a port-forward.",
-        pattern=r"^(https?://\S+)?$",
+        description="'bundled' renders include/manifests/nccl-rdma-installer.yaml.j2 (pinned image). Otherwise an "
+        "https:// URL on the deployment's allowlist ([nemo_rl_gke] nccl_installer_allowlist; the tutorial's URL by "
+        "default), or a .yaml file inside include/ (a relative path, e.g. manifests/my-installer.yaml), read at "
+        "apply time. The installer runs privileged on every GPU node.",
+        maxLength=2048,
     )
     # --- Training ------------------------------------------------------------------------------------------
     image_tag: str = _param(
@@ -332,13 +368,26 @@ class RunSpec:
         section=SECTION_TRAINING,
         title="NeMo RL image tag (override)",
         description="Leave empty to use the recipe's pinned image. Otherwise the recipe's release or a variant of "
-        "it (e.g. v0.5.0.<suffix>); another release is refused, since the checks are for the recipe's version.",
+        "it (e.g. v0.5.0.<suffix>); another release is refused, since the checks are for the recipe's version. "
+        "A Docker tag: letters, digits, '_', '.' and '-', at most 128, not starting with '.' or '-'.",
+        maxLength=128,
+        pattern=r"^([A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?$",
     )
     max_steps: int = _param(
-        10, section=SECTION_TRAINING, title="Max steps", description="grpo.max_num_steps.", minimum=1
+        10,
+        section=SECTION_TRAINING,
+        title="Max steps",
+        description="grpo.max_num_steps.",
+        minimum=1,
+        maximum=1_000_000,
     )
     num_prompts_per_step: int = _param(
-        16, section=SECTION_TRAINING, title="Prompts per step", description="grpo.num_prompts_per_step.", minimum=1
+        16,
+        section=SECTION_TRAINING,
+        title="Prompts per step",
+        description="grpo.num_prompts_per_step.",
+        minimum=1,
+        maximum=BATCH_MAX,
     )
     num_generations_per_prompt: int = _param(
         32,
@@ -346,6 +395,7 @@ class RunSpec:
         title="Generations per prompt",
         description="grpo.num_generations_per_prompt: the GRPO group size.",
         minimum=1,
+        maximum=1024,
     )
     colocated: bool = _param(
         False,
@@ -360,6 +410,7 @@ class RunSpec:
         description="Nodes given to vLLM when generation is not colocated "
         "(policy.generation.colocated.resources.num_nodes).",
         minimum=0,
+        maximum=64,
     )
     generation_gpus_per_node: int = _param(
         8,
@@ -368,6 +419,7 @@ class RunSpec:
         description="GPUs per generation node when not colocated "
         "(policy.generation.colocated.resources.gpus_per_node).",
         minimum=1,
+        maximum=max(p.gpus_per_node for p in GPU_PROFILES.values()),
     )
     dtensor_tp: int = _param(
         8,
@@ -375,6 +427,7 @@ class RunSpec:
         title="DTensor tensor parallel size",
         description="policy.dtensor_cfg.tensor_parallel_size.",
         minimum=1,
+        maximum=TP_MAX,
     )
     vllm_tp: int = _param(
         8,
@@ -382,6 +435,7 @@ class RunSpec:
         title="vLLM tensor parallel size",
         description="policy.generation.vllm_cfg.tensor_parallel_size.",
         minimum=1,
+        maximum=TP_MAX,
     )
     vllm_gpu_memory_utilization: float = _param(
         0.9,
@@ -396,7 +450,10 @@ class RunSpec:
         section=SECTION_TRAINING,
         title="Extra NeMo RL overrides",
         description="More Hydra overrides for the recipe's config, e.g. policy.optimizer.kwargs.lr=1e-6. "
-        "key=v sets an existing key, +key=v adds a new one; both are checked against the pinned version.",
+        "key=v sets an existing key, +key=v adds a new one; both are checked against the pinned version. At most "
+        "64, each at most 1024 characters.",
+        maxItems=64,
+        items={"type": "string", "maxLength": 1024},
     )
     zero_learning_guard: bool = _param(
         True,
@@ -412,13 +469,15 @@ class RunSpec:
         title="Zero-learning steps (K)",
         description="How many consecutive steps without a learning signal stop the run (with the guard on).",
         minimum=1,
+        maximum=1000,
     )
     checkpoint_dir: str = _param(
         "/data/nemo_rl_gemma3_27b_3_17",
         section=SECTION_TRAINING,
         title="Checkpoint directory",
-        description="checkpointing.checkpoint_dir; must be under /data, the Lustre mount. NeMo RL resumes from the "
-        "highest step_N already there.",
+        description="checkpointing.checkpoint_dir; must be under /data, the Lustre mount, with path components of "
+        "letters, digits, '_', '.' and '-'. NeMo RL resumes from the highest step_N already there.",
+        maxLength=1024,
     )
     # --- Logging and secrets -------------------------------------------------------------------------------
     wandb_enabled: bool = _param(
@@ -429,22 +488,32 @@ class RunSpec:
         section=SECTION_LOGGING,
         title="W&B project",
         description="logger.wandb.project; empty keeps the recipe's project.",
+        maxLength=128,
     )
     wandb_run_name: str = _param(
-        "nemo_rl_gemma3_27b_3_17", section=SECTION_LOGGING, title="W&B run name", description="logger.wandb.name."
+        "nemo_rl_gemma3_27b_3_17",
+        section=SECTION_LOGGING,
+        title="W&B run name",
+        description="logger.wandb.name.",
+        maxLength=128,
     )
     hf_conn_id: str = _param(
         "huggingface_default",
         section=SECTION_LOGGING,
         title="Hugging Face token connection",
-        description="Airflow connection whose password is the HF token (never put the token itself in the conf).",
-        minLength=1,
+        description="Airflow connection whose password is the HF token: one of the ids the deployment allows "
+        "([nemo_rl_gke] hf_conn_ids); empty means the deployment's first. Never put the token itself in the conf.",
+        maxLength=250,
+        pattern=CONN_ID_PATTERN,
     )
     wandb_conn_id: str = _param(
         "wandb_default",
         section=SECTION_LOGGING,
         title="W&B API key connection",
-        description="Airflow connection whose password is the W&B API key; needed only with W&B logging.",
+        description="Airflow connection whose password is the W&B API key, needed only with W&B logging: one of "
+        "the ids the deployment allows ([nemo_rl_gke] wandb_conn_ids); empty means the deployment's first.",
+        maxLength=250,
+        pattern=CONN_ID_PATTERN,
     )
     # --- Waiting -------------------------------------------------------------------------------------------
     poll_interval_s: float = _param(
@@ -452,7 +521,7 @@ class RunSpec:
         section=SECTION_WAITING,
         title="Poll interval (s)",
         description="How often the triggerer polls a long-running operation; no worker slot is held meanwhile.",
-        exclusiveMinimum=0,
+        minimum=POLL_MIN_S,
         maximum=600,
     )
     network_timeout_s: int = _param(
@@ -461,6 +530,7 @@ class RunSpec:
         title="Network stage timeout (s)",
         description="Longest wait for one network, subnet, firewall or address operation.",
         minimum=1,
+        maximum=6 * HOUR,
     )
     storage_timeout_s: int = _param(
         7200,
@@ -469,6 +539,7 @@ class RunSpec:
         description="Longest wait for the peering or the Managed Lustre operation (Lustre creation takes tens of "
         "minutes).",
         minimum=1,
+        maximum=12 * HOUR,
     )
     cluster_timeout_s: int = _param(
         3600,
@@ -476,6 +547,7 @@ class RunSpec:
         title="Cluster stage timeout (s)",
         description="Longest wait for the GKE cluster or the GPU node pool operation.",
         minimum=1,
+        maximum=6 * HOUR,
     )
     kube_timeout_s: int = _param(
         1800,
@@ -484,6 +556,7 @@ class RunSpec:
         description="Longest wait for the RayCluster's HeadPodReady and RayClusterProvisioned conditions (image pulls "
         "of the NeMo RL image take minutes).",
         minimum=1,
+        maximum=6 * HOUR,
     )
     job_timeout_s: int = _param(
         86400,
@@ -491,6 +564,7 @@ class RunSpec:
         title="Training job timeout (s)",
         description="Longest run of the GRPO Ray job; past it the job is stopped and the run fails.",
         minimum=1,
+        maximum=14 * DAY,
     )
     teardown_timeout_s: int = _param(
         3600,
@@ -498,6 +572,7 @@ class RunSpec:
         title="Teardown timeout (s)",
         description="Longest wait for one deletion.",
         minimum=1,
+        maximum=6 * HOUR,
     )
     # --- Checkpoint export and teardown --------------------------------------------------------------------
     export_bucket: str = _param(
@@ -506,6 +581,7 @@ class RunSpec:
         title="Checkpoint export bucket",
         description="Cloud Storage bucket the validated checkpoint is exported to before Lustre is deleted; "
         "empty means {project}-nemo-rl-checkpoints.",
+        maxLength=222,
     )
     teardown_policy: str = _param(
         "delete_all",
@@ -527,6 +603,7 @@ class RunSpec:
         title="Price per GPU-hour (USD)",
         description="For the run report's cost estimate; 0 uses the package's rough list price for the GPU type.",
         minimum=0,
+        maximum=1000,
     )
     adopt_existing: bool = _param(
         False,
@@ -795,70 +872,259 @@ def default_conf() -> dict[str, Any]:
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(RunSpec)}
-# Conf keys that look like they carry a credential; their values are never echoed.
-SECRET_KEY = re.compile(r"token|secret|passw|api[_-]?key|credential|private[_-]?key", re.IGNORECASE)
-REDACTED = "<redacted>"
+PARAM_NAMES = frozenset(_FIELDS)
+# Former parameters that the deployment now decides: a conf that sets one is refused, not silently ignored.
+DEPLOYMENT_SETTINGS = {
+    "ray_dashboard_url": "where the Ray job, with the HF and W&B tokens in its environment, is submitted",
+}
+# Words that mark a conf key as carrying a credential: the value of such an unknown key is never echoed. Known
+# parameters are exempt (hf_conn_id names a connection, it holds no secret), hence the lookahead.
+_SECRET_WORDS = (
+    "token|secret|passw|pwd|pass|api.?key|key|auth|credential|cred|cookie|session|bearer|private|signature|cert|jwt"
+    "|ssh|hf|wandb"
+)
+SECRET_KEY = re.compile(
+    r"^(?!(?-i:" + "|".join(map(re.escape, _FIELDS)) + r")\Z).*?(?:" + _SECRET_WORDS + ")", re.IGNORECASE | re.DOTALL
+)
+# An unknown key's value is shown only when it is a short scalar: anything longer may be a pasted file or token.
+UNKNOWN_VALUE_MAX = 40
 
 
-def conf_findings(conf: Mapping[str, Any]) -> list[Finding]:
-    """Every unknown key and every value that breaks its parameter's schema, in conf order."""
-    import jsonschema  # lazy: only the validator needs it, not DAG parsing
+def is_secret_key(key: object) -> bool:
+    """Whether ``key`` is an unknown conf key that looks like it carries a credential (its value is never shown)."""
+    return isinstance(key, str) and bool(SECRET_KEY.search(key))
 
+
+def conf_findings(conf: Any) -> list[Finding]:
+    """Every unknown key and every value that breaks its parameter's schema, in conf order.
+
+    Total: any JSON-like input (any types, nesting, huge integers, NaN, very long strings, non-string keys) gives
+    findings, never an exception. Stricter than JSON Schema where that matters later: an integer is an ``int`` (not
+    2.0, not true), a number is finite, a string is printable and matches its pattern whole.
+    """
+    if not isinstance(conf, Mapping):
+        return [
+            Finding(
+                "conf.not-an-object",
+                ("conf",),
+                f"<{type(conf).__name__}>",
+                "the run conf must be a JSON object of parameter names to values",
+                'pass e.g. {"mode": "plan"}; `python -m nemo_rl_gke params` lists the parameters',
+            )
+        ]
     findings: list[Finding] = []
     for key, value in conf.items():
-        if key not in _FIELDS and SECRET_KEY.search(key):
-            # Never echo it: findings go to the task log and XCom.
-            findings.append(
-                Finding(
-                    "conf.secret-in-conf",
-                    (key,),
-                    REDACTED,
-                    "secrets are not accepted in the conf: a run's conf is stored with the run and shown in the UI",
-                    "put the token in the password of an Airflow connection (or the secrets backend) and name that "
-                    "connection in hf_conn_id or wandb_conn_id",
-                )
-            )
-            continue
-        if key not in _FIELDS:
-            close = difflib.get_close_matches(key, _FIELDS, n=1)
-            hint = f"did you mean '{close[0]}'? " if close else ""
-            findings.append(
-                Finding(
-                    "conf.unknown-key",
-                    (key,),
-                    value,
-                    "unknown parameter (Airflow accepts unknown conf keys silently, this DAG does not)",
-                    f"{hint}remove it; valid parameters are listed by `python -m nemo_rl_gke params`",
-                )
-            )
-            continue
-        schema = _FIELDS[key].metadata["schema"]
-        error = jsonschema.exceptions.best_match(jsonschema.Draft7Validator(schema).iter_errors(value))
-        if error is not None:
-            findings.append(Finding(f"conf.{error.validator}", (key,), value, error.message, _schema_fix(schema)))
+        if isinstance(key, str) and key in _FIELDS:
+            finding = _field_finding(key, value)
+        else:
+            finding = _unknown_key_finding(key, value)
+        if finding is not None:
+            findings.append(finding)
     return findings
 
 
-def _schema_fix(schema: Mapping[str, Any]) -> str:
+def _unknown_key_finding(key: object, value: Any) -> Finding | None:
+    if not isinstance(key, str):
+        return Finding(
+            "conf.key-type",
+            (f"<{type(key).__name__} key>",),
+            "<not shown>",
+            "conf keys are parameter names (strings)",
+            "remove it; valid parameters are listed by `python -m nemo_rl_gke params`",
+        )
+    param = "<redacted key>" if looks_like_secret(key) else key
+    if key in DEPLOYMENT_SETTINGS:
+        if value in (None, ""):
+            return None  # the old "not set" value asks for nothing
+        return Finding(
+            "conf.deployment-setting",
+            (param,),
+            "<not shown>",
+            f"{key} is no longer a run parameter: {DEPLOYMENT_SETTINGS[key]} is decided by the deployment, never by "
+            "the conf",
+            f"remove it; an Airflow admin sets [nemo_rl_gke] {key} (AIRFLOW__NEMO_RL_GKE__{key.upper()}) if needed",
+        )
+    if is_secret_key(key):
+        # Never echo it: findings go to the task log and XCom.
+        return Finding(
+            "conf.secret-in-conf",
+            (param,),
+            REDACTED,
+            "secrets are not accepted in the conf: a run's conf is stored with the run and shown in the UI",
+            "remove it and put the token in the password of an Airflow connection (or the secrets backend) that the "
+            "deployment allows for it ([nemo_rl_gke] hf_conn_ids / wandb_conn_ids)",
+        )
+    close = difflib.get_close_matches(key, _FIELDS, n=1) if len(key) <= NAME_MAX else []
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    return Finding(
+        "conf.unknown-key",
+        (param,),
+        _unknown_value(value),
+        "unknown parameter (Airflow accepts unknown conf keys silently, this DAG does not)",
+        f"{hint}remove it; valid parameters are listed by `python -m nemo_rl_gke params`",
+    )
+
+
+def _unknown_value(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, str) and len(value) <= UNKNOWN_VALUE_MAX and not looks_like_secret(value):
+        return value
+    return f"<not shown: {type(value).__name__}>"
+
+
+def _field_finding(key: str, value: Any) -> Finding | None:
+    schema = _FIELDS[key].metadata["schema"]
+    problem = _value_problem(schema, value)
+    if problem is not None:
+        keyword, message = problem
+        if keyword == "secret":
+            return Finding(
+                "conf.secret-in-conf",
+                (key,),
+                REDACTED,
+                message,
+                "remove it; tokens belong in the password of an Airflow connection the deployment allows",
+            )
+        # An array item's fix is the item's own schema.
+        item = message.startswith("item ")
+        fix = f"each item: {schema_fix(schema.get('items', {}))}" if item else schema_fix(schema)
+        return Finding(f"conf.{keyword}", (key,), value, message, fix)
+    return None
+
+
+def _types(schema: Mapping[str, Any]) -> list[str]:
+    kind = schema.get("type", "string")
+    return list(kind) if isinstance(kind, (list, tuple)) else [kind]
+
+
+def _type_ok(kind: str, value: Any) -> bool:
+    if kind == "null":
+        return value is None
+    if kind == "boolean":
+        return isinstance(value, bool)
+    if kind == "integer":
+        return type(value) is int  # JSON Schema would take 2.0 and Python's True; the templates would not
+    if kind == "number":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+        return isinstance(value, int) or math.isfinite(value)
+    if kind == "string":
+        return isinstance(value, str)
+    if kind == "array":
+        return isinstance(value, (list, tuple))
+    return False
+
+
+def _type_message(kinds: list[str], value: Any) -> str:
+    expected = " or ".join(repr(k) for k in kinds)
+    if "integer" in kinds and isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return f"{shown(value)} is a decimal number, not of type {expected} (write it without a decimal point)"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{shown(value)} is not a finite number, not of type {expected}"
+    return f"{shown(value)} is not of type {expected}"
+
+
+def _value_problem(schema: Mapping[str, Any], value: Any) -> tuple[str, str] | None:
+    """The first way ``value`` breaks ``schema``, as (JSON-schema keyword, message), or None."""
+    kinds = _types(schema)
+    if not any(_type_ok(kind, value) for kind in kinds):
+        return "type", _type_message(kinds, value)
+    if value is None:
+        return None
+    if "enum" in schema and value not in schema["enum"]:
+        return "enum", f"{shown(value)} is not one of {shown(list(schema['enum']))}"
+    if isinstance(value, str):
+        return _string_problem(schema, value)
+    if isinstance(value, (list, tuple)):
+        return _array_problem(schema, value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return _number_problem(schema, value)
+    return None
+
+
+def _number_problem(schema: Mapping[str, Any], value: float) -> tuple[str, str] | None:
+    if "minimum" in schema and value < schema["minimum"]:
+        return "minimum", f"{shown(value)} is less than the minimum of {schema['minimum']}"
+    if "exclusiveMinimum" in schema and value <= schema["exclusiveMinimum"]:
+        return (
+            "exclusiveMinimum",
+            f"{shown(value)} is less than or equal to the minimum of {schema['exclusiveMinimum']}",
+        )
+    if "maximum" in schema and value > schema["maximum"]:
+        return "maximum", f"{shown(value)} is greater than the maximum of {schema['maximum']}"
+    return None
+
+
+def _string_problem(schema: Mapping[str, Any], value: str) -> tuple[str, str] | None:
+    if "maxLength" in schema and len(value) > schema["maxLength"]:
+        return "maxLength", f"{shown(value)} is longer than {schema['maxLength']} characters ({len(value)})"
+    if not value.isprintable():
+        # Newlines, tabs, NULs, lone surrogates, zero-width marks: a name check that allows them lets them through.
+        return "printable", f"{shown(value)} contains a control, separator or unpaired surrogate character"
+    if CREDENTIAL_VALUE.search(value):
+        return "secret", "this looks like a token or key; secrets are never accepted in the conf"
+    if "minLength" in schema and len(value) < schema["minLength"]:
+        return "minLength", f"{shown(value)} is shorter than {schema['minLength']} characters"
+    if "pattern" in schema and not _pattern(schema["pattern"]).fullmatch(value):
+        return "pattern", f"{shown(value)} does not match {schema['pattern']}"
+    return None
+
+
+def _array_problem(schema: Mapping[str, Any], value: list[Any] | tuple[Any, ...]) -> tuple[str, str] | None:
+    if "maxItems" in schema and len(value) > schema["maxItems"]:
+        return "maxItems", f"the list has {len(value)} items, more than {schema['maxItems']}"
+    if "minItems" in schema and len(value) < schema["minItems"]:
+        return "minItems", f"{shown(value)} has fewer than {schema['minItems']} items"
+    for n, item in enumerate(value):
+        problem = _value_problem(schema.get("items", {"type": "string"}), item)
+        if problem is not None:
+            keyword, message = problem
+            return keyword, f"item {n}: {message}"
+    return None
+
+
+@functools.cache
+def _pattern(pattern: str) -> re.Pattern[str]:
+    # fullmatch, not match: `$` also matches before a trailing newline, so "name\n" would pass a `^...$` check.
+    return re.compile(pattern)
+
+
+def schema_fix(schema: Mapping[str, Any]) -> str:
+    """How to write a value that fits ``schema``, for a finding's fix."""
     if "enum" in schema:
         return "use one of " + ", ".join(str(v) for v in schema["enum"])
-    parts = [f"give a JSON {schema['type']}"]
-    if schema["type"] == "array":
-        parts.append(f"of {schema.get('minItems', 0)} strings")
-    for key, text in (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="), ("minLength", "length >=")):
+    kinds = [k for k in _types(schema) if k != "null"] if "type" in schema else ["string"]
+    parts = [f"give a JSON {' or '.join(kinds)}"]
+    if "integer" in kinds:
+        parts.append("written without a decimal point")
+    if "array" in kinds:
+        parts.append(f"of {schema.get('minItems', 0)}-{schema.get('maxItems', 'any')} strings")
+    for key, text in (
+        ("minimum", ">="),
+        ("exclusiveMinimum", ">"),
+        ("maximum", "<="),
+        ("minLength", "length >="),
+        ("maxLength", "length <="),
+    ):
         if key in schema:
             parts.append(f"{text} {schema[key]}")
+    if "string" in kinds:
+        parts.append("printable characters only")
     if "pattern" in schema:
-        parts.append(f"matching {schema['pattern']}")
+        parts.append(f"matching {schema['pattern']} as a whole")
     return ", ".join(parts)
 
 
 def _coerce(conf: Mapping[str, Any]) -> dict[str, Any]:
-    """JSON values to field types: arrays become tuples (hashable, frozen) and integers in number fields floats."""
+    """JSON values to field types: arrays become tuples (hashable, frozen), integers in number fields floats, and a
+    null (an optional field left empty in the form) the field's default."""
     out: dict[str, Any] = {}
     for key, value in conf.items():
-        kind = _FIELDS[key].metadata["schema"]["type"]
-        out[key] = tuple(value) if kind == "array" else float(value) if kind == "number" else value
+        if value is None:
+            continue
+        kinds = _types(_FIELDS[key].metadata["schema"])
+        out[key] = tuple(value) if "array" in kinds else float(value) if "number" in kinds else value
     return out
 
 

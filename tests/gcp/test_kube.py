@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 from sandbox.testing import SandboxProcess, pid_alive
 
+from nemo_rl_gke.deployment import Deployment
 from nemo_rl_gke.gcp.hooks import GcpHook
 from nemo_rl_gke.gcp.resources import resources
-from nemo_rl_gke.kube.access import ClusterAccess, ClusterUnreachableError, dashboard_address
+from nemo_rl_gke.kube.access import ClusterAccess, ClusterUnreachableError, EndpointNotAllowedError, dashboard_address
 from nemo_rl_gke.kube.client import KubeApiError, KubeHook, ObjectRef
 from nemo_rl_gke.kube.objects import (
     InvalidManifestError,
@@ -78,10 +79,17 @@ def test_cluster_access_comes_from_the_gke_cluster(
 ) -> None:
     access = _kube(cluster_spec, hook).access
     assert access.host.startswith(f"{sandbox.url}/kube/")
-    assert dashboard_address(cluster_spec, access).url == access.host + cluster_spec.dashboard_proxy_path
-    direct = RunSpec.from_conf({**cluster_spec.to_conf(), "ray_dashboard_url": "http://10.0.0.7:8265/"})
-    assert dashboard_address(direct, None).url == "http://10.0.0.7:8265"
-    assert not dashboard_address(direct, None).needs_token
+    google = hook.endpoint("container")
+    assert dashboard_address(cluster_spec, access, google_endpoint=google).url == (
+        access.host + cluster_spec.dashboard_proxy_path
+    )
+    # The sandbox's plain-http API server is usable only because the Google connection is loopback too.
+    with pytest.raises(EndpointNotAllowedError, match="plain http"):
+        dashboard_address(cluster_spec, access, google_endpoint=None)
+    # Another dashboard comes from the deployment, never from the conf, and must be https.
+    deployment = Deployment(ray_dashboard_url="https://ray.internal.example:8265/")
+    direct = dashboard_address(cluster_spec, None, deployment, google_endpoint=google)
+    assert direct.url == "https://ray.internal.example:8265" and not direct.needs_token
     # A real GKE endpoint is a bare IP with a CA: HTTPS, and the CA decoded for verification.
     real = ClusterAccess.from_cluster(
         {"status": "RUNNING", "endpoint": "34.1.2.3", "masterAuth": {"clusterCaCertificate": "UEVN"}}, "c"

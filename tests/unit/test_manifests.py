@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import io
 import json
 import subprocess
@@ -15,6 +16,8 @@ import jinja2
 import pytest
 import yaml
 
+from nemo_rl_gke import paths as paths_module
+from nemo_rl_gke.deployment import Deployment
 from nemo_rl_gke.kube import manifests as manifests_module
 from nemo_rl_gke.kube.manifests import (
     LUSTRE_IP_PLACEHOLDER,
@@ -116,6 +119,7 @@ def test_external_installer_is_not_rendered_nor_fetched_at_plan_time(monkeypatch
         raise AssertionError("render_manifests must not fetch anything")
 
     monkeypatch.setattr(manifests_module.urllib.request, "urlopen", no_network)
+    monkeypatch.setattr(manifests_module.urllib.request, "build_opener", no_network)
     spec = RunSpec.from_conf({"nccl_installer_source": "https://example.com/nccl-rdma-installer.yaml"})
     kinds = [m.kind for m in render_manifests(spec, IMAGE)]
     assert "DaemonSet" not in kinds
@@ -370,9 +374,19 @@ def test_bundled_installer_is_the_one_render_manifests_applies() -> None:
     assert load_nccl_installer(TUTORIAL) == [_objects(TUTORIAL)[0]]
 
 
-@pytest.mark.parametrize("source", [str(FIXTURE), FIXTURE.as_uri()], ids=["path", "file-url"])
-def test_installer_from_a_file(source: str) -> None:
-    assert source.startswith(("/", "file:///"))
+@pytest.fixture
+def include_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private include/ holding the fixture installer at manifests/nccl.yaml."""
+    include = tmp_path / "include"
+    (include / "manifests").mkdir(parents=True)
+    (include / "manifests" / "nccl.yaml").write_bytes(FIXTURE.read_bytes())
+    monkeypatch.setattr(paths_module, "INCLUDE_DIR", include)
+    return include
+
+
+@pytest.mark.parametrize("relative", [True, False], ids=["relative-to-include", "absolute-inside-include"])
+def test_installer_from_a_file_inside_include(include_dir: Path, relative: bool) -> None:
+    source = "manifests/nccl.yaml" if relative else str(include_dir / "manifests" / "nccl.yaml")
     spec = RunSpec.from_conf({"nccl_installer_source": source})
     (daemonset,) = load_nccl_installer(spec)
     assert daemonset["kind"] == "DaemonSet"
@@ -383,40 +397,66 @@ def test_installer_from_a_file(source: str) -> None:
     assert validate_manifest(daemonset) == []
 
 
-def test_installer_from_https_is_fetched_with_a_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_installer_from_an_allowed_https_url_is_fetched_with_a_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[str, float]] = []
 
-    def fake_urlopen(url: str, timeout: float) -> io.BytesIO:
-        calls.append((url, timeout))
-        return io.BytesIO(FIXTURE.read_bytes())
+    class FakeOpener:
+        def open(self, url: str, timeout: float) -> io.BytesIO:
+            calls.append((url, timeout))
+            return io.BytesIO(FIXTURE.read_bytes())
 
-    monkeypatch.setattr(manifests_module.urllib.request, "urlopen", fake_urlopen)
+    monkeypatch.setattr(manifests_module.urllib.request, "build_opener", lambda *handlers: FakeOpener())
     url = "https://example.com/gpudirect-rdma/nccl-rdma-installer.yaml"
-    (daemonset,) = load_nccl_installer(RunSpec.from_conf({"nccl_installer_source": url}))
+    deployment = Deployment(nccl_installer_allowlist=("https://example.com/gpudirect-rdma/",))
+    (daemonset,) = load_nccl_installer(RunSpec.from_conf({"nccl_installer_source": url}), deployment)
     assert daemonset["metadata"]["name"] == "nccl-rdma-installer"
     assert calls == [(url, manifests_module.NCCL_FETCH_TIMEOUT_S)]
 
 
 @pytest.mark.parametrize(
     "source",
-    ["http://example.com/installer.yaml", "installer.yaml", "./installer.yaml", "ftp://example.com/x.yaml", ""],
+    [
+        "http://example.com/installer.yaml",
+        "https://example.com/installer.yaml",  # not on the default allowlist
+        "installer.yaml",
+        "./installer.yaml",
+        "ftp://example.com/x.yaml",
+        "file:///etc/passwd",
+        "/etc/passwd",
+        "manifests/../../../etc/passwd.yaml",
+        "",
+    ],
 )
 def test_bad_installer_source_raises(source: str) -> None:
-    with pytest.raises(ValueError, match="nccl_installer_source"):
+    with pytest.raises(ManifestSourceError, match="nccl_installer_source"):
         load_nccl_installer(RunSpec.from_conf({"nccl_installer_source": source}))
 
 
-def test_missing_or_non_manifest_installer_file_raises(tmp_path: Path) -> None:
-    with pytest.raises(ManifestSourceError, match="cannot read"):
-        load_nccl_installer(RunSpec.from_conf({"nccl_installer_source": str(tmp_path / "absent.yaml")}))
-    not_a_manifest = tmp_path / "list.yaml"
-    not_a_manifest.write_text("- just\n- a list\n")
-    with pytest.raises(ManifestSourceError, match="Kubernetes object"):
-        load_nccl_installer(RunSpec.from_conf({"nccl_installer_source": str(not_a_manifest)}))
-    empty = tmp_path / "empty.yaml"
-    empty.write_text("# nothing\n")
+def test_missing_or_non_manifest_installer_file_raises_without_quoting_it(include_dir: Path) -> None:
+    with pytest.raises(ManifestSourceError, match="no such file inside include/"):
+        load_nccl_installer(RunSpec.from_conf({"nccl_installer_source": "absent.yaml"}))
+    (include_dir / "list.yaml").write_text("- just-a-secret-line\n- a list\n")
+    with pytest.raises(ManifestSourceError, match="Kubernetes object") as not_objects:
+        load_nccl_installer(RunSpec.from_conf({"nccl_installer_source": "list.yaml"}))
+    assert "just-a-secret-line" not in str(not_objects.value)
+    (include_dir / "broken.yaml").write_text("root:x:0:0:root:/root:/bin/bash\n  : [\n")
+    with pytest.raises(ManifestSourceError, match="not valid YAML at line") as broken:
+        load_nccl_installer(RunSpec.from_conf({"nccl_installer_source": "broken.yaml"}))
+    assert "root:x" not in str(broken.value)
+    (include_dir / "empty.yaml").write_text("# nothing\n")
     with pytest.raises(ManifestSourceError, match="no Kubernetes object"):
-        load_nccl_installer(RunSpec.from_conf({"nccl_installer_source": str(empty)}))
+        load_nccl_installer(RunSpec.from_conf({"nccl_installer_source": "empty.yaml"}))
+    (include_dir / "bomb.yaml").write_text("a: &a [x, x]\nb: &b [*a, *a]\napiVersion: v1\nkind: ConfigMap\n")
+    with pytest.raises(ManifestSourceError, match="aliases"):
+        load_nccl_installer(RunSpec.from_conf({"nccl_installer_source": "bomb.yaml"}))
+
+
+def test_a_symlink_out_of_include_is_refused(include_dir: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "outside.yaml"
+    outside.write_bytes(FIXTURE.read_bytes())
+    (include_dir / "manifests" / "link.yaml").symlink_to(outside)
+    with pytest.raises(ManifestSourceError, match="must be inside include/"):
+        load_nccl_installer(RunSpec.from_conf({"nccl_installer_source": "manifests/link.yaml"}))
 
 
 # --- validation rejects what the API server would ----------------------------------------------------------------
@@ -508,7 +548,9 @@ def test_validation_of_a_non_object() -> None:
 def test_odd_strings_stay_single_scalars() -> None:
     odd_namespace = "odd: \"ns'\n- {x}: [y] # z"
     odd_image = "registry/img:tag\n  evil: true"
-    spec = RunSpec.from_conf({"namespace": odd_namespace, "ksa_name": "a: b", "lustre_filesystem": "x\ny: z"})
+    # validate refuses these (control characters, names), so the spec is built around it: the templates must still
+    # keep each one a single scalar.
+    spec = dataclasses.replace(TUTORIAL, namespace=odd_namespace, ksa_name="a: b", lustre_filesystem="x\ny: z")
     objects = [m.obj for m in render_manifests(spec, odd_image, lustre_ip='1.2.3.4"\nfoo: bar')]
     assert [o["kind"] for o in objects] == [o["kind"] for o in _objects(TUTORIAL)]
     assert _one(objects, "PersistentVolumeClaim")["metadata"]["namespace"] == odd_namespace

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from nemo_rl_gke.deployment import Deployment
 from nemo_rl_gke.plan import build_plan
 from nemo_rl_gke.spec import RunSpec
 
@@ -91,6 +92,18 @@ def test_json_and_text_forms(plan) -> None:
 def test_nothing_in_the_plan_carries_a_token_value() -> None:
     # The plan is built from the spec alone: no connection is read, so no secret value can reach it.
     spec = RunSpec.from_conf({"hf_conn_id": "hf_conn", "wandb_conn_id": "wb_conn"})
-    blob = json.dumps(build_plan(spec).to_dict()) + build_plan(spec).to_text()
+    deployment = Deployment(hf_conn_ids=("huggingface_default", "hf_conn"), wandb_conn_ids=("wb_conn",))
+    plan = build_plan(spec, deployment=deployment)
+    blob = json.dumps(plan.to_dict()) + plan.to_text()
     assert "password of Airflow connection 'hf_conn'" in blob
     assert "hf_" + "abc" not in blob
+
+
+def test_the_plan_names_the_deployments_connections_and_refuses_others() -> None:
+    # '' picks the deployment's first allowed connection; a conf naming any other cannot even be planned.
+    spec = RunSpec.from_conf({"hf_conn_id": "", "wandb_conn_id": ""})
+    deployment = Deployment(hf_conn_ids=("hf_prod", "hf_dev"), wandb_conn_ids=("wandb_team",))
+    secrets = {s.name: s.conn_id for s in build_plan(spec, deployment=deployment).job.secrets}
+    assert secrets == {"HF_TOKEN": "hf_prod", "WANDB_API_KEY": "wandb_team"}
+    with pytest.raises(ValueError, match="allows only hf_prod, hf_dev"):
+        build_plan(RunSpec.from_conf({"hf_conn_id": "huggingface_default"}), deployment=deployment)

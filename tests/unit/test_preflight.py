@@ -31,8 +31,11 @@ EXPECTED_MESSAGES = {
     "name.kubernetes": "usable as service name Ray_Cluster-head-svc",
     "storage.checkpoint-on-lustre": "must be a normalised path below /data",
     "export.bucket-name": "is not a Cloud Storage bucket name",
-    "kube.nccl-installer-source": "it must be 'bundled', an https:// URL or an absolute file path",
-    "secrets.connections": "W&B logging is on, so the W&B API key must come from an Airflow connection",
+    "kube.nccl-installer-source": "its source must be 'bundled', an https URL on the deployment's allowlist, or a "
+    ".yaml file inside include/: the scheme is http, not https",
+    "secrets.connections": "the Hugging Face token may be read only from a connection this deployment allows for it "
+    "(huggingface_default)",
+    "nemo.config-numbers": "policy.train_global_batch_size must be a whole number from 1 to 65536, not 0",
     "nemo.world-size": "generation takes 2 of 2 nodes, leaving none for training",
     "nemo.dtensor-tp-divides": "DTensor TP 16 x CP 1 = 16 does not divide the 8 training GPUs",
     "nemo.vllm-tp-divides": "vLLM TP 16 x PP 1 does not divide the 8 generation GPUs",

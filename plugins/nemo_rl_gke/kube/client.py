@@ -25,6 +25,7 @@ from nemo_rl_gke.gcp.hooks import GcpHook, RetryPolicy, retry_transient
 from nemo_rl_gke.kube.access import ClusterAccess, DashboardAddress, dashboard_address
 
 if TYPE_CHECKING:
+    from nemo_rl_gke.deployment import Deployment
     from nemo_rl_gke.spec import RunSpec
 
 log = logging.getLogger(__name__)
@@ -104,7 +105,9 @@ class KubeHook:
         from nemo_rl_gke.gcp.resources import resources
 
         cluster = resources(self.spec)["cluster"]
-        return ClusterAccess.from_cluster(cluster.get(self.gcp_hook), cluster.label)
+        return ClusterAccess.from_cluster(
+            cluster.get(self.gcp_hook), cluster.label, google_endpoint=self.gcp_hook.endpoint("container")
+        )
 
     def token(self) -> str | None:
         """A valid Google access token, or None for an anonymous connection (the sandbox)."""
@@ -135,9 +138,14 @@ class KubeHook:
         # Called by the client before every request: the token is re-read, and refreshed only when it expires soon.
         config.api_key["authorization"] = self.token()
 
-    def dashboard(self) -> DashboardAddress:
-        """Where the RayCluster's dashboard is (see :func:`~nemo_rl_gke.kube.access.dashboard_address`)."""
-        return dashboard_address(self.spec, None if self.spec.ray_dashboard_url else self.access)
+    def dashboard(self, deployment: Deployment | None = None) -> DashboardAddress:
+        """Where the RayCluster's dashboard is (see :func:`~nemo_rl_gke.kube.access.dashboard_address`): the
+        deployment's ``ray_dashboard_url`` (read now when not given), else the run's head service via the API."""
+        from nemo_rl_gke.deployment import load_deployment
+
+        deployment = deployment or load_deployment()
+        access = None if deployment.ray_dashboard_url else self.access
+        return dashboard_address(self.spec, access, deployment, google_endpoint=self.gcp_hook.endpoint("container"))
 
     def dashboard_headers(self, address: DashboardAddress) -> dict[str, str]:
         """The headers a Ray Jobs client needs for ``address``: the bearer token through the API server."""

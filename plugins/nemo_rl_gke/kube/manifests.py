@@ -2,17 +2,25 @@
 
 The Jinja templates live in include/manifests. This module is imported while Airflow parses the DAG, so jinja2
 and yaml are imported only when something is rendered, and the NCCL installer is never fetched at import.
+
+The NCCL installer runs privileged on every GPU node, so a source other than the bundled template is held to the
+deployment's rules (:func:`installer_source_problem`): an https URL on its allowlist (and every redirect too), or a
+.yaml file inside include/. What such a source holds is never quoted in an error: a wrong path must not turn the
+validator into a way to read files on the worker.
 """
 
 from __future__ import annotations
 
 import functools
+import ssl
+import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlparse
 
+from nemo_rl_gke import paths
+from nemo_rl_gke.deployment import Deployment
 from nemo_rl_gke.paths import MANIFESTS_DIR
 from nemo_rl_gke.spec import OWNER_LABEL_KEY
 
@@ -27,6 +35,9 @@ NETWORK_MAPPING_TEMPLATE = "network-mapping.yaml.j2"
 LUSTRE_STORAGE_TEMPLATE = "lustre-storage.yaml.j2"
 RAYCLUSTER_TEMPLATE = "raycluster.yaml.j2"
 NCCL_FETCH_TIMEOUT_S = 30.0
+# A real installer manifest is a few KB; anything near this is not one.
+NCCL_SOURCE_MAX_BYTES = 1 << 20
+INSTALLER_SUFFIXES = (".yaml", ".yml")
 
 
 @dataclass(frozen=True)
@@ -59,7 +70,7 @@ class Manifest:
 
 
 class ManifestSourceError(ValueError):
-    """An NCCL installer source that is not 'bundled', an absolute path, file:/// or https://, or not a manifest."""
+    """An NCCL installer source that is not allowed, cannot be read, or does not hold Kubernetes objects."""
 
 
 @functools.cache
@@ -91,13 +102,33 @@ def render_template(name: str, **context: Any) -> list[dict[str, Any]]:
     return _parse_documents(text, name)
 
 
-def _parse_documents(text: str, source: str) -> list[dict[str, Any]]:
+def _loader() -> Any:
     import yaml  # lazy, see _environment
 
-    documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
-    for doc in documents:
+    # libyaml parses the same YAML several times faster; the pure-Python loader is the fallback.
+    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _parse_documents(text: str, source: str, *, untrusted: bool = False) -> list[dict[str, Any]]:
+    """The non-empty YAML documents of ``text``; each must be a Kubernetes object.
+
+    ``untrusted`` text (a file or URL named by a conf) may hold no aliases (no alias bombs), and errors say where,
+    never what: PyYAML's own messages quote the offending line.
+    """
+    import yaml  # lazy, see _environment
+
+    try:
+        if untrusted and any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, Loader=_loader())):
+            raise ManifestSourceError(f"{source}: YAML aliases are not accepted in an installer manifest")
+        documents = [doc for doc in yaml.load_all(text, Loader=_loader()) if doc is not None]
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ManifestSourceError(f"{source}: not valid YAML{where}") from None
+    for n, doc in enumerate(documents, 1):
         if not isinstance(doc, dict) or "apiVersion" not in doc or "kind" not in doc:
-            raise ManifestSourceError(f"{source}: every YAML document must be a Kubernetes object, got {doc!r:.80}")
+            what = type(doc).__name__ if not isinstance(doc, dict) else "a mapping without apiVersion and kind"
+            raise ManifestSourceError(f"{source}: YAML document {n} must be a Kubernetes object, not {what}")
     return documents
 
 
@@ -129,34 +160,135 @@ def render_manifests(spec: RunSpec, image: str, lustre_ip: str = LUSTRE_IP_PLACE
     return manifests
 
 
-def load_nccl_installer(spec: RunSpec, timeout: float = NCCL_FETCH_TIMEOUT_S) -> list[dict[str, Any]]:
-    """The NCCL RDMA installer objects named by ``spec.nccl_installer_source``.
+def installer_source_problem(source: str, deployment: Deployment) -> str:
+    """Why ``source`` may not be the NCCL installer's source in ``deployment`` ('' when it may).
 
-    ``bundled`` renders include/manifests/nccl-rdma-installer.yaml.j2; an absolute path or a ``file:///`` URL is read
-    from disk; an ``https://`` URL is downloaded (with ``timeout`` seconds). Call it at apply time only, never while a
-    DAG is parsed. Objects from a file or URL get the run's ownership labels added, since this package applies them
-    and its teardown deletes them. Anything else raises :class:`ManifestSourceError` (a ValueError).
+    Allowed: ``bundled``; an https URL on the deployment's allowlist; a .yaml file inside include/ (relative to it,
+    or absolute), with no ``..`` and no symlink leading out. Pure apart from looking at that file's metadata.
     """
+    if source == "bundled":
+        return ""
+    if "://" in source or source.lower().startswith(("http:", "https:", "file:")):
+        return deployment.installer_url_problem(source)
+    return _include_path_problem(source)[1]
+
+
+def _include_path_problem(source: str) -> tuple[Path | None, str]:
+    """The resolved file inside include/ that ``source`` names, or the reason it is not one."""
+    include = paths.INCLUDE_DIR.resolve()
+    if not source or not source.isprintable() or "\\" in source:
+        return None, "it is neither 'bundled', an https URL nor a file path"
+    pure = PurePosixPath(source)
+    if ".." in pure.parts:
+        return None, "the path has a '..' component"
+    if not source.endswith(INSTALLER_SUFFIXES):
+        return None, "an installer file must end in .yaml or .yml"
+    path = Path(source) if pure.is_absolute() else include / source
+    try:
+        resolved = path.resolve()  # follows symlinks: one that leads out of include/ is caught below
+    except (OSError, RuntimeError):
+        return None, "the path cannot be resolved"
+    if not resolved.is_relative_to(include):
+        return None, f"the file must be inside include/ ({include}); paths elsewhere on the worker are refused"
+    try:
+        if not resolved.is_file():
+            return None, "no such file inside include/"
+        if resolved.stat().st_size > NCCL_SOURCE_MAX_BYTES:
+            return None, f"the file is larger than {NCCL_SOURCE_MAX_BYTES} bytes"
+    except OSError:
+        return None, "the file cannot be read"
+    return resolved, ""
+
+
+class _AllowlistRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows a redirect only to another URL the deployment allows: never to http, never off the allowlist."""
+
+    def __init__(self, deployment: Deployment) -> None:
+        self.deployment = deployment
+
+    def redirect_request(  # noqa: PLR0917 - urllib's signature
+        self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any, newurl: str
+    ) -> urllib.request.Request | None:
+        """Refuse (raise) unless ``newurl`` is on the allowlist; then redirect as urllib would."""
+        problem = self.deployment.installer_url_problem(newurl)
+        if problem:
+            raise ManifestSourceError(
+                f"nccl_installer_source: the server redirected (HTTP {code}) to a URL that is not allowed: {problem}"
+            )
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+def fetch_installer(
+    url: str,
+    deployment: Deployment,
+    *,
+    timeout: float = NCCL_FETCH_TIMEOUT_S,
+    context: ssl.SSLContext | None = None,
+) -> str:
+    """Download the installer manifest at ``url`` (https, on the allowlist, certificate verified).
+
+    Every redirect must stay on the allowlist; the body is read up to :data:`NCCL_SOURCE_MAX_BYTES`. Errors name the
+    HTTP status or the network error, never the body. ``context`` is for tests (a private CA); the default verifies
+    against the system's CAs.
+    """
+    problem = deployment.installer_url_problem(url)
+    if problem:
+        raise ManifestSourceError(f"nccl_installer_source is not allowed: {problem}")
+    https = urllib.request.HTTPSHandler(context=context or ssl.create_default_context())
+    opener = urllib.request.build_opener(_AllowlistRedirects(deployment), https)
+    try:
+        with opener.open(url, timeout=timeout) as response:
+            body = response.read(NCCL_SOURCE_MAX_BYTES + 1)
+    except urllib.error.HTTPError as exc:
+        raise ManifestSourceError(f"nccl_installer_source: the server answered HTTP {exc.code}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise ManifestSourceError(f"nccl_installer_source could not be fetched: {type(reason).__name__}") from None
+    if len(body) > NCCL_SOURCE_MAX_BYTES:
+        raise ManifestSourceError(f"nccl_installer_source: the download is larger than {NCCL_SOURCE_MAX_BYTES} bytes")
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ManifestSourceError("nccl_installer_source: the download is not UTF-8 text") from None
+
+
+def load_nccl_installer(
+    spec: RunSpec,
+    deployment: Deployment | None = None,
+    *,
+    timeout: float = NCCL_FETCH_TIMEOUT_S,
+    context: ssl.SSLContext | None = None,
+) -> list[dict[str, Any]]:
+    """The NCCL RDMA installer objects named by ``spec.nccl_installer_source``, judged by ``deployment``.
+
+    ``bundled`` renders include/manifests/nccl-rdma-installer.yaml.j2; an https URL on the deployment's allowlist is
+    downloaded (see :func:`fetch_installer`); a .yaml file inside include/ is read. The source is checked again
+    here, as validate did, since the deployment or the file may have changed since. Call it at apply time only,
+    never while a DAG is parsed. Objects from a file or URL get the run's ownership labels added, since this package
+    applies them and its teardown deletes them. Anything not allowed raises :class:`ManifestSourceError`.
+    """
+    deployment = deployment or Deployment()
     source = spec.nccl_installer_source
     if source == "bundled":
         return render_template(NCCL_INSTALLER_TEMPLATE, spec=spec)
+    problem = installer_source_problem(source, deployment)
+    if problem:
+        raise ManifestSourceError(f"nccl_installer_source is not allowed: {problem}")
+    label = "nccl_installer_source"
     if source.startswith("https://"):
-        # The scheme is checked above, so urlopen cannot be steered to file:// or ftp:// here.
-        with urllib.request.urlopen(source, timeout=timeout) as response:
-            text = response.read().decode("utf-8")
-    elif source.startswith("file:///") or source.startswith("/"):
-        path = Path(unquote(urlparse(source).path)) if source.startswith("file:") else Path(source)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ManifestSourceError(f"nccl_installer_source={source!r}: cannot read {path}: {exc}") from exc
+        text = fetch_installer(source, deployment, timeout=timeout, context=context)
     else:
-        raise ManifestSourceError(
-            f"nccl_installer_source={source!r}: use 'bundled', an https:// URL, an absolute path or a file:/// URL"
-        )
-    objects = _parse_documents(text, source)
+        path, problem = _include_path_problem(source)
+        if path is None:
+            raise ManifestSourceError(f"nccl_installer_source is not allowed: {problem}")
+        try:
+            data = path.read_bytes()[: NCCL_SOURCE_MAX_BYTES + 1]
+            text = data.decode("utf-8")
+        except (OSError, UnicodeDecodeError):
+            raise ManifestSourceError(f"{label}: cannot read the file as UTF-8 text") from None
+    objects = _parse_documents(text, label, untrusted=True)
     if not objects:
-        raise ManifestSourceError(f"nccl_installer_source={source!r}: no Kubernetes object in it")
+        raise ManifestSourceError(f"{label}: no Kubernetes object in it")
     return [_with_labels(obj, spec.labels) for obj in objects]
 
 

@@ -1,0 +1,274 @@
+"""The deployment's own settings: what an Airflow admin decides and a run conf may not.
+
+A run conf is written by whoever may trigger the DAG, so it never decides where a secret goes (DESIGN rule 8). The
+connections that hold the Hugging Face token and the W&B key, any Ray dashboard endpoint other than the run's own
+head service, and where a privileged NCCL installer may be downloaded from are settings of the deployment: the
+``[nemo_rl_gke]`` section of the Airflow config (``AIRFLOW__NEMO_RL_GKE__<NAME>`` in the environment).
+
+They are read at run time only, never while a DAG file is parsed, and passed explicitly as a frozen
+:class:`Deployment` to the functions that need them (tests pass their own). Outside Airflow (the CLI) the same
+environment variables are read, and every setting has a safe default.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+from urllib.parse import urlsplit
+
+SECTION = "nemo_rl_gke"
+ENV_PREFIX = f"AIRFLOW__{SECTION.upper()}__"
+DEFAULT_DEPLOYMENT_ID = "default"
+DEFAULT_HF_CONN_IDS = ("huggingface_default",)
+DEFAULT_WANDB_CONN_IDS = ("wandb_default",)
+# The tutorial applies the installer from Google's repository; both spellings of its raw URL are in use.
+TUTORIAL_INSTALLER_URLS = (
+    "https://raw.githubusercontent.com/GoogleCloudPlatform/container-engine-accelerators/master/gpudirect-rdma/"
+    "nccl-rdma-installer.yaml",
+    "https://raw.githubusercontent.com/GoogleCloudPlatform/container-engine-accelerators/refs/heads/master/"
+    "gpudirect-rdma/nccl-rdma-installer.yaml",
+)
+CONN_ID = re.compile(r"[A-Za-z0-9_.-]{1,250}")
+# Issue 12 stamps it on labels, whose values are at most 63 lowercase letters, digits, '_' and '-' (FACTS §15).
+DEPLOYMENT_ID = re.compile(r"[a-z][a-z0-9_-]{0,62}")
+LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
+
+
+class DeploymentError(ValueError):
+    """The deployment's settings are malformed: an admin must fix the Airflow config, not the run conf."""
+
+
+class EndpointNotAllowedError(ValueError):
+    """An endpoint that would receive a token or a secret is not https, or plain http off loopback."""
+
+
+def is_loopback_url(url: str | None) -> bool:
+    """Whether ``url`` names a loopback host (127.0.0.0/8, ::1 or localhost), the only place plain http may go."""
+    if not url:
+        return False
+    try:
+        host = urlsplit(url).hostname or ""
+    except ValueError:
+        return False
+    if host.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_endpoint(url: str, google_endpoint: str | None, what: str) -> None:
+    """Refuse an endpoint that would carry secrets or tokens in the clear.
+
+    https is always allowed (the clients verify its certificate). Plain http is allowed only to a loopback host, and
+    only when the Google connection's endpoint is itself loopback: the local sandbox, never a real deployment.
+    """
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # raises on a malformed port
+    except ValueError as exc:
+        raise EndpointNotAllowedError(f"{what} is not a URL ({exc})") from None
+    if parts.username is not None or parts.password is not None:
+        raise EndpointNotAllowedError(f"{what} must not carry credentials in the URL")
+    if parts.scheme == "https" and parts.hostname:
+        return
+    if parts.scheme == "http" and parts.hostname:
+        if is_loopback_url(url) and is_loopback_url(google_endpoint):
+            return
+        raise EndpointNotAllowedError(
+            f"{what} is plain http to {parts.hostname}: http is allowed only to loopback, and only when the Google "
+            "connection's endpoint is loopback too (the local sandbox); use https"
+        )
+    raise EndpointNotAllowedError(f"{what} must be an https:// URL (got scheme {parts.scheme or 'none'!r})")
+
+
+def installer_url_problem(url: str, allowlist: tuple[str, ...]) -> str:
+    """Why ``url`` may not serve the NCCL installer ('' when it may): https, no tricks, and on the allowlist.
+
+    An allowlist entry ending in ``/`` is a prefix; any other entry must match the whole URL.
+    """
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "it is not a URL"
+    if parts.scheme != "https":
+        return f"the scheme is {parts.scheme or 'missing'}, not https"
+    if not parts.hostname or "@" in parts.netloc:
+        return "it has no host, or carries credentials"
+    if parts.fragment or "\\" in url or not url.isprintable() or " " in url:
+        return "it has a fragment, a backslash or non-printable characters"
+    # A server (or a proxy) may normalise these away and serve a file outside the allowed prefix.
+    path = parts.path.lower()
+    if "%2e" in path or "%2f" in path or "%5c" in path or any(seg in (".", "..") for seg in parts.path.split("/")):
+        return "its path has '.' or '..' segments or encoded separators"
+    for entry in allowlist:
+        if url == entry or (entry.endswith("/") and url.startswith(entry)):
+            return ""
+    return "it is not on the deployment's NCCL installer allowlist"
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What the deployment decides, never the run conf. Build it with :func:`load_deployment` at run time.
+
+    - ``deployment_id``: who this Airflow deployment is. Reserved for resource ownership (issue 12): a label value,
+      lowercase, at most 63 characters; default ``default``.
+    - ``hf_conn_ids`` / ``wandb_conn_ids``: the Airflow connections whose password may be read as the HF token / the
+      W&B key. A conf may pick one of them (the first is the default) and nothing else.
+    - ``ray_dashboard_url``: a Ray dashboard to submit to instead of the run's head service through the Kubernetes
+      API server. https only; plain http only to loopback when the Google connection is loopback (the sandbox).
+    - ``nccl_installer_allowlist``: https URLs (an entry ending in ``/`` is a prefix) a conf may name as its
+      ``nccl_installer_source``; redirects must stay on it.
+    """
+
+    deployment_id: str = DEFAULT_DEPLOYMENT_ID
+    hf_conn_ids: tuple[str, ...] = DEFAULT_HF_CONN_IDS
+    wandb_conn_ids: tuple[str, ...] = DEFAULT_WANDB_CONN_IDS
+    ray_dashboard_url: str = ""
+    nccl_installer_allowlist: tuple[str, ...] = TUTORIAL_INSTALLER_URLS
+
+    def __post_init__(self) -> None:
+        problems = list(self._problems())
+        if problems:
+            raise DeploymentError(
+                f"[{SECTION}] settings are not valid: " + "; ".join(problems) + f". Fix them in airflow.cfg or "
+                f"{ENV_PREFIX}<NAME>"
+            )
+
+    def _problems(self) -> list[str]:
+        problems = []
+        if not DEPLOYMENT_ID.fullmatch(self.deployment_id):
+            problems.append("deployment_id must be 1-63 lowercase letters, digits, '_' or '-', starting with a letter")
+        for name in ("hf_conn_ids", "wandb_conn_ids"):
+            ids = getattr(self, name)
+            if not ids or not all(isinstance(i, str) and CONN_ID.fullmatch(i) for i in ids):
+                problems.append(f"{name} must list at least one connection id of letters, digits, '_', '.' or '-'")
+        if self.ray_dashboard_url:
+            parts = urlsplit(self.ray_dashboard_url)
+            if parts.scheme not in ("https", "http") or not parts.hostname or parts.username is not None:
+                problems.append("ray_dashboard_url must be an https:// URL without credentials (or empty)")
+        for entry in self.nccl_installer_allowlist:
+            problem = installer_url_problem(entry, (entry,))
+            if problem or urlsplit(entry).query:
+                problems.append(f"nccl_installer_allowlist entry {entry[:80]!r} is not a plain https URL")
+        return problems
+
+    @property
+    def default_hf_conn_id(self) -> str:
+        """The connection of the HF token when the conf names none."""
+        return self.hf_conn_ids[0]
+
+    @property
+    def default_wandb_conn_id(self) -> str:
+        """The connection of the W&B key when the conf names none."""
+        return self.wandb_conn_ids[0]
+
+    def hf_conn_id(self, requested: str) -> str:
+        """The connection to read the HF token from: ``requested`` if allowed ('' means the default), else raise."""
+        return _allowed(requested, self.hf_conn_ids, "hf_conn_id")
+
+    def wandb_conn_id(self, requested: str) -> str:
+        """The connection to read the W&B key from: ``requested`` if allowed ('' means the default), else raise."""
+        return _allowed(requested, self.wandb_conn_ids, "wandb_conn_id")
+
+    def installer_url_problem(self, url: str) -> str:
+        """Why ``url`` may not serve the NCCL installer in this deployment ('' when it may)."""
+        return installer_url_problem(url, self.nccl_installer_allowlist)
+
+    @classmethod
+    def from_settings(cls, get: Callable[[str], str | None]) -> Deployment:
+        """Build from a lookup of raw setting strings by name (None or '' when unset: the default applies)."""
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = get(f.name)
+            if raw is None or not raw.strip():
+                continue
+            values[f.name] = _split(raw) if isinstance(f.default, tuple) else raw.strip()
+        return cls(**values)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Deployment:
+        """Read ``AIRFLOW__NEMO_RL_GKE__<NAME>`` from the environment: the CLI's source, outside Airflow."""
+        env = os.environ if environ is None else environ
+        return cls.from_settings(lambda name: env.get(ENV_PREFIX + name.upper()))
+
+
+class ConnectionNotAllowedError(ValueError):
+    """A connection id that the deployment does not allow for this secret."""
+
+
+def _allowed(requested: str, allowed: tuple[str, ...], param: str) -> str:
+    if not requested:
+        return allowed[0]
+    if requested in allowed:
+        return requested
+    raise ConnectionNotAllowedError(
+        f"{param}: the deployment allows only {', '.join(allowed)} for this secret; no other connection is read"
+    )
+
+
+def _split(raw: str) -> tuple[str, ...]:
+    # Comma- or whitespace-separated, so a list fits on one env var line or spans lines in airflow.cfg.
+    return tuple(part for part in re.split(r"[\s,]+", raw.strip()) if part)
+
+
+def load_deployment() -> Deployment:
+    """The deployment's settings, read now from the Airflow config (``[nemo_rl_gke]``, env included).
+
+    Call it at run time (in ``execute``), never at DAG parse time. Without Airflow installed it reads the
+    environment variables instead; unset settings take their defaults.
+    """
+    try:
+        from airflow.configuration import conf  # lazy: importing it costs a second and never happens at parse time
+    except ImportError:
+        return Deployment.from_env()
+    return Deployment.from_settings(lambda name: conf.get(SECTION, name, fallback=None))
+
+
+SETTINGS_DOC: tuple[tuple[str, str, str], ...] = (
+    (
+        "deployment_id",
+        DEFAULT_DEPLOYMENT_ID,
+        "Who this Airflow deployment is; reserved for resource ownership (issue 12). A label value: 1-63 lowercase "
+        "letters, digits, '_' or '-', starting with a letter.",
+    ),
+    (
+        "hf_conn_ids",
+        ",".join(DEFAULT_HF_CONN_IDS),
+        "Connections whose password may be read as the Hugging Face token (comma-separated; the first is the "
+        "default). A conf's hf_conn_id must be one of them or empty.",
+    ),
+    (
+        "wandb_conn_ids",
+        ",".join(DEFAULT_WANDB_CONN_IDS),
+        "Connections whose password may be read as the W&B API key (comma-separated; the first is the default). A "
+        "conf's wandb_conn_id must be one of them or empty.",
+    ),
+    (
+        "ray_dashboard_url",
+        "",
+        "Submit the Ray job here instead of to the run's head service through the Kubernetes API server proxy. "
+        "https only (the certificate is verified); plain http only to loopback when the Google connection's "
+        "endpoint is loopback (the sandbox).",
+    ),
+    (
+        "nccl_installer_allowlist",
+        " ".join(TUTORIAL_INSTALLER_URLS),
+        "https URLs a conf's nccl_installer_source may name (whitespace- or comma-separated); an entry ending in "
+        "'/' allows every URL below it. Redirects must stay on the list.",
+    ),
+)
+
+
+def settings_markdown() -> str:
+    """The deployment settings as a Markdown table: name, environment variable, default, meaning."""
+    lines = ["| setting | environment variable | default | meaning |", "| --- | --- | --- | --- |"]
+    for name, default, meaning in SETTINGS_DOC:
+        shown = f"`{default}`" if default else "(empty)"
+        lines.append(f"| `{name}` | `{ENV_PREFIX}{name.upper()}` | {shown} | {meaning} |")
+    return "\n".join(lines) + "\n"
