@@ -92,9 +92,16 @@ def _safe_container(value: list[Any] | tuple[Any, ...] | dict[Any, Any], depth: 
     return out
 
 
+# A run of more than MAX_SHOWN characters without a space, or a quoted literal that long: a value a rule quoted.
+_LONG = f"{{{MAX_SHOWN + 1},}}"
+_LONG_RUN = re.compile(rf"\S{_LONG}|'[^']{_LONG}'|\"[^\"]{_LONG}\"")
+
+
 def safe_text(text: str, limit: int = MAX_TEXT) -> str:
-    """A rule or fix text made safe to show: credentials redacted, length bounded."""
-    return truncate(SECRET_VALUE.sub(REDACTED, text[:_SCAN]), limit)
+    """A rule or fix text made safe to show: credentials redacted, every quoted value cut to :data:`MAX_SHOWN`
+    characters (rules quote conf values in their messages), the whole bounded."""
+    redacted = SECRET_VALUE.sub(REDACTED, text[:_SCAN])
+    return truncate(_LONG_RUN.sub(lambda m: truncate(m.group()), redacted), limit)
 
 
 @dataclass(frozen=True)

@@ -70,21 +70,36 @@ def config_number_problems(cfg: Mapping[str, Any], base: Mapping[str, Any]) -> l
 
 
 class _CheckedRecipe:
-    """A recipe as the rules of one check see it: the effective config is computed once, not once per rule, and
-    refused (as a RecipeError, which the NeMo RL rules already skip) when its sizes are unusable."""
+    """A recipe as the rules of one check see it: the overrides are rendered and the effective config computed once,
+    not once per rule, and the config is refused (as a RecipeError, which the NeMo RL rules already skip) when its
+    sizes are unusable."""
 
     def __init__(self, recipe: Recipe) -> None:
         self._recipe = recipe
+        self._overrides: dict[RunSpec, list[Any] | Exception] = {}
         self._effective: dict[RunSpec, dict[str, Any] | RecipeError] = {}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._recipe, name)
 
+    def render_overrides(self, spec: RunSpec) -> list[Any]:
+        """The recipe's rendered overrides for ``spec``, computed once per check."""
+        if spec not in self._overrides:
+            try:
+                self._overrides[spec] = self._recipe.render_overrides(spec)
+            except Exception as exc:
+                self._overrides[spec] = exc
+        cached = self._overrides[spec]
+        if isinstance(cached, Exception):
+            raise cached
+        return list(cached)
+
     def effective_config(self, spec: RunSpec) -> dict[str, Any]:
         """The recipe's effective config for ``spec`` (a fresh copy: rules may not share mutations)."""
         if spec not in self._effective:
             try:
-                cfg = self._recipe.effective_config(spec)
+                # The recipe's own method, run on this view so that it reuses the overrides rendered above.
+                cfg = type(self._recipe).effective_config(self, spec)  # type: ignore[arg-type]
                 problems = config_number_problems(cfg, self._recipe.base_values)
                 self._effective[spec] = EffectiveConfigError(problems) if problems else cfg
             except RecipeError as exc:

@@ -7,12 +7,14 @@ newline, and ``name\n`` would pass here and fail at the API after the first reso
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from nemo_rl_gke.findings import shown
 from nemo_rl_gke.kube.manifests import installer_source_problem
 from nemo_rl_gke.rules import Violation, rule
 from nemo_rl_gke.spec import GPU_PROFILES
@@ -260,7 +262,9 @@ def _networks(spec: RunSpec) -> Iterator[tuple[str, str, str]]:
         yield "peering_range_address", spec.peering_range, spec.peering_range_cidr
 
 
+@functools.lru_cache(maxsize=256)
 def _parse(cidr: str) -> ipaddress.IPv4Network | None:
+    # Cached: three rules parse the same ten ranges of every conf.
     try:
         net = ipaddress.ip_network(cidr, strict=True)
     except ValueError:
@@ -444,7 +448,7 @@ def bucket_name(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
         yield Violation(
             ("export_bucket",),
             spec.export_bucket,
-            f"{name!r} is not a Cloud Storage bucket name (3-63 lowercase letters, digits, '-', '_', '.'; "
+            f"{shown(name)} is not a Cloud Storage bucket name (3-63 lowercase letters, digits, '-', '_', '.'; "
             "no gs:// prefix; no 'goog' prefix or 'google')",
             "give the bare bucket name, e.g. my-project-nemo-rl-checkpoints",
         )
@@ -467,9 +471,9 @@ def nccl_source(spec: RunSpec, _: Recipe, deployment: Deployment) -> Iterator[Vi
             spec.nccl_installer_source,
             f"the installer DaemonSet runs privileged on every GPU node, so its source must be 'bundled', an https "
             f"URL on the deployment's allowlist, or a .yaml file inside include/: {problem}",
-            "use 'bundled' (the pinned template), one of the allowed URLs ([nemo_rl_gke] nccl_installer_allowlist: "
-            + ", ".join(deployment.nccl_installer_allowlist)[:300]
-            + "), or a path relative to include/",
+            "use 'bundled' (the pinned template), an https URL on the deployment's allowlist ([nemo_rl_gke] "
+            "nccl_installer_allowlist; by default the tutorial's raw.githubusercontent.com URL of "
+            "nccl-rdma-installer.yaml), or a .yaml path relative to include/",
         )
 
 
