@@ -69,3 +69,25 @@ def test_docs_conf_reference_is_up_to_date() -> None:
     table = cli("params", "--format", "markdown").stdout
     assert "| `teardown_policy` | string (delete_all, keep_cluster_and_storage, keep_all) |" in table
     assert table in doc, "regenerate with: python -m nemo_rl_gke params --format markdown (see docs/conf-reference.md)"
+
+
+def test_docs_deployment_settings_are_up_to_date() -> None:
+    doc = (ROOT / "docs/conf-reference.md").read_text()
+    table = cli("settings", "--format", "markdown").stdout
+    assert "| `hf_conn_ids` | `AIRFLOW__NEMO_RL_GKE__HF_CONN_IDS` |" in table
+    assert table in doc, "regenerate with: python -m nemo_rl_gke settings --format markdown (docs/conf-reference.md)"
+
+
+def test_validate_judges_connections_by_the_deployment_in_the_environment(tmp_path) -> None:
+    conf = tmp_path / "conf.json"
+    conf.write_text(json.dumps({"hf_conn_id": "hf_team"}))
+    refused = cli("validate", "--conf", str(conf))
+    assert refused.returncode == 1 and "[secrets.connections] hf_conn_id=" in refused.stdout
+    allowed = subprocess.run(
+        [sys.executable, "-m", "nemo_rl_gke", "validate", "--conf", str(conf)],
+        capture_output=True,
+        text=True,
+        env={**ENV, "AIRFLOW__NEMO_RL_GKE__HF_CONN_IDS": "huggingface_default,hf_team"},
+        check=False,
+    )
+    assert allowed.returncode == 0, allowed.stdout

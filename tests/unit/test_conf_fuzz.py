@@ -523,7 +523,8 @@ def test_fuzzed_confs_are_refused_safely_or_plan_within_every_hard_rule(
         print(
             f"\nconf fuzz (seed {SEED}): {CONFS} confs, {counts['refused']} refused, {counts['accepted']} accepted, "
             f"{counts['crashes']} crashes, {counts['plan crashes']} plan crashes, "
-            f"{rule_ids['preflight.rule-error']} rule errors, {len(no_network)} network calls, {elapsed:.1f}s ({cpu:.1f}s CPU)"
+            f"{rule_ids['preflight.rule-error']} rule errors, {len(no_network)} network calls, "
+            f"{elapsed:.1f}s ({cpu:.1f}s CPU)"
         )
     assert not failures, f"{len(failures)} failures; the first ones:\n" + "\n".join(failures[:10])
     assert no_network == []
