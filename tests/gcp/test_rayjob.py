@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from nemo_rl_gke.deployment import Deployment
 from nemo_rl_gke.gcp.hooks import GcpHook
 from nemo_rl_gke.gcp.resources import resources
 from nemo_rl_gke.kube.client import KubeHook
@@ -260,9 +261,10 @@ def test_trigger_serializes_exactly_and_round_trips() -> None:
 
 def test_secrets_resolve_from_connections_or_fail_naming_the_connection() -> None:
     request = JobRequest("s", "true", {}, (SecretEnv("HF_TOKEN", "hf_conn"),), ())
-    assert resolve_secrets(request, {"hf_conn": "tok"}.get) == {"HF_TOKEN": "tok"}
+    deployment = Deployment(hf_conn_ids=("hf_conn",))
+    assert resolve_secrets(request, {"hf_conn": "tok"}.get, deployment) == {"HF_TOKEN": "tok"}
     with pytest.raises(SecretMissingError, match="Airflow connection 'hf_conn'"):
-        resolve_secrets(request, {}.get)
+        resolve_secrets(request, {}.get, deployment)
 
 
 def _quoted(script: str) -> str:
