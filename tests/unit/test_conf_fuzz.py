@@ -248,6 +248,19 @@ BASES: list[dict[str, Any]] = [
     {"recipe": "qwen2.5-7b-gsm8k-v0.7.0", "dtensor_tp": 4, "vllm_tp": 4},
 ]
 KEYS = [f.name for f in spec_fields()]
+TEXT_KEYS = {key for key in KEYS if param_schema(key)["type"] in ("string", "array")}
+
+
+def _injected_keys(conf: Any) -> set[str]:
+    """The string and list parameters of ``conf`` that carry an injection string."""
+    if not isinstance(conf, dict):
+        return set()
+    found = set()
+    for key in TEXT_KEYS & {k for k in conf if isinstance(k, str)}:
+        values = conf[key] if isinstance(conf[key], list) else [conf[key]]
+        if any(isinstance(v, str) and any(i in v for i in INJECTIONS) for v in values):
+            found.add(key)
+    return found
 
 
 def _arithmetic(rng: random.Random) -> dict[str, Any]:
@@ -497,8 +510,10 @@ def test_fuzzed_confs_are_refused_safely_or_plan_within_every_hard_rule(
     counts: Counter[str] = Counter()
     rule_ids: Counter[str] = Counter()
     failures: list[str] = []
+    injected: set[str] = set()
     for n in range(CONFS):
         conf = generate(rng)
+        injected |= _injected_keys(conf)
         try:
             spec, findings = check_conf(conf, DEPLOYMENT)
         except Exception:
@@ -531,6 +546,7 @@ def test_fuzzed_confs_are_refused_safely_or_plan_within_every_hard_rule(
     assert counts["crashes"] == counts["plan crashes"] == rule_ids["preflight.rule-error"] == 0
     # Not vacuous: both outcomes are frequent, and the hostile classes were actually refused for their reasons.
     assert counts["accepted"] >= CONFS // 10 and counts["refused"] >= CONFS // 2
+    assert injected == TEXT_KEYS, f"no injection string reached {sorted(TEXT_KEYS - injected)}"
     for rule_id in (
         "conf.type",
         "conf.printable",

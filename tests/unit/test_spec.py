@@ -108,3 +108,43 @@ def test_a_token_pasted_into_the_conf_is_refused_and_never_echoed() -> None:
     assert (finding.rule_id, finding.param, finding.value) == ("conf.secret-in-conf", "hf_token", "<redacted>")
     assert "hf_abcdef123456" not in str(finding)
     assert "hf_conn_id" in finding.fix
+
+
+def test_integers_are_ints_and_numbers_finite() -> None:
+    findings = conf_findings({"worker_replicas": 2.0, "max_steps": True, "poll_interval_s": float("nan")})
+    assert [(f.param, f.rule_id) for f in findings] == [
+        ("worker_replicas", "conf.type"),
+        ("max_steps", "conf.type"),
+        ("poll_interval_s", "conf.type"),
+    ]
+    assert "write it without a decimal point" in findings[0].rule
+    assert "not a finite number" in findings[2].rule
+
+
+def test_strings_are_printable_and_matched_whole() -> None:
+    (newline,) = conf_findings({"image_tag": "v0.5.0\n"})
+    assert newline.rule_id == "conf.printable"
+    (pattern,) = conf_findings({"image_tag": "v0.5.0 x"})
+    assert pattern.rule_id == "conf.pattern" and "as a whole" in pattern.fix
+
+
+def test_an_array_item_problem_names_the_item_and_its_fix() -> None:
+    (finding,) = conf_findings({"extra_overrides": ["ok=1", "x" * 2000]})
+    assert finding.rule_id == "conf.maxLength" and finding.rule.startswith("item 1:")
+    assert finding.fix.startswith("each item: give a JSON string") and "length <= 1024" in finding.fix
+
+
+def test_optional_fields_may_be_null_once_their_schema_says_so() -> None:
+    # Room for the trigger form's optional fields (type ["null", ...]): null is valid and means the default.
+    from nemo_rl_gke.spec import _coerce, _value_problem
+
+    nullable = {"type": ["null", "string"], "maxLength": 128}
+    assert _value_problem(nullable, None) is None
+    assert _value_problem({"type": "string"}, None) is not None
+    assert RunSpec(**_coerce({"image_tag": None})) == RunSpec()
+
+
+def test_a_former_run_parameter_the_deployment_now_decides_is_refused_unless_empty() -> None:
+    (finding,) = conf_findings({"ray_dashboard_url": "http://10.0.0.7:8265"})
+    assert finding.rule_id == "conf.deployment-setting" and "10.0.0.7" not in str(finding)
+    assert conf_findings({"ray_dashboard_url": ""}) == []
