@@ -323,6 +323,18 @@ def teardown_of(task_id: str) -> Step | None:
     return None if counterpart is None else step(counterpart)
 
 
+def requires(task_id: str) -> frozenset[str]:
+    """The GCP resources ``task_id`` needs, directly or through others: what it cannot outlive."""
+    found: set[str] = set()
+    todo = list(step(task_id).needs)
+    while todo:
+        need = step(todo.pop())
+        if need.op is Op.ENSURE_GCP and need.task_id not in found:
+            found.add(need.task_id)
+            todo.extend(need.needs)
+    return frozenset(found)
+
+
 def deletes_under(task_id: str, policy: str) -> bool:
     """Whether the teardown policy deletes what ``task_id`` makes."""
     return policy in step(task_id).deleted_under

@@ -61,9 +61,9 @@ def _last_seq(sandbox: SandboxProcess) -> int:
 
 
 def _xcom_actions(run_id_tasks: dict[str, str]) -> dict[str, str]:
-    from nemo_rl_gke.demo import _latest_run
+    from sandbox.demo import latest_run
 
-    xcom = _latest_run("nemo_rl_grpo_gke")["xcom"]
+    xcom = latest_run("nemo_rl_grpo_gke")["xcom"]
     return {task: value["action"] for (task, key), value in xcom.items() if key == "return_value" and "action" in value}
 
 

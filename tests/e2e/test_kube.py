@@ -22,9 +22,9 @@ KUBE_TASKS = ["kube.nccl-installer", "kube.network-mapping", "kube.lustre-storag
 
 
 def _kube_results() -> dict[str, dict[str, Any]]:
-    from nemo_rl_gke.demo import _latest_run
+    from sandbox.demo import latest_run
 
-    xcom = _latest_run("nemo_rl_grpo_gke")["xcom"]
+    xcom = latest_run("nemo_rl_grpo_gke")["xcom"]
     return {task: value for (task, key), value in xcom.items() if key == "return_value" and task in KUBE_TASKS}
 
 

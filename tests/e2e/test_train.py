@@ -31,9 +31,9 @@ def _fresh(sandbox: SandboxProcess) -> Iterator[None]:
 
 
 def _xcom() -> dict[tuple[str, str], Any]:
-    from nemo_rl_gke.demo import _latest_run
+    from sandbox.demo import latest_run
 
-    return _latest_run("nemo_rl_grpo_gke")["xcom"]
+    return latest_run("nemo_rl_grpo_gke")["xcom"]
 
 
 def test_the_local_recipe_trains_validates_exports_and_cleans_up(sandbox: SandboxProcess, env: dict[str, str]) -> None:

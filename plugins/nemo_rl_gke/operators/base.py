@@ -117,4 +117,4 @@ class StepOperator(BaseOperator):
 
     def pending(self, context: Context) -> Any:
         """The result this step stored before it deferred."""
-        return context["ti"].xcom_pull(task_ids=self.task_id, key=PENDING)
+        return context["ti"].xcom_pull(task_ids=self.step_id, key=PENDING)
