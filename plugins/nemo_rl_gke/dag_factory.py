@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from airflow.sdk import DAG, Asset, BaseOperator, TaskGroup, cross_downstream
+from airflow.sdk import DAG, Asset, BaseOperator, TaskGroup, TriggerRule, cross_downstream
 
 from nemo_rl_gke import topology
 from nemo_rl_gke.dag_params import build_params
@@ -56,6 +56,10 @@ def _step_kwargs(step: topology.Step) -> dict[str, Any]:
         kwargs["retry_exponential_backoff"] = step.op is Op.DELETE_GCP
     if step.outlets:
         kwargs["outlets"] = [Asset(name=name) for name in step.outlets]
+    if step in topology.provisioning() and len(step.needs) > 1:
+        # As all_success, but a step whose upstreams mix skipped (past stop_after) and failed ones is upstream_failed,
+        # never skipped: a skip must not hide a failure from the run's state. (One upstream: the same as all_success.)
+        kwargs["trigger_rule"] = TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS
     return kwargs
 
 
