@@ -774,7 +774,16 @@ class _Validator:
                 continue
             sizes[entry.name] = size
             match = _SHARD_RE.fullmatch(entry.name)
-            if match and match.group(2) == "0":
+            if match and match.group(2) == "0" and int(match.group(1)) >= MAX_DIR_ENTRIES:
+                # No directory this validator reads holds that many shards; counting up to it would never end.
+                misnamed.append(
+                    (
+                        entry,
+                        f"shard {_clip(entry.name)} names a rank beyond the {MAX_DIR_ENTRIES:,} a DCP directory "
+                        "can hold here",
+                    )
+                )
+            elif match and match.group(2) == "0":
                 ranks.append(int(match.group(1)))
             else:
                 misnamed.append(
@@ -788,7 +797,7 @@ class _Validator:
         self.report.shards[part] = len(ranks)
         self.report.shard_bytes[part] = sum(sizes.values())
         want = self.expect.training_ranks
-        expected_ranks = range(want if want is not None else (max(ranks) + 1 if ranks else 0))
+        count = want if want is not None else (max(ranks) + 1 if ranks else 0)  # ranks 0..count-1 expected
         if want is not None and len(ranks) != want:
             self.problem(
                 "shards",
@@ -799,8 +808,7 @@ class _Validator:
         elif not ranks:
             self.problem("shards", directory, f"policy/{part} holds no __{{rank}}_0.distcp shard")
         present = set(ranks)
-        # The first few missing ranks, without walking a range a crafted rank number (__99999999999_0) makes huge.
-        missing_count = len(expected_ranks) - sum(1 for rank in present if rank in expected_ranks)
+        missing_count = count - sum(1 for rank in present if rank < count)
         missing = []
         rank = 0
         while len(missing) < min(missing_count, MAX_LISTED):
@@ -809,12 +817,9 @@ class _Validator:
             rank += 1
         self.capped_each("shards", directory, missing, missing_count, "missing shards")
         unexpected = [
-            (
-                directory / f"__{rank}_0.distcp",
-                f"unexpected shard of rank {rank}: the run has {len(expected_ranks)} training rank(s)",
-            )
+            (directory / f"__{rank}_0.distcp", f"unexpected shard of rank {rank}: the run has {count} training rank(s)")
             for rank in ranks
-            if rank not in expected_ranks
+            if rank >= count
         ]
         self.capped_each("shards", directory, unexpected, len(unexpected), "unexpected shards")
         empty = [(directory / name, "shard is empty (0 bytes)") for name, size in sizes.items() if size == 0]
