@@ -827,6 +827,10 @@ def test_config_symlink_leaving_the_checkpoint_is_not_read(ckpt: Path, tmp_path:
     shutil.move(config, ckpt / "shared.yaml")
     config.symlink_to(Path("..") / "shared.yaml")
     assert validate_checkpoint(ckpt, EXPECT).valid
+    # So is a symlink to the checkpoint directory itself: where it lives is the caller's choice.
+    alias = tmp_path / "alias"
+    alias.symlink_to(ckpt, target_is_directory=True)
+    assert validate_checkpoint(alias, EXPECT).valid
     # One that leaves it is refused unread: read, this config would not match the run.
     outside = tmp_path / "outside.yaml"
     other = _config(RANKS, STEP)
