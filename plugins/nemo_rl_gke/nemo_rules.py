@@ -451,13 +451,13 @@ def override_bound_key(spec: RunSpec, recipe: Recipe) -> Iterator[Violation]:
 def _protected_problem(entry: Entry, hit: Protected) -> str:
     override = entry.override
     assert override is not None
-    verb = "deletes" if override.op == "~" else "replaces"
     if override.key == hit.key:
         if override.op == "~":
             return f"~{hit.key} deletes {hit.key}, which {hit.why}"
-        return f"{hit.key} {hit.why}, so the cluster, the job and the checkpoint validator stay consistent"
+        return f"{hit.key} {hit.why}"
     if hit.key.startswith(override.key + "."):
-        return f"{override.key} {verb} its child {hit.key} too, which {hit.why}"
+        action = "deleting it deletes" if override.op == "~" else "setting it replaces"
+        return f"{override.key} is a parent of {hit.key} ({action} {hit.key} too), which {hit.why}"
     return f"{override.key} is inside {hit.key}, which {hit.why}"
 
 

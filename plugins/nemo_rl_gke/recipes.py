@@ -304,7 +304,12 @@ class Recipe:
         keys the recipe file declares under ``protected``.
         """
         out = [
-            Protected(key, f"is set from the conf parameter {param}", f"set {param} instead")
+            Protected(
+                key,
+                f"is set from the conf parameter {param}, so the cluster, the job and the checkpoint validator stay "
+                "consistent",
+                f"set {param} instead",
+            )
             for key, param in CONF_KEYS.items()
         ]
         for entry in self.entries(spec):
@@ -362,6 +367,8 @@ def hydra_value(value: Any) -> str:
     escaped for Hydra. Every result is parsed back by Hydra before it is returned. Raises :class:`RecipeError`
     for a value that cannot be passed literally (NUL, lone surrogates, NaN, other types).
     """
+    if value is not None and not isinstance(value, (bool, int, float, str)):
+        raise RecipeError(f"a {type(value).__name__} cannot be passed as a Hydra override value")
     return _hydra_value(value)
 
 
@@ -380,10 +387,8 @@ def _hydra_value(value: Any) -> str:
         if not math.isfinite(value):
             raise RecipeError(f"{value} is not a finite number")
         text = repr(value)
-    elif isinstance(value, str):
-        text = _quote(value)
     else:
-        raise RecipeError(f"a {type(value).__name__} cannot be passed as a Hydra override value")
+        text = _quote(value)
     parsed = _parse(f"k={text}")
     if isinstance(parsed, OverrideError):
         raise RecipeError(f"{clip(repr(value))} cannot be passed to Hydra: {parsed.problem}")
@@ -436,16 +441,16 @@ _QUOTE_FIX = (
 @lru_cache(maxsize=8192)
 def _parse(text: str) -> Override | OverrideError:
     if not isinstance(text, str):
-        return OverrideError(repr(text), "an override must be a string", "write key=value")
+        return OverrideError(repr(text), "is not a string", "write key=value")
     if len(text) > OVERRIDE_MAX_CHARS:
-        return OverrideError(text, f"longer than {OVERRIDE_MAX_CHARS} characters", "shorten it")
+        return OverrideError(text, f"is longer than {OVERRIDE_MAX_CHARS} characters", "shorten it")
     if _UNREPRESENTABLE.search(text):
         return OverrideError(text, "holds NUL or an unpaired surrogate, which a command line cannot carry", "remove it")
     try:
         (hydra,) = _parser().parse_overrides([text])
         value = hydra.value()
     except Exception as exc:  # third-party parser on untrusted text: any failure is a refusal
-        return OverrideError(text, f"Hydra's override parser refuses it ({_hydra_message(exc)})", _QUOTE_FIX)
+        return OverrideError(text, f"is refused by Hydra's override parser ({_hydra_message(exc)})", _QUOTE_FIX)
     key = hydra.key_or_group
     if hydra.package is not None or "/" in key:
         return OverrideError(
@@ -537,13 +542,23 @@ def _applied(version: str, base_config: str, texts: tuple[str, ...]) -> Applied:
             failure = _apply_one(cfg, _parse(text), index)
             if failure is not None:
                 failures.append(failure)
-    resolve_error = ""
     try:
-        container = OmegaConf.to_container(cfg, resolve=True)
+        return Applied(_flatten(OmegaConf.to_container(cfg, resolve=True)), tuple(failures))
     except Exception as exc:  # e.g. a deleted key another key interpolates
         resolve_error = _hydra_message(exc)
-        container = OmegaConf.to_container(cfg, resolve=False)
-    return Applied(_flatten(container), tuple(failures), resolve_error)
+    # NeMo RL would stop here; the rules still see every leaf that resolves, and none of the broken ones.
+    try:
+        config = _flatten(OmegaConf.to_container(cfg, resolve=False))
+    except Exception:  # a value too deep to copy: the override findings say why
+        config = {}
+    for key, value in list(config.items()):
+        if isinstance(value, str) and "${" in value:
+            try:
+                resolved = OmegaConf.select(cfg, key, throw_on_resolution_failure=True)
+                config[key] = OmegaConf.to_container(resolved) if OmegaConf.is_config(resolved) else resolved
+            except Exception:  # this leaf is the broken one
+                del config[key]
+    return Applied(config, tuple(failures), resolve_error)
 
 
 def _apply_one(cfg: Any, parsed: Override | OverrideError, index: int) -> ApplyFailure | None:
