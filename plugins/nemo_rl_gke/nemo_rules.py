@@ -336,7 +336,7 @@ def override_syntax(spec: RunSpec, recipe: Recipe) -> Iterator[Violation]:
                 entry.params,
                 clip(entry.shown),
                 f"{entry.params[0]} cannot be passed to NeMo RL as a literal Hydra value: {error.problem}",
-                f"remove NUL characters and unpaired surrogates from {entry.params[0]}",
+                f"give {entry.params[0]} a plain value of its type, without NUL characters or unpaired surrogates",
             )
         else:
             yield Violation(

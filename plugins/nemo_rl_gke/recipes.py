@@ -238,27 +238,12 @@ class Recipe:
 
     def entries(self, spec: RunSpec) -> list[Entry]:
         """Every override of the command line, rendered and parsed, refused ones included (never raises)."""
-        out: list[Entry] = []
-        for template in self.overrides:
-            fields, reads_spec = _template_reads(template)
-            params = fields or ("recipe",)
-            shown: Any = getattr(spec, fields[0], template) if len(fields) == 1 else template
-            try:
-                text = _template(template).render(spec=spec).strip()
-            except RecipeError as exc:
-                error = exc if isinstance(exc, OverrideError) else OverrideError(template, str(exc), "")
-                out.append(Entry("recipe", params, template, shown, error=error, reads_spec=reads_spec))
-                continue
-            except Exception as exc:  # a broken template is a recipe finding, not a crash
-                error = OverrideError(template, f"the template does not render: {clip(str(exc))}", "fix the recipe")
-                out.append(Entry("recipe", params, template, shown, error=error, reads_spec=reads_spec))
-                continue
-            if text:
-                out.append(_entry("recipe", params, text, shown, reads_spec))
-        for i, text in enumerate(spec.extra_overrides):
-            param = f"extra_overrides[{i}]"
-            out.append(_entry(param, (param, "extra_overrides"), text, clip(text), False))
-        return out
+        try:
+            hash(spec)
+        except TypeError:  # a spec built without the schema check may hold lists: render it uncached
+            return list(_render_entries.__wrapped__(self.overrides, spec))
+        # Cached: every rule asks, and rendering and parsing are the same for the same templates and spec.
+        return list(_render_entries(self.overrides, spec))
 
     def render_overrides(self, spec: RunSpec) -> list[Override]:
         """The recipe's overrides rendered for ``spec``, then the conf's extra overrides; empty renders drop out.
@@ -438,10 +423,14 @@ _QUOTE_FIX = (
 )
 
 
-@lru_cache(maxsize=8192)
-def _parse(text: str) -> Override | OverrideError:
+def _parse(text: Any) -> Override | OverrideError:
     if not isinstance(text, str):
         return OverrideError(repr(text), "is not a string", "write key=value")
+    return _parse_str(text)
+
+
+@lru_cache(maxsize=8192)
+def _parse_str(text: str) -> Override | OverrideError:
     if len(text) > OVERRIDE_MAX_CHARS:
         return OverrideError(text, f"is longer than {OVERRIDE_MAX_CHARS} characters", "shorten it")
     if _UNREPRESENTABLE.search(text):
@@ -487,7 +476,35 @@ def _strings(value: Any) -> list[str]:
     return []
 
 
+@lru_cache(maxsize=256)
+def _render_entries(templates: tuple[str, ...], spec: RunSpec) -> tuple[Entry, ...]:
+    out: list[Entry] = []
+    for template in templates:
+        fields, reads_spec = _template_reads(template)
+        params = fields or ("recipe",)
+        shown: Any = getattr(spec, fields[0], template) if len(fields) == 1 else template
+        try:
+            text = _template(template).render(spec=spec).strip()
+        except RecipeError as exc:
+            error = exc if isinstance(exc, OverrideError) else OverrideError(template, str(exc), "")
+            out.append(Entry("recipe", params, template, shown, error=error, reads_spec=reads_spec))
+            continue
+        except Exception as exc:  # a broken template is a recipe finding, not a crash
+            error = OverrideError(template, f"the template does not render: {clip(str(exc))}", "fix the recipe")
+            out.append(Entry("recipe", params, template, shown, error=error, reads_spec=reads_spec))
+            continue
+        if text:
+            out.append(_entry("recipe", params, text, shown, reads_spec))
+    for i, text in enumerate(spec.extra_overrides):
+        param = f"extra_overrides[{i}]"
+        out.append(_entry(param, (param, "extra_overrides"), text, clip(text), False))
+    return tuple(out)
+
+
 def _entry(origin: str, params: tuple[str, ...], text: Any, shown: Any, reads_spec: bool) -> Entry:
+    if not isinstance(text, str):
+        error = OverrideError(repr(text), "is not a string", "write key=value")
+        return Entry(origin, params, repr(text), clip(repr(text)), error=error, reads_spec=reads_spec)
     parsed = _parse(text)
     if isinstance(parsed, OverrideError):
         return Entry(origin, params, str(text), shown, error=parsed, reads_spec=reads_spec)
