@@ -257,7 +257,7 @@ class Recipe:
             if entry.error is not None:
                 raise entry.error
             if not accepted(entry, protected):
-                raise OverrideError(entry.text, "holds an interpolation or touches a protected key", "see validate")
+                raise OverrideError(entry.text, "holds an interpolation or touches a protected key", "remove it")
             assert entry.override is not None
             overrides.append(entry.override)
         return overrides
@@ -339,7 +339,11 @@ def accepted(entry: Entry, protected: list[Protected]) -> bool:
 
 def clip(text: Any, limit: int = 120) -> str:
     """``text`` as a string of at most ``limit`` characters, for findings and messages."""
-    text = text if isinstance(text, str) else repr(text)
+    if not isinstance(text, str):
+        try:
+            text = repr(text)
+        except ValueError:  # an int with more digits than int -> str allows
+            text = f"<{type(text).__name__} too large to show>"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -367,7 +371,7 @@ def _hydra_value(value: Any) -> str:
         try:
             text = str(value)
         except ValueError as exc:  # more digits than int -> str allows
-            raise RecipeError(f"{clip(repr(value))} has too many digits for a Hydra override") from exc
+            raise RecipeError("an integer with more than 4300 digits cannot be a Hydra override value") from exc
     elif isinstance(value, float):
         if not math.isfinite(value):
             raise RecipeError(f"{value} is not a finite number")
@@ -376,11 +380,11 @@ def _hydra_value(value: Any) -> str:
         text = _quote(value)
     parsed = _parse(f"k={text}")
     if isinstance(parsed, OverrideError):
-        raise RecipeError(f"{clip(repr(value))} cannot be passed to Hydra: {parsed.problem}")
+        raise RecipeError(f"{clip(value)} cannot be passed to Hydra: {parsed.problem}")
     expected = literal_for_omegaconf(value) if isinstance(value, str) else value
     # The proof, for this value: Hydra reads back exactly what OmegaConf must receive, with the same type.
     if type(parsed.value) is not type(expected) or parsed.value != expected:
-        raise RecipeError(f"{clip(repr(value))} cannot be passed to Hydra literally")
+        raise RecipeError(f"{clip(value)} cannot be passed to Hydra literally")
     return text
 
 
@@ -425,7 +429,7 @@ _QUOTE_FIX = (
 
 def _parse(text: Any) -> Override | OverrideError:
     if not isinstance(text, str):
-        return OverrideError(repr(text), "is not a string", "write key=value")
+        return OverrideError(clip(text), "is not a string", "write key=value")
     return _parse_str(text)
 
 
@@ -503,8 +507,8 @@ def _render_entries(templates: tuple[str, ...], spec: RunSpec) -> tuple[Entry, .
 
 def _entry(origin: str, params: tuple[str, ...], text: Any, shown: Any, reads_spec: bool) -> Entry:
     if not isinstance(text, str):
-        error = OverrideError(repr(text), "is not a string", "write key=value")
-        return Entry(origin, params, repr(text), clip(repr(text)), error=error, reads_spec=reads_spec)
+        error = OverrideError(clip(text), "is not a string", "write key=value")
+        return Entry(origin, params, clip(text), clip(text), error=error, reads_spec=reads_spec)
     parsed = _parse(text)
     if isinstance(parsed, OverrideError):
         return Entry(origin, params, str(text), shown, error=parsed, reads_spec=reads_spec)
