@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
 import pytest
 
@@ -42,8 +43,12 @@ EXPECTED_MESSAGES = {
     "nemo.batch-divisible-by-dp": "train_global_batch_size 500 is not divisible by the data-parallel size 8",
     "nemo.tp-micro-logprob": "asserts train_micro_batch_size == logprob_batch_size when TP >= 4 (TP 4, micro 1, "
     "logprob 2)",
+    "nemo.override-syntax": "extra_overrides[0] is a sweep",
+    "nemo.override-interpolation": "policy.optimizer.kwargs.lr gets a value with ${...}, which NeMo RL resolves in "
+    "the driver",
     "nemo.override-keys": "policy.train_global_batch_size already exists in the config",
     "nemo.override-bound-key": "cluster.num_nodes is set from the conf parameter worker_replicas",
+    "nemo.config-integers": "policy.train_global_batch_size is 0 in the effective config",
     "nemo.entrypoint": "entrypoint examples/run_grpo_math.py does not exist at NeMo RL v0.7.0",
     "nemo.image-version": "recipe gemma3-27b-gsm8k-v0.5.0 is pinned to NeMo RL v0.5.0",
 }
@@ -70,8 +75,9 @@ def test_rule_trips_on_its_example_with_its_message(rule_id: str) -> None:
     finding = findings[0]
     assert finding.rule_id == rule_id
     assert EXPECTED_MESSAGES[rule_id] in finding.rule
-    # Every finding names the parameter (one of the conf's), the value, the rule and the fix.
-    assert finding.param in RunSpec.__dataclass_fields__
+    # Every finding names the parameter (one of the conf's, or one item of a list parameter), the value, the rule
+    # and the fix.
+    assert re.sub(r"\[\d+\]$", "", finding.param) in RunSpec.__dataclass_fields__
     assert finding.fix and finding.rule
     assert str(finding).startswith(f"[{rule_id}] {finding.param}=")
 
