@@ -32,7 +32,7 @@ lint: $(STAMP)
 demo: $(STAMP)
 	@mkdir -p .airflow
 	@$(AIRFLOW_ENV) airflow db migrate > .airflow/migrate.log 2>&1 || (cat .airflow/migrate.log; exit 1)
-	@$(AIRFLOW_ENV) $(PY) -m nemo_rl_gke.demo --sandbox --conf include/conf/local.json
+	@$(AIRFLOW_ENV) $(PY) -m sandbox.demo --sandbox --conf include/conf/local.json
 
 # The demo run's stage-by-stage makespan and its ratio to the critical-path bound.
 bench-e2e: $(STAMP)
@@ -44,7 +44,7 @@ bench-e2e: $(STAMP)
 demo-plan: $(STAMP)
 	@mkdir -p .airflow
 	@$(AIRFLOW_ENV) airflow db migrate > .airflow/migrate.log 2>&1 || (cat .airflow/migrate.log; exit 1)
-	@$(AIRFLOW_ENV) $(PY) -m nemo_rl_gke.demo --conf include/conf/tutorial.json
+	@$(AIRFLOW_ENV) $(PY) -m sandbox.demo --conf include/conf/tutorial.json
 
 # The same plan without Airflow, from the package CLI.
 plan: $(STAMP)

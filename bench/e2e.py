@@ -23,21 +23,21 @@ sys.path[:0] = [str(ROOT / "plugins"), str(ROOT)]
 
 def main() -> int:
     """Run the demo conf once and print the stage table, the critical path and the ratio."""
-    from nemo_rl_gke.demo import _latest_run, _run_dags_test, _start_sandbox
+    from sandbox.demo import latest_run, run_dags_test, start_demo_sandbox
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--conf", type=Path, default=ROOT / "include" / "conf" / "local.json")
     args = parser.parse_args()
     home = Path(os.environ["AIRFLOW_HOME"])
     conf = {**json.loads(args.conf.read_text()), "mode": "apply", "poll_interval_s": 0.2}
-    sandbox, env = _start_sandbox(home, conf)
+    sandbox, env = start_demo_sandbox(home, conf)
     try:
         started = time.monotonic()
-        code = _run_dags_test("nemo_rl_grpo_gke", json.dumps(conf), home / "logs" / "bench-e2e.log", env)
+        code = run_dags_test("nemo_rl_grpo_gke", json.dumps(conf), home / "logs" / "bench-e2e.log", env)
         wall = time.monotonic() - started
     finally:
         sandbox.stop()
-    run = _latest_run("nemo_rl_grpo_gke")
+    run = latest_run("nemo_rl_grpo_gke")
     report = run["xcom"].get(("report", "return_value")) or {}
     if code != 0 or not report.get("stages"):
         print(f"the run did not produce a report (exit {code}, state {run['state']}); see {home}/logs/bench-e2e.log")

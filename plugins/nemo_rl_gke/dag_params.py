@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from airflow.sdk import Param
 
 from nemo_rl_gke.spec import default_conf, spec_fields
 
 
-def build_params() -> dict[str, Param]:
-    """One Param per RunSpec field, in form order, with type, enum, range, title, description and section."""
-    defaults = default_conf()
+def build_params(overrides: dict[str, Any] | None = None) -> dict[str, Param]:
+    """One Param per RunSpec field, in form order, with type, enum, range, title, description and section.
+
+    ``overrides`` replaces some defaults (a schedule's partial conf).
+    """
+    defaults = {**default_conf(), **(overrides or {})}
     params: dict[str, Param] = {}
     for f in spec_fields():
         schema = dict(f.metadata["schema"])

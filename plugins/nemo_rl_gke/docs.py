@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+DAG_DESCRIPTION = "GRPO fine-tune with NVIDIA NeMo RL on GKE: provision, train, validate and export, tear down"
 DAG_DOC_MD = """
 ### NeMo RL GRPO on GKE
 

@@ -7,37 +7,37 @@ it checks what NeMo RL will actually run.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from nemo_rl_gke.recipes import Override, RecipeError
+from nemo_rl_gke.recipes import CONF_KEYS, RecipeError, accepted, clip
 from nemo_rl_gke.rules import Violation, rule
 
 if TYPE_CHECKING:
-    from nemo_rl_gke.recipes import Recipe
+    from nemo_rl_gke.recipes import Entry, Protected, Recipe
     from nemo_rl_gke.spec import RunSpec
 
 NEMO = "nemo-rl"
 TP_ENV = "NRL_IGNORE_TP_ACCURACY_CHECK"
 # Keys the RunSpec owns: an extra override of one would make the plan, the cluster and the job disagree.
-BOUND_KEYS = {
-    "cluster.num_nodes": "worker_replicas",
-    "cluster.gpus_per_node": "gpu_type",
-    "checkpointing.checkpoint_dir": "checkpoint_dir",
-    "grpo.max_num_steps": "max_steps",
-    "grpo.num_prompts_per_step": "num_prompts_per_step",
-    "grpo.num_generations_per_prompt": "num_generations_per_prompt",
-    "policy.generation.colocated.enabled": "colocated",
-    "policy.generation.colocated.resources.num_nodes": "generation_nodes",
-    "policy.generation.colocated.resources.gpus_per_node": "generation_gpus_per_node",
-    "policy.dtensor_cfg.tensor_parallel_size": "dtensor_tp",
-    "policy.generation.vllm_cfg.tensor_parallel_size": "vllm_tp",
-    "policy.generation.vllm_cfg.gpu_memory_utilization": "vllm_gpu_memory_utilization",
-    "logger.wandb_enabled": "wandb_enabled",
-    "logger.wandb.name": "wandb_run_name",
-    "logger.wandb.project": "wandb_project",
+BOUND_KEYS = CONF_KEYS
+# Sizes the rules compute with, each with its default when absent or null (None: required). Each must be a
+# positive integer in the effective config, or nemo.config-integers reports it and the arithmetic rules stay silent.
+COUNTS: dict[str, int | None] = {
+    "cluster.num_nodes": None,
+    "cluster.gpus_per_node": None,
+    "grpo.num_prompts_per_step": None,
+    "grpo.num_generations_per_prompt": None,
+    "policy.train_global_batch_size": None,
+    "policy.dtensor_cfg.tensor_parallel_size": 1,
+    "policy.dtensor_cfg.context_parallel_size": 1,
+    "policy.generation.vllm_cfg.tensor_parallel_size": 1,
+    "policy.generation.vllm_cfg.pipeline_parallel_size": 1,
 }
+# Beyond a C int no size is meaningful, and bounded numbers keep every rule's arithmetic cheap.
+MAX_COUNT = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -88,12 +88,22 @@ def layout(cfg: dict[str, Any]) -> Layout:
     return Layout(False, nodes, gpn, (nodes - gen_nodes) * gpn, gen_nodes * gpn)
 
 
+def _count(cfg: dict[str, Any], key: str) -> int | None:
+    """A size from the effective config: its default when absent or null, None when it is not a valid count."""
+    value = cfg.get(key)
+    if value is None:
+        return COUNTS.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
+        return None
+    return value
+
+
 def _tp(cfg: dict[str, Any]) -> int:
-    return int(cfg.get("policy.dtensor_cfg.tensor_parallel_size") or 1)
+    return _count(cfg, "policy.dtensor_cfg.tensor_parallel_size") or 1
 
 
 def _cp(cfg: dict[str, Any]) -> int:
-    return int(cfg.get("policy.dtensor_cfg.context_parallel_size") or 1)
+    return _count(cfg, "policy.dtensor_cfg.context_parallel_size") or 1
 
 
 def data_parallel(cfg: dict[str, Any]) -> int:
@@ -106,10 +116,18 @@ def data_parallel(cfg: dict[str, Any]) -> int:
 
 
 def _effective(spec: RunSpec, recipe: Recipe) -> dict[str, Any] | None:
+    """The effective config when every size the rules compute with is a valid count, else None.
+
+    Bad sizes are reported once, by nemo.config-integers; the arithmetic rules stay silent rather than divide by
+    zero or mislead.
+    """
     try:
-        return recipe.effective_config(spec)
+        cfg = recipe.effective_config(spec)
     except RecipeError:
-        return None  # reported by nemo.override-keys
+        return None  # the base config itself is broken
+    if any(_count(cfg, key) is None for key in COUNTS):
+        return None
+    return cfg
 
 
 @rule(
@@ -172,8 +190,8 @@ def vllm_tp_divides(spec: RunSpec, recipe: Recipe) -> Iterator[Violation]:
     if cfg is None or layout(cfg).error:
         return
     lay = layout(cfg)
-    pp = int(cfg.get("policy.generation.vllm_cfg.pipeline_parallel_size") or 1)
-    tp = int(cfg.get("policy.generation.vllm_cfg.tensor_parallel_size") or 1)
+    pp = _count(cfg, "policy.generation.vllm_cfg.pipeline_parallel_size") or 1
+    tp = _count(cfg, "policy.generation.vllm_cfg.tensor_parallel_size") or 1
     if lay.generation_gpus % (tp * pp):
         yield Violation(
             ("vllm_tp",),
@@ -217,25 +235,25 @@ def batch_multiple(spec: RunSpec, recipe: Recipe) -> Iterator[Violation]:
     cfg = _effective(spec, recipe)
     if cfg is None:
         return
-    rollout = int(cfg["grpo.num_prompts_per_step"]) * int(cfg["grpo.num_generations_per_prompt"])
-    gbs = int(cfg["policy.train_global_batch_size"])
+    prompts, generations = cfg["grpo.num_prompts_per_step"], cfg["grpo.num_generations_per_prompt"]
+    rollout, gbs = prompts * generations, cfg["policy.train_global_batch_size"]
     if rollout % gbs:
         yield Violation(
             ("num_prompts_per_step", "num_generations_per_prompt"),
             spec.num_prompts_per_step,
-            f"{cfg['grpo.num_prompts_per_step']} prompts x {cfg['grpo.num_generations_per_prompt']} generations = "
+            f"{prompts} prompts x {generations} generations = "
             f"{rollout} samples per step is not a multiple of train_global_batch_size {gbs}; NeMo RL fails at the "
             "first training step, after the first generation pass",
             f"make prompts x generations a multiple of {gbs} (e.g. num_prompts_per_step="
-            f"{_next_multiple(spec.num_prompts_per_step, gbs, int(cfg['grpo.num_generations_per_prompt']))}), "
+            f"{_next_multiple(prompts, gbs, generations)}), "
             "or set policy.train_global_batch_size in extra_overrides",
         )
 
 
 def _next_multiple(prompts: int, gbs: int, generations: int) -> int:
-    while (prompts * generations) % gbs:
-        prompts += 1
-    return prompts
+    """The smallest prompt count >= ``prompts`` with prompts x generations a multiple of gbs (no loop: gbs is conf)."""
+    step = gbs // math.gcd(gbs, generations)
+    return -(-prompts // step) * step
 
 
 @rule(
@@ -256,7 +274,7 @@ def batch_divisible_by_dp(spec: RunSpec, recipe: Recipe) -> Iterator[Violation]:
     if cfg is None:
         return
     dp = data_parallel(cfg)
-    gbs = int(cfg["policy.train_global_batch_size"])
+    gbs = cfg["policy.train_global_batch_size"]
     if dp and gbs % dp:
         yield Violation(
             ("dtensor_tp", "worker_replicas", "generation_nodes"),
@@ -299,6 +317,59 @@ def tp_micro_logprob(spec: RunSpec, recipe: Recipe) -> Iterator[Violation]:
 
 
 @rule(
+    "nemo.override-syntax",
+    NEMO,
+    "Overrides parse with Hydra's own grammar, one value each",
+    example={"extra_overrides": ["policy.optimizer.kwargs.lr=1e-6,1e-5"]},
+    counter_example={"extra_overrides": ["policy.optimizer.kwargs.lr=1e-6"]},
+)
+def override_syntax(spec: RunSpec, recipe: Recipe) -> Iterator[Violation]:
+    """Hydra 1.3's parser (NeMo RL's pin) reads every override; what it refuses, NeMo RL refuses after provisioning."""
+    for entry in recipe.entries(spec):
+        error = entry.error
+        if error is None:
+            continue
+        if entry.user_given:
+            yield Violation(entry.params, entry.shown, f"{entry.params[0]} {error.problem}", error.fix)
+        elif entry.params != ("recipe",):
+            yield Violation(
+                entry.params,
+                clip(entry.shown),
+                f"{entry.params[0]} cannot be passed to NeMo RL as a literal Hydra value: {error.problem}",
+                f"give {entry.params[0]} a plain value of its type, without NUL characters or unpaired surrogates",
+            )
+        else:
+            yield Violation(
+                ("recipe",),
+                spec.recipe,
+                f"the recipe's override {clip(entry.text)} is refused: {error.problem}",
+                "fix the recipe file's overrides",
+            )
+
+
+@rule(
+    "nemo.override-interpolation",
+    NEMO,
+    "Extra overrides hold no ${...} interpolation",
+    example={"extra_overrides": ["policy.optimizer.kwargs.lr=${oc.env:HF_TOKEN}"]},
+    counter_example={"extra_overrides": ["policy.optimizer.kwargs.lr=1e-6"]},
+)
+def override_interpolation(spec: RunSpec, recipe: Recipe) -> Iterator[Violation]:
+    """NeMo RL resolves the config in the driver, where the job's secrets are in the environment."""
+    for entry in recipe.entries(spec):
+        if not entry.user_given or entry.override is None or not entry.override.interpolations():
+            continue
+        yield Violation(
+            entry.params,
+            entry.shown,
+            f"{entry.override.key} gets a value with ${{...}}, which NeMo RL resolves in the driver "
+            "(OmegaConf.to_container(resolve=True)): ${oc.env:...} would copy the job's environment, the HF and "
+            "W&B tokens included, into the config, the driver log, W&B and the checkpoint's config.yaml",
+            "write the literal value: an override cannot refer to other keys or to the environment",
+        )
+
+
+@rule(
     "nemo.override-keys",
     NEMO,
     "Override keys exist for the pinned version (key=v vs +key=v)",
@@ -306,54 +377,130 @@ def tp_micro_logprob(spec: RunSpec, recipe: Recipe) -> Iterator[Violation]:
     counter_example={"extra_overrides": ["policy.train_global_batch_size=1024"]},
 )
 def override_keys(spec: RunSpec, recipe: Recipe) -> Iterator[Violation]:
-    """Hydra: key=v only sets an existing key, +key=v only adds a missing one, ~key deletes an existing one."""
+    """Hydra applies each override to NeMo RL's struct config: key=v sets, +key=v adds, ~key deletes."""
     try:
-        overrides = recipe.render_overrides(spec)
-    except RecipeError as exc:
-        yield Violation(("extra_overrides",), list(spec.extra_overrides), str(exc), "write key=value")
-        return
-    keys = set(recipe.base_values)
-    added: set[str] = set()
-    for override in overrides:
-        exists = _exists(override.key, keys | added)
-        problem = ""
-        if override.op in ("", "~") and not exists:
-            problem = f"{override.key} does not exist in {recipe.base_config} at NeMo RL {recipe.nemo_rl_version}"
-            fix = f"write +{override.key}=... to add it, or check the key's spelling and the version's layout"
-        elif override.op == "+" and exists:
-            problem = f"{override.key} already exists in the config, and Hydra's + only adds missing keys"
-            fix = f"write {override.key}=... (or ++{override.key}=...)"
-        if problem:
-            yield Violation(("extra_overrides", "recipe"), override.text, problem, fix)
-        added.add(override.key)
-
-
-def _exists(key: str, keys: set[str]) -> bool:
-    return key in keys or any(k.startswith(key + ".") for k in keys)
+        entries, applied = recipe.entries(spec), recipe.apply(spec)
+    except RecipeError:
+        return  # the base config itself is broken: nemo.override-syntax or recipe.load says so
+    where = f"{recipe.base_config} at NeMo RL {recipe.nemo_rl_version}"
+    for failure in applied.failures:
+        entry = entries[failure.index]
+        assert entry.override is not None
+        key = entry.override.key
+        if failure.reason == "missing":
+            problem = f"{key} does not exist in {where}"
+            fix = f"write +{key}=... to add it, or check the key's spelling and the version's layout"
+        elif failure.reason == "exists":
+            problem = f"{key} already exists in the config, and Hydra's + only adds missing keys"
+            fix = f"write {key}=... (or ++{key}=...)"
+        elif failure.reason == "delete":
+            problem = f"{key} does not exist in {where} or is null, and Hydra's ~ deletes only keys with a value"
+            fix = "remove the override"
+        else:
+            problem = f"Hydra cannot apply it to {where}: {failure.detail}"
+            fix = "give a value of the key's shape (a mapping for a section, a list for a list), or check the key"
+        params = tuple(dict.fromkeys((*entry.params, "recipe")))
+        yield Violation(params, clip(entry.text), problem, fix)
+    if applied.resolve_error:
+        yield Violation(
+            ("extra_overrides", "recipe"),
+            [clip(t) for t in spec.extra_overrides],
+            f"NeMo RL resolves the config after the overrides, and that fails: {applied.resolve_error}",
+            "do not delete or replace a key that another key of the base config refers to with ${...}",
+        )
 
 
 @rule(
     "nemo.override-bound-key",
     NEMO,
-    "Extra overrides leave the conf's own keys alone",
+    "Extra overrides leave the keys the DAG derives alone, parents included",
     example={"extra_overrides": ["cluster.num_nodes=4"]},
     counter_example={"extra_overrides": ["policy.optimizer.kwargs.lr=1e-6"]},
 )
 def override_bound_key(spec: RunSpec, recipe: Recipe) -> Iterator[Violation]:
-    """The cluster, the checkpoint validator and the job must agree; these keys come from conf parameters."""
-    for text in spec.extra_overrides:
-        try:
-            key = Override.parse(text).key
-        except RecipeError:
-            continue  # reported by nemo.override-keys
-        if key in BOUND_KEYS:
+    """The cluster, the checkpoint validator and the job must agree; a parent's value or ~ would replace them too.
+
+    Protected keys are :meth:`Recipe.protected_keys`. A second check compares each protected key with and without
+    the extra overrides, so no route (an interpolation in the base config, say) can change one unnoticed.
+    """
+    protected = recipe.protected_keys(spec)
+    for entry in recipe.entries(spec):
+        override = entry.override
+        if not entry.user_given or override is None:
+            continue
+        hits = [p for p in protected if override.touches(p.key)]
+        if hits:
+            hit = next((p for p in hits if p.key == override.key), hits[0])
+            yield Violation(entry.params, entry.shown, _protected_problem(entry, hit), f"remove it; {hit.fix}")
+    base, full = recipe.apply(spec, extra=False).config, recipe.apply(spec).config
+    for p in protected:
+        changed = sorted(
+            k
+            for k in set(base) | set(full)
+            if (k == p.key or k.startswith(p.key + ".")) and not _same(base.get(k, _ABSENT), full.get(k, _ABSENT))
+        )
+        if changed:
             yield Violation(
                 ("extra_overrides",),
-                text,
-                f"{key} is set from the conf parameter {BOUND_KEYS[key]}, so the cluster, the job and the checkpoint "
-                "validator stay consistent",
-                f"remove it from extra_overrides and set {BOUND_KEYS[key]} instead",
+                [clip(t) for t in spec.extra_overrides],
+                f"the extra overrides change {changed[0]} indirectly, and it {p.why}",
+                f"remove the override that changes it (for example the key it interpolates); {p.fix}",
             )
+
+
+def _protected_problem(entry: Entry, hit: Protected) -> str:
+    override = entry.override
+    assert override is not None
+    if override.key == hit.key:
+        if override.op == "~":
+            return f"~{hit.key} deletes {hit.key}, which {hit.why}"
+        return f"{hit.key} {hit.why}"
+    if hit.key.startswith(override.key + "."):
+        action = "deleting it deletes" if override.op == "~" else "setting it replaces"
+        return f"{override.key} is a parent of {hit.key} ({action} {hit.key} too), which {hit.why}"
+    return f"{override.key} is inside {hit.key}, which {hit.why}"
+
+
+_ABSENT = object()
+
+
+def _same(a: Any, b: Any) -> bool:
+    # repr as well: NaN is not equal to itself.
+    return type(a) is type(b) and (a == b or repr(a) == repr(b))
+
+
+@rule(
+    "nemo.config-integers",
+    NEMO,
+    "Sizes in the effective config are positive integers",
+    example={"extra_overrides": ["policy.train_global_batch_size=0"]},
+    counter_example={"extra_overrides": ["policy.train_global_batch_size=1024"]},
+)
+def config_integers(spec: RunSpec, recipe: Recipe) -> Iterator[Violation]:
+    """NeMo RL divides by these sizes: 0, a float, a string, null or a deleted key fails it in the driver."""
+    try:
+        cfg, entries = recipe.effective_config(spec), recipe.entries(spec)
+    except RecipeError:
+        return
+    protected = recipe.protected_keys(spec)
+    for key in COUNTS:
+        if _count(cfg, key) is not None:
+            continue
+        setters = [e for e in entries if e.override is not None and e.override.touches(key) and accepted(e, protected)]
+        params: tuple[str, ...] = ("recipe",)
+        shown: Any = spec.recipe
+        if setters and setters[-1].user_given:
+            params, shown = setters[-1].params, setters[-1].shown
+        elif key in CONF_KEYS:
+            params, shown = (CONF_KEYS[key],), cfg.get(key)
+        state = f"is {clip(repr(cfg[key]))}" if key in cfg else "is not in the config"
+        yield Violation(
+            params,
+            shown,
+            f"{key} {state} in the effective config; NeMo RL computes with it and needs an integer from 1 to "
+            f"{MAX_COUNT}",
+            f"give {key} a whole number >= 1, or leave it to the recipe",
+        )
 
 
 @rule(

@@ -6,10 +6,12 @@ reads is what would be sent. Secrets appear only as references to the Airflow co
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from nemo_rl_gke import topology
 from nemo_rl_gke.rayjobs import RUN_ID_PLACEHOLDER, JobRequest, job_request
 from nemo_rl_gke.recipes import load_recipe
 
@@ -20,12 +22,6 @@ if TYPE_CHECKING:
     from nemo_rl_gke.spec import RunSpec
 
 DEFAULT_DAG_ID = "nemo_rl_grpo_gke"
-# What each teardown policy deletes; everything else is kept (and adopted by the next run).
-POLICY_DELETES = {
-    "delete_all": {"raycluster", "kube", "lustre", "peering", "cluster", "network"},
-    "keep_cluster_and_storage": {"raycluster"},
-    "keep_all": set(),
-}
 
 
 @dataclass(frozen=True)
@@ -38,9 +34,9 @@ class PlannedRequest:
 
 @dataclass(frozen=True)
 class TeardownStep:
-    """One deletion, the group it belongs to, and whether the run's teardown policy performs it."""
+    """One deletion, the teardown task that performs it, and whether the run's teardown policy performs it."""
 
-    group: str
+    task_id: str
     action: str
     target: str
     performed: bool
@@ -78,10 +74,7 @@ class Plan:
             "secrets": [{"env": s.name, "connection": s.conn_id} for s in self.job.secrets],
             "teardown": {
                 "policy": self.spec.teardown_policy,
-                "steps": [
-                    {"group": t.group, "action": t.action, "target": t.target, "performed": t.performed, "note": t.note}
-                    for t in self.teardown
-                ],
+                "steps": [dataclasses.asdict(t) for t in self.teardown],
             },
         }
 
@@ -137,47 +130,38 @@ class Plan:
 
 
 def gcp_requests(spec: RunSpec) -> list[PlannedRequest]:
-    """Provisioning requests in dependency order, each tagged with its stage."""
-    from nemo_rl_gke.gcp.gke import gke_requests
-    from nemo_rl_gke.gcp.lustre import lustre_create_request
-    from nemo_rl_gke.gcp.networks import network_requests
-    from nemo_rl_gke.gcp.peering import peering_requests
+    """Provisioning requests in the topology's creation order, each tagged with its stage."""
+    from nemo_rl_gke.gcp.resources import resources
 
-    planned = [PlannedRequest("network", r) for r in network_requests(spec)]
-    planned += [PlannedRequest("storage", r) for r in [*peering_requests(spec), lustre_create_request(spec)]]
-    planned += [PlannedRequest("cluster", r) for r in gke_requests(spec)]
-    return planned
+    return [PlannedRequest(r.stage, request) for r in resources(spec).values() for request in r.planned]
 
 
 def teardown_steps(spec: RunSpec, manifests: list[Manifest]) -> list[TeardownStep]:
-    """Deletions in the order that works (FACTS §4): RayCluster, Kubernetes objects, Lustre, peering, cluster,
-    firewall, subnets, networks. Lustre goes only after the checkpoint export succeeded, unless loss is accepted."""
-    from nemo_rl_gke.gcp.gke import gke_delete_requests
-    from nemo_rl_gke.gcp.lustre import lustre_delete_request
-    from nemo_rl_gke.gcp.networks import network_delete_requests
-    from nemo_rl_gke.gcp.peering import peering_delete_requests
+    """Deletions in the topology's teardown order (FACTS §4): the RayCluster, the other Kubernetes objects (each
+    group in reverse apply order), Lustre, peering, range, cluster, firewall, subnets, networks. Lustre goes only
+    after the checkpoint export succeeded, unless loss is accepted."""
+    from nemo_rl_gke.gcp.resources import resources
+    from nemo_rl_gke.kube.manifests import TEMPLATES
 
-    deletes = POLICY_DELETES[spec.teardown_policy]
-    steps: list[TeardownStep] = []
-    for m in reversed(manifests):
-        group = "raycluster" if m.kind == "RayCluster" else "kube"
-        where = f"{m.namespace}/" if m.namespace else ""
-        steps.append(TeardownStep(group, "DELETE", f"{m.kind} {where}{m.name}", group in deletes))
-    steps.sort(key=lambda s: s.group != "raycluster")  # the RayCluster first: it holds the GPUs
+    found = resources(spec)
     lustre_note = (
         "even if the export failed: accept_checkpoint_loss is true"
         if spec.accept_checkpoint_loss
         else f"only after the checkpoint export to gs://{spec.export_bucket_name} succeeded, else kept"
     )
-    groups: list[tuple[str, list[ApiRequest], str]] = [
-        ("lustre", [lustre_delete_request(spec)], lustre_note),
-        ("peering", peering_delete_requests(spec), ""),
-        ("cluster", gke_delete_requests(spec), ""),
-        ("network", network_delete_requests(spec), ""),
-    ]
-    for group, requests, note in groups:
-        for req in requests:
-            steps.append(TeardownStep(group, req.http_method, f"{req.path} ({req.resource})", group in deletes, note))
+    steps: list[TeardownStep] = []
+    for teardown in topology.teardown_steps():
+        for target in teardown.deletes:
+            performed = topology.deletes_under(target, spec.teardown_policy)
+            if target in TEMPLATES:
+                for m in reversed([m for m in manifests if m.template == TEMPLATES[target]]):
+                    where = f"{m.namespace}/" if m.namespace else ""
+                    steps.append(TeardownStep(teardown.task_id, "DELETE", f"{m.kind} {where}{m.name}", performed))
+                continue
+            req = found[target].delete_request
+            note = lustre_note if target == topology.LUSTRE else ""
+            target_text = f"{req.path} ({req.resource})"
+            steps.append(TeardownStep(teardown.task_id, req.http_method, target_text, performed, note))
     return steps
 
 

@@ -5,15 +5,23 @@ one with the other gives the Hydra overrides and the job's shell entrypoint, and
 config's merged values (``include/recipes/nemo_rl/<version>/<base>.tsv``, read from NeMo RL's source at that tag)
 with the overrides applied. The NeMo RL preflight rules read that effective config, so they check what NeMo RL
 will actually run, not what the conf meant.
+
+Overrides are read and applied by Hydra and OmegaConf themselves, the way NeMo RL's driver does it (FACTS §16:
+``OverridesParser.parse_overrides``, ``ConfigLoaderImpl._apply_overrides_to_config`` on a struct config, then
+``OmegaConf.to_container(resolve=True)``), never by a grammar of our own. Conf strings rendered into overrides are
+escaped by :func:`hydra_value` so that NeMo RL reads back exactly the conf's text: ``${...}`` never resolves and
+``true``, ``null`` or ``1e3`` stay strings.
 """
 
 from __future__ import annotations
 
+import copy
+import math
 import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,12 +33,64 @@ if TYPE_CHECKING:
 VERSIONS_DIR = RECIPES_DIR / "nemo_rl"
 LOCAL_DIR = RECIPES_DIR / "local"
 LOCAL_VERSION = "local"
-OVERRIDE = re.compile(r"^(?P<op>\+\+|\+|~)?(?P<key>[A-Za-z_][A-Za-z0-9_.\-]*)(?:=(?P<value>.*))?$", re.DOTALL)
-_SAFE_VALUE = re.compile(r"^[A-Za-z0-9_./:@+\-]*$")
+# Longer overrides are refused before Hydra's (recursive, pure-Python ANTLR) parser sees them.
+OVERRIDE_MAX_CHARS = 4096
+# Hydra's OverrideType names -> the prefix an override is written with.
+OPS = {"CHANGE": "", "ADD": "+", "FORCE_ADD": "++", "DEL": "~"}
+KINDS = {"": "change", "+": "add", "++": "force-add", "~": "delete"}
+# Keys the RunSpec owns, each with the conf parameter that sets it. Listed statically (not only read off the
+# rendered overrides) so that a conditional template that renders nothing for this spec still protects its key.
+CONF_KEYS = {
+    "cluster.num_nodes": "worker_replicas",
+    "cluster.gpus_per_node": "gpu_type",
+    "checkpointing.checkpoint_dir": "checkpoint_dir",
+    "grpo.max_num_steps": "max_steps",
+    "grpo.num_prompts_per_step": "num_prompts_per_step",
+    "grpo.num_generations_per_prompt": "num_generations_per_prompt",
+    "policy.generation.colocated.enabled": "colocated",
+    "policy.generation.colocated.resources.num_nodes": "generation_nodes",
+    "policy.generation.colocated.resources.gpus_per_node": "generation_gpus_per_node",
+    "policy.dtensor_cfg.tensor_parallel_size": "dtensor_tp",
+    "policy.generation.vllm_cfg.tensor_parallel_size": "vllm_tp",
+    "policy.generation.vllm_cfg.gpu_memory_utilization": "vllm_gpu_memory_utilization",
+    "logger.wandb_enabled": "wandb_enabled",
+    "logger.wandb.name": "wandb_run_name",
+    "logger.wandb.project": "wandb_project",
+}
+MODEL_KEY = "policy.model_name"
+# (key, why, fix): what the DAG itself relies on besides the conf's keys. `cluster` is the whole Ray cluster
+# section (the DAG provisions it), so nothing below it may be set, added or deleted.
+DAG_KEYS = (
+    ("cluster", "describes the Ray cluster the DAG provisions", "set worker_replicas and gpu_type instead"),
+    (
+        "checkpointing.enabled",
+        "must stay on: the DAG validates and exports the final checkpoint",
+        "remove it from extra_overrides",
+    ),
+)
+
+# Values left bare only if they match this *and* Hydra's own parser reads them back as the same string.
+_BARE = re.compile(r"[A-Za-z0-9_./:@+\-]+")
+# OmegaConf resolves `${` in any string; k backslashes before it become 2k+1 so OmegaConf yields k and a literal `${`.
+_INTERPOLATION = re.compile(r"(?<!\\)(\\*)\$\{")
+# Inside Hydra's '...' a backslash run is literal except before a quote or the closing quote: those are doubled.
+_QUOTE_OR_END = re.compile(r"(?<!\\)(\\*)('|\Z)")
+# NUL cannot be carried by argv, and lone surrogates cannot be encoded as UTF-8 for the job submission.
+_UNREPRESENTABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 class RecipeError(ValueError):
     """A recipe file is missing, malformed or refers to something that does not exist."""
+
+
+class OverrideError(RecipeError):
+    """An override Hydra refuses, or one this package refuses (sweep, config group, unrepresentable value)."""
+
+    def __init__(self, text: str, problem: str, fix: str) -> None:
+        self.text = text
+        self.problem = problem
+        self.fix = fix
+        super().__init__(f"{clip(text)}: {problem}")
 
 
 @dataclass(frozen=True)
@@ -42,36 +102,101 @@ class NemoVersion:
     scripts: tuple[str, ...]
     data_layout: str
     tp_accuracy_check: bool
+    # hydra-core and omegaconf in the release's uv.lock: the parser the preflight uses must be the same one.
+    hydra: str = ""
+    omegaconf: str = ""
 
 
 @dataclass(frozen=True)
 class Override:
-    """One Hydra override: ``key=v`` sets an existing key, ``+key=v`` adds one, ``++`` either, ``~key`` deletes."""
+    """One Hydra override as Hydra 1.3's own parser reads it.
+
+    ``op`` is ``""`` (``key=v`` changes an existing key), ``"+"`` (adds a missing one), ``"++"`` (either) or
+    ``"~"`` (deletes); ``value`` is the typed value Hydra hands OmegaConf (``None`` for a bare ``~key``).
+    """
 
     op: str
     key: str
     value: Any
     text: str
+    # Hydra's own parsed object, applied as is by :meth:`Recipe.apply` (not part of equality).
+    hydra: Any = field(default=None, compare=False, repr=False)
 
     @classmethod
     def parse(cls, text: str) -> Override:
-        """Parse ``[+|++|~]key[=value]``; the value is typed the way Hydra would (YAML scalar)."""
-        import yaml
+        """Parse one override with Hydra's parser; raises :class:`OverrideError` when it is refused."""
+        return parse_override(text)
 
-        match = OVERRIDE.match(text.strip())
-        if not match or (match["value"] is None and match["op"] != "~"):
-            raise RecipeError(f"{text!r} is not a Hydra override (key=value, +key=value, ++key=value or ~key)")
-        raw = match["value"]
-        try:
-            value = yaml.safe_load(raw) if raw not in (None, "") else raw
-        except yaml.YAMLError:
-            value = raw
-        return cls(match["op"] or "", match["key"], value, text.strip())
+    @property
+    def kind(self) -> str:
+        """Hydra's override type: change, add, force-add or delete."""
+        return KINDS[self.op]
+
+    def interpolations(self) -> list[str]:
+        """Every string in the value (dict keys included) that OmegaConf would treat as an interpolation."""
+        return [s for s in _strings(self.value) if "${" in s]
+
+    def touches(self, key: str) -> bool:
+        """Whether applying this override can change ``key``: the same key, an ancestor, or a key below it."""
+        return self.key == key or key.startswith(self.key + ".") or self.key.startswith(key + ".")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One override of the job's command line: where it came from, its text, and what Hydra made of it.
+
+    ``params`` are the conf parameters to blame, the first being the one to change: ``extra_overrides[i]`` for a
+    user-given override, the RunSpec fields a recipe template reads, or ``recipe``.
+    """
+
+    origin: str
+    params: tuple[str, ...]
+    text: str
+    shown: Any
+    override: Override | None = None
+    error: OverrideError | None = None
+    reads_spec: bool = False
+
+    @property
+    def user_given(self) -> bool:
+        """Whether the conf's extra_overrides holds it (as opposed to the recipe's templates)."""
+        return self.origin != "recipe"
+
+
+@dataclass(frozen=True)
+class Protected:
+    """A config key extra overrides may not set, add, delete or replace through an ancestor."""
+
+    key: str
+    why: str
+    fix: str
+
+
+@dataclass(frozen=True)
+class ApplyFailure:
+    """An override Hydra would refuse to apply to the config (``reason``: missing, exists, delete or other)."""
+
+    index: int
+    reason: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class Applied:
+    """The result of applying a list of overrides to a base config, as NeMo RL's driver does."""
+
+    config: Mapping[str, Any]
+    failures: tuple[ApplyFailure, ...] = ()
+    resolve_error: str = ""
 
 
 @dataclass(frozen=True)
 class Recipe:
-    """A NeMo RL recipe: version, image, entrypoint, base config, model facts and override templates."""
+    """A NeMo RL recipe: version, image, entrypoint, base config, model facts and override templates.
+
+    ``protected`` lists config keys (each with everything below it) the recipe depends on beyond the ones the
+    DAG derives (see :meth:`protected_keys`); extra overrides may not touch them.
+    """
 
     name: str
     description: str
@@ -86,6 +211,7 @@ class Recipe:
     env: Mapping[str, str] = field(default_factory=dict)
     prepare: tuple[str, ...] = ()
     files: tuple[str, ...] = ()
+    protected: tuple[str, ...] = ()
 
     @property
     def version(self) -> NemoVersion:
@@ -110,53 +236,290 @@ class Recipe:
         """Whether ``tag`` is the recipe's release or a variant of it (v0.5.0, v0.5.0.nemotron_3_nano, ...)."""
         return tag == self.image_tag or tag.startswith((f"{self.image_tag}.", f"{self.image_tag}-"))
 
+    def entries(self, spec: RunSpec) -> list[Entry]:
+        """Every override of the command line, rendered and parsed, refused ones included (never raises)."""
+        try:
+            hash(spec)
+        except TypeError:  # a spec built without the schema check may hold lists: render it uncached
+            return list(_render_entries.__wrapped__(self.overrides, spec))
+        # Cached: every rule asks, and rendering and parsing are the same for the same templates and spec.
+        return list(_render_entries(self.overrides, spec))
+
     def render_overrides(self, spec: RunSpec) -> list[Override]:
-        """The recipe's overrides rendered for ``spec``, then the conf's extra overrides; empty renders drop out."""
-        env = _jinja()
-        rendered = [env.from_string(t).render(spec=spec).strip() for t in self.overrides]
-        return [Override.parse(text) for text in [*rendered, *spec.extra_overrides] if text]
+        """The recipe's overrides rendered for ``spec``, then the conf's extra overrides; empty renders drop out.
+
+        Raises :class:`OverrideError` for the first override that is refused, including a user-given one with an
+        interpolation or on a protected key: nothing the preflight refuses can reach the job's command line.
+        """
+        protected = self.protected_keys(spec)
+        overrides = []
+        for entry in self.entries(spec):
+            if entry.error is not None:
+                raise entry.error
+            if not accepted(entry, protected):
+                raise OverrideError(entry.text, "holds an interpolation or touches a protected key", "remove it")
+            assert entry.override is not None
+            overrides.append(entry.override)
+        return overrides
+
+    def apply(self, spec: RunSpec, *, extra: bool = True) -> Applied:
+        """Apply the parsed overrides (the conf's extra ones only with ``extra``) to the base config.
+
+        Refused overrides are skipped, so the other rules judge the rest on their own: unparsable ones, and
+        user-given ones that hold an interpolation (resolving it here would read the Airflow worker's environment)
+        or touch a protected key. Every other override is applied by Hydra on a struct OmegaConf config and the
+        result resolved, so values, types and interpolations are the ones NeMo RL's driver sees. Cached: every
+        preflight rule reads the same result.
+        """
+        entries = [e for e in self.entries(spec) if extra or not e.user_given]
+        protected = self.protected_keys(spec) if extra else []
+        # ApplyFailure.index is the position in `entries` ("" stands for a skipped override).
+        texts = tuple(e.text if accepted(e, protected) else "" for e in entries)
+        return _applied(self.nemo_rl_version, self.base_config, texts)
 
     def effective_config(self, spec: RunSpec) -> dict[str, Any]:
-        """The base config with ``spec``'s overrides applied: what NeMo RL will run with."""
-        values, aliases = _base_config(self.nemo_rl_version, self.base_config)
-        config = dict(values)
-        overridden: set[str] = set()
-        for override in self.render_overrides(spec):
-            config = {k: v for k, v in config.items() if not k.startswith(override.key + ".")}
-            if override.op == "~":
-                config.pop(override.key, None)
-            else:
-                config[override.key] = override.value
-            overridden.add(override.key)
-        # `key: ${other}` follows `other` unless the key itself was overridden, as OmegaConf resolves it.
-        for key, source in aliases.items():
-            if key not in overridden and source in overridden and key in config:
-                config[key] = config.get(source)
-        return config
+        """The base config with ``spec``'s overrides applied: what NeMo RL will run with (dotted leaf keys)."""
+        return dict(self.apply(spec).config)
+
+    def protected_keys(self, spec: RunSpec) -> list[Protected]:
+        """Config keys extra overrides may not touch, most specific reason first.
+
+        The conf's keys (:data:`CONF_KEYS`), every key a recipe template sets from the RunSpec, the model name,
+        the DAG's own keys (:data:`DAG_KEYS`: the whole ``cluster`` section and ``checkpointing.enabled``) and the
+        keys the recipe file declares under ``protected``.
+        """
+        out = [
+            Protected(
+                key,
+                f"is set from the conf parameter {param}, so the cluster, the job and the checkpoint validator stay "
+                "consistent",
+                f"set {param} instead",
+            )
+            for key, param in CONF_KEYS.items()
+        ]
+        for entry in self.entries(spec):
+            if not entry.user_given and entry.reads_spec and entry.override is not None:
+                conf = [p for p in entry.params if p != "recipe"]
+                fix = f"set {' / '.join(conf)} instead" if conf else "leave it to the DAG"
+                out.append(Protected(entry.override.key, "is set by the recipe from the RunSpec", fix))
+        out.append(
+            Protected(
+                MODEL_KEY,
+                f"is the recipe's model ({self.model.get('name')}), whose heads the TP rules checked",
+                "pick a recipe for another model",
+            )
+        )
+        out += [Protected(key, why, fix) for key, why, fix in DAG_KEYS]
+        out += [
+            Protected(key, f"is protected by the recipe {self.name}", "use another recipe, or change the recipe file")
+            for key in self.protected
+        ]
+        return out
 
     def command(self, spec: RunSpec) -> str:
         """The job's shell entrypoint: prepare steps, then the pinned script with its config and overrides."""
-        env = _jinja()
         run = [*self.launcher, self.entrypoint, "--config", self.base_config]
         run += [o.text for o in self.render_overrides(spec)]
         steps = ["set -euo pipefail", 'job_dir="$PWD"']
         if self.workdir:
             steps.append(f"cd {shlex.quote(self.workdir)}")
-        steps += [env.from_string(p).render(spec=spec).strip() for p in self.prepare]
+        steps += [_template(p).render(spec=spec).strip() for p in self.prepare]
         steps.append(" ".join(shlex.quote(part) for part in run))
         return "\n".join(steps)
 
 
+def accepted(entry: Entry, protected: list[Protected]) -> bool:
+    """Whether an override may reach NeMo RL: parsed, and if user-given, no interpolation and no protected key."""
+    if entry.override is None:
+        return False
+    if not entry.user_given:
+        return True
+    return not entry.override.interpolations() and not any(entry.override.touches(p.key) for p in protected)
+
+
+def clip(text: Any, limit: int = 120) -> str:
+    """``text`` as a string of at most ``limit`` characters, for findings and messages."""
+    if not isinstance(text, str):
+        try:
+            text = repr(text)
+        except ValueError:  # an int with more digits than int -> str allows
+            text = f"<{type(text).__name__} too large to show>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def hydra_value(value: Any) -> str:
-    """Render a Python value as a Hydra override value (booleans lower-case, odd strings quoted)."""
+    """Render a conf value as a Hydra override value that NeMo RL reads back exactly (the ``hydra`` filter).
+
+    Booleans, ``None``, integers and finite floats are written as Hydra literals. A string stays bare only when
+    Hydra's parser reads it back as the same string; otherwise it is single-quoted, with ``${`` escaped for
+    OmegaConf (which resolves interpolations even in quoted values) and backslashes before a quote or at the end
+    escaped for Hydra. Every result is parsed back by Hydra before it is returned. Raises :class:`RecipeError`
+    for a value that cannot be passed literally (NUL, lone surrogates, NaN, other types).
+    """
+    if value is not None and not isinstance(value, (bool, int, float, str)):
+        raise RecipeError(f"a {type(value).__name__} cannot be passed as a Hydra override value")
+    return _hydra_value(value)
+
+
+@lru_cache(maxsize=4096, typed=True)
+def _hydra_value(value: Any) -> str:
     if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "null"
-    text = str(value)
-    if _SAFE_VALUE.match(text) and text:
-        return text
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        text = "true" if value else "false"
+    elif value is None:
+        text = "null"
+    elif isinstance(value, int):
+        try:
+            text = str(value)
+        except ValueError as exc:  # more digits than int -> str allows
+            raise RecipeError("an integer with more than 4300 digits cannot be a Hydra override value") from exc
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise RecipeError(f"{value} is not a finite number")
+        text = repr(value)
+    else:
+        text = _quote(value)
+    parsed = _parse(f"k={text}")
+    if isinstance(parsed, OverrideError):
+        raise RecipeError(f"{clip(value)} cannot be passed to Hydra: {parsed.problem}")
+    expected = literal_for_omegaconf(value) if isinstance(value, str) else value
+    # The proof, for this value: Hydra reads back exactly what OmegaConf must receive, with the same type.
+    if type(parsed.value) is not type(expected) or parsed.value != expected:
+        raise RecipeError(f"{clip(value)} cannot be passed to Hydra literally")
+    return text
+
+
+def _quote(text: str) -> str:
+    if _UNREPRESENTABLE.search(text):
+        raise RecipeError(f"{clip(repr(text))} holds NUL or an unpaired surrogate, which a command line cannot carry")
+    if _BARE.fullmatch(text):
+        parsed = _parse(f"k={text}")
+        if isinstance(parsed, Override) and isinstance(parsed.value, str) and parsed.value == text:
+            return text
+    escaped = literal_for_omegaconf(text)
+    return "'" + _QUOTE_OR_END.sub(lambda m: m[1] * 2 + ("\\'" if m[2] else ""), escaped) + "'"
+
+
+def literal_for_omegaconf(text: str) -> str:
+    """The string OmegaConf must be given to produce exactly ``text`` when it resolves the config.
+
+    OmegaConf treats any string containing ``${`` as an interpolation: ``\\${`` is a literal ``${`` and 2k+1
+    backslashes before ``${`` become k backslashes and a literal ``${``; every other backslash is literal.
+    """
+    return _INTERPOLATION.sub(lambda m: m[1] * 2 + "\\${", text)
+
+
+def parse_override(text: str) -> Override:
+    """Parse one override with Hydra's own parser; raises :class:`OverrideError` with the reason and the fix.
+
+    Refused besides what Hydra's grammar refuses: sweeps (``a,b``, ``choice()``, ``range()``, ``glob()``...),
+    which NeMo RL cannot apply; config group and package overrides (``group/x=...``, ``key@pkg=...``), which NeMo
+    RL has no groups for; an empty key; NUL and unpaired surrogates; more than :data:`OVERRIDE_MAX_CHARS`.
+    """
+    parsed = _parse(text)
+    if isinstance(parsed, OverrideError):
+        raise parsed
+    return parsed
+
+
+_QUOTE_FIX = (
+    "write key=value (+key=value to add, ~key to delete) and put a value with spaces, commas, '=', '#', "
+    "brackets or non-ASCII characters in single quotes"
+)
+
+
+def _parse(text: Any) -> Override | OverrideError:
+    if not isinstance(text, str):
+        return OverrideError(clip(text), "is not a string", "write key=value")
+    return _parse_str(text)
+
+
+@lru_cache(maxsize=8192)
+def _parse_str(text: str) -> Override | OverrideError:
+    if len(text) > OVERRIDE_MAX_CHARS:
+        return OverrideError(text, f"is longer than {OVERRIDE_MAX_CHARS} characters", "shorten it")
+    if _UNREPRESENTABLE.search(text):
+        return OverrideError(text, "holds NUL or an unpaired surrogate, which a command line cannot carry", "remove it")
+    try:
+        (hydra,) = _parser().parse_overrides([text])
+        value = hydra.value()
+    except Exception as exc:  # third-party parser on untrusted text: any failure is a refusal
+        return OverrideError(text, f"is refused by Hydra's override parser ({_hydra_message(exc)})", _QUOTE_FIX)
+    key = hydra.key_or_group
+    if hydra.package is not None or "/" in key:
+        return OverrideError(
+            text,
+            "is a config group or package override (group/option or key@package), and NeMo RL's configs have no "
+            "groups: Hydra refuses it when the job starts",
+            "write a plain dotted key: key=value",
+        )
+    if not key:
+        return OverrideError(text, "has no key", "write key=value")
+    if hydra.is_sweep_override():
+        return OverrideError(
+            text,
+            "is a sweep (an unquoted ',' or choice/range/interval/glob), which NeMo RL cannot apply: one job runs "
+            "one value",
+            "give one value; quote a string with a comma ('a,b'), or write a list as [a,b]",
+        )
+    return Override(OPS[hydra.type.name], key, value, text, hydra)
+
+
+def _hydra_message(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip() and "hydra.cc/docs" not in line]
+    lines = [line for line in lines if set(line) != {"^"}]
+    return clip("; ".join(lines) or type(exc).__name__, 160)
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Mapping):
+        return [s for k, v in value.items() for s in (*_strings(k), *_strings(v))]
+    if isinstance(value, (list, tuple)):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+@lru_cache(maxsize=256)
+def _render_entries(templates: tuple[str, ...], spec: RunSpec) -> tuple[Entry, ...]:
+    out: list[Entry] = []
+    for template in templates:
+        fields, reads_spec = _template_reads(template)
+        params = fields or ("recipe",)
+        shown: Any = getattr(spec, fields[0], template) if len(fields) == 1 else template
+        try:
+            text = _template(template).render(spec=spec).strip()
+        except RecipeError as exc:
+            error = exc if isinstance(exc, OverrideError) else OverrideError(template, str(exc), "")
+            out.append(Entry("recipe", params, template, shown, error=error, reads_spec=reads_spec))
+            continue
+        except Exception as exc:  # a broken template is a recipe finding, not a crash
+            error = OverrideError(template, f"the template does not render: {clip(str(exc))}", "fix the recipe")
+            out.append(Entry("recipe", params, template, shown, error=error, reads_spec=reads_spec))
+            continue
+        if text:
+            out.append(_entry("recipe", params, text, shown, reads_spec))
+    for i, text in enumerate(spec.extra_overrides):
+        param = f"extra_overrides[{i}]"
+        out.append(_entry(param, (param, "extra_overrides"), text, clip(text), False))
+    return tuple(out)
+
+
+def _entry(origin: str, params: tuple[str, ...], text: Any, shown: Any, reads_spec: bool) -> Entry:
+    if not isinstance(text, str):
+        error = OverrideError(clip(text), "is not a string", "write key=value")
+        return Entry(origin, params, clip(text), clip(text), error=error, reads_spec=reads_spec)
+    parsed = _parse(text)
+    if isinstance(parsed, OverrideError):
+        return Entry(origin, params, str(text), shown, error=parsed, reads_spec=reads_spec)
+    return Entry(origin, params, text, shown, override=parsed, reads_spec=reads_spec)
+
+
+@cache
+def _parser() -> Any:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return OverridesParser.create()
 
 
 @cache
@@ -166,6 +529,114 @@ def _jinja() -> Any:
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=False)
     env.filters["hydra"] = hydra_value
     return env
+
+
+@lru_cache(maxsize=256)
+def _template(source: str) -> Any:
+    return _jinja().from_string(source)
+
+
+@lru_cache(maxsize=256)
+def _template_reads(source: str) -> tuple[tuple[str, ...], bool]:
+    """The RunSpec fields a template reads (its conf parameters), and whether it reads the RunSpec at all."""
+    from jinja2 import nodes
+
+    from nemo_rl_gke.spec import RunSpec
+
+    tree = _jinja().parse(source)
+    reads = any(n.name == "spec" for n in tree.find_all(nodes.Name))
+    attrs = [n.attr for n in tree.find_all(nodes.Getattr) if isinstance(n.node, nodes.Name) and n.node.name == "spec"]
+    fields = tuple(dict.fromkeys(a for a in attrs if a in RunSpec.__dataclass_fields__))
+    return fields, reads
+
+
+@lru_cache(maxsize=512)
+def _applied(version: str, base_config: str, texts: tuple[str, ...]) -> Applied:
+    """Apply ``texts`` (``""`` = skipped) one by one like NeMo RL's parse_hydra_overrides, then resolve."""
+    from omegaconf import OmegaConf
+
+    cfg = copy.deepcopy(_base_omegaconf(version, base_config))
+    OmegaConf.set_struct(cfg, True)
+    failures = []
+    for index, text in enumerate(texts):
+        if text:
+            failure = _apply_one(cfg, _parse(text), index)
+            if failure is not None:
+                failures.append(failure)
+    try:
+        return Applied(_flatten(OmegaConf.to_container(cfg, resolve=True)), tuple(failures))
+    except Exception as exc:  # e.g. a deleted key another key interpolates
+        resolve_error = _hydra_message(exc)
+    # NeMo RL would stop here; the rules still see every leaf that resolves, and none of the broken ones.
+    try:
+        config = _flatten(OmegaConf.to_container(cfg, resolve=False))
+    except Exception:  # a value too deep to copy: the override findings say why
+        config = {}
+    for key, value in list(config.items()):
+        if isinstance(value, str) and "${" in value:
+            try:
+                resolved = OmegaConf.select(cfg, key, throw_on_resolution_failure=True)
+                config[key] = OmegaConf.to_container(resolved) if OmegaConf.is_config(resolved) else resolved
+            except Exception:  # this leaf is the broken one
+                del config[key]
+    return Applied(config, tuple(failures), resolve_error)
+
+
+def _apply_one(cfg: Any, parsed: Override | OverrideError, index: int) -> ApplyFailure | None:
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from omegaconf import OmegaConf
+
+    if isinstance(parsed, OverrideError):
+        return None  # reported where it was parsed
+    absent = object()
+    try:
+        current = OmegaConf.select(cfg, parsed.key, default=absent, throw_on_missing=False)
+    except Exception:  # a path through a non-container
+        current = absent
+    try:
+        # The very function NeMo RL's parse_hydra_overrides calls (pinned hydra-core), one override at a time.
+        ConfigLoaderImpl._apply_overrides_to_config([parsed.hydra], cfg)
+    except Exception as exc:  # Hydra/OmegaConf errors on untrusted values
+        cause = exc.__cause__ or exc
+        if parsed.op == "" and current is absent:
+            reason = "missing"
+        elif parsed.op == "+" and current is not absent and current is not None:
+            reason = "exists"
+        elif parsed.op == "~" and (current is absent or current is None):
+            reason = "delete"
+        else:
+            reason = "other"
+        return ApplyFailure(index, reason, _hydra_message(cause))
+    return None
+
+
+@cache
+def _base_omegaconf(version: str, base_config: str) -> Any:
+    """The base config as NeMo RL loads it: nested, with the plain ``${other.key}`` aliases re-linked."""
+    from omegaconf import OmegaConf
+
+    values, aliases = _base_config(version, base_config)
+    nested: dict[str, Any] = {}
+    for key, value in values.items():
+        *parents, leaf = key.split(".")
+        node = nested
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise RecipeError(f"{base_config}: {key} is below a leaf value")
+        node[leaf] = "${" + aliases[key] + "}" if key in aliases else _literal_tree(value)
+    return OmegaConf.create(nested)
+
+
+def _literal_tree(value: Any) -> Any:
+    """Base values are resolved already: their strings must stay literal in OmegaConf."""
+    if isinstance(value, str):
+        return literal_for_omegaconf(value)
+    if isinstance(value, Mapping):
+        return {k: _literal_tree(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_literal_tree(v) for v in value]
+    return value
 
 
 @cache
@@ -181,6 +652,8 @@ def load_version(version: str) -> NemoVersion:
         scripts=tuple(data["scripts"]),
         data_layout=str(data["data_layout"]),
         tp_accuracy_check=bool(data["tp_accuracy_check"]),
+        hydra=str(data.get("hydra_core") or ""),
+        omegaconf=str(data.get("omegaconf") or ""),
     )
 
 
@@ -203,6 +676,7 @@ def load_recipe(name: str) -> Recipe:
             env={str(k): str(v) for k, v in (data.get("env") or {}).items()},
             prepare=tuple(data.get("prepare") or ()),
             files=tuple(data.get("files") or ()),
+            protected=tuple(str(k) for k in data.get("protected") or ()),
         )
     except (KeyError, TypeError) as exc:
         raise RecipeError(f"recipe {name}: missing or malformed field {exc}") from exc

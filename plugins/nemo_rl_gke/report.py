@@ -6,16 +6,16 @@ stdlib-only and cheap to import (the DAG file imports it while Airflow parses DA
 
 What is measured:
 
-* **Stages.** A task's stage is its task-group prefix (``cluster.node-pool`` -> ``cluster``); the ungrouped gate
-  tasks (:data:`PREFLIGHT_TASKS`) form ``preflight`` and any other ungrouped task is its own stage. A stage lasts
+* **Stages.** A task's stage is its step's stage in :mod:`nemo_rl_gke.topology`; a task the topology does not know
+  belongs to its task-group prefix, or is its own stage. A stage lasts
   from the first start to the last end of its tasks that ran.
 * **Critical path.** The longest chain through the DAG's dependencies, each task weighted by its own duration
   (0 if it did not run): the shortest the run could have been with instant scheduling. The makespan (first start to
   last end) divided by the critical path's total is the *schedule ratio*: 1.0 means the run took exactly its
   dependency bound; above 1 is time spent between tasks (scheduler and executor latency, queueing for worker or pool
   slots, trigger latency of deferred tasks, retry delays: an Airflow task instance keeps only its last try's times).
-* **GPU node-hours.** A model, not a bill: the GPU pool's nodes are counted from the end of ``cluster.node-pool``
-  until the end of ``teardown.delete-cluster`` (or until ``now`` if the cluster was kept or not deleted, flagged
+* **GPU node-hours.** A model, not a bill: the GPU pool's nodes are counted from the end of the node pool step
+  until the end of the cluster's teardown step (or until ``now`` if the cluster was kept or not deleted, flagged
   as still running), times ``worker_replicas``. The pool starts empty and autoscales, so this is an upper bound.
 """
 
@@ -29,22 +29,13 @@ from datetime import UTC, datetime
 from heapq import heapify, heappop, heappush
 from typing import Any
 
+from nemo_rl_gke import outcomes, topology
+
 # Rough on-demand list prices per GPU-hour (USD) of a4-highgpu-8g (B200) and a3-ultragpu-8g (H200) divided by 8.
 # Estimates for a ballpark figure, not quotes: set gpu_hour_price_usd in the run conf for your contracted price.
 DEFAULT_GPU_HOUR_PRICES_USD: dict[str, float] = {"b200": 11.0, "h200": 10.6}
 
-PREFLIGHT_STAGE = "preflight"
-# The ungrouped tasks before any resource is created.
-PREFLIGHT_TASKS = frozenset({"validate", "plan", "apply_gate", "preflight_live"})
-# The DAG's stages in run order; unknown stages (e.g. the report task) are listed after them.
-STAGE_ORDER = (PREFLIGHT_STAGE, "network", "storage", "cluster", "kube", "train", "checkpoint", "teardown")
-
-NODE_POOL_TASK = "cluster.node-pool"
-DELETE_CLUSTER_TASK = "teardown.delete-cluster"
 SUCCESS = "success"
-# Teardown actions after which the resource is gone. "absent" counts: a retried delete whose first try already
-# deleted the cluster finds it missing.
-GONE_ACTIONS = frozenset({"deleted", "absent"})
 
 # Most severe first: a stage's state is the most severe state among its tasks. Unknown states rank just after
 # upstream_failed so that they are not hidden behind "success".
@@ -337,13 +328,13 @@ class RunReport:
         g = self.gpu
         header = f"GPU usage ({g.gpu_type}, {g.worker_replicas} nodes x {g.gpus_per_node} GPUs)"
         if not g.came_up:
-            up, down = "never (cluster.node-pool did not succeed)", "-"
+            up, down = f"never ({topology.NODE_POOL} did not succeed)", "-"
         else:
-            up = f"{_iso(g.up_at)} (end of {NODE_POOL_TASK})"
+            up = f"{_iso(g.up_at)} (end of {topology.NODE_POOL})"
             if g.still_running:
                 down = f"not deleted: counted until now, {_iso(g.counted_until)}"
             else:
-                down = f"{_iso(g.down_at)} (end of {DELETE_CLUSTER_TASK})"
+                down = f"{_iso(g.down_at)} (end of {topology.teardown_of(topology.GKE_CLUSTER).task_id})"
         if g.price_per_gpu_hour_usd is None:
             price = "unknown (no default for this GPU type; set gpu_hour_price_usd)"
         else:
@@ -389,11 +380,11 @@ class RunReport:
 
 
 def stage_of(task_id: str) -> str:
-    """The stage of a task: its task-group prefix, ``preflight`` for the gate tasks, else the task id itself."""
+    """The stage of a task: its step's, else its task-group prefix, else the task id itself."""
+    if task_id in topology.STEPS:
+        return topology.STEPS[task_id].stage
     group, dot, _ = task_id.partition(".")
-    if dot:
-        return group
-    return PREFLIGHT_STAGE if task_id in PREFLIGHT_TASKS else task_id
+    return group if dot else task_id
 
 
 def summarize_stages(timings: Iterable[TaskTiming]) -> tuple[StageSummary, ...]:
@@ -426,7 +417,7 @@ def summarize_stages(timings: Iterable[TaskTiming]) -> tuple[StageSummary, ...]:
     # Known stages in run order, then the others by when they started (never-started last).
     summaries.sort(
         key=lambda s: (
-            STAGE_ORDER.index(s.name) if s.name in STAGE_ORDER else len(STAGE_ORDER),
+            topology.STAGES.index(s.name) if s.name in topology.STAGES else len(topology.STAGES),
             math.inf if s.start is None else s.start,
             s.name,
         )
@@ -470,10 +461,10 @@ def critical_path(timings: Iterable[TaskTiming], upstream: Mapping[str, Sequence
 
 
 def gpu_usage(timings: Iterable[TaskTiming], inputs: RunInputs) -> GpuUsage:
-    """GPU pool hours from the end of ``cluster.node-pool`` to the end of ``teardown.delete-cluster`` (or ``now``).
+    """GPU pool hours from the end of the node pool step to the end of the cluster's teardown step (or ``now``).
 
-    The pool counts as up only if ``cluster.node-pool`` succeeded with an end time. It counts as gone at the end of
-    ``teardown.delete-cluster`` when that task reported ``deleted`` (or ``absent``: an earlier try deleted it);
+    The pool counts as up only if its step succeeded with an end time. It counts as gone at the end of the cluster's
+    teardown step when that task reported ``deleted`` (or ``absent``: an earlier try deleted it);
     any other action, or no action at all, means the cluster is still there: counted until ``inputs.now`` and
     flagged ``still_running``.
     """
@@ -486,7 +477,7 @@ def gpu_usage(timings: Iterable[TaskTiming], inputs: RunInputs) -> GpuUsage:
     else:
         price, source = None, "unknown"
 
-    pool = by_id.get(NODE_POOL_TASK)
+    pool = by_id.get(topology.NODE_POOL)
     up_at = pool.end if pool is not None and pool.state == SUCCESS else None
     down_at: float | None = None
     still_running = False
@@ -494,9 +485,10 @@ def gpu_usage(timings: Iterable[TaskTiming], inputs: RunInputs) -> GpuUsage:
         counted_until = None
         hours = 0.0
     else:
-        delete = by_id.get(DELETE_CLUSTER_TASK)
-        action = inputs.teardown_actions.get(DELETE_CLUSTER_TASK)
-        if action in GONE_ACTIONS and delete is not None and delete.end is not None:
+        cluster_teardown = topology.teardown_of(topology.GKE_CLUSTER).task_id
+        delete = by_id.get(cluster_teardown)
+        action = inputs.teardown_actions.get(cluster_teardown)
+        if action in outcomes.GONE and delete is not None and delete.end is not None:
             down_at = delete.end
         else:
             still_running = True
@@ -533,9 +525,9 @@ def build_report(timings: Iterable[TaskTiming], upstream: Mapping[str, Sequence[
     deleted, absent, kept = [], [], []
     for task_id, action in sorted(inputs.teardown_actions.items()):
         item = TeardownItem(task_id, action)
-        if action == "deleted":
+        if action == outcomes.DELETED:
             deleted.append(item)
-        elif action == "absent":
+        elif action == outcomes.ABSENT:
             absent.append(item)
         else:
             kept.append(item)

@@ -21,6 +21,7 @@ from typing import Any
 
 from nemo_rl_gke.findings import CREDENTIAL_VALUE, REDACTED, ConfError, Finding, looks_like_secret, shown
 from nemo_rl_gke.paths import recipe_names
+from nemo_rl_gke.topology import CHECKPOINT, POLICIES, RDMA_SUBNET_COUNT, STOP_POINTS
 
 OWNER_LABEL_KEY = "managed-by"
 OWNER_LABEL_VALUE = "airflow-nemo-rl-gke"
@@ -28,8 +29,6 @@ OWNER_LABEL_VALUE = "airflow-nemo-rl-gke"
 OWNER_DESCRIPTION = (
     f"{OWNER_LABEL_KEY}={OWNER_LABEL_VALUE}: created by the nemo_rl_grpo_gke DAG, deleted by its teardown"
 )
-RDMA_SUBNET_COUNT = 8
-TEARDOWN_POLICIES = ("delete_all", "keep_cluster_and_storage", "keep_all")
 
 SECTION_RUN = "Run"
 SECTION_LOCATION = "Project and location"
@@ -115,6 +114,15 @@ class RunSpec:
         title="Recipe",
         description="NeMo RL recipe from include/recipes: pins the NeMo RL version, image, entrypoint and base config.",
         enum=recipe_names(),
+    )
+    stop_after: str = _param(
+        CHECKPOINT,
+        section=SECTION_RUN,
+        title="Stop after stage",
+        description="In apply mode, the last stage to run: cluster (the infrastructure only), kube (and the "
+        "RayCluster), train (and the GRPO job) or checkpoint (everything: validate and export too). Later stages are "
+        "skipped; teardown runs as always.",
+        enum=list(STOP_POINTS),
     )
     # --- Project and location ------------------------------------------------------------------------------
     project: str = _param(
@@ -589,7 +597,7 @@ class RunSpec:
         title="Teardown policy",
         description="delete_all: delete everything this DAG created. keep_cluster_and_storage: delete the RayCluster "
         "only, keeping a warm cluster (GPU nodes scale to 0) and Lustre. keep_all: delete nothing.",
-        enum=list(TEARDOWN_POLICIES),
+        enum=list(POLICIES),
     )
     accept_checkpoint_loss: bool = _param(
         False,
@@ -800,17 +808,6 @@ class RunSpec:
         """NeMo RL's cluster.num_nodes: one Ray GPU worker per node."""
         return self.worker_replicas
 
-    def stage_timeout_s(self, stage: str) -> int:
-        """The timeout of one wait in a provisioning stage (network, storage, cluster, kube) or in teardown."""
-        return {
-            "network": self.network_timeout_s,
-            "storage": self.storage_timeout_s,
-            "cluster": self.cluster_timeout_s,
-            "kube": self.kube_timeout_s,
-            "train": self.job_timeout_s,
-            "teardown": self.teardown_timeout_s,
-        }[stage]
-
     @property
     def dataset_dir(self) -> str:
         """Where recipes prepare datasets: on Lustre, so every Ray node reads the same files."""
@@ -826,11 +823,6 @@ class RunSpec:
     def labels(self) -> dict[str, str]:
         """Labels on every resource that has them: the ownership marker and the deployment it belongs to."""
         return {OWNER_LABEL_KEY: OWNER_LABEL_VALUE, "nemo-rl-deployment": self.cluster_name}
-
-    @property
-    def deletes_lustre(self) -> bool:
-        """Whether the teardown policy deletes Lustre (and with it the only copy of the checkpoint)."""
-        return self.teardown_policy == "delete_all"
 
     @property
     def final_step(self) -> int:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import ast
+
 import pytest
 
+from nemo_rl_gke import topology
 from nemo_rl_gke.preflight import check_conf
 from nemo_rl_gke.spec import param_schema, spec_fields
 from tests.dags.guard import parse_dag_folder
@@ -36,11 +39,13 @@ def test_tags_retries_docs_and_concurrency(dagbag, dag_id: str) -> None:
     assert dag.max_active_runs == 1 and dag.catchup is False
     assert dag.default_args["retries"] >= 1
     # Validation is deterministic: retrying a bad conf cannot help.
-    assert dag.get_task("validate").retries == 0
-    assert dag.get_task("plan").retries >= 1
+    assert dag.get_task(topology.VALIDATE).retries == 0
+    assert dag.get_task(topology.PLAN).retries >= 1
     # validate feeds plan, and is the setup of the run report (which runs whenever the conf was valid).
-    assert dag.get_task("validate").downstream_task_ids == {"plan", "report"}
-    assert dag.get_task("report").is_teardown and not dag.get_task("report").on_failure_fail_dagrun
+    assert dag.get_task(topology.VALIDATE).downstream_task_ids == {topology.PLAN, topology.RUN_REPORT}
+    report = dag.get_task(topology.RUN_REPORT)
+    assert report.is_teardown and not report.on_failure_fail_dagrun
+    assert dag.description
 
 
 @pytest.mark.parametrize("dag_id", DAG_IDS)
@@ -63,30 +68,71 @@ def test_every_default_conf_is_valid(dagbag, dag_id: str) -> None:
     assert spec.mode == "plan"
 
 
+def test_the_built_dag_is_exactly_the_topology(dagbag) -> None:
+    dag = dagbag.dags["nemo_rl_grpo_gke"]
+    assert {task.task_id for task in dag.tasks} == set(topology.STEPS)
+    edges = {(up, task.task_id) for task in dag.tasks for up in task.upstream_task_ids}
+    assert edges == topology.edges()
+    for task in dag.tasks:
+        step = topology.step(task.task_id)
+        assert task.task_group.group_id == step.group, task.task_id
+        if step.retries is not None:
+            assert task.retries == step.retries, task.task_id
+        assert task.doc_md == step.doc and step.doc, task.task_id
+        if step in topology.provisioning() and len(step.needs) > 1:
+            assert task.trigger_rule == "none_failed_min_one_success", task.task_id
+
+
 def test_teardown_tasks_are_teardowns_of_preflight_live(dagbag) -> None:
     dag = dagbag.dags["nemo_rl_grpo_gke"]
-    deletes = [t for t in dag.tasks if t.task_id.startswith("teardown.")]
+    deletes = [dag.get_task(s.task_id) for s in topology.teardown_steps()]
     assert deletes and all(t.is_teardown for t in deletes)
-    assert all("preflight_live" in t.upstream_task_ids for t in deletes)
+    assert all(topology.PREFLIGHT_LIVE in t.upstream_task_ids for t in deletes)
     # Only the network deletions count for the run's state: a failed ensure still fails the run.
     counted = {t.task_id for t in deletes if t.on_failure_fail_dagrun}
-    assert counted == {"teardown.delete-net", "teardown.delete-gvnic-net", "teardown.delete-rdma-net"}
-    ensures = [t for t in dag.tasks if t.task_id.split(".")[0] in ("network", "storage", "cluster")]
-    # One ensure task per resource of the registry, in the group of its stage.
+    assert counted == {topology.DELETE_NET, topology.DELETE_GVNIC_NET, topology.DELETE_RDMA_NET}
+    # One ensure task per resource of the registry; every resource but the node pool has a teardown step.
     from nemo_rl_gke.gcp.resources import resources
     from nemo_rl_gke.spec import RunSpec
 
     registry = resources(RunSpec())
-    assert {t.task_id for t in ensures} == {f"{r.stage}.{key}" for key, r in registry.items()}
-    kube_deletes = {"teardown.delete-raycluster", "teardown.delete-kube-objects"}
-    gcp_deletes = {f"teardown.delete-{key}" for key in registry if key != "node-pool"}
-    assert {t.task_id for t in deletes} == gcp_deletes | kube_deletes
+    assert [s.task_id for s in topology.gcp_resources()] == list(registry)
+    deleted = {target for t in topology.teardown_steps() for target in t.deletes}
+    assert set(registry) - deleted == {topology.NODE_POOL}
     # Teardown starts only when every provisioning task has finished.
-    applies = {t.task_id for t in dag.tasks if t.task_id.startswith("kube.")}
-    assert applies == {"kube.nccl-installer", "kube.network-mapping", "kube.lustre-storage", "kube.raycluster"}
-    for root in ("teardown.delete-raycluster", "teardown.delete-gvnic-fw"):
-        assert {t.task_id for t in ensures} | applies <= dag.get_task(root).upstream_task_ids
+    provisioning = {s.task_id for s in topology.provisioning()}
+    for root in (topology.DELETE_RAYCLUSTER, topology.DELETE_GVNIC_FW):
+        assert provisioning <= dag.get_task(root).upstream_task_ids
     # The RayCluster goes first, then the other objects, then the cluster and Lustre they live in and on.
-    assert "teardown.delete-raycluster" in dag.get_task("teardown.delete-kube-objects").upstream_task_ids
-    for infra in ("teardown.delete-lustre", "teardown.delete-cluster"):
-        assert "teardown.delete-kube-objects" in dag.get_task(infra).upstream_task_ids
+    assert topology.DELETE_RAYCLUSTER in dag.get_task(topology.DELETE_KUBE_OBJECTS).upstream_task_ids
+    for infra in (topology.DELETE_LUSTRE, topology.DELETE_CLUSTER):
+        assert topology.DELETE_KUBE_OBJECTS in dag.get_task(infra).upstream_task_ids
+
+
+def _task_id_literals(tree: ast.AST) -> list[ast.Constant]:
+    """String literals that name a task: a grouped id or group prefix anywhere; a top-level id ("validate", "plan",
+    ...: also ordinary words) where a task is named: task_id(s)=/step= arguments and (task_id, key) XCom pairs."""
+    grouped = {i for i in topology.STEPS if "." in i} | {f"{s.group}." for s in topology.STEPS.values() if s.group}
+    top = {i for i in topology.STEPS if "." not in i}
+    found = [n for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value in grouped]
+    for node in ast.walk(tree):
+        named = []
+        if isinstance(node, ast.keyword) and node.arg in ("task_id", "task_ids", "step"):
+            named = [node.value, *getattr(node.value, "elts", [])]
+        elif isinstance(node, ast.Tuple) and len(node.elts) == 2:
+            named = [node.elts[0]]
+        found += [n for n in named if isinstance(n, ast.Constant) and n.value in top]
+    return found
+
+
+def test_no_task_id_is_written_outside_the_topology() -> None:
+    """Every task id is read from nemo_rl_gke.topology: a rename there renames it everywhere."""
+    offenders = []
+    for path in [*(ROOT / "plugins").rglob("*.py"), *(ROOT / "dags").rglob("*.py")]:
+        if path.name != "topology.py":
+            tree = ast.parse(path.read_text())
+            offenders += [f"{path.relative_to(ROOT)}:{n.lineno}: {n.value!r}" for n in _task_id_literals(tree)]
+    assert offenders == []
+    # The check itself can fail: it finds each kind of literal it is meant to find.
+    planted = ast.parse(f'pull(x, "{topology.WAIT}"); a = {{("report", "text"): 1}}; f(task_ids="plan"); "storage."')
+    assert sorted(n.value for n in _task_id_literals(planted)) == ["plan", "report", "storage.", topology.WAIT]

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from sandbox.demo import latest_run
 
-from nemo_rl_gke.demo import _latest_run
 from tests.paths import ROOT
 
 pytestmark = pytest.mark.airflow
@@ -49,7 +49,7 @@ def _run_count() -> int:
 def test_tutorial_conf_validates_and_plans() -> None:
     result = dags_test(json.loads((ROOT / "include/conf/tutorial.json").read_text()))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    run = _latest_run(DAG_ID)
+    run = latest_run(DAG_ID)
     assert run["state"] == "success"
     states = {t: s for t, s, _ in run["tasks"]}
     assert (states.pop("validate"), states.pop("plan"), states.pop("apply_gate")) == ("success", "success", "skipped")
@@ -77,7 +77,7 @@ def test_type_error_is_refused_by_airflow_before_any_run_exists() -> None:
 def test_semantic_errors_fail_validate_with_every_finding_and_nothing_else_runs() -> None:
     result = dags_test({"zone": "europe-west4-b", "lustre_capacity_gib": 20000, "zonee": "x"})
     assert result.returncode != 0
-    run = _latest_run(DAG_ID)
+    run = latest_run(DAG_ID)
     assert run["state"] == "failed"
     states = {t: s for t, s, _ in run["tasks"]}
     assert states.pop("validate") == "failed"
@@ -117,7 +117,7 @@ def test_tokens_never_reach_logs_xcom_or_rendered_fields() -> None:
     # A token pasted into the conf is refused without being echoed.
     pasted = dags_test({"hf_token": HF_TOKEN}, env)
     assert pasted.returncode != 0
-    finding = _latest_run(DAG_ID)["xcom"][("validate", "findings")][0]
+    finding = latest_run(DAG_ID)["xcom"][("validate", "findings")][0]
     assert (finding["rule_id"], finding["param"], finding["value"]) == ("conf.secret-in-conf", "hf_token", "<redacted>")
     haystack = good.stdout + good.stderr + pasted.stdout + pasted.stderr + _everything_airflow_kept()
     assert "secrets are not accepted in the conf" in haystack  # the haystack does hold the task logs

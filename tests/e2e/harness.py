@@ -11,19 +11,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nemo_rl_gke.gcp.gke import cluster_delete_request
-from nemo_rl_gke.gcp.lustre import lustre_delete_request
-from nemo_rl_gke.gcp.networks import firewall_delete_request, network_delete_request, subnet_delete_request
-from nemo_rl_gke.gcp.peering import connection_delete_request, peering_range_delete_request
-from nemo_rl_gke.gcp.resources import resources
+from nemo_rl_gke import topology as t
 from nemo_rl_gke.spec import RunSpec
 from tests.paths import ROOT
 
 DAG_ID = "nemo_rl_grpo_gke"
 # Fast waits: the sandbox's operations are instant at latency scale 0.
-# The local CPU recipe (include/conf/local.json) with two steps: every run trains for real, briefly.
+# The local CPU recipe (include/conf/local.json) with two steps: a run that trains trains for real, briefly.
 LOCAL_CONF = json.loads((ROOT / "include" / "conf" / "local.json").read_text())
 APPLY = {**LOCAL_CONF, "mode": "apply", "poll_interval_s": 0.05, "max_steps": 2}
+# Most scenarios are about the infrastructure: they stop after it (no RayCluster, no training), teardown as always.
+INFRA_ONLY = {"stop_after": t.CLUSTER}
 # Test secrets: they must never show up in logs, XCom or rendered fields (tests grep for them).
 HF_TEST_TOKEN = "hf_TESTtoken0123456789abcdefSECRET"
 WANDB_TEST_KEY = "wandbTESTkey0123456789abcdefSECRET"
@@ -103,37 +101,6 @@ def run_cli(conf: dict[str, Any], env: dict[str, str]) -> RunResult:
     assert match, output[-3000:]
     result = _run_from_db(match.group(1))
     return RunResult(result.state, result.tasks, result.tries, output)
-
-
-def create_match(key: str) -> dict[str, str]:
-    """The sandbox fault match for the call that creates resource ``key``."""
-    res = resources(RunSpec())[key]
-    request = res.request
-    match = {"method": request.http_method, "path": re.escape(request.path.split("?", 1)[0]) + "$"}
-    if request.service in ("compute", "container"):
-        # Several networks and nine subnets share one collection: the body names the one to fail.
-        match["body"] = rf'"name":\s*"{re.escape(res.name)}"'
-    return match
-
-
-def delete_match(key: str) -> dict[str, str]:
-    """The sandbox fault match for the call that deletes resource ``key``."""
-    spec = RunSpec()
-    res = resources(spec)[key]
-    if key in ("net", "gvnic-net", "rdma-net"):
-        request = network_delete_request(spec, res.name)
-    elif key == "gvnic-fw":
-        request = firewall_delete_request(spec, res.name)
-    elif "sub" in key:
-        request = subnet_delete_request(spec, res.name)
-    else:
-        request = {
-            "peering-range": peering_range_delete_request,
-            "peering": connection_delete_request,
-            "lustre": lustre_delete_request,
-            "cluster": cluster_delete_request,
-        }[key](spec)
-    return {"method": request.http_method, "path": re.escape(request.path.split("?", 1)[0]) + "$"}
 
 
 def load_dag() -> Any:

@@ -1,4 +1,7 @@
-"""The DAG in apply mode against the local GCP sandbox, with real Airflow: provision, tear down, adopt, fail.
+"""The DAG in apply mode against the local GCP sandbox, with real Airflow: keep and re-adopt, refuse and adopt what
+someone else made, and a few faults run through the whole DAG (the full matrix runs step by step in
+tests/operators/test_fault_matrix.py). These runs stop after the infrastructure: the RayCluster and the job are
+covered by test_kube.py and test_train.py.
 
 Every GCP call goes through the production hooks and the real google-cloud clients to the sandbox over HTTP.
 """
@@ -6,7 +9,6 @@ Every GCP call goes through the production hooks and the real google-cloud clien
 from __future__ import annotations
 
 import json
-import re
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -14,28 +16,19 @@ from typing import Any
 import pytest
 from sandbox.testing import SandboxProcess
 
+from nemo_rl_gke import outcomes
+from nemo_rl_gke import topology as t
 from nemo_rl_gke.gcp.resources import resources
 from nemo_rl_gke.spec import RunSpec
-from tests.e2e.harness import (
-    create_match,
-    delete_match,
-    run_cli,
-    run_in_process,
-)
+from tests.e2e.harness import INFRA_ONLY, run_in_process
+from tests.faults import create_match, delete_match
 
 pytestmark = pytest.mark.airflow
 SPEC = RunSpec()
-KEYS = list(resources(SPEC))
-# The node pool goes with its cluster: it has no teardown task of its own.
-DELETABLE = [k for k in KEYS if k != "node-pool"]
-
-
-def ensure_task(key: str) -> str:
-    return f"{resources(SPEC)[key].stage}.{key}"
-
-
-def delete_task(key: str) -> str:
-    return f"teardown.delete-{key}"
+REGISTRY = resources(SPEC)
+KEYS = list(REGISTRY)
+DELETES = [s.task_id for s in t.teardown_steps() if s.op is t.Op.DELETE_GCP]
+SKIPPED = [s.task_id for s in t.after(t.CLUSTER)]
 
 
 @pytest.fixture(autouse=True)
@@ -60,36 +53,18 @@ def _last_seq(sandbox: SandboxProcess) -> int:
     return calls[-1]["seq"] if calls else 0
 
 
-def _xcom_actions(run_id_tasks: dict[str, str]) -> dict[str, str]:
-    from nemo_rl_gke.demo import _latest_run
+def _actions() -> dict[str, str]:
+    from sandbox.demo import latest_run
 
-    xcom = _latest_run("nemo_rl_grpo_gke")["xcom"]
-    return {task: value["action"] for (task, key), value in xcom.items() if key == "return_value" and "action" in value}
-
-
-def test_apply_provisions_every_resource_then_deletes_it_waiting_only_in_deferrals(
-    sandbox: SandboxProcess, env: dict[str, str]
-) -> None:
-    result = run_cli({}, env)
-    assert result.state == "success", result.output[-4000:]
-    for key in KEYS:
-        assert result.tasks[ensure_task(key)] == "success"
-    for key in DELETABLE:
-        assert result.tasks[delete_task(key)] == "success"
-    actions = _xcom_actions(result.tasks)
-    assert {actions[ensure_task(k)] for k in KEYS} == {"created"}
-    assert {actions[delete_task(k)] for k in DELETABLE} == {"deleted"}
-    # Every wait on a long-running operation was a deferral: no task held a worker slot while GCP worked.
-    deferred = set(re.findall(r"Pausing task as DEFERRED\..*?task_id=(\S+)", result.output))
-    waits = {ensure_task(k) for k in KEYS} | {delete_task(k) for k in DELETABLE}
-    kube_and_job = {"kube.raycluster", "train.wait", "checkpoint.validate", "checkpoint.export"}
-    assert deferred == waits | kube_and_job | {"teardown.delete-raycluster"}
-    assert sandbox.inventory() == []
+    xcom = latest_run("nemo_rl_grpo_gke")["xcom"]
+    return {task: value["action"] for (task, key), value in xcom.items() if key == t.RETURN and "action" in value}
 
 
 def test_keep_policy_keeps_everything_and_a_second_run_creates_nothing(sandbox: SandboxProcess, dag: Any) -> None:
-    first = run_in_process(dag, {"teardown_policy": "keep_all"})
+    first = run_in_process(dag, {**INFRA_ONLY, "teardown_policy": t.KEEP_ALL})
     assert first.state == "success"
+    # A run that stops after the infrastructure skips the rest, and says so on the grid.
+    assert {first.tasks[k] for k in SKIPPED} == {"skipped"}
     kept = sandbox.inventory()
     # Every resource of the run, plus the cluster's default pool (created with the cluster, not a resource of ours).
     assert len(kept) == len(KEYS) + 1 and "default-pool" in {i["name"] for i in kept}
@@ -100,83 +75,76 @@ def test_keep_policy_keeps_everything_and_a_second_run_creates_nothing(sandbox: 
         assert "airflow-nemo-rl-gke" in marker, item
 
     seq = _last_seq(sandbox)
-    second = run_in_process(dag, {"teardown_policy": "keep_all"})
+    second = run_in_process(dag, {**INFRA_ONLY, "teardown_policy": t.KEEP_ALL})
     assert second.state == "success"
     assert _creates_since(sandbox, seq) == []
-    assert {_xcom_actions(second.tasks)[ensure_task(k)] for k in KEYS} == {"exists"}
+    assert {_actions()[k] for k in KEYS} == {outcomes.EXISTS}
     assert len(sandbox.inventory()) == len(KEYS) + 1
 
-    cleanup = run_in_process(dag, {"teardown_policy": "delete_all"})
+    cleanup = run_in_process(dag, {**INFRA_ONLY, "teardown_policy": t.DELETE_ALL})
     assert cleanup.state == "success"
     assert sandbox.inventory() == []
 
 
-def _raw_create_network(sandbox: SandboxProcess, name: str) -> None:
-    """A network someone else made: no ownership marker."""
+def _raw_network(sandbox: SandboxProcess, method: str, name: str = "") -> None:
+    """Someone else's network: created without the ownership marker, or deleted by them."""
+    path = f"{sandbox.url}/compute/v1/projects/{SPEC.project}/global/networks"
     body = json.dumps({"name": name, "autoCreateSubnetworks": True, "routingConfig": {"routingMode": "REGIONAL"}})
     request = urllib.request.Request(
-        f"{sandbox.url}/compute/v1/projects/{SPEC.project}/global/networks",
-        data=body.encode(),
-        method="POST",
+        path if method == "POST" else f"{path}/{SPEC.network}",
+        data=body.encode() if method == "POST" else None,
+        method=method,
         headers={"Content-Type": "application/json"},
     )
     with urllib.request.urlopen(request, timeout=30) as response:
         assert response.status == 200
 
 
-def _raw_delete_network(sandbox: SandboxProcess, name: str) -> None:
-    request = urllib.request.Request(
-        f"{sandbox.url}/compute/v1/projects/{SPEC.project}/global/networks/{name}", method="DELETE"
-    )
-    with urllib.request.urlopen(request, timeout=30) as response:
-        assert response.status == 200
-
-
 def test_a_resource_the_run_did_not_create_survives_every_teardown(sandbox: SandboxProcess, dag: Any) -> None:
-    _raw_create_network(sandbox, SPEC.network)
+    _raw_network(sandbox, "POST", SPEC.network)
     try:
-        refused = run_in_process(dag, {})
+        refused = run_in_process(dag, INFRA_ONLY)
         assert refused.state == "failed"
-        assert refused.tasks[ensure_task("net")] == "failed"
+        assert refused.tasks[t.NET] == "failed"
         assert [(i["kind"], i["name"]) for i in sandbox.inventory()] == [("compute.network", SPEC.network)]
 
-        adopted = run_in_process(dag, {"adopt_existing": True})
+        adopted = run_in_process(dag, {**INFRA_ONLY, "adopt_existing": True})
         assert adopted.state == "success"
-        actions = _xcom_actions(adopted.tasks)
-        assert actions[ensure_task("net")] == "adopted"
-        assert actions[delete_task("net")] == "kept-unowned"
+        actions = _actions()
+        assert actions[t.NET] == outcomes.ADOPTED
+        assert actions[t.DELETE_NET] == outcomes.KEPT_UNOWNED
         assert [(i["kind"], i["name"]) for i in sandbox.inventory()] == [("compute.network", SPEC.network)]
     finally:
-        _raw_delete_network(sandbox, SPEC.network)
+        _raw_network(sandbox, "DELETE")
 
 
-# Every create and every wait fails before any training, so each costs one short run. A delete fault needs a whole
-# run (training included): one resource per API collection covers every delete code path (the other RDMA subnets and
-# networks go through the same calls as rdma-sub-0 and net).
-DELETE_FAULTS = ["net", "rdma-sub-0", "gvnic-fw", "peering-range", "peering", "lustre", "cluster"]
-STEPS = [(key, "create") for key in KEYS] + [(key, "wait") for key in KEYS] + [(key, "delete") for key in DELETE_FAULTS]
-
-
-@pytest.mark.parametrize(("key", "step"), STEPS, ids=[f"{step}-{key}" for key, step in STEPS])
-def test_a_fault_in_any_step_fails_the_run_and_leaves_nothing_behind(
-    sandbox: SandboxProcess, dag: Any, key: str, step: str
+# One fault of each kind through the whole DAG: the failed task, teardown after it, the run's state.
+@pytest.mark.parametrize(
+    ("key", "fault"),
+    [
+        (t.NODE_POOL, {"status": 400, "message": "injected: invalid request"}),
+        (t.LUSTRE, {"operation": "error", "message": "injected: operation failed"}),
+    ],
+    ids=["create-node-pool", "wait-lustre"],
+)
+def test_a_failed_provisioning_step_fails_the_run_and_teardown_leaves_nothing(
+    sandbox: SandboxProcess, dag: Any, key: str, fault: dict[str, Any]
 ) -> None:
-    if step == "create":
-        sandbox.add_fault(create_match(key), status=400, message="injected: invalid request")
-    elif step == "wait":
-        sandbox.add_fault(create_match(key), operation="error", message="injected: operation failed")
-    else:
-        sandbox.add_fault(delete_match(key), status=400, message="injected: delete refused")
-    result = run_in_process(dag, {})
-    if step == "delete":
-        # The deletion failed once; the teardown task retried it (the fault was one call) and the run reports it.
-        assert result.tries[delete_task(key)] >= 2
-        assert result.tasks[delete_task(key)] == "success"
-    else:
-        assert result.state == "failed"
-        assert result.tasks[ensure_task(key)] == "failed"
-        # Teardown ran after the failure and deleted everything the run had created.
-        assert all(result.tasks[delete_task(k)] == "success" for k in DELETABLE)
-    fired = [f for f in sandbox.faults() if f.get("fired")]
-    assert len(fired) == 1, sandbox.faults()
+    sandbox.add_fault(create_match(REGISTRY[key]), **fault)
+    result = run_in_process(dag, INFRA_ONLY)
+    assert result.state == "failed"
+    assert result.tasks[key] == "failed" and result.tries[key] == 1
+    # Teardown ran after the failure and deleted everything the run had created.
+    assert all(result.tasks[d] == "success" for d in DELETES)
+    assert [f["fired"] for f in sandbox.faults()] == [1]
+    assert sandbox.inventory() == []
+
+
+def test_a_refused_delete_is_retried_and_the_run_still_succeeds(sandbox: SandboxProcess, dag: Any) -> None:
+    sandbox.add_fault(delete_match(REGISTRY[t.NET]), status=400, message="injected: delete refused")
+    result = run_in_process(dag, INFRA_ONLY)
+    assert result.state == "success"
+    # The deletion failed once; the teardown task retried it (the fault was one call).
+    assert result.tries[t.DELETE_NET] >= 2 and result.tasks[t.DELETE_NET] == "success"
+    assert [f["fired"] for f in sandbox.faults()] == [1]
     assert sandbox.inventory() == []

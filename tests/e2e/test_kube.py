@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from sandbox.testing import SandboxProcess, pid_alive
 
+from nemo_rl_gke import topology as t
 from nemo_rl_gke.gcp.hooks import GcpHook
 from nemo_rl_gke.kube.client import KubeHook
 from nemo_rl_gke.spec import RunSpec
@@ -18,13 +19,13 @@ from tests.e2e.harness import run_cli, run_in_process
 
 pytestmark = pytest.mark.airflow
 SPEC = RunSpec()
-KUBE_TASKS = ["kube.nccl-installer", "kube.network-mapping", "kube.lustre-storage", "kube.raycluster"]
+KUBE_TASKS = [t.NCCL_INSTALLER, t.NETWORK_MAPPING, t.LUSTRE_STORAGE, t.RAYCLUSTER]
 
 
 def _kube_results() -> dict[str, dict[str, Any]]:
-    from nemo_rl_gke.demo import _latest_run
+    from sandbox.demo import latest_run
 
-    xcom = _latest_run("nemo_rl_grpo_gke")["xcom"]
+    xcom = latest_run("nemo_rl_grpo_gke")["xcom"]
     return {task: value for (task, key), value in xcom.items() if key == "return_value" and task in KUBE_TASKS}
 
 
@@ -32,7 +33,7 @@ def test_kube_group_brings_up_objects_and_a_real_ray_then_teardown_leaves_nothin
     sandbox: SandboxProcess, dag: Any
 ) -> None:
     sandbox.reset()
-    kept = run_in_process(dag, {"teardown_policy": "keep_all"})
+    kept = run_in_process(dag, {"stop_after": t.KUBE, "teardown_policy": t.KEEP_ALL})
     assert kept.state == "success"
     assert all(kept.tasks[t] == "success" for t in KUBE_TASKS)
     first = _kube_results()
@@ -51,7 +52,7 @@ def test_kube_group_brings_up_objects_and_a_real_ray_then_teardown_leaves_nothin
 
     # Re-applying every object changes nothing: the sandbox sees the same objects at the same resourceVersions.
     before = sandbox.full_inventory()["kubernetes"]
-    again = run_in_process(dag, {"teardown_policy": "keep_all"})
+    again = run_in_process(dag, {"stop_after": t.KUBE, "teardown_policy": t.KEEP_ALL})
     assert again.state == "success"
     second = _kube_results()
     assert {o["action"] for r in second.values() for o in r["objects"]} == {"unchanged"}
@@ -63,9 +64,9 @@ def test_kube_group_brings_up_objects_and_a_real_ray_then_teardown_leaves_nothin
     }
     assert [h["pid"] for h in sandbox.full_inventory()["ray_heads"]] == [heads[0]["pid"]]
 
-    cleanup = run_in_process(dag, {"teardown_policy": "delete_all"})
+    cleanup = run_in_process(dag, {"stop_after": t.KUBE, "teardown_policy": t.DELETE_ALL})
     assert cleanup.state == "success"
-    assert cleanup.tasks["teardown.delete-raycluster"] == "success"
+    assert cleanup.tasks[t.DELETE_RAYCLUSTER] == "success"
     after = sandbox.full_inventory()
     assert after["resources"] == [] and after["kubernetes"] == [] and after["ray_heads"] == []
     assert not pid_alive(heads[0]["pid"])
@@ -81,15 +82,15 @@ def test_a_raycluster_that_never_gets_ready_fails_the_run_naming_condition_and_p
         message="0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
     )
     try:
-        result = run_cli({"kube_timeout_s": 8}, env)
+        result = run_cli({"stop_after": t.KUBE, "kube_timeout_s": 8}, env)
     finally:
         sandbox.clear_faults()
     assert result.state == "failed"
-    assert result.tasks["kube.raycluster"] == "failed"
-    assert result.tries["kube.raycluster"] == 1  # a stuck cluster is not retried into a second long wait
+    assert result.tasks[t.RAYCLUSTER] == "failed"
+    assert result.tries[t.RAYCLUSTER] == 1  # a stuck cluster is not retried into a second long wait
     assert "missing HeadPodReady (False, HeadPodNotReady)" in result.output
     assert "Unschedulable: 0/2 nodes are available: 2 Insufficient nvidia.com/gpu." in result.output
     # Teardown still cleaned everything, and no Ray was ever started.
-    assert all(state == "success" for task, state in result.tasks.items() if task.startswith("teardown."))
+    assert all(result.tasks[s.task_id] == "success" for s in t.teardown_steps())
     after = sandbox.full_inventory()
     assert after["resources"] == [] and after["kubernetes"] == [] and after["ray_heads"] == []

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from sandbox.testing import SandboxProcess
 
+from nemo_rl_gke import topology as t
 from nemo_rl_gke.spec import RunSpec
 from tests.e2e.harness import HF_TEST_TOKEN, WANDB_TEST_KEY, run_cli
 
@@ -31,23 +32,31 @@ def _fresh(sandbox: SandboxProcess) -> Iterator[None]:
 
 
 def _xcom() -> dict[tuple[str, str], Any]:
-    from nemo_rl_gke.demo import _latest_run
+    from sandbox.demo import latest_run
 
-    return _latest_run("nemo_rl_grpo_gke")["xcom"]
+    return latest_run("nemo_rl_grpo_gke")["xcom"]
 
 
 def test_the_local_recipe_trains_validates_exports_and_cleans_up(sandbox: SandboxProcess, env: dict[str, str]) -> None:
     result = run_cli({"max_steps": 20}, env)
     assert result.state == "success", result.output[-3000:]
     assert all(state == "success" for state in result.tasks.values()), result.tasks
+    # Every resource was created, then deleted; every wait was a deferral, so no task held a worker slot meanwhile.
+    xcom = _xcom()
+    ensures = [s.task_id for s in t.gcp_resources()]
+    deletes = [s.task_id for s in t.teardown_steps() if s.op is t.Op.DELETE_GCP]
+    assert {xcom[(k, t.RETURN)]["action"] for k in ensures} == {"created"}
+    assert {xcom[(k, t.RETURN)]["action"] for k in deletes} == {"deleted"}
+    deferred = set(re.findall(r"Pausing task as DEFERRED\..*?task_id=(\S+)", result.output))
+    waits = {*ensures, *deletes, t.RAYCLUSTER, t.WAIT, t.CHECK_CHECKPOINT, t.EXPORT, t.DELETE_RAYCLUSTER}
+    assert deferred == waits
 
     # The reward curve is in XCom, one row per step, and it rises on the fixed seed.
-    xcom = _xcom()
-    steps = xcom[("train.wait", "steps")]
+    steps = xcom[(t.WAIT, "steps")]
     assert [s["step"] for s in steps] == list(range(1, 21))
     rewards = [s["avg_reward"] for s in steps]
     assert sum(rewards[-5:]) / 5 > sum(rewards[:5]) / 5 + 0.2, rewards
-    assert xcom[("train.wait", "summary")]["steps_completed"] == 20
+    assert xcom[(t.WAIT, "summary")]["steps_completed"] == 20
 
     # Every step header reached the task log (that they arrive while the job runs is proven causally, with a
     # gated job, in tests/gcp/test_rayjob.py: no timing here).
@@ -55,9 +64,9 @@ def test_the_local_recipe_trains_validates_exports_and_cleans_up(sandbox: Sandbo
     assert [n for n in range(1, 21) if any(f"Step {n}/20 " in line for line in lines)] == list(range(1, 21))
 
     # The checkpoint was validated where it lives (8 training ranks -> 8 shards) and exported.
-    report = xcom[("checkpoint.validate", "report")]
+    report = xcom[(t.CHECK_CHECKPOINT, "report")]
     assert report["valid"] and report["step"] == 20 and report["shards"] == {"weights": 8, "optimizer": 8}
-    exported = xcom[("checkpoint.export", "return_value")]
+    exported = xcom[(t.EXPORT, "return_value")]
     assert exported["uri"].startswith(f"gs://{SPEC.export_bucket_name}/nemo_rl_grpo_gke/")
     bucket = Path(sandbox.state_dir) / "gcs" / SPEC.export_bucket_name
     copied = {p.relative_to(bucket).as_posix().split("/", 2)[-1] for p in bucket.rglob("*") if p.is_file()}
@@ -109,11 +118,11 @@ def test_a_failing_job_fails_the_run_with_the_driver_last_lines_and_teardown_run
 ) -> None:
     result = run_cli({"extra_overrides": ["policy.optimizer.lr=-1"], "accept_checkpoint_loss": True}, env)
     assert result.state == "failed"
-    assert result.tasks["train.wait"] == "failed" and result.tries["train.wait"] == 1
+    assert result.tasks[t.WAIT] == "failed" and result.tries[t.WAIT] == 1
     assert "driver exit code: 2" in result.output or "exit code 2" in result.output
     assert "Last lines of the driver log:" in result.output
     assert "'policy.optimizer.lr' must be a number > 0.0, got -1" in result.output
-    assert all(state == "success" for task, state in result.tasks.items() if task.startswith("teardown."))
+    assert all(result.tasks[s.task_id] == "success" for s in t.teardown_steps())
     assert sandbox.full_inventory()["resources"] == []
 
 
@@ -123,14 +132,14 @@ def test_every_reward_zero_trips_the_guard_within_k_steps_and_lustre_is_kept_wit
     conf = {"max_steps": 20, "extra_overrides": ["data.ground_truth=full_solution"], "zero_learning_steps": 3}
     result = run_cli(conf, env)
     assert result.state == "failed"
-    assert result.tasks["train.wait"] == "failed"
+    assert result.tasks[t.WAIT] == "failed"
     assert "advantages" in result.output and "zero_learning_guard" in result.output
-    steps = _xcom()[("train.wait", "steps")]
+    steps = _xcom()[(t.WAIT, "steps")]
     assert 3 <= len(steps) < 20 and {s["avg_reward"] for s in steps} == {0.0}
     # A job ran and nothing was exported: teardown keeps Lustre (and what it needs) rather than lose the checkpoint.
     actions = {t: v.get("action") for (t, k), v in _xcom().items() if k == "return_value" and isinstance(v, dict)}
-    assert actions["teardown.delete-lustre"] == "kept-for-checkpoint"
-    assert actions["teardown.delete-net"] == "kept-for-lustre"
+    assert actions[t.DELETE_LUSTRE] == "kept-for-checkpoint"
+    assert actions[t.DELETE_NET] == "kept-for-lustre"
     kept = {r["kind"] for r in sandbox.inventory()}
     assert kept == LUSTRE_CHAIN
     assert sandbox.full_inventory()["ray_heads"] == []
@@ -142,7 +151,7 @@ def test_a_failed_export_keeps_lustre_and_says_where_the_checkpoint_is(
     sandbox.add_fault({"method": "POST", "path": ":exportData$"}, operation="error", message="injected: export failed")
     result = run_cli({}, env)
     assert result.state == "failed"
-    assert result.tasks["checkpoint.export"] == "failed"
+    assert result.tasks[t.EXPORT] == "failed"
     assert re.search(r"still on Lustre instance nemo-rl-lustre at /nemo_rl_local/step_2", result.output)
     assert {r["kind"] for r in sandbox.inventory()} == LUSTRE_CHAIN
     # Accepting the loss lets the next run's teardown delete it all.

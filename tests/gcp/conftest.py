@@ -18,7 +18,7 @@ from sandbox.testing import SandboxProcess, request_json, start_sandbox
 
 from nemo_rl_gke.gcp.hooks import GcpHook, RetryPolicy
 from nemo_rl_gke.gcp.operations import OperationRef, OperationStatus, operation_status
-from nemo_rl_gke.gcp.resources import EnsureResult, Resource, ensure
+from nemo_rl_gke.gcp.resources import ActionResult, Resource, ensure
 from nemo_rl_gke.spec import RunSpec
 
 # Operations take 1/1000 of their modelled time: Lustre 0.6 s, a cluster 0.4 s. Enough to be seen running.
@@ -74,7 +74,7 @@ def wait_for(hook: GcpHook, operation: OperationRef, timeout_s: float = 30.0) ->
         time.sleep(0.02)
 
 
-def ensure_done(resource: Resource, hook: GcpHook, adopt_existing: bool = False) -> EnsureResult:
+def ensure_done(resource: Resource, hook: GcpHook, adopt_existing: bool = False) -> ActionResult:
     """Ensure, then wait on the operation it hands back (what the operator's deferral does); fail on its error."""
     result = ensure(resource, hook, adopt_existing)
     if result.operation is not None:

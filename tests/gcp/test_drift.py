@@ -7,12 +7,10 @@ from typing import Any
 
 import pytest
 
-from nemo_rl_gke.gcp.resources import (
-    PEERING_RANGE_FIELD,
-    normalize_ref,
-    resources,
-    same_ref,
-)
+from nemo_rl_gke import topology as t
+from nemo_rl_gke.gcp.resources import resources
+from nemo_rl_gke.gcp.resources.drift import normalize_ref, same_ref
+from nemo_rl_gke.gcp.resources.peering import PEERING_RANGE_FIELD
 from nemo_rl_gke.spec import OWNER_DESCRIPTION, RunSpec
 
 SPEC = RunSpec.from_conf({"project": "my-project", "region": "us-east5", "zone": "us-east5-b"})
@@ -43,14 +41,14 @@ def test_compute_urls_normalise_to_the_relative_path(ref: str) -> None:
     assert not same_ref(NET_URL.replace("nemo-rl-net", "other"), ref)
 
 
-@pytest.mark.parametrize("key", [k for k in FOUND if k != "peering"])
+@pytest.mark.parametrize("key", [k for k in FOUND if k != t.PEERING])
 def test_what_we_create_is_ours_and_matches_the_conf(key: str) -> None:
     actual = _as_read(key)
     assert FOUND[key].owned(actual)
     assert FOUND[key].drift(actual) == []
 
 
-@pytest.mark.parametrize("key", ["net", "gvnic-sub", "gvnic-fw", "peering-range", "lustre", "cluster", "node-pool"])
+@pytest.mark.parametrize("key", [t.NET, t.GVNIC_SUB, t.GVNIC_FW, t.PEERING_RANGE, t.LUSTRE, t.GKE_CLUSTER, t.NODE_POOL])
 def test_without_the_marker_it_is_not_ours(key: str) -> None:
     actual = _as_read(key)
     for field in ("description", "labels", "resourceLabels"):
@@ -60,23 +58,23 @@ def test_without_the_marker_it_is_not_ours(key: str) -> None:
 
 
 def test_google_spellings_of_the_same_values_are_not_drift() -> None:
-    subnet = _as_read("gvnic-sub")
+    subnet = _as_read(t.GVNIC_SUB)
     subnet["network"] = "https://www.googleapis.com/compute/v1/projects/my-project/global/networks/nemo-rl-gvnic-net"
-    assert FOUND["gvnic-sub"].drift(subnet) == []
+    assert FOUND[t.GVNIC_SUB].drift(subnet) == []
 
-    firewall = _as_read("gvnic-fw")
+    firewall = _as_read(t.GVNIC_FW)
     firewall["allowed"] = [
         {"IPProtocol": "ICMP"},
         {"IPProtocol": "UDP", "ports": ["0-65535"]},
         {"IPProtocol": "TCP", "ports": ["0-65535"]},
     ]
-    assert FOUND["gvnic-fw"].drift(firewall) == []
+    assert FOUND[t.GVNIC_FW].drift(firewall) == []
 
-    lustre = _as_read("lustre")
+    lustre = _as_read(t.LUSTRE)
     lustre["capacityGib"] = 18000  # int64 as a number instead of a string
-    assert FOUND["lustre"].drift(lustre) == []
+    assert FOUND[t.LUSTRE].drift(lustre) == []
 
-    pool = _as_read("node-pool")
+    pool = _as_read(t.NODE_POOL)
     pool["networkConfig"]["additionalNodeNetworkConfigs"] = [
         {
             "network": f"projects/my-project/global/networks/{n['network']}",
@@ -85,67 +83,67 @@ def test_google_spellings_of_the_same_values_are_not_drift() -> None:
         for n in pool["networkConfig"]["additionalNodeNetworkConfigs"]
     ]
     pool["config"]["accelerators"][0]["acceleratorCount"] = 8
-    assert FOUND["node-pool"].drift(pool) == []
+    assert FOUND[t.NODE_POOL].drift(pool) == []
 
-    net = _as_read("net")
+    net = _as_read(t.NET)
     del net["mtu"]  # the API's default MTU, 1460, which the conf asks for
-    assert FOUND["net"].drift(net) == []
+    assert FOUND[t.NET].drift(net) == []
 
 
 def test_drift_names_each_field_with_expected_and_found() -> None:
-    net = _as_read("net")
+    net = _as_read(t.NET)
     net["autoCreateSubnetworks"] = False
     net["mtu"] = 8896
-    assert FOUND["net"].drift(net) == [
+    assert FOUND[t.NET].drift(net) == [
         "autoCreateSubnetworks: expected true, found false",
         "mtu: expected 1460, found 8896",
     ]
 
-    rdma = _as_read("rdma-net")
+    rdma = _as_read(t.RDMA_NET)
     del rdma["networkProfile"]
-    assert FOUND["rdma-net"].drift(rdma) == [
+    assert FOUND[t.RDMA_NET].drift(rdma) == [
         "networkProfile: expected "
         '"https://compute.googleapis.com/compute/v1/projects/my-project/global/networkProfiles/us-east5-b-vpc-roce", '
         "found (unset)"
     ]
 
-    lustre = _as_read("lustre")
+    lustre = _as_read(t.LUSTRE)
     lustre["perUnitStorageThroughput"] = "250"
-    assert FOUND["lustre"].drift(lustre) == ["perUnitStorageThroughput: expected 500, found 250"]
+    assert FOUND[t.LUSTRE].drift(lustre) == ["perUnitStorageThroughput: expected 500, found 250"]
 
-    cluster = _as_read("cluster")
+    cluster = _as_read(t.GKE_CLUSTER)
     cluster["addonsConfig"]["rayOperatorConfig"] = {}
     cluster["networkConfig"]["enableMultiNetworking"] = False
     cluster["network"] = "default"
-    assert FOUND["cluster"].drift(cluster) == [
+    assert FOUND[t.GKE_CLUSTER].drift(cluster) == [
         'network: expected "nemo-rl-net", found "default"',
         "networkConfig.enableMultiNetworking: expected true, found false",
         "addonsConfig.rayOperatorConfig.enabled: expected true, found false",
     ]
 
-    pool = _as_read("node-pool")
+    pool = _as_read(t.NODE_POOL)
     pool["config"]["machineType"] = "a3-ultragpu-8g"
     pool["networkConfig"]["additionalNodeNetworkConfigs"] = pool["networkConfig"]["additionalNodeNetworkConfigs"][:1]
     pool["locations"] = ["us-east5-a"]
-    lines = FOUND["node-pool"].drift(pool)
+    lines = FOUND[t.NODE_POOL].drift(pool)
     assert [line.split(":")[0] for line in lines] == [
         "config.machineType",
         "networkConfig.additionalNodeNetworkConfigs",
         "locations",
     ]
 
-    address = _as_read("peering-range")
+    address = _as_read(t.PEERING_RANGE)
     address["prefixLength"] = 24
     address["purpose"] = "GCE_ENDPOINT"
-    assert FOUND["peering-range"].drift(address) == [
+    assert FOUND[t.PEERING_RANGE].drift(address) == [
         'purpose: expected "VPC_PEERING", found "GCE_ENDPOINT"',
         "prefixLength: expected 20, found 24",
     ]
 
 
 def test_the_peering_is_ours_through_its_range() -> None:
-    peering = FOUND["peering"]
-    ours_range = _as_read("peering-range")
+    peering = FOUND[t.PEERING]
+    ours_range = _as_read(t.PEERING_RANGE)
     connection = {"reservedPeeringRanges": [SPEC.peering_range], PEERING_RANGE_FIELD: ours_range}
     assert peering.owned(connection)
     assert peering.drift(connection) == []
@@ -161,12 +159,12 @@ def test_the_peering_is_ours_through_its_range() -> None:
 
 
 def test_states_decide_ready_failed_and_deleting() -> None:
-    cluster, lustre = FOUND["cluster"], FOUND["lustre"]
+    cluster, lustre = FOUND[t.GKE_CLUSTER], FOUND[t.LUSTRE]
     assert cluster.ready({"status": "RUNNING"}) and not cluster.ready({"status": "PROVISIONING"})
     assert cluster.failed({"status": "ERROR"}) and cluster.deleting({"status": "STOPPING"})
     assert lustre.ready({"state": "ACTIVE"}) and not lustre.ready({"state": "CREATING"})
     assert lustre.deleting({"state": "DELETING"})
-    assert FOUND["peering-range"].ready({"status": "RESERVED"}) and not FOUND["peering-range"].ready(
+    assert FOUND[t.PEERING_RANGE].ready({"status": "RESERVED"}) and not FOUND[t.PEERING_RANGE].ready(
         {"status": "RESERVING"}
     )
-    assert FOUND["net"].owned({"description": OWNER_DESCRIPTION})
+    assert FOUND[t.NET].owned({"description": OWNER_DESCRIPTION})

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from sandbox.testing import SandboxProcess, pid_alive
 
+from nemo_rl_gke import topology as t
 from nemo_rl_gke.deployment import Deployment
 from nemo_rl_gke.gcp.hooks import GcpHook
 from nemo_rl_gke.gcp.resources import resources
@@ -41,7 +42,7 @@ pytestmark = pytest.mark.airflow
 def cluster_spec(spec: RunSpec, hook: GcpHook) -> RunSpec:
     """A running GKE cluster and a ready Lustre instance (with its network and peering) in the test's project."""
     found = resources(spec)
-    for key in ("net", "cluster", "peering-range", "peering", "lustre"):
+    for key in (t.NET, t.GKE_CLUSTER, t.PEERING_RANGE, t.PEERING, t.LUSTRE):
         ensure_done(found[key], hook)
     return spec
 
@@ -292,7 +293,7 @@ def test_deleting_the_gke_cluster_stops_its_ray(cluster_spec: RunSpec, hook: Gcp
     from nemo_rl_gke.gcp.resources import delete_resource
     from tests.gcp.conftest import wait_for
 
-    outcome = delete_resource(resources(cluster_spec)["cluster"], hook)
+    outcome = delete_resource(resources(cluster_spec)[t.GKE_CLUSTER], hook)
     assert outcome.operation is not None
     wait_for(hook, outcome.operation)
     deadline = time.monotonic() + 30

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from nemo_rl_gke import topology as t
 from nemo_rl_gke.deployment import Deployment
 from nemo_rl_gke.gcp.hooks import GcpHook
 from nemo_rl_gke.gcp.resources import resources
@@ -63,7 +64,7 @@ GATED_SCRIPT = (
 def ray_spec(spec: RunSpec, hook: GcpHook) -> Iterator[RunSpec]:
     """A running cluster with Lustre, the PV/PVC and a ready RayCluster (a real Ray head) in the test's project."""
     found = resources(spec)
-    for key in ("net", "cluster", "peering-range", "peering", "lustre"):
+    for key in (t.NET, t.GKE_CLUSTER, t.PEERING_RANGE, t.PEERING, t.LUSTRE):
         ensure_done(found[key], hook)
     kube = KubeHook(spec, hook)
     objects = [

@@ -12,11 +12,10 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1
 from sandbox.testing import SandboxProcess
 
+from nemo_rl_gke import topology as t
 from nemo_rl_gke.gcp.hooks import GcpHook
 from nemo_rl_gke.gcp.operations import COMPUTE, CONTAINER, LONGRUNNING
 from nemo_rl_gke.gcp.resources import (
-    OWNER_MARKER,
-    TEARDOWN_ORDER,
     DriftError,
     NotOwnedError,
     NotReadyError,
@@ -25,6 +24,7 @@ from nemo_rl_gke.gcp.resources import (
     ensure,
     resources,
 )
+from nemo_rl_gke.gcp.resources.ownership import OWNER_MARKER
 from nemo_rl_gke.spec import RunSpec
 from tests.gcp.conftest import (
     FAST_RETRY,
@@ -38,19 +38,9 @@ from tests.gcp.conftest import (
     wait_raw_compute,
 )
 
-CREATION_ORDER = [
-    "net",
-    "gvnic-net",
-    "gvnic-sub",
-    "gvnic-fw",
-    "rdma-net",
-    *(f"rdma-sub-{n}" for n in range(8)),
-    "peering-range",
-    "peering",
-    "lustre",
-    "cluster",
-    "node-pool",
-]
+CREATION_ORDER = [s.task_id for s in t.gcp_resources()]
+# The deletions in the topology's teardown order; the node pool goes with its cluster.
+TEARDOWN_ORDER = [target for s in t.teardown_steps() for target in s.deletes if target in CREATION_ORDER]
 SHAPES = {"compute": COMPUTE, "container": CONTAINER, "lustre": LONGRUNNING, "servicenetworking": LONGRUNNING}
 
 
@@ -111,7 +101,7 @@ def test_provision_reensure_and_teardown_every_resource(sandbox: SandboxProcess,
         assert resource.drift(actual) == [], key
     ours = project_inventory(sandbox, spec.project)
     names = {item["name"] for item in ours}
-    assert {r.name for r in found.values() if r.key != "peering"} <= names, dump(ours)
+    assert {r.name for r in found.values() if r.key != t.PEERING} <= names, dump(ours)
 
     # 2. A second ensure of everything finds it all: 0 creates, 0 deletes, only reads.
     since = last_seq(sandbox)
@@ -123,7 +113,7 @@ def test_provision_reensure_and_teardown_every_resource(sandbox: SandboxProcess,
     assert writes == [], dump(writes)
 
     # 3. Teardown in FACTS §4 order deletes everything; the node pool goes with its cluster.
-    assert set(TEARDOWN_ORDER) == set(CREATION_ORDER) - {"node-pool"}
+    assert set(TEARDOWN_ORDER) == set(CREATION_ORDER) - {t.NODE_POOL}
     for key in TEARDOWN_ORDER:
         result = delete_resource(found[key], hook)
         assert result.action == "deleted", key
@@ -134,7 +124,7 @@ def test_provision_reensure_and_teardown_every_resource(sandbox: SandboxProcess,
 
     # 4. Deleting again: everything is absent (404 counts as done), nothing is sent.
     since = last_seq(sandbox)
-    for key in [*TEARDOWN_ORDER, "node-pool"]:
+    for key in [*TEARDOWN_ORDER, t.NODE_POOL]:
         assert delete_resource(found[key], hook).action == "absent", key
     assert [c for c in sandbox.calls(since) if c["method"] != "GET"] == []
 
@@ -143,7 +133,7 @@ def test_delete_of_missing_resources_is_absent(sandbox: SandboxProcess, hook: Gc
     for key, resource in resources(spec).items():
         assert delete_resource(resource, hook).action == "absent", key
         # The raw delete of a missing resource answers 404, which counts as done.
-        if key != "peering":
+        if key != t.PEERING:
             assert resource.delete(hook) is None, key
 
 
@@ -157,7 +147,7 @@ def test_unowned_network_is_refused_adopted_on_request_and_never_deleted(
     # What `gcloud compute networks create NET --subnet-mode=auto` makes: no description, Google's defaults.
     theirs = compute_v1.Network(name=spec.network, auto_create_subnetworks=True)
     wait_raw_compute(sandbox, spec.project, raw.insert_unary(project=spec.project, network_resource=theirs))
-    net = resources(spec)["net"]
+    net = resources(spec)[t.NET]
 
     since = last_seq(sandbox)
     with pytest.raises(NotOwnedError) as refused:
@@ -181,8 +171,8 @@ def test_unowned_network_is_refused_adopted_on_request_and_never_deleted(
 def test_drift_is_refused_with_the_field_named_and_never_retried(
     sandbox: SandboxProcess, hook: GcpHook, spec: RunSpec
 ) -> None:
-    _provision(hook, spec, ["gvnic-net"])
-    subnet = resources(spec)["gvnic-sub"]
+    _provision(hook, spec, [t.GVNIC_NET])
+    subnet = resources(spec)[t.GVNIC_SUB]
     # Our own subnet from an earlier run with another range: owned, but not what this conf asks for.
     other = compute_v1.Subnetwork(subnet.request.message)
     other.ip_cidr_range = "10.10.0.0/24"
@@ -206,8 +196,8 @@ def test_drift_is_refused_with_the_field_named_and_never_retried(
 def test_unowned_and_drifted_subnet_is_refused_as_unowned_then_as_drift(
     sandbox: SandboxProcess, hook: GcpHook, spec: RunSpec
 ) -> None:
-    _provision(hook, spec, ["rdma-net"])
-    subnet = resources(spec)["rdma-sub-3"]
+    _provision(hook, spec, [t.RDMA_NET])
+    subnet = resources(spec)[t.RDMA_SUBS[3]]
     theirs = compute_v1.Subnetwork(subnet.request.message)
     theirs.description = ""
     theirs.ip_cidr_range = "10.20.0.0/24"
@@ -231,7 +221,7 @@ def test_transient_error_on_create_is_retried(
 ) -> None:
     path = f"/projects/{spec.project}/global/networks$"
     sandbox.add_fault({"method": "POST", "path": path}, status=status)
-    result = ensure_done(resources(spec)["net"], hook)
+    result = ensure_done(resources(spec)[t.NET], hook)
     assert result.action == "created"
     posts = [c for c in api_calls(sandbox, spec.project) if c["method"] == "POST"]
     assert [c["status"] for c in posts] == [status, 200], dump(posts)
@@ -251,7 +241,7 @@ def test_transient_errors_are_retried_a_bounded_number_of_times(
 ) -> None:
     sandbox.add_fault({"method": "POST", "path": f"/projects/{spec.project}/global/networks$"}, status=503, times=None)
     with pytest.raises(api_exceptions.ServiceUnavailable):
-        ensure(resources(spec)["net"], hook, adopt_existing=False)
+        ensure(resources(spec)[t.NET], hook, adopt_existing=False)
     posts = [c for c in api_calls(sandbox, spec.project) if c["method"] == "POST"]
     assert len(posts) == FAST_RETRY.attempts
 
@@ -262,7 +252,7 @@ def test_permanent_error_is_not_retried(
 ) -> None:
     sandbox.add_fault({"method": "POST", "path": f"/projects/{spec.project}/global/networks$"}, status=status)
     with pytest.raises(error):
-        ensure(resources(spec)["net"], hook, adopt_existing=False)
+        ensure(resources(spec)[t.NET], hook, adopt_existing=False)
     posts = [c for c in api_calls(sandbox, spec.project) if c["method"] == "POST"]
     assert [c["status"] for c in posts] == [status]
 
@@ -272,7 +262,7 @@ def test_a_create_answered_409_is_read_back_as_ours(
 ) -> None:
     # A concurrent run (or a create that went through before a dropped connection) made it between our get and
     # our create: the create answers 409, ensure reads it back, and it carries our marker.
-    net = resources(spec)["net"]
+    net = resources(spec)[t.NET]
     ensure_done(net, hook)
     real_get = type(net).get
     reads: list[str] = []
@@ -292,11 +282,11 @@ def test_a_create_answered_409_is_read_back_as_ours(
 def test_failed_operation_leaves_a_failed_resource_that_ensure_refuses(
     sandbox: SandboxProcess, hook: GcpHook, spec: RunSpec
 ) -> None:
-    _provision(hook, spec, ["net"])
+    _provision(hook, spec, [t.NET])
     sandbox.add_fault(
         {"method": "POST", "path": f"/projects/{spec.project}/locations/[^/]+/clusters$"}, operation="error"
     )
-    cluster = resources(spec)["cluster"]
+    cluster = resources(spec)[t.GKE_CLUSTER]
     result = ensure(cluster, hook, adopt_existing=False)
     assert result.operation is not None
     assert wait_for(hook, result.operation).failed
@@ -317,11 +307,11 @@ def test_failed_operation_leaves_a_failed_resource_that_ensure_refuses(
 def test_cluster_still_provisioning_is_waited_on_through_its_listed_operation(
     sandbox: SandboxProcess, hook: GcpHook, spec: RunSpec
 ) -> None:
-    _provision(hook, spec, ["net"])
+    _provision(hook, spec, [t.NET])
     sandbox.add_fault(
         {"method": "POST", "path": f"/projects/{spec.project}/locations/[^/]+/clusters$"}, operation="hang"
     )
-    cluster = resources(spec)["cluster"]
+    cluster = resources(spec)[t.GKE_CLUSTER]
     first = ensure(cluster, hook, adopt_existing=False)
     assert first.action == "created" and first.operation is not None
     actual = cluster.get(hook)
@@ -336,11 +326,11 @@ def test_cluster_still_provisioning_is_waited_on_through_its_listed_operation(
 def test_still_provisioning_without_a_listed_operation_is_not_ready(
     sandbox: SandboxProcess, hook: GcpHook, spec: RunSpec, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _provision(hook, spec, ["net"])
+    _provision(hook, spec, [t.NET])
     sandbox.add_fault(
         {"method": "POST", "path": f"/projects/{spec.project}/locations/[^/]+/clusters$"}, operation="hang"
     )
-    cluster = resources(spec)["cluster"]
+    cluster = resources(spec)[t.GKE_CLUSTER]
     ensure(cluster, hook, adopt_existing=False)
 
     def not_served(**kwargs: object) -> None:
@@ -355,11 +345,11 @@ def test_still_provisioning_without_a_listed_operation_is_not_ready(
 def test_lustre_still_creating_is_waited_on_through_its_listed_operation(
     sandbox: SandboxProcess, hook: GcpHook, spec: RunSpec
 ) -> None:
-    _provision(hook, spec, ["net", "peering-range", "peering"])
+    _provision(hook, spec, [t.NET, t.PEERING_RANGE, t.PEERING])
     sandbox.add_fault(
         {"method": "POST", "path": f"/projects/{spec.project}/locations/{ZONE}/instances$"}, operation="hang"
     )
-    lustre = resources(spec)["lustre"]
+    lustre = resources(spec)[t.LUSTRE]
     first = ensure(lustre, hook, adopt_existing=False)
     assert first.operation is not None
     actual = lustre.get(hook)

@@ -1,10 +1,6 @@
-"""The GCP operators against the real local sandbox: real clients, real HTTP, real deferrals.
+"""The GCP and live-preflight operators against the real local sandbox: real clients, real HTTP, real deferrals.
 
-The context is a minimal dict (a task instance whose ``xcom_pull`` answers the validated conf, and whose
-``xcom_push`` records), but everything on the GCP side is real: the operators build their hook from
-``AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT`` pointing at the sandbox, the deferral raises ``TaskDeferred`` with the actual
-trigger, and that trigger is run to its event before ``execute_complete`` is called on a fresh operator, as Airflow
-does after a deferral.
+See tests/operators/harness.py for how a step runs here (only the task instance is a stand-in).
 """
 
 from __future__ import annotations
@@ -22,20 +18,27 @@ import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 from sandbox.testing import SandboxProcess, request_json, start_sandbox
 
-from nemo_rl_gke.operators.gcp import (
-    DEFERRAL_BACKSTOP_S,
-    DeleteGcpResourceOperator,
-    EnsureGcpResourceOperator,
-    PreflightLiveOperator,
-)
-from nemo_rl_gke.operators.preflight import FINDINGS_KEY, VALIDATE_TASK_ID
-from nemo_rl_gke.preflight import check_conf
+from nemo_rl_gke import outcomes
+from nemo_rl_gke import topology as t
+from nemo_rl_gke.operators.base import DEFERRAL_BACKSTOP_S
 from nemo_rl_gke.spec import RunSpec
 from nemo_rl_gke.triggers.operations import OperationTrigger
+from tests.operators.harness import (
+    POLL,
+    REGION,
+    ZONE,
+    Run,
+    gcp_conn,
+    operator,
+    project_resources,
+    run_step,
+    start_run,
+    trigger_events,
+)
 from tests.paths import ROOT
 
-REGION, ZONE = "us-central1", "us-central1-b"  # a RoCE zone of the sandbox
-POLL = 0.05
+__all__ = ["gcp_conn"]
+pytestmark = pytest.mark.usefixtures("gcp_conn")
 _projects = itertools.count(1)
 
 
@@ -45,78 +48,18 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxProcess
         yield running
 
 
-@pytest.fixture(autouse=True)
-def gcp_conn(sandbox: SandboxProcess, monkeypatch: pytest.MonkeyPatch) -> None:
-    """google_cloud_default -> the sandbox, exactly as a deployment would configure it for local runs."""
-    extras = {"is_anonymous": True, "api_endpoint": sandbox.url, "project": "sandbox"}
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", json.dumps({"conn_type": "google_cloud_platform", "extra": extras})
-    )
-
-
 @pytest.fixture
 def project() -> str:
     """A fresh project per test: the sandbox scopes every resource by project, so tests cannot see each other's."""
     return f"op-test-{next(_projects):03d}"
 
 
-class FakeTaskInstance:
-    """Just what the operators use of a task instance: the validate task's XCom, and a record of pushes."""
-
-    def __init__(self, conf: dict[str, Any]) -> None:
-        self.conf = conf
-        self.pushed: dict[str, Any] = {}
-
-    def xcom_pull(self, task_ids: str | None = None, key: str = "return_value", **_: Any) -> Any:
-        if (task_ids, key) == (VALIDATE_TASK_ID, "return_value"):
-            return self.conf
-        # Nothing else ran in these tests: no training job, no export (so teardown may delete Lustre).
-        assert task_ids in ("train.submit", "checkpoint.export", "teardown.delete-lustre"), (task_ids, key)
-        return None
-
-    def xcom_push(self, key: str, value: Any) -> None:
-        self.pushed[key] = value
-
-
-def context_for(project: str, **conf: Any) -> dict[str, Any]:
-    """A context whose validate task accepted this conf (validated for real)."""
-    raw = {"project": project, "region": REGION, "zone": ZONE, "reservation": "gpu-res", "poll_interval_s": POLL}
-    raw.update(conf)
-    spec, findings = check_conf(raw)
-    assert spec is not None, findings
-    return {"ti": FakeTaskInstance(spec.to_conf())}
-
-
-def spec_of(context: dict[str, Any]) -> RunSpec:
-    return RunSpec.from_conf(context["ti"].conf)
-
-
-def trigger_events(trigger: OperationTrigger) -> list[dict[str, Any]]:
-    async def collect() -> list[dict[str, Any]]:
-        return [event.payload async for event in trigger.run()]
-
-    return asyncio.run(asyncio.wait_for(collect(), 60))
-
-
-def fresh(operator: Any) -> Any:
-    """A new instance with the same arguments: Airflow resumes a deferred task on a new operator object."""
-    return type(operator)(task_id=operator.task_id, resource_key=operator.resource_key)
-
-
-def run_task(operator: Any, context: dict[str, Any]) -> tuple[dict[str, str], TaskDeferred | None]:
-    """execute(); on a deferral run the trigger to its one event and resume with execute_complete."""
-    try:
-        return operator.execute(context), None
-    except TaskDeferred as deferred:
-        events = trigger_events(deferred.trigger)
-        assert len(events) == 1
-        resumed = getattr(fresh(operator), deferred.method_name)
-        return resumed(context, event=events[0], **(deferred.kwargs or {})), deferred
+def spec_of(run: Run) -> RunSpec:
+    return RunSpec.from_conf(run.xcom[(t.VALIDATE, t.RETURN)])
 
 
 def live(sandbox: SandboxProcess, project: str) -> dict[str, dict[str, Any]]:
-    """The sandbox's inventory of one project, by resource name."""
-    return {r["name"]: r for r in sandbox.inventory() if f"projects/{project}/" in r["path"]}
+    return project_resources(sandbox, project)
 
 
 def deletes(sandbox: SandboxProcess, project: str, since: int) -> list[str]:
@@ -127,21 +70,21 @@ def deletes(sandbox: SandboxProcess, project: str, since: int) -> list[str]:
 def test_ensure_defers_while_the_operation_runs(sandbox: SandboxProcess, project: str) -> None:
     """No worker slot during the wait: execute() hands the running create to the triggerer and returns at once."""
     sandbox.add_fault({"method": "POST", "path": f"/projects/{project}/global/networks$"}, operation="hang")
-    context = context_for(project, network_timeout_s=321)
-    spec = spec_of(context)
-    operator = EnsureGcpResourceOperator(task_id="net", resource_key="net")
+    run = start_run(project, network_timeout_s=321)
+    spec = spec_of(run)
 
     started = time.time()
     with pytest.raises(TaskDeferred) as deferred:
-        operator.execute(context)
+        operator(t.NET).execute(run.context(t.NET))
     assert time.time() - started < 10
 
     trigger = deferred.value.trigger
     assert isinstance(trigger, OperationTrigger)
     assert deferred.value.method_name == "execute_complete"
-    assert deferred.value.kwargs == {"action": "created"}
+    # The result so far waits in XCom: `airflow dags test` drops deferral kwargs.
+    assert run.xcom[(t.NET, t.PENDING)] == {"key": t.NET, "name": "nemo-rl-net", "action": outcomes.CREATED}
     assert trigger.poll_interval == spec.poll_interval_s == POLL
-    assert trigger.timeout == spec.stage_timeout_s("network") == 321
+    assert trigger.timeout == spec.network_timeout_s == 321
     assert started <= trigger.started_at <= time.time()
     assert deferred.value.timeout == timedelta(seconds=321 + DEFERRAL_BACKSTOP_S)
     classpath, kwargs = trigger.serialize()
@@ -161,21 +104,20 @@ def test_ensure_defers_while_the_operation_runs(sandbox: SandboxProcess, project
 
 def test_ensure_creates_every_operation_shape_then_finds_them(sandbox: SandboxProcess, project: str) -> None:
     """compute, longrunning (Service Networking, Lustre) and container operations, each through defer and resume."""
-    context = context_for(project)
-    for key in ("net", "peering-range", "peering", "lustre", "cluster"):
-        result, deferred = run_task(EnsureGcpResourceOperator(task_id=key, resource_key=key), context)
+    run = start_run(project, network_timeout_s=111, storage_timeout_s=222, cluster_timeout_s=333)
+    timeouts = {t.NET: 111, t.PEERING_RANGE: 222, t.PEERING: 222, t.LUSTRE: 222, t.GKE_CLUSTER: 333}
+    for key, timeout in timeouts.items():
+        result, deferred = run_step(run, key)
         assert deferred is not None, key
-        assert result == {"key": key, "name": result["name"], "action": "created"}
-        assert deferred.trigger.timeout == spec_of(context).stage_timeout_s(
-            {"net": "network", "cluster": "cluster"}.get(key, "storage")
-        )
+        assert result == {"key": key, "name": result["name"], "action": outcomes.CREATED}
+        assert deferred.trigger.timeout == timeout
     assert {"nemo-rl-net", "nemo-rl-lustre-range", "nemo-rl-lustre", "nemo-rl-cluster"} <= set(live(sandbox, project))
 
     # Idempotent: a re-run (task retry, second DAG run) finds each resource ready and does not defer at all.
-    for key in ("net", "lustre", "cluster"):
-        result, deferred = run_task(EnsureGcpResourceOperator(task_id=key, resource_key=key), context)
+    for key in (t.NET, t.LUSTRE, t.GKE_CLUSTER):
+        result, deferred = run_step(run, key)
         assert deferred is None
-        assert result["action"] == "exists"
+        assert result["action"] == outcomes.EXISTS
 
 
 def test_operation_error_fails_without_retry(sandbox: SandboxProcess, project: str) -> None:
@@ -186,9 +128,9 @@ def test_operation_error_fails_without_retry(sandbox: SandboxProcess, project: s
         error_status="RESOURCE_EXHAUSTED",
     )
     with pytest.raises(AirflowFailException) as failure:
-        run_task(EnsureGcpResourceOperator(task_id="net", resource_key="net"), context_for(project))
+        run_step(start_run(project), t.NET)
     message = str(failure.value)
-    assert "network nemo-rl-net (net)" in message
+    assert f"network nemo-rl-net ({t.NET})" in message
     assert "Quota 'NETWORKS' exceeded" in message
     assert f"/compute/v1/projects/{project}/global/operations/" in message
     assert "last state DONE" in message
@@ -196,22 +138,21 @@ def test_operation_error_fails_without_retry(sandbox: SandboxProcess, project: s
 
 def test_timeout_fails_retryably_naming_the_resource_and_its_state(sandbox: SandboxProcess, project: str) -> None:
     sandbox.add_fault({"method": "POST", "path": f"/projects/{project}/locations/{REGION}/clusters$"}, operation="hang")
-    context = context_for(project)
-    operator = EnsureGcpResourceOperator(task_id="cluster", resource_key="cluster")
-    run_task(EnsureGcpResourceOperator(task_id="net", resource_key="net"), context)
+    run = start_run(project)
+    run_step(run, t.NET)
     with pytest.raises(TaskDeferred) as deferred:
-        operator.execute(context)
+        operator(t.GKE_CLUSTER).execute(run.context(t.GKE_CLUSTER))
     # The spec's cluster timeout is an hour; the same trigger with a short deadline stands in for the wait.
     _, kwargs = deferred.value.trigger.serialize()
     event = trigger_events(OperationTrigger(**{**kwargs, "timeout": 0.3, "started_at": time.time()}))[0]
     assert event["status"] == "timeout"
 
     with pytest.raises(AirflowException) as failure:
-        fresh(operator).execute_complete(context, event=event, **deferred.value.kwargs)
+        operator(t.GKE_CLUSTER).execute_complete(run.context(t.GKE_CLUSTER), event=event)
     # Retryable (not AirflowFailException): a retry re-runs ensure, which finds the cluster and waits on it again.
     assert not isinstance(failure.value, AirflowFailException)
     message = str(failure.value)
-    assert "GKE cluster nemo-rl-cluster (cluster)" in message
+    assert f"GKE cluster nemo-rl-cluster ({t.GKE_CLUSTER})" in message
     assert "timeout" in message
     assert f"last state {event['state']}" in message
     assert event["state"] in {"PENDING", "RUNNING"}
@@ -224,9 +165,9 @@ def test_polling_error_event_fails_retryably(project: str) -> None:
         "operation": {"service": "container", "path": "/v1/x", "shape": "container", "resource": "GKE cluster"},
         "state": "RUNNING",
     }
-    operator = EnsureGcpResourceOperator(task_id="cluster", resource_key="cluster")
+    run = start_run(project)
     with pytest.raises(AirflowException) as failure:
-        operator.execute_complete(context_for(project), event=event)
+        operator(t.GKE_CLUSTER).execute_complete(run.context(t.GKE_CLUSTER), event=event)
     assert not isinstance(failure.value, AirflowFailException)
     assert "HTTP 403: denied" in str(failure.value)
     assert "last state RUNNING" in str(failure.value)
@@ -239,81 +180,80 @@ def test_unowned_resource_fails_fast_and_survives_teardown(sandbox: SandboxProce
         "POST",
         {"name": "nemo-rl-net", "autoCreateSubnetworks": True, "description": "the platform team's"},
     )
-    context = context_for(project)
+    run = start_run(project)
     with pytest.raises(AirflowFailException, match="not created by this DAG"):
-        EnsureGcpResourceOperator(task_id="net", resource_key="net").execute(context)
+        run_step(run, t.NET)
 
     since = len(sandbox.calls())
-    result, deferred = run_task(DeleteGcpResourceOperator(task_id="del-net", resource_key="net"), context)
-    assert (result, deferred) == ({"key": "net", "name": "nemo-rl-net", "action": "kept-unowned"}, None)
+    result, deferred = run_step(run, t.DELETE_NET)
+    assert (result, deferred) == ({"key": t.NET, "name": "nemo-rl-net", "action": outcomes.KEPT_UNOWNED}, None)
     assert deletes(sandbox, project, since) == []
     assert "nemo-rl-net" in live(sandbox, project)
 
 
 # --- delete ----------------------------------------------------------------------------------------------------
 def test_delete_defers_and_deletes_in_teardown_order(sandbox: SandboxProcess, project: str) -> None:
-    context = context_for(project, teardown_timeout_s=777)
-    keys = ("net", "peering-range", "peering", "lustre", "cluster")
-    for key in keys:
-        run_task(EnsureGcpResourceOperator(task_id=key, resource_key=key), context)
-    for key in ("lustre", "peering", "peering-range", "cluster", "net"):
-        result, deferred = run_task(DeleteGcpResourceOperator(task_id=f"del-{key}", resource_key=key), context)
+    run = start_run(project, teardown_timeout_s=777)
+    for key in (t.NET, t.PEERING_RANGE, t.PEERING, t.LUSTRE, t.GKE_CLUSTER):
+        run_step(run, key)
+    for key in (t.DELETE_LUSTRE, t.DELETE_PEERING, t.DELETE_PEERING_RANGE, t.DELETE_CLUSTER, t.DELETE_NET):
+        result, deferred = run_step(run, key)
         assert deferred is not None, key
         assert deferred.trigger.timeout == 777
-        assert result["action"] == "deleted"
+        assert result["action"] == outcomes.DELETED
     assert live(sandbox, project) == {}
 
     # 404 is success: deleting what is already gone needs no operation and no deferral.
-    result, deferred = run_task(DeleteGcpResourceOperator(task_id="del-net", resource_key="net"), context)
-    assert (result["action"], deferred) == ("absent", None)
+    result, deferred = run_step(run, t.DELETE_NET)
+    assert (result["action"], deferred) == (outcomes.ABSENT, None)
 
 
-@pytest.mark.parametrize("policy", ["keep_cluster_and_storage", "keep_all"])
+@pytest.mark.parametrize("policy", [t.KEEP_WARM, t.KEEP_ALL])
 def test_delete_honours_keeping_policies(sandbox: SandboxProcess, project: str, policy: str) -> None:
-    context = context_for(project, teardown_policy=policy)
-    for key in ("net", "cluster"):
-        run_task(EnsureGcpResourceOperator(task_id=key, resource_key=key), context)
+    run = start_run(project, teardown_policy=policy)
+    for key in (t.NET, t.GKE_CLUSTER):
+        run_step(run, key)
     since = len(sandbox.calls())
-    for key in ("cluster", "net"):
-        result, deferred = run_task(DeleteGcpResourceOperator(task_id=f"del-{key}", resource_key=key), context)
-        assert (result["action"], deferred) == ("kept-by-policy", None)
+    for key in (t.DELETE_CLUSTER, t.DELETE_NET):
+        result, deferred = run_step(run, key)
+        assert (result["action"], deferred) == (outcomes.KEPT_BY_POLICY, None)
     assert deletes(sandbox, project, since) == []
     assert {"nemo-rl-net", "nemo-rl-cluster"} <= set(live(sandbox, project))
 
 
 def test_failed_delete_is_retryable_and_names_the_resource(sandbox: SandboxProcess, project: str) -> None:
-    context = context_for(project)
-    run_task(EnsureGcpResourceOperator(task_id="net", resource_key="net"), context)
+    run = start_run(project)
+    run_step(run, t.NET)
     sandbox.add_fault(
         {"method": "DELETE", "path": f"/projects/{project}/global/networks/nemo-rl-net$"},
         operation="error",
         message="The network resource is already being used by 'firewall-x'",
     )
     with pytest.raises(AirflowException) as failure:
-        run_task(DeleteGcpResourceOperator(task_id="del-net", resource_key="net"), context)
+        run_step(run, t.DELETE_NET)
     assert not isinstance(failure.value, AirflowFailException)
-    assert "network nemo-rl-net (net)" in str(failure.value)
+    assert f"network nemo-rl-net ({t.NET})" in str(failure.value)
     assert "already being used" in str(failure.value)
     assert "nemo-rl-net" in live(sandbox, project)
     # The retry succeeds once the fault is gone.
-    result, _ = run_task(DeleteGcpResourceOperator(task_id="del-net", resource_key="net"), context)
-    assert result["action"] == "deleted"
+    result, _ = run_step(run, t.DELETE_NET)
+    assert result["action"] == outcomes.DELETED
 
 
 def test_delete_whose_operation_failed_but_resource_is_gone_succeeds(sandbox: SandboxProcess, project: str) -> None:
-    context = context_for(project)
+    run = start_run(project)
     event = {"status": "error", "message": "operation failed: NOT_FOUND", "operation": {}, "state": "DONE"}
-    result = DeleteGcpResourceOperator(task_id="del-net", resource_key="net").execute_complete(context, event=event)
-    assert result == {"key": "net", "name": "nemo-rl-net", "action": "deleted"}
+    result = operator(t.DELETE_NET).execute_complete(run.context(t.DELETE_NET), event=event)
+    assert result == {"key": t.NET, "name": "nemo-rl-net", "action": outcomes.DELETED}
 
 
 # --- preflight_live --------------------------------------------------------------------------------------------
 def test_preflight_live_fails_with_every_finding(sandbox: SandboxProcess, project: str) -> None:
     # No reservation anywhere, and a zone without the RoCE network profile: two problems, reported together.
-    context = context_for(project, zone="us-central1-c")
+    run = start_run(project, zone="us-central1-c")
     with pytest.raises(AirflowFailException) as failure:
-        PreflightLiveOperator(task_id="preflight_live").execute(context)
-    pushed = context["ti"].pushed[FINDINGS_KEY]
+        run_step(run, t.PREFLIGHT_LIVE)
+    pushed = run.xcom[(t.PREFLIGHT_LIVE, t.FINDINGS)]
     rule_ids = {f["rule_id"] for f in pushed}
     assert {"live.reservation", "live.network-profile"} <= rule_ids
     for finding in pushed:
@@ -326,9 +266,8 @@ def test_preflight_live_refuses_missing_secrets_before_anything_exists(
 ) -> None:
     monkeypatch.setenv("AIRFLOW_CONN_HUGGINGFACE_DEFAULT", json.dumps({"conn_type": "generic", "password": "hf_x"}))
     monkeypatch.delenv("AIRFLOW_CONN_WANDB_DEFAULT", raising=False)
-    context = context_for(project)
     with pytest.raises(AirflowFailException, match=r"\[secrets.present\] wandb_conn_id=\"wandb_default\""):
-        PreflightLiveOperator(task_id="preflight_live").execute(context)
+        run_step(start_run(project), t.PREFLIGHT_LIVE)
     assert live(sandbox, project) == {}
 
 
@@ -337,13 +276,13 @@ def test_preflight_live_passes_with_the_reservation(
 ) -> None:
     for conn in ("HUGGINGFACE_DEFAULT", "WANDB_DEFAULT"):
         monkeypatch.setenv(f"AIRFLOW_CONN_{conn}", json.dumps({"conn_type": "generic", "password": "tok"}))
-    context = context_for(project)
-    spec = spec_of(context)
+    run = start_run(project)
+    spec = spec_of(run)
     sandbox.seed_reservation(
         project, ZONE, spec.reservation, machine_type=spec.effective_machine_type, count=spec.worker_replicas
     )
-    assert PreflightLiveOperator(task_id="preflight_live").execute(context) is None
-    assert FINDINGS_KEY not in context["ti"].pushed
+    assert run_step(run, t.PREFLIGHT_LIVE) == (None, None)
+    assert (t.PREFLIGHT_LIVE, t.FINDINGS) not in run.xcom
 
 
 def test_operators_module_is_light_at_parse_time() -> None:
@@ -352,7 +291,7 @@ def test_operators_module_is_light_at_parse_time() -> None:
     import sys
 
     code = (
-        "import sys, nemo_rl_gke.operators.gcp; "
+        "import sys, nemo_rl_gke.dag_factory; "
         "heavy = [m for m in sys.modules if m.startswith(('google.cloud.', 'googleapiclient', 'aiohttp', "
         "'nemo_rl_gke.gcp', 'nemo_rl_gke.triggers'))]; print(heavy)"
     )

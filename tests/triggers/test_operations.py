@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from nemo_rl_gke import topology as t
 from nemo_rl_gke.gcp.operations import OperationRef
 from nemo_rl_gke.triggers.operations import (
     BACKOFF_CAP_POLLS,
@@ -425,14 +426,14 @@ def test_waits_on_the_sandboxs_real_operations(monkeypatch: pytest.MonkeyPatch, 
         hook = GcpHook(gcp_conn_id=CONN_ID)
         found = resources(spec)
         shapes = set()
-        for key in ("net", "cluster", "peering-range", "peering", "lustre"):
+        for key in (t.NET, t.GKE_CLUSTER, t.PEERING_RANGE, t.PEERING, t.LUSTRE):
             operation = ensure(found[key], hook, adopt_existing=False).operation
             assert operation is not None
             shapes.add((operation.service, operation.shape))
             events = asyncio.run(all_events(OperationTrigger(operation.to_dict(), CONN_ID, FAST, 30)))
             assert [(e["status"], e["state"]) for e in events] == [("success", "DONE")], events
             polls = [c for c in sandbox.calls() if c["method"] == "GET" and c["path"] == operation.path]
-            if key in ("cluster", "lustre", "peering"):
+            if key in (t.GKE_CLUSTER, t.LUSTRE, t.PEERING):
                 assert len(polls) > 1, key  # seen unfinished first, then done
             assert found[key].ready(found[key].get(hook))
     assert shapes == {

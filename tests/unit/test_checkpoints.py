@@ -1,15 +1,21 @@
 """The checkpoint validator against real torch.distributed.checkpoint saves (no mocks).
 
-A 4-rank FSDP2 save (gloo on 127.0.0.1) and a single-process save are built once per module in NeMo RL's layout,
-then copied per test and broken in one way each.
+A 4-rank FSDP2 save (gloo on 127.0.0.1), a 1-rank FSDP2 (DTensor) save, a single-process save and a single-process
+save of mixed dtypes and Python values are built once per module in NeMo RL's layout, then copied per test and
+broken in one way each. Every file in a checkpoint is untrusted, so the hostile cases are real files too: crafted
+pickles, symlinks, sparse oversized files and YAML alias bombs.
 """
 
 from __future__ import annotations
 
+import copyreg
 import hashlib
+import io
 import json
 import os
 import pickle
+import random
+import shlex
 import shutil
 import socket
 import subprocess
@@ -25,6 +31,7 @@ import torch.distributed.checkpoint as dcp
 import torch.multiprocessing as mp
 import yaml
 
+import nemo_rl_gke.checkpoints as checkpoints
 from nemo_rl_gke.checkpoints import (
     MARKER,
     Expectation,
@@ -145,6 +152,14 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     mp.spawn(_save_rank, args=(RANKS, _free_port(), str(tmp)), nprocs=RANKS, join=True)
     tmp.rename(multi / f"step_{STEP}")
 
+    # One rank under gloo: FSDP2 still makes every parameter and optimizer state a DTensor.
+    dtensor = base / "dtensor"
+    tmp = dtensor / "tmp_step_3"
+    tmp.mkdir(parents=True)
+    _write_run_files(tmp, 3, _config(1, 3))
+    mp.spawn(_save_rank, args=(1, _free_port(), str(tmp)), nprocs=1, join=True)
+    tmp.rename(dtensor / "step_3")
+
     single = base / "single"
     step_dir = single / "step_3"
     step_dir.mkdir(parents=True)
@@ -155,7 +170,29 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         warnings.simplefilter("ignore")  # "no process group": a single-process save, as intended
         dcp.save({"model": model.state_dict()}, checkpoint_id=step_dir / "policy" / "weights")
         dcp.save({"optim": optimizer.state_dict()}, checkpoint_id=step_dir / "policy" / "optimizer")
-    return {"multi": multi, "single": single}
+
+    # bf16 weights plus fp16/int64/bool/fp32 tensors and plain Python values (saved as bytes entries).
+    mixed = base / "mixed"
+    step_dir = mixed / "step_3"
+    step_dir.mkdir(parents=True)
+    _write_run_files(step_dir, 3, _config(1, 3))
+    weights = {name: tensor.to(torch.bfloat16) for name, tensor in model.state_dict().items()}
+    extra = {
+        "fp16": torch.ones(4, 2, dtype=torch.float16),
+        "int64": torch.arange(6),
+        "bool": torch.ones(3, dtype=torch.bool),
+        "fp32": torch.zeros(2),
+        "seed": 1234,
+        "name": "run",
+        "lr": 1e-3,
+        "schedule": [1, 2],
+        "meta": {"a": None},
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save({"model": weights, "extra": extra}, checkpoint_id=step_dir / "policy" / "weights")
+        dcp.save({"optim": optimizer.state_dict()}, checkpoint_id=step_dir / "policy" / "optimizer")
+    return {"multi": multi, "single": single, "dtensor": dtensor, "mixed": mixed}
 
 
 @pytest.fixture
@@ -178,9 +215,23 @@ def assert_only(report: Report, *checks: str) -> None:
     assert {p.check for p in report.problems} == set(checks), report.to_text()
 
 
+@pytest.fixture
+def no_plain_unpickling(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch's own .metadata reader and every plain pickle/torch loader fail: only the restricted unpickler reads."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("checkpoint content was unpickled without the allowlist")
+
+    monkeypatch.setattr(dcp.FileSystemReader, "read_metadata", refuse)
+    monkeypatch.setattr(pickle, "load", refuse)
+    monkeypatch.setattr(pickle, "loads", refuse)
+    monkeypatch.setattr(torch, "load", refuse)
+
+
 # --- good checkpoints --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("no_plain_unpickling")
 def test_good_multi_rank_checkpoint_is_valid(ckpt: Path) -> None:
     report = validate_checkpoint(ckpt, EXPECT)
     assert report.valid, report.to_text()
@@ -210,11 +261,52 @@ def test_good_multi_rank_checkpoint_is_valid(ckpt: Path) -> None:
     assert data["expect"] == EXPECT
 
 
-def test_good_single_process_checkpoint_is_valid(built: dict[str, Path], tmp_path: Path) -> None:
-    ckpt = shutil.copytree(built["single"], tmp_path / "ckpt")
+@pytest.mark.usefixtures("no_plain_unpickling")
+@pytest.mark.parametrize(
+    ("name", "tensors"),
+    [
+        ("single", TENSORS),
+        ("dtensor", TENSORS),
+        # 5 bf16 weights + 4 extra tensors; the Python values are bytes entries, not tensors.
+        ("mixed", WEIGHT_TENSORS + 4 + WEIGHT_TENSORS * 3),
+    ],
+)
+def test_good_one_rank_checkpoints_are_valid(built: dict[str, Path], tmp_path: Path, name: str, tensors: int) -> None:
+    # The plain loaders are booby-trapped: these real saves validate through the DCP allowlist alone.
+    ckpt = shutil.copytree(built[name], tmp_path / "ckpt")
     report = validate_checkpoint(ckpt, {"step": 3, "training_ranks": 1, "grpo.max_num_steps": 3})
     assert report.valid, report.to_text()
-    assert report.shards == {"weights": 1, "optimizer": 1} and report.tensors == TENSORS
+    assert report.shards == {"weights": 1, "optimizer": 1} and report.tensors == tensors
+
+
+class _RecordingUnpickler(pickle.Unpickler):
+    """A plain unpickler that notes every global asked for (only ever used on the fixtures' trusted saves)."""
+
+    def __init__(self, file: object, seen: set[tuple[str, str]]) -> None:
+        super().__init__(file)
+        self.seen = seen
+
+    def find_class(self, module: str, name: str) -> object:
+        self.seen.add((module, name))
+        return super().find_class(module, name)
+
+
+def test_allowlist_is_exactly_what_dcp_save_writes(built: dict[str, Path]) -> None:
+    # Every global that torch's dcp.save put in these .metadata files (plain, optimizer, mixed dtypes and Python
+    # values, FSDP2 DTensors on 1 and 4 gloo ranks) is allowed, and nothing is allowed that none of them needed.
+    seen: set[tuple[str, str]] = set()
+    metas = sorted(p for base in built.values() for p in base.rglob(".metadata"))
+    assert len(metas) == 2 * len(built)
+    for meta in metas:
+        with meta.open("rb") as handle:
+            _RecordingUnpickler(handle, seen).load()
+    dtypes = {(module, name) for module, name in seen if isinstance(getattr(torch, name, None), torch.dtype)}
+    assert {("torch", name) for name in ("bfloat16", "float32", "float16", "int64", "bool")} <= dtypes
+    assert seen - dtypes == set(checkpoints.DCP_PICKLE_GLOBALS)
+    allowed = checkpoints._dcp_globals()
+    assert seen <= set(allowed)
+    assert ("torch", "complex128") in allowed and ("torch", "float8_e4m3fn") in allowed  # every dtype
+    assert ("torch", "load") not in allowed and ("torch", "tensor") not in allowed
 
 
 def test_without_a_step_the_highest_is_validated(ckpt: Path) -> None:
@@ -367,7 +459,7 @@ def test_truncated_metadata(ckpt: Path) -> None:
 
 
 def test_garbage_metadata(ckpt: Path) -> None:
-    step_path(ckpt, "policy", "optimizer", ".metadata").write_bytes(os.urandom(4096))
+    step_path(ckpt, "policy", "optimizer", ".metadata").write_bytes(random.Random(0).randbytes(4096))
     report = validate_checkpoint(ckpt, EXPECT)
     assert_only(report, "metadata")
     [reason] = reasons(report, "metadata")
@@ -376,14 +468,20 @@ def test_garbage_metadata(ckpt: Path) -> None:
 
 def test_metadata_holding_another_object(ckpt: Path) -> None:
     meta = step_path(ckpt, "policy", "weights", ".metadata")
-    meta.write_bytes(pickle.dumps(SimpleNamespace(state_dict_metadata=None)))
-    report = validate_checkpoint(ckpt, EXPECT)
-    assert reasons(report, "metadata") == [
-        f"step_{STEP}/policy/weights/.metadata: policy/weights/.metadata holds a SimpleNamespace, not a DCP Metadata"
+    meta.write_bytes(pickle.dumps({"not": "metadata"}))  # plain data needs no global: read, then rejected
+    assert reasons(validate_checkpoint(ckpt, EXPECT), "metadata") == [
+        f"step_{STEP}/policy/weights/.metadata: policy/weights/.metadata holds a dict, not a DCP Metadata"
     ]
-    meta.write_bytes(pickle.dumps({"not": "metadata"}))  # DCP itself fails on this one: still a reason
+    # An allowed DCP class in the wrong place is read, then rejected the same way.
+    meta.write_bytes(pickle.dumps(dcp.metadata.BytesStorageMetadata()))
+    assert reasons(validate_checkpoint(ckpt, EXPECT), "metadata") == [
+        f"step_{STEP}/policy/weights/.metadata: policy/weights/.metadata holds a BytesStorageMetadata, not a DCP "
+        "Metadata"
+    ]
+    # Any other class is not even imported.
+    meta.write_bytes(pickle.dumps(SimpleNamespace(state_dict_metadata=None)))
     [reason] = reasons(validate_checkpoint(ckpt, EXPECT), "metadata")
-    assert "is unreadable, truncated or not a DCP metadata file: AttributeError" in reason
+    assert "is refused: its pickle asks for types.SimpleNamespace, which a DCP metadata file never holds" in reason
 
 
 def test_missing_metadata_after_an_unfinished_save(ckpt: Path) -> None:
@@ -553,6 +651,361 @@ def test_missing_dataloader_state(ckpt: Path) -> None:
     ]
 
 
+# --- hostile .metadata: unpickling it must run nothing ------------------------------------------------------------
+
+
+class _Payload:
+    """Unpickles as func(*args): how a crafted .metadata runs code on whoever unpickles it."""
+
+    def __init__(self, func: object, *args: object) -> None:
+        self.func, self.args = func, args
+
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+        return self.func, self.args
+
+
+CANARY_MODULE = "nemo_rl_gke_test_canary_module"
+CRAFTED = ["os.system", "builtins.exec in protocol 0", "io.open inside a real Metadata", "a module's import"]
+
+
+def _crafted(kind: str, ckpt: Path, canary: Path) -> tuple[bytes, str]:
+    """A crafted .metadata that creates canary when unpickled, and the global it asks pickle for."""
+    if kind == "os.system":
+        return pickle.dumps(_Payload(os.system, f"touch {shlex.quote(str(canary))}")), "posix.system"
+    if kind == "builtins.exec in protocol 0":
+        code = f"open({str(canary)!r}, 'w').close()"
+        return b"cbuiltins\nexec\n(V" + code.encode() + b"\ntR.", "builtins.exec"
+    if kind == "a module's import":
+        # The module creates the canary when imported (it is put on sys.path by the test): asking is enough.
+        return f"c{CANARY_MODULE}\nanything\n.".encode(), f"{CANARY_MODULE}.anything"
+    # Everything about this one is a valid DCP Metadata but its checkpoint_id, which is a call.
+    metadata = dcp.FileSystemReader(step_path(ckpt, "policy", "weights")).read_metadata()
+    metadata.storage_meta.checkpoint_id = _Payload(open, str(canary), "w")
+    return pickle.dumps(metadata), "io.open"
+
+
+def _refused(part: str, data: bytes, asked: str) -> str:
+    return (
+        f"step_{STEP}/policy/{part}/.metadata: policy/{part}/.metadata ({len(data)} bytes) is refused: its pickle "
+        f"asks for {asked}, which a DCP metadata file never holds; nothing was imported or run (a crafted .metadata "
+        "runs code when unpickled)"
+    )
+
+
+@pytest.mark.parametrize("kind", CRAFTED)
+def test_crafted_metadata_runs_nothing(ckpt: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    canary = tmp_path / "canary"
+    modules = tmp_path / "modules"
+    modules.mkdir()
+    (modules / f"{CANARY_MODULE}.py").write_text(f"open({str(canary)!r}, 'w').close()\n")
+    monkeypatch.syspath_prepend(str(modules))
+    data, asked = _crafted(kind, ckpt, canary)
+    step_path(ckpt, "policy", "weights", ".metadata").write_bytes(data)
+    report = validate_checkpoint(ckpt, EXPECT)
+    assert not canary.exists()
+    assert CANARY_MODULE not in sys.modules
+    assert_only(report, "metadata")
+    assert reasons(report, "metadata") == [_refused("weights", data, asked)]
+    assert report.tensors == WEIGHT_TENSORS * 3  # the optimizer's metadata was still read
+
+
+def test_metadata_asking_for_a_persistent_object_is_refused(ckpt: Path) -> None:
+    class Pickler(pickle.Pickler):
+        def persistent_id(self, obj: object) -> str | None:
+            return "fetch me from elsewhere" if obj == "outside" else None
+
+    buffer = io.BytesIO()
+    Pickler(buffer).dump({"state": "outside"})
+    data = buffer.getvalue()
+    step_path(ckpt, "policy", "weights", ".metadata").write_bytes(data)
+    [reason] = reasons(validate_checkpoint(ckpt, EXPECT), "metadata")
+    assert (
+        "is refused: its pickle asks for a persistent id (an object the loader is asked to fetch from elsewhere) "
+        "(opcode BINPERSID at byte "
+    ) in reason
+    assert "(opcode BINPERSID at byte " in reason
+
+
+def test_metadata_naming_a_global_by_extension_code_is_refused(ckpt: Path, tmp_path: Path) -> None:
+    # copyreg's registry maps small numbers to globals; an unpickler that honours EXT1 resolves it unasked.
+    canary = tmp_path / "canary"
+    copyreg.add_extension("posix", "system", 250)
+    try:
+        data = pickle.dumps(_Payload(os.system, f"touch {shlex.quote(str(canary))}"), protocol=2)
+        step_path(ckpt, "policy", "weights", ".metadata").write_bytes(data)
+        report = validate_checkpoint(ckpt, EXPECT)
+    finally:
+        copyreg.remove_extension("posix", "system", 250)
+    assert not canary.exists()
+    [reason] = reasons(report, "metadata")
+    assert "is refused: its pickle asks for a copyreg extension code (a global named by number) (opcode EXT1" in reason
+
+
+@pytest.mark.parametrize(
+    ("damage", "why"),
+    [
+        (
+            "storage offset is a string",
+            "the storage entry of model.0.weight is not a file name, an offset and a length",
+        ),
+        ("chunk size past int64", "model.0.weight has a chunk without valid offsets and sizes"),
+        ("tensor size is a string", "model.0.weight has no valid size or chunk list"),
+        ("a key that is not a MetadataIndex", "a storage_data key is a str without a string fqn"),
+    ],
+)
+def test_allowed_classes_holding_hostile_values_are_malformed(ckpt: Path, damage: str, why: str) -> None:
+    # The allowlist bounds which classes exist, not what they hold: every field the checks read is checked first.
+    weights = step_path(ckpt, "policy", "weights")
+    metadata = dcp.FileSystemReader(weights).read_metadata()
+    item = metadata.state_dict_metadata["model.0.weight"]
+    index = next(i for i in metadata.storage_data if i.fqn == "model.0.weight")
+    if damage == "storage offset is a string":
+        metadata.storage_data[index].offset = "0"
+    elif damage == "chunk size past int64":
+        item.chunks[0].sizes = (10**5000, 16)
+    elif damage == "tensor size is a string":
+        item.size = "32x16"
+    else:
+        metadata.storage_data["model.0.weight"] = metadata.storage_data.pop(index)
+    (weights / ".metadata").write_bytes(pickle.dumps(metadata))
+    report = validate_checkpoint(ckpt, EXPECT)
+    assert reasons(report, "metadata") == [
+        f"step_{STEP}/policy/weights/.metadata: policy/weights/.metadata is not well-formed DCP metadata: {why}"
+    ]
+
+
+def test_overlap_check_is_bounded(ckpt: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A 2x2 grid of chunks tiles model.0.weight; comparing its chunks for overlap takes two comparisons.
+    weights = step_path(ckpt, "policy", "weights")
+    metadata = dcp.FileSystemReader(weights).read_metadata()
+    chunk = dcp.metadata.ChunkStorageMetadata
+    metadata.state_dict_metadata["model.0.weight"].chunks = [
+        chunk(torch.Size([row, col]), torch.Size([16, 8])) for row in (0, 16) for col in (0, 8)
+    ]
+    (weights / ".metadata").write_bytes(pickle.dumps(metadata))
+    assert not reasons(validate_checkpoint(ckpt, EXPECT), "metadata")
+    monkeypatch.setattr(checkpoints, "MAX_OVERLAP_CHECKS", 1)
+    assert reasons(validate_checkpoint(ckpt, EXPECT), "metadata") == [
+        f"step_{STEP}/policy/weights/.metadata: stopped checking chunks for overlaps after 1 comparisons: no DCP "
+        "save needs that many, so the chunks are laid out to make the check slow"
+    ]
+
+
+@pytest.mark.parametrize("rank", ["99999999999", "9" * 30])
+def test_a_huge_shard_rank_is_refused(ckpt: Path, rank: str) -> None:
+    # Without training_ranks the shards must be ranks 0..n-1: one crafted name must not make n a hundred billion
+    # or 10**30: counting the missing ranks up to it would never end.
+    weights = step_path(ckpt, "policy", "weights")
+    shutil.copy(weights / "__0_0.distcp", weights / f"__{rank}_0.distcp")
+    report = validate_checkpoint(ckpt)
+    assert reasons(report, "shards") == [
+        f"step_{STEP}/policy/weights/__{rank}_0.distcp: shard __{rank}_0.distcp names a rank beyond the 65,536 a "
+        "DCP directory can hold here"
+    ]
+    assert report.shards == {"weights": RANKS, "optimizer": RANKS}
+
+
+def test_directory_listing_is_bounded(ckpt: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(checkpoints, "MAX_DIR_ENTRIES", 3)
+    found = reasons(validate_checkpoint(ckpt, EXPECT), "shards")
+    assert f"step_{STEP}/policy/weights: weights holds more than 3 entries: not read further" in found
+
+
+# --- hostile files: symlinks, special files, sizes ------------------------------------------------------------------
+
+
+def _refused_link(ckpt: Path, link: Path, target: Path) -> str:
+    return (
+        f"{link.relative_to(ckpt).as_posix()}: {link.name} is a symbolic link to {target.resolve()}, outside the "
+        "checkpoint directory: refused, nothing is read through it"
+    )
+
+
+def test_config_symlink_leaving_the_checkpoint_is_not_read(ckpt: Path, tmp_path: Path) -> None:
+    config = step_path(ckpt, "config.yaml")
+    # A link that stays inside the checkpoint directory is followed.
+    shutil.move(config, ckpt / "shared.yaml")
+    config.symlink_to(Path("..") / "shared.yaml")
+    assert validate_checkpoint(ckpt, EXPECT).valid
+    # So is a symlink to the checkpoint directory itself: where it lives is the caller's choice.
+    alias = tmp_path / "alias"
+    alias.symlink_to(ckpt, target_is_directory=True)
+    assert validate_checkpoint(alias, EXPECT).valid
+    # One that leaves it is refused unread: read, this config would not match the run.
+    outside = tmp_path / "outside.yaml"
+    other = _config(RANKS, STEP)
+    other["policy"]["model_name"] = "someone/else"
+    outside.write_text(yaml.safe_dump(other))
+    config.unlink()
+    config.symlink_to(outside)
+    report = validate_checkpoint(ckpt, EXPECT)
+    assert_only(report, "symlink")
+    assert reasons(report, "symlink") == [_refused_link(ckpt, config, outside)]
+    assert f"step_{STEP}/config.yaml" not in {f.path for f in report.files}
+
+
+@pytest.mark.parametrize(
+    "parts",
+    [
+        ("training_info.json",),
+        ("train_dataloader.pt",),
+        ("policy", "weights", ".metadata"),
+        ("policy", "optimizer", "__2_0.distcp"),
+        ("policy", "tokenizer", "tokenizer.json"),
+    ],
+)
+def test_file_symlink_leaving_the_checkpoint_is_refused(ckpt: Path, tmp_path: Path, parts: tuple[str, ...]) -> None:
+    link = step_path(ckpt, *parts)
+    target = tmp_path / "outside" / link.name
+    target.parent.mkdir()
+    shutil.move(link, target)
+    link.symlink_to(target)
+    report = validate_checkpoint(ckpt, EXPECT)
+    assert reasons(report, "symlink") == [_refused_link(ckpt, link, target)]
+    assert link.relative_to(ckpt).as_posix() not in {f.path for f in report.files}
+    if link.suffix == ".distcp":  # neither counted as a rank's shard nor sized
+        shards = [p for p in step_path(ckpt, "policy").glob("*/*.distcp") if not p.is_symlink()]
+        assert report.shards == {"weights": RANKS, "optimizer": RANKS - 1}
+        assert report.total_bytes == sum(p.stat().st_size for p in shards)
+
+
+@pytest.mark.parametrize("parts", [(), ("policy",), ("policy", "weights"), ("policy", "tokenizer")])
+def test_directory_symlink_leaving_the_checkpoint_is_refused(
+    ckpt: Path, tmp_path: Path, parts: tuple[str, ...]
+) -> None:
+    link = step_path(ckpt, *parts)
+    target = tmp_path / "outside" / link.name
+    target.parent.mkdir()
+    shutil.move(link, target)
+    link.symlink_to(target, target_is_directory=True)
+    report = validate_checkpoint(ckpt, EXPECT)
+    assert reasons(report, "symlink") == [_refused_link(ckpt, link, target)]
+    shown = link.relative_to(ckpt).as_posix()
+    assert not [f.path for f in report.files if f.path.startswith(f"{shown}/")]
+    if not parts:  # the step directory itself: there is no step left to validate
+        assert reasons(report, "step") == [f"step_{STEP}: expected final step_{STEP}, found no step_* directory"]
+        assert report.files == [] and report.tensors == 0
+
+
+def test_special_files_and_symlink_loops_are_not_read(ckpt: Path) -> None:
+    config = step_path(ckpt, "config.yaml")
+    config.unlink()
+    os.mkfifo(config)  # opening a FIFO to read it waits for a writer that never comes
+    report = validate_checkpoint(ckpt, EXPECT)
+    assert reasons(report, "config") == [
+        f"step_{STEP}/config.yaml: config.yaml is not a regular file (the run's master config)"
+    ]
+    config.unlink()
+    config.symlink_to(config.name)
+    assert reasons(validate_checkpoint(ckpt, EXPECT), "symlink") == [
+        f"step_{STEP}/config.yaml: config.yaml is a symbolic link that loops: refused, nothing is read through it"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("parts", "limit", "check", "what"),
+    [
+        (("config.yaml",), "MAX_CONFIG_BYTES", "config", "the run's master config"),
+        (("training_info.json",), "MAX_TRAINING_INFO_BYTES", "training_info", "GRPO's save state"),
+        (("policy", "weights", ".metadata"), "MAX_METADATA_BYTES", "metadata", "DCP metadata"),
+        (
+            ("policy", "tokenizer", "tokenizer_config.json"),
+            "MAX_TOKENIZER_CONFIG_BYTES",
+            "tokenizer",
+            "the tokenizer's config",
+        ),
+    ],
+)
+def test_oversized_file_is_a_problem_and_not_read(
+    ckpt: Path, parts: tuple[str, ...], limit: str, check: str, what: str
+) -> None:
+    path = step_path(ckpt, *parts)
+    size = getattr(checkpoints, limit) + 1
+    with path.open("r+b") as handle:
+        handle.truncate(size)  # sparse: the real content, then a hole that costs no disk
+    report = validate_checkpoint(ckpt, EXPECT)
+    shown = path.relative_to(ckpt).as_posix()
+    assert (
+        f"{shown}: {path.name} is {size:,} bytes, over the validator's limit of {size - 1:,} bytes for {what}: not read"
+        in (reasons(report, check))
+    )
+    assert shown not in {f.path for f in report.files}
+
+
+def test_oversized_tokenizer_file_is_not_hashed(ckpt: Path) -> None:
+    path = step_path(ckpt, "policy", "tokenizer", "tokenizer.json")
+    size = checkpoints.MAX_HASHED_BYTES + 1
+    with path.open("r+b") as handle:
+        handle.truncate(size)
+    report = validate_checkpoint(ckpt, EXPECT)
+    assert_only(report, "files")
+    assert reasons(report, "files") == [
+        f"step_{STEP}/policy/tokenizer/tokenizer.json: tokenizer.json is {size:,} bytes, over the {size - 1:,} bytes "
+        "it may hash"
+    ]
+
+
+# 9 levels of 9 aliases: under 300 bytes that expand to 9**9 (387 million) strings.
+BILLION_LAUGHS = 'a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]\n' + "".join(
+    f"{name}: &{name} [{', '.join([f'*{prev}'] * 9)}]\n" for prev, name in zip("abcdefgh", "bcdefghi", strict=True)
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        (
+            BILLION_LAUGHS,
+            "config.yaml's aliases expand it past 1,000,000 nodes (a YAML alias bomb); yaml.safe_dump of a NeMo RL "
+            "config comes nowhere near that",
+        ),
+        (
+            "policy: &p {model_name: *p}\n",
+            "config.yaml has a recursive alias (a node that contains an alias to itself)",
+        ),
+    ],
+)
+def test_yaml_alias_bombs_are_refused(ckpt: Path, text: str, why: str) -> None:
+    config = step_path(ckpt, "config.yaml")
+    # A few aliases, as yaml.safe_dump writes for a list shared by two keys, still parse.
+    data = _config(RANKS, STEP)
+    data["shared"] = data["extra"] = [1, 2, 3]
+    config.write_text(yaml.safe_dump(data))
+    assert "&id001" in config.read_text()
+    assert validate_checkpoint(ckpt, EXPECT).valid
+    config.write_text(text)
+    report = validate_checkpoint(ckpt, EXPECT)
+    assert reasons(report, "config") == [f"step_{STEP}/config.yaml: config.yaml is refused: {why}"]
+
+
+def test_config_nesting_too_deep_to_parse(ckpt: Path) -> None:
+    # PyYAML composes nodes recursively: 5,000 nested lists exhaust Python's stack.
+    step_path(ckpt, "config.yaml").write_text("policy: " + "[" * 5000 + "]" * 5000 + "\n")
+    assert reasons(validate_checkpoint(ckpt, EXPECT), "config") == [
+        f"step_{STEP}/config.yaml: config.yaml nests too deeply to parse"
+    ]
+
+
+def test_config_value_too_big_to_print(ckpt: Path) -> None:
+    # YAML hex integers have no length limit in Python; printed in decimal, one would raise.
+    config = step_path(ckpt, "config.yaml")
+    config.write_text(config.read_text().replace(f"gpus_per_node: {RANKS}", "gpus_per_node: 0x" + "f" * 5000))
+    assert reasons(validate_checkpoint(ckpt, EXPECT), "config") == [
+        f"step_{STEP}/config.yaml: cluster.gpus_per_node is <a int> in config.yaml, but the run was submitted with "
+        f"{RANKS}"
+    ]
+
+
+def test_training_info_nesting_is_bounded(ckpt: Path) -> None:
+    path = step_path(ckpt, "training_info.json")
+    path.write_text(path.read_text()[:-1] + ', "deep": ' + "[" * 900 + "]" * 900 + "}")
+    report = validate_checkpoint(ckpt, EXPECT)
+    assert reasons(report, "training_info") == [
+        f"step_{STEP}/training_info.json: training_info.json nests deeper than 32 levels"
+    ]
+    assert json.loads(json.dumps(report.to_dict()))["training_info"] == {}
+
+
 # --- expectation and report helpers ------------------------------------------------------------------------------
 
 
@@ -650,3 +1103,28 @@ def test_module_import_and_help_do_not_need_torch(tmp_path: Path) -> None:
     result = _run(["-c", code], tmp_path, {"PYTHONPATH": str(ROOT / "plugins")})
     assert result.returncode == 0, result.stderr
     assert "--expect-file" in result.stdout
+
+
+@pytest.mark.parametrize("form", ["script", "module"])
+def test_cli_runs_nothing_from_a_crafted_metadata(ckpt: Path, tmp_path: Path, form: str) -> None:
+    # Both documented commands: the Ray job's `python checkpoints.py` and the laptop's `python -m`.
+    canary = tmp_path / "canary"
+    data, asked = _crafted("os.system", ckpt, canary)
+    step_path(ckpt, "policy", "optimizer", ".metadata").write_bytes(data)
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    shutil.copy(SCRIPT, job_dir / "checkpoints.py")
+    command = ["checkpoints.py"] if form == "script" else ["-m", "nemo_rl_gke.checkpoints"]
+    env = {"PYTHONPATH": str(ROOT / "plugins")} if form == "module" else None
+    result = _run([*command, "validate", str(ckpt), "--expect", json.dumps(EXPECT)], job_dir, env)
+    assert result.returncode == 1, result.stderr
+    assert not canary.exists()
+    report = _marker_report(result.stdout)
+    assert report["valid"] is False and report["tensors"] == WEIGHT_TENSORS
+    assert report["problems"] == [
+        {
+            "check": "metadata",
+            "path": f"step_{STEP}/policy/optimizer/.metadata",
+            "reason": _refused("optimizer", data, asked).split(": ", 1)[1],
+        }
+    ]

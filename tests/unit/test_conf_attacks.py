@@ -351,10 +351,10 @@ def test_an_untrusted_certificate_is_refused(
         ({"machine_type": "A4-HIGHGPU-8G"}, "conf.pattern"),
         ({"checkpoint_dir": "/data/ckpt dir"}, "storage.checkpoint-on-lustre"),
         ({"checkpoint_dir": "/data/./ckpt"}, "storage.checkpoint-on-lustre"),
-        ({"extra_overrides": ["policy.train_global_batch_size=0"]}, "nemo.config-numbers"),
-        ({"extra_overrides": ["policy.train_global_batch_size=1e+20"]}, "nemo.config-numbers"),
-        ({"extra_overrides": ["policy.train_global_batch_size=1000000000039"]}, "nemo.config-numbers"),
-        ({"extra_overrides": ["~policy.train_global_batch_size"]}, "nemo.config-numbers"),
+        ({"extra_overrides": ["policy.train_global_batch_size=0"]}, "nemo.config-integers"),
+        ({"extra_overrides": ["policy.train_global_batch_size=1e+20"]}, "nemo.config-integers"),
+        ({"extra_overrides": ["policy.train_global_batch_size=1000000000039"]}, "nemo.config-integers"),
+        ({"extra_overrides": ["~policy.train_global_batch_size"]}, "nemo.config-integers"),
     ],
 )
 def test_values_that_would_fail_after_provisioning_are_refused(conf: dict[str, Any], rule_id: str) -> None:

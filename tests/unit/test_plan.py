@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 
 import pytest
 
+from nemo_rl_gke import topology
 from nemo_rl_gke.deployment import Deployment
 from nemo_rl_gke.plan import build_plan
 from nemo_rl_gke.spec import RunSpec
+from tests.paths import ROOT
 
 
 @pytest.fixture(scope="module")
@@ -58,24 +61,27 @@ def test_wandb_key_is_not_requested_without_wandb() -> None:
 
 
 def test_teardown_order_and_policy(plan) -> None:
-    groups = [t.group for t in plan.teardown]
-    first_seen = list(dict.fromkeys(groups))
-    assert first_seen == ["raycluster", "kube", "lustre", "peering", "cluster", "network"]
+    tasks = list(dict.fromkeys(t.task_id for t in plan.teardown))
+    # The topology's teardown order: RayCluster, other objects, Lustre, peering, range, cluster, networks last.
+    assert tasks == [s.task_id for s in topology.teardown_steps()]
+    assert tasks[:3] == [topology.DELETE_RAYCLUSTER, topology.DELETE_KUBE_OBJECTS, topology.DELETE_LUSTRE]
     assert all(t.performed for t in plan.teardown)
-    targets = [t.target for t in plan.teardown if t.group == "network"]
-    assert "firewalls/nemo-rl-gvnic-internal" in targets[0]
-    assert targets[-1].startswith("/compute/v1/projects/nemo-rl-demo/global/networks/nemo-rl-net ")
-    lustre = next(t for t in plan.teardown if t.group == "lustre")
+    assert plan.teardown[0].target == "RayCluster default/ray-cluster-kuberay"
+    networks = [t.target for t in plan.teardown if t.task_id in (topology.DELETE_GVNIC_FW, topology.DELETE_NET)]
+    assert "firewalls/nemo-rl-gvnic-internal" in networks[0]
+    assert networks[-1].startswith("/compute/v1/projects/nemo-rl-demo/global/networks/nemo-rl-net ")
+    assert plan.teardown[-1].task_id == topology.DELETE_NET
+    lustre = next(t for t in plan.teardown if t.task_id == topology.DELETE_LUSTRE)
     assert "only after the checkpoint export to gs://nemo-rl-demo-nemo-rl-checkpoints succeeded" in lustre.note
 
 
 @pytest.mark.parametrize(
     ("policy", "deleted"),
-    [("keep_cluster_and_storage", {"raycluster"}), ("keep_all", set())],
+    [(topology.KEEP_WARM, {topology.DELETE_RAYCLUSTER}), (topology.KEEP_ALL, set())],
 )
 def test_keep_policies_keep_everything_else(policy: str, deleted: set[str]) -> None:
     plan = build_plan(RunSpec.from_conf({"teardown_policy": policy}))
-    assert {t.group for t in plan.teardown if t.performed} == deleted
+    assert {t.task_id for t in plan.teardown if t.performed} == deleted
 
 
 def test_json_and_text_forms(plan) -> None:
@@ -107,3 +113,19 @@ def test_the_plan_names_the_deployments_connections_and_refuses_others() -> None
     assert secrets == {"HF_TOKEN": "hf_prod", "WANDB_API_KEY": "wandb_team"}
     with pytest.raises(ValueError, match="allows only hf_prod, hf_dev"):
         build_plan(RunSpec.from_conf({"hf_conn_id": "huggingface_default"}), deployment=deployment)
+
+
+GOLDEN = ROOT / "tests/fixtures/golden"
+
+
+@pytest.mark.parametrize("form", ["txt", "json"])
+def test_the_tutorial_plan_is_byte_for_byte_the_golden_one(form: str) -> None:
+    # Refactors must not change what a run sends. A deliberate change: write to_text() / to_dict() of this plan to
+    # the golden files and review their diff in the commit.
+    conf = json.loads((ROOT / "include/conf/tutorial.json").read_text())
+    plan = build_plan(RunSpec.from_conf(conf))
+    rendered = plan.to_text() if form == "txt" else json.dumps(plan.to_dict(), indent=2) + "\n"
+    golden = (GOLDEN / f"plan-tutorial.{form}").read_text()
+    assert rendered == golden, "".join(
+        difflib.unified_diff(golden.splitlines(True), rendered.splitlines(True), "golden", "now", n=1)
+    )[:4000]

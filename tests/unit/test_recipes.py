@@ -91,6 +91,13 @@ def test_v07_recipe_uses_the_split_data_layout() -> None:
         ("++a=true", "++", "a", True),
         ("~a.b", "~", "a.b", None),
         ("a=0.9", "", "a", 0.9),
+        # Typed by Hydra's grammar, not YAML's: 1e3 is a float, 0x10 and yes are strings, quotes keep strings.
+        ("a=1e3", "", "a", 1000.0),
+        ("a='1e3'", "", "a", "1e3"),
+        ("a=0x10", "", "a", "0x10"),
+        ("a=yes", "", "a", "yes"),
+        ("a=[1,'b']", "", "a", [1, "b"]),
+        ("~a=3", "~", "a", 3),
     ],
 )
 def test_override_parsing(text: str, op: str, key: str, value: object) -> None:
@@ -98,7 +105,9 @@ def test_override_parsing(text: str, op: str, key: str, value: object) -> None:
     assert (parsed.op, parsed.key, parsed.value) == (op, key, value)
 
 
-@pytest.mark.parametrize("bad", ["=1", "a b=1", "a.b", "+"])
+@pytest.mark.parametrize(
+    "bad", ["=1", "a b=1", "a.b", "+", "a=b,c", "a=choice(1,2)", "a=x#y", "a=x=y", "a@pkg=1", "group/option=x", " a=1"]
+)
 def test_bad_overrides_are_refused(bad: str) -> None:
     with pytest.raises(RecipeError):
         Override.parse(bad)
@@ -114,6 +123,9 @@ def test_hydra_values() -> None:
         "a/b-c",
     ]
     assert hydra_value("it's a test") == "'it\\'s a test'"
+    # Strings Hydra would type or OmegaConf would resolve are quoted and escaped (tests/unit/test_hydra_overrides.py
+    # proves the round trip).
+    assert [hydra_value(v) for v in ("true", "1e3", "${x}", "a\\")] == ["'true'", "'1e3'", "'\\${x}'", "'a\\\\'"]
 
 
 def test_missing_recipe_is_a_recipe_error() -> None:

@@ -14,6 +14,7 @@ import math
 import pytest
 
 from nemo_rl_gke import report
+from nemo_rl_gke import topology as t
 from nemo_rl_gke.report import (
     DEFAULT_GPU_HOUR_PRICES_USD,
     RunInputs,
@@ -31,37 +32,37 @@ SCHEDULE: dict[str, tuple[float, float | None]] = {
     "plan": (3, 5),
     "apply_gate": (6, 7),
     "preflight_live": (8, 20),
-    "network.net": (22, 52),
-    "network.gvnic-net": (22, 47),
-    "network.rdma-net": (23, 50),
-    "network.gvnic-sub": (49, 64),
-    "network.gvnic-fw": (49, 59),
-    "network.rdma-sub-0": (51, 66),
-    "storage.peering-range": (54, 84),
-    "storage.peering": (86, 146),
-    "storage.lustre": (148, 1048),
-    "cluster.cluster": (54, 474),
-    "cluster.node-pool": (476, 776),
-    "kube.nccl-installer": (778, 788),
-    "kube.network-mapping": (778, 783),
-    "kube.lustre-storage": (1050, 1056),
-    "kube.raycluster": (1058, 1238),
-    "train.submit": (1240, 1250),
-    "train.wait": (1252, 4852),
-    "checkpoint.validate": (4854, 4914),
-    "checkpoint.export": (4916, 5216),
-    "teardown.delete-raycluster": (5218, 5248),
-    "teardown.delete-gvnic-fw": (5218, 5228),
-    "teardown.delete-kube-objects": (5250, 5260),
-    "teardown.delete-lustre": (5262, 5862),
-    "teardown.delete-peering": (5864, 5884),
-    "teardown.delete-peering-range": (5886, 5896),
-    "teardown.delete-cluster": (5262, 5742),
-    "teardown.delete-gvnic-sub": (5744, 5764),
-    "teardown.delete-rdma-sub-0": (5744, 5766),
-    "teardown.delete-gvnic-net": (5766, 5786),
-    "teardown.delete-rdma-net": (5768, 5788),
-    "teardown.delete-net": (5898, 5928),
+    t.NET: (22, 52),
+    t.GVNIC_NET: (22, 47),
+    t.RDMA_NET: (23, 50),
+    t.GVNIC_SUB: (49, 64),
+    t.GVNIC_FW: (49, 59),
+    t.RDMA_SUBS[0]: (51, 66),
+    t.PEERING_RANGE: (54, 84),
+    t.PEERING: (86, 146),
+    t.LUSTRE: (148, 1048),
+    t.GKE_CLUSTER: (54, 474),
+    t.NODE_POOL: (476, 776),
+    t.NCCL_INSTALLER: (778, 788),
+    t.NETWORK_MAPPING: (778, 783),
+    t.LUSTRE_STORAGE: (1050, 1056),
+    t.RAYCLUSTER: (1058, 1238),
+    t.SUBMIT: (1240, 1250),
+    t.WAIT: (1252, 4852),
+    t.CHECK_CHECKPOINT: (4854, 4914),
+    t.EXPORT: (4916, 5216),
+    t.DELETE_RAYCLUSTER: (5218, 5248),
+    t.DELETE_GVNIC_FW: (5218, 5228),
+    t.DELETE_KUBE_OBJECTS: (5250, 5260),
+    t.DELETE_LUSTRE: (5262, 5862),
+    t.DELETE_PEERING: (5864, 5884),
+    t.DELETE_PEERING_RANGE: (5886, 5896),
+    t.DELETE_CLUSTER: (5262, 5742),
+    t.DELETE_GVNIC_SUB: (5744, 5764),
+    t.DELETE_RDMA_SUBS[0]: (5744, 5766),
+    t.DELETE_GVNIC_NET: (5766, 5786),
+    t.DELETE_RDMA_NET: (5768, 5788),
+    t.DELETE_NET: (5898, 5928),
     "report": (5930, None),
 }
 
@@ -69,38 +70,38 @@ UPSTREAM: dict[str, list[str]] = {
     "plan": ["validate"],
     "apply_gate": ["plan"],
     "preflight_live": ["apply_gate"],
-    "network.net": ["preflight_live"],
-    "network.gvnic-net": ["preflight_live"],
-    "network.rdma-net": ["preflight_live"],
-    "network.gvnic-sub": ["network.gvnic-net"],
-    "network.gvnic-fw": ["network.gvnic-net"],
-    "network.rdma-sub-0": ["network.rdma-net"],
-    "storage.peering-range": ["network.net"],
-    "storage.peering": ["storage.peering-range"],
-    "storage.lustre": ["storage.peering"],
-    "cluster.cluster": ["network.net"],
-    "cluster.node-pool": ["cluster.cluster", "network.gvnic-sub", "network.rdma-sub-0"],
-    "kube.nccl-installer": ["cluster.node-pool"],
-    "kube.network-mapping": ["cluster.node-pool"],
-    "kube.lustre-storage": ["cluster.cluster", "storage.lustre"],
-    "kube.raycluster": ["kube.nccl-installer", "kube.network-mapping", "kube.lustre-storage", "cluster.node-pool"],
-    "train.submit": ["kube.raycluster"],
-    "train.wait": ["train.submit"],
-    "checkpoint.validate": ["train.wait"],
-    "checkpoint.export": ["checkpoint.validate"],
-    "teardown.delete-raycluster": ["checkpoint.export", "train.wait", "storage.lustre", "network.gvnic-fw"],
-    "teardown.delete-gvnic-fw": ["train.wait", "network.gvnic-fw"],
-    "teardown.delete-kube-objects": ["teardown.delete-raycluster"],
-    "teardown.delete-lustre": ["teardown.delete-kube-objects"],
-    "teardown.delete-peering": ["teardown.delete-lustre"],
-    "teardown.delete-peering-range": ["teardown.delete-peering"],
-    "teardown.delete-cluster": ["teardown.delete-kube-objects"],
-    "teardown.delete-gvnic-sub": ["teardown.delete-cluster"],
-    "teardown.delete-rdma-sub-0": ["teardown.delete-cluster"],
-    "teardown.delete-gvnic-net": ["teardown.delete-gvnic-sub", "teardown.delete-gvnic-fw"],
-    "teardown.delete-rdma-net": ["teardown.delete-rdma-sub-0"],
-    "teardown.delete-net": ["teardown.delete-peering-range", "teardown.delete-cluster"],
-    "report": ["teardown.delete-net", "teardown.delete-gvnic-net", "teardown.delete-rdma-net"],
+    t.NET: ["preflight_live"],
+    t.GVNIC_NET: ["preflight_live"],
+    t.RDMA_NET: ["preflight_live"],
+    t.GVNIC_SUB: [t.GVNIC_NET],
+    t.GVNIC_FW: [t.GVNIC_NET],
+    t.RDMA_SUBS[0]: [t.RDMA_NET],
+    t.PEERING_RANGE: [t.NET],
+    t.PEERING: [t.PEERING_RANGE],
+    t.LUSTRE: [t.PEERING],
+    t.GKE_CLUSTER: [t.NET],
+    t.NODE_POOL: [t.GKE_CLUSTER, t.GVNIC_SUB, t.RDMA_SUBS[0]],
+    t.NCCL_INSTALLER: [t.NODE_POOL],
+    t.NETWORK_MAPPING: [t.NODE_POOL],
+    t.LUSTRE_STORAGE: [t.GKE_CLUSTER, t.LUSTRE],
+    t.RAYCLUSTER: [t.NCCL_INSTALLER, t.NETWORK_MAPPING, t.LUSTRE_STORAGE, t.NODE_POOL],
+    t.SUBMIT: [t.RAYCLUSTER],
+    t.WAIT: [t.SUBMIT],
+    t.CHECK_CHECKPOINT: [t.WAIT],
+    t.EXPORT: [t.CHECK_CHECKPOINT],
+    t.DELETE_RAYCLUSTER: [t.EXPORT, t.WAIT, t.LUSTRE, t.GVNIC_FW],
+    t.DELETE_GVNIC_FW: [t.WAIT, t.GVNIC_FW],
+    t.DELETE_KUBE_OBJECTS: [t.DELETE_RAYCLUSTER],
+    t.DELETE_LUSTRE: [t.DELETE_KUBE_OBJECTS],
+    t.DELETE_PEERING: [t.DELETE_LUSTRE],
+    t.DELETE_PEERING_RANGE: [t.DELETE_PEERING],
+    t.DELETE_CLUSTER: [t.DELETE_KUBE_OBJECTS],
+    t.DELETE_GVNIC_SUB: [t.DELETE_CLUSTER],
+    t.DELETE_RDMA_SUBS[0]: [t.DELETE_CLUSTER],
+    t.DELETE_GVNIC_NET: [t.DELETE_GVNIC_SUB, t.DELETE_GVNIC_FW],
+    t.DELETE_RDMA_NET: [t.DELETE_RDMA_SUBS[0]],
+    t.DELETE_NET: [t.DELETE_PEERING_RANGE, t.DELETE_CLUSTER],
+    "report": [t.DELETE_NET, t.DELETE_GVNIC_NET, t.DELETE_RDMA_NET],
 }
 
 # Lustre (30 + 60 + 900 s, then the 6 s PV) outlasts the cluster and its pool (420 + 300 s); in teardown, deleting
@@ -110,22 +111,22 @@ EXPECTED_PATH = [
     ("plan", 2),
     ("apply_gate", 1),
     ("preflight_live", 12),
-    ("network.net", 30),
-    ("storage.peering-range", 30),
-    ("storage.peering", 60),
-    ("storage.lustre", 900),
-    ("kube.lustre-storage", 6),
-    ("kube.raycluster", 180),
-    ("train.submit", 10),
-    ("train.wait", 3600),
-    ("checkpoint.validate", 60),
-    ("checkpoint.export", 300),
-    ("teardown.delete-raycluster", 30),
-    ("teardown.delete-kube-objects", 10),
-    ("teardown.delete-lustre", 600),
-    ("teardown.delete-peering", 20),
-    ("teardown.delete-peering-range", 10),
-    ("teardown.delete-net", 30),
+    (t.NET, 30),
+    (t.PEERING_RANGE, 30),
+    (t.PEERING, 60),
+    (t.LUSTRE, 900),
+    (t.LUSTRE_STORAGE, 6),
+    (t.RAYCLUSTER, 180),
+    (t.SUBMIT, 10),
+    (t.WAIT, 3600),
+    (t.CHECK_CHECKPOINT, 60),
+    (t.EXPORT, 300),
+    (t.DELETE_RAYCLUSTER, 30),
+    (t.DELETE_KUBE_OBJECTS, 10),
+    (t.DELETE_LUSTRE, 600),
+    (t.DELETE_PEERING, 20),
+    (t.DELETE_PEERING_RANGE, 10),
+    (t.DELETE_NET, 30),
 ]
 EXPECTED_PATH_TOTAL = 5893.0
 MAKESPAN = 5928.0  # network teardown ends at +5928; the report task has not ended
@@ -188,15 +189,15 @@ def failed_pool_run() -> list[TaskTiming]:
     schedule: dict[str, tuple[float | None, float | None]] = {
         k: v for k, v in SCHEDULE.items() if not k.startswith(("teardown.", "report"))
     }
-    never = ["kube.nccl-installer", "kube.network-mapping", "kube.raycluster", "train.submit", "train.wait"]
-    never += ["checkpoint.validate", "checkpoint.export"]
+    never = [t.NCCL_INSTALLER, t.NETWORK_MAPPING, t.RAYCLUSTER, t.SUBMIT, t.WAIT]
+    never += [t.CHECK_CHECKPOINT, t.EXPORT]
     for task_id in never:
         schedule[task_id] = (None, None)
-    schedule["cluster.node-pool"] = (476, 1376)
-    schedule["teardown.delete-raycluster"] = (1378, 1380)
-    schedule["teardown.delete-cluster"] = (1400, 1880)
+    schedule[t.NODE_POOL] = (476, 1376)
+    schedule[t.DELETE_RAYCLUSTER] = (1378, 1380)
+    schedule[t.DELETE_CLUSTER] = (1400, 1880)
     states = dict.fromkeys(never, "upstream_failed")
-    states["cluster.node-pool"] = "failed"
+    states[t.NODE_POOL] = "failed"
     return timings(schedule, states)  # type: ignore[arg-type]
 
 
@@ -212,10 +213,10 @@ def failed_pool_run() -> list[TaskTiming]:
         ("plan", "preflight"),
         ("apply_gate", "preflight"),
         ("preflight_live", "preflight"),
-        ("network.rdma-sub-0", "network"),
-        ("cluster.node-pool", "cluster"),
-        ("teardown.delete-cluster", "teardown"),
-        ("checkpoint.export", "checkpoint"),
+        (t.RDMA_SUBS[0], "network"),
+        (t.NODE_POOL, "cluster"),
+        (t.DELETE_CLUSTER, "teardown"),
+        (t.EXPORT, "checkpoint"),
         ("report", "report"),
         ("a.b.c", "a"),
     ],
@@ -252,7 +253,7 @@ def test_stage_state_names_the_failed_tasks_and_retries() -> None:
     r = build_report(failed_pool_run(), UPSTREAM, inputs(training_summary=None, checkpoint_uri=None))
     cluster = r.stage("cluster")
     assert cluster.state == "failed"
-    assert cluster.failed == ("cluster.node-pool",)
+    assert cluster.failed == (t.NODE_POOL,)
     assert cluster.state_text() == "FAILED: cluster.node-pool"
     assert cluster.duration_s == 1376.0 - 54.0
     # Nothing in train ran: the stage has no span, and its state says why.
@@ -265,7 +266,7 @@ def test_stage_state_names_the_failed_tasks_and_retries() -> None:
     assert kube.duration_s == 6.0  # only lustre-storage ran
     assert kube.state_text() == "upstream_failed 3, success 1"
 
-    retried = build_report(timings(tries={"storage.lustre": 3}), UPSTREAM, inputs())
+    retried = build_report(timings(tries={t.LUSTRE: 3}), UPSTREAM, inputs())
     assert retried.stage("storage").retried == ("storage.lustre x3",)
     assert "retried: storage.lustre x3" in retried.to_text()
 
@@ -282,17 +283,17 @@ def test_critical_path_follows_the_longer_parallel_chain() -> None:
     assert path.steps[0].start_offset_s == 0.0
     assert path.steps[7].start_offset_s == 148.0  # storage.lustre
     # The still-running report task (duration 0) is not appended after the last real task.
-    assert path.task_ids[-1] == "teardown.delete-net"
+    assert path.task_ids[-1] == t.DELETE_NET
 
 
 def test_critical_path_switches_chain_when_the_cluster_is_slower() -> None:
     # A slow GPU pool (1200 s instead of 300 s) makes the cluster chain the longer one; later tasks shift along.
     schedule = dict(SCHEDULE)
-    schedule["cluster.node-pool"] = (476, 1676)
+    schedule[t.NODE_POOL] = (476, 1676)
     path = critical_path(timings(schedule), UPSTREAM)
     ids = path.task_ids
     # The pool is followed by the longer of its two kube children (the NCCL installer: 10 s, the mapping: 5 s).
-    assert ids[4:9] == ["network.net", "cluster.cluster", "cluster.node-pool", "kube.nccl-installer", "kube.raycluster"]
+    assert ids[4:9] == [t.NET, t.GKE_CLUSTER, t.NODE_POOL, t.NCCL_INSTALLER, t.RAYCLUSTER]
     assert not any(t.startswith("storage.") for t in ids[:12])
     assert path.total_s == EXPECTED_PATH_TOTAL - (30 + 60 + 900 + 6) + (420 + 1200 + 10)
 
@@ -310,8 +311,8 @@ def test_critical_path_counts_tasks_that_never_ran_as_zero() -> None:
     path = critical_path(failed_pool_run(), UPSTREAM)
     durations = dict((s.task_id, s.duration_s) for s in path.steps)
     # The failed pool still took 900 s: cluster + pool (1320 s) outlast the Lustre chain (996 s).
-    assert list(durations)[4:7] == ["network.net", "cluster.cluster", "cluster.node-pool"]
-    assert durations["cluster.node-pool"] == 900.0
+    assert list(durations)[4:7] == [t.NET, t.GKE_CLUSTER, t.NODE_POOL]
+    assert durations[t.NODE_POOL] == 900.0
     assert all(d == 0.0 for t, d in durations.items() if t.startswith(("train.", "checkpoint.")))
     assert math.isfinite(path.total_s)
 
@@ -369,9 +370,9 @@ def test_cost_uses_the_conf_price_and_the_h200_default() -> None:
 def test_kept_cluster_counts_until_now_and_is_flagged(action: str | None) -> None:
     actions = dict(ALL_DELETED)
     if action is None:
-        del actions["teardown.delete-cluster"]  # the teardown task reported nothing (failed or skipped)
+        del actions[t.DELETE_CLUSTER]  # the teardown task reported nothing (failed or skipped)
     else:
-        actions["teardown.delete-cluster"] = action
+        actions[t.DELETE_CLUSTER] = action
     now = T0 + 776 + 7200
     r = build_report(timings(), UPSTREAM, inputs(teardown_actions=actions, now=now))
     g = r.gpu
@@ -384,21 +385,21 @@ def test_kept_cluster_counts_until_now_and_is_flagged(action: str | None) -> Non
     text = r.to_text()
     assert "352.00 (still running!)" in text
     if action is not None:
-        assert [(i.task_id, i.action) for i in r.kept] == [("teardown.delete-cluster", action)]
+        assert [(i.task_id, i.action) for i in r.kept] == [(t.DELETE_CLUSTER, action)]
 
 
 def test_absent_cluster_counts_as_gone() -> None:
     # A retried delete whose first try already deleted the cluster reports "absent": the nodes are gone.
-    actions = {**ALL_DELETED, "teardown.delete-cluster": "absent"}
+    actions = {**ALL_DELETED, t.DELETE_CLUSTER: "absent"}
     r = build_report(timings(), UPSTREAM, inputs(teardown_actions=actions, now=T0 + 99_999))
     assert not r.gpu.still_running
     assert r.gpu.hours == pytest.approx(POOL_UP_S / 3600)
-    assert [i.task_id for i in r.absent] == ["teardown.delete-cluster"]
+    assert [i.task_id for i in r.absent] == [t.DELETE_CLUSTER]
     assert "still running" not in r.to_text()
 
 
 def test_deleted_action_without_an_end_time_is_still_running() -> None:
-    schedule = {**SCHEDULE, "teardown.delete-cluster": (5262, None)}
+    schedule = {**SCHEDULE, t.DELETE_CLUSTER: (5262, None)}
     g = build_report(timings(schedule), UPSTREAM, inputs(now=T0 + 6000)).gpu
     assert g.still_running
     assert g.hours == pytest.approx((6000 - 776) / 3600)
@@ -422,26 +423,26 @@ def test_pool_that_never_came_up_costs_nothing() -> None:
 
 def test_teardown_lists_and_pass_through_fields() -> None:
     actions = {
-        "teardown.delete-raycluster": "deleted",
-        "teardown.delete-kube-objects": "absent",
-        "teardown.delete-lustre": "kept-for-checkpoint",
-        "teardown.delete-cluster": "kept-by-policy",
-        "teardown.delete-net": "kept-unowned",
+        t.DELETE_RAYCLUSTER: "deleted",
+        t.DELETE_KUBE_OBJECTS: "absent",
+        t.DELETE_LUSTRE: "kept-for-checkpoint",
+        t.DELETE_CLUSTER: "kept-by-policy",
+        t.DELETE_NET: "kept-unowned",
     }
     r = build_report(timings(), UPSTREAM, inputs(teardown_actions=actions, teardown_policy="keep_cluster_and_storage"))
-    assert [(i.task_id, i.action) for i in r.deleted] == [("teardown.delete-raycluster", "deleted")]
-    assert [i.task_id for i in r.absent] == ["teardown.delete-kube-objects"]
+    assert [(i.task_id, i.action) for i in r.deleted] == [(t.DELETE_RAYCLUSTER, "deleted")]
+    assert [i.task_id for i in r.absent] == [t.DELETE_KUBE_OBJECTS]
     assert [(i.task_id, i.action) for i in r.kept] == [
-        ("teardown.delete-cluster", "kept-by-policy"),
-        ("teardown.delete-lustre", "kept-for-checkpoint"),
-        ("teardown.delete-net", "kept-unowned"),
+        (t.DELETE_CLUSTER, "kept-by-policy"),
+        (t.DELETE_LUSTRE, "kept-for-checkpoint"),
+        (t.DELETE_NET, "kept-unowned"),
     ]
     assert r.training_summary == TRAINING
     assert r.training_summary is not TRAINING  # a copy: the report is not tied to the caller's dict
     assert r.checkpoint_uri == CHECKPOINT
     text = r.to_text()
     assert "Teardown (policy keep_cluster_and_storage)" in text
-    assert "teardown.delete-lustre" in text and "kept-for-checkpoint" in text
+    assert t.DELETE_LUSTRE in text and "kept-for-checkpoint" in text
 
 
 def test_to_dict_is_json_serializable() -> None:
@@ -478,7 +479,7 @@ def test_to_text_shows_the_key_numbers() -> None:
     for expected in [
         "Stages",
         "Critical path",
-        "storage.lustre",
+        t.LUSTRE,
         "5893.0",  # critical path total
         "makespan                5928.0 s",
         f"makespan / crit. path   {MAKESPAN / EXPECTED_PATH_TOTAL:.3f} (+0.6% beyond",
@@ -516,8 +517,9 @@ def test_to_text_without_training_checkpoint_or_teardown() -> None:
 
 
 def test_module_is_cheap_to_import() -> None:
-    # Imported while Airflow parses the DAG: stdlib only, no Airflow.
+    # Imported while Airflow parses the DAG: stdlib and the pure topology only, no Airflow.
     source = report.__file__
     with open(source, encoding="utf-8") as f:
         imports = [line for line in f if line.startswith(("import ", "from "))]
-    assert not any("airflow" in line or "nemo_rl_gke" in line for line in imports), imports
+    assert not any("airflow" in line for line in imports), imports
+    assert [line for line in imports if "nemo_rl_gke" in line] == ["from nemo_rl_gke import outcomes, topology\n"]

@@ -92,6 +92,7 @@ def message_body(message: proto.Message, explicit: Iterable[str] = ()) -> dict[s
             always_print_fields_with_no_presence=False,
         )
     )
+    _sort_maps(body, cls.pb(message).DESCRIPTOR)
     explicit = tuple(explicit)
     if explicit:
         full = cls.to_dict(
@@ -103,6 +104,22 @@ def message_body(message: proto.Message, explicit: Iterable[str] = ()) -> dict[s
         for dotted in explicit:
             _keep(full, body, dotted.split("."), dotted, cls.__name__)
     return body
+
+
+def _sort_maps(body: dict[str, Any], descriptor: Any) -> None:
+    """Put every map field's entries in key order: protobuf iterates maps in no fixed order, plans must not vary."""
+    for fd in descriptor.fields:
+        value = body.get(fd.json_name)
+        if value is None or fd.message_type is None:
+            continue
+        if fd.message_type.GetOptions().map_entry:
+            body[fd.json_name] = dict(sorted(value.items()))
+        elif isinstance(value, dict):
+            _sort_maps(value, fd.message_type)
+        elif isinstance(value, list):
+            for item in value:
+                if isinstance(item, dict):
+                    _sort_maps(item, fd.message_type)
 
 
 def _strip_empty(value: Any) -> Any:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from nemo_rl_gke.findings import Finding
 from nemo_rl_gke.gcp.hooks import http_status, is_not_found
-from nemo_rl_gke.gcp.resources import message_dict, normalize_ref
+from nemo_rl_gke.gcp.resources.drift import message_dict, normalize_ref
 
 if TYPE_CHECKING:
     from nemo_rl_gke.gcp.hooks import GcpHook

@@ -23,6 +23,7 @@ from kubernetes.client.exceptions import ApiException
 
 from nemo_rl_gke.gcp.hooks import GcpHook, RetryPolicy, retry_transient
 from nemo_rl_gke.kube.access import ClusterAccess, DashboardAddress, dashboard_address
+from nemo_rl_gke.topology import GKE_CLUSTER
 
 if TYPE_CHECKING:
     from nemo_rl_gke.deployment import Deployment
@@ -104,7 +105,7 @@ class KubeHook:
         """Endpoint and CA of the cluster; raises ClusterUnreachableError when it is missing or not running."""
         from nemo_rl_gke.gcp.resources import resources
 
-        cluster = resources(self.spec)["cluster"]
+        cluster = resources(self.spec)[GKE_CLUSTER]
         return ClusterAccess.from_cluster(
             cluster.get(self.gcp_hook), cluster.label, google_endpoint=self.gcp_hook.endpoint("container")
         )

@@ -23,6 +23,7 @@ from nemo_rl_gke import paths
 from nemo_rl_gke.deployment import Deployment
 from nemo_rl_gke.paths import MANIFESTS_DIR
 from nemo_rl_gke.spec import OWNER_LABEL_KEY
+from nemo_rl_gke.topology import LUSTRE_STORAGE, NCCL_INSTALLER, NETWORK_MAPPING, RAYCLUSTER
 
 if TYPE_CHECKING:
     import jinja2
@@ -34,6 +35,13 @@ NCCL_INSTALLER_TEMPLATE = "nccl-rdma-installer.yaml.j2"
 NETWORK_MAPPING_TEMPLATE = "network-mapping.yaml.j2"
 LUSTRE_STORAGE_TEMPLATE = "lustre-storage.yaml.j2"
 RAYCLUSTER_TEMPLATE = "raycluster.yaml.j2"
+# The template each object group of the topology renders (the NCCL installer may come from another source).
+TEMPLATES = {
+    NCCL_INSTALLER: NCCL_INSTALLER_TEMPLATE,
+    NETWORK_MAPPING: NETWORK_MAPPING_TEMPLATE,
+    LUSTRE_STORAGE: LUSTRE_STORAGE_TEMPLATE,
+    RAYCLUSTER: RAYCLUSTER_TEMPLATE,
+}
 NCCL_FETCH_TIMEOUT_S = 30.0
 # A real installer manifest is a few KB; anything near this is not one.
 NCCL_SOURCE_MAX_BYTES = 1 << 20

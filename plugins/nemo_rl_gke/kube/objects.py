@@ -23,6 +23,7 @@ from nemo_rl_gke.kube.manifests import (
     render_template,
 )
 from nemo_rl_gke.spec import OWNER_LABEL_KEY, OWNER_LABEL_VALUE
+from nemo_rl_gke.topology import LUSTRE, LUSTRE_STORAGE, NCCL_INSTALLER, NETWORK_MAPPING, RAYCLUSTER, kube_groups
 
 if TYPE_CHECKING:
     from nemo_rl_gke.gcp.hooks import GcpHook
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-GROUPS = ("nccl-installer", "network-mapping", "lustre-storage", "raycluster")
+GROUPS = tuple(step.task_id for step in kube_groups())
 
 
 class InvalidManifestError(ValueError):
@@ -58,7 +59,7 @@ def lustre_ip(spec: RunSpec, gcp: GcpHook) -> str:
     """The Lustre instance's IP: the address part of its mountPoint (``IP@tcp:/filesystem``)."""
     from nemo_rl_gke.gcp.resources import resources
 
-    instance = resources(spec)["lustre"].get(gcp)
+    instance = resources(spec)[LUSTRE].get(gcp)
     mount_point = str((instance or {}).get("mountPoint") or "")
     if "@" not in mount_point:
         raise RuntimeError(f"Lustre instance {spec.lustre_name} reports no mountPoint yet ({mount_point!r})")
@@ -69,13 +70,13 @@ def group_objects(spec: RunSpec, group: str, *, lustre_address: str = LUSTRE_IP_
     """The objects of one group. For deletion only the identities matter, so the IP may stay a placeholder."""
     from nemo_rl_gke.recipes import load_recipe
 
-    if group == "nccl-installer":
+    if group == NCCL_INSTALLER:
         return load_nccl_installer(spec)
-    if group == "network-mapping":
+    if group == NETWORK_MAPPING:
         return render_template(NETWORK_MAPPING_TEMPLATE, spec=spec)
-    if group == "lustre-storage":
+    if group == LUSTRE_STORAGE:
         return render_template(LUSTRE_STORAGE_TEMPLATE, spec=spec, lustre_ip=lustre_address)
-    if group == "raycluster":
+    if group == RAYCLUSTER:
         image = load_recipe(spec.recipe).image_for(spec)
         return render_template(RAYCLUSTER_TEMPLATE, spec=spec, image=image)
     raise ValueError(f"unknown Kubernetes object group {group!r}; one of {', '.join(GROUPS)}")

@@ -8,24 +8,21 @@ the checkpoint's URI, step, final metrics and shard count, for downstream evalua
 
 from __future__ import annotations
 
-import time
 import uuid
-from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 
-from nemo_rl_gke.operators.gcp import DEFERRAL_BACKSTOP_S, SUBMIT_TASK_ID
-from nemo_rl_gke.operators.rayjob import SUMMARY_KEY, _RayJobOperator
+from nemo_rl_gke import outcomes
+from nemo_rl_gke.operators.base import StepOperator, pull
+from nemo_rl_gke.operators.rayjob import dashboard
+from nemo_rl_gke.topology import CHECK_CHECKPOINT, CHECKPOINT_REPORT, JOB_SUMMARY, SUBMIT, WAIT
 
 if TYPE_CHECKING:
     from nemo_rl_gke.spec import RunSpec
 
-VALIDATE_TASK = "checkpoint.validate"
-WAIT_TASK = "train.wait"
-REPORT_KEY = "report"
 # The validator is one file with no package imports, so it can run in any image that has torch and PyYAML.
 VALIDATOR = Path(__file__).resolve().parents[1] / "checkpoints.py"
 
@@ -50,7 +47,7 @@ def expectation(spec: RunSpec) -> dict[str, Any]:
     }
 
 
-class ValidateCheckpointOperator(_RayJobOperator):
+class ValidateCheckpointOperator(StepOperator):
     """Runs the checkpoint validator as a Ray job on the cluster and fails with its precise reasons.
 
     Pushes the validator's JSON report to XCom (``report``) and returns ``{"valid", "step", "shards", ...}``.
@@ -68,7 +65,7 @@ class ValidateCheckpointOperator(_RayJobOperator):
         from nemo_rl_gke.triggers.rayjob import RayJobTrigger
 
         spec = self.run_spec(context)
-        submitted = context["ti"].xcom_pull(task_ids=SUBMIT_TASK_ID)
+        submitted = pull(context, SUBMIT)
         # /data is the Lustre mount on GKE; the sandbox sets SANDBOX_DATA_DIR to the directory standing in for it.
         rest = spec.checkpoint_dir.removeprefix("/data")
         target = f'"${{SANDBOX_DATA_DIR:-/data}}"{shlex.quote(rest)}'
@@ -84,25 +81,18 @@ class ValidateCheckpointOperator(_RayJobOperator):
                 "purpose": "validate",
             },
         )
-        address, headers = self.dashboard(spec)
+        address, headers = dashboard(spec, self.hook)
         submission = submit_once(request, address.url, headers, {})
-        self.log.info(
-            "Validating %s with Ray job %s: %s", spec.checkpoint_dir, submission.submission_id, request.entrypoint
-        )
-        timeout_s = spec.stage_timeout_s("kube")
-        self.defer(
-            trigger=RayJobTrigger(
-                address=address.url,
-                submission_id=submission.submission_id,
-                needs_token=address.needs_token,
-                gcp_conn_id=self.gcp_conn_id,
-                poll_interval=spec.poll_interval_s,
-                timeout=timeout_s,
-                started_at=time.time(),
-                zero_learning_steps=0,
-            ),
-            method_name="execute_complete",
-            timeout=timedelta(seconds=timeout_s + DEFERRAL_BACKSTOP_S),
+        self.log.info("Validating %s: %s", spec.checkpoint_dir, request.entrypoint)
+        self.defer_until(
+            context,
+            spec,
+            RayJobTrigger,
+            what=f"checkpoint validation job {submission.submission_id}",
+            address=address.url,
+            submission_id=submission.submission_id,
+            needs_token=address.needs_token,
+            zero_learning_steps=0,
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
@@ -112,13 +102,13 @@ class ValidateCheckpointOperator(_RayJobOperator):
         from nemo_rl_gke.checkpoints import find_report
 
         spec = self.run_spec(context)
-        address, headers = self.dashboard(spec)
+        address, headers = dashboard(spec, self.hook)
         logs = JobSubmissionClient(address=address.url, headers=headers).get_job_logs(event["submission_id"])
         report = find_report(logs)
         if report is None:
             tail = "\n".join(event.get("tail") or [])
             raise AirflowFailException(f"the checkpoint validator produced no report ({event.get('message')}):\n{tail}")
-        context["ti"].xcom_push(key=REPORT_KEY, value=report)
+        context["ti"].xcom_push(key=CHECKPOINT_REPORT, value=report)
         if not report.get("valid"):
             problems = "\n".join(f"  - [{p['check']}] {p['path']}: {p['reason']}" for p in report.get("problems", []))
             raise AirflowFailException(f"checkpoint {report.get('path')} is not valid:\n{problems}")
@@ -133,7 +123,7 @@ class ValidateCheckpointOperator(_RayJobOperator):
         return {k: report.get(k) for k in ("valid", "path", "step", "shards", "tensors", "total_bytes")}
 
 
-class ExportCheckpointOperator(_RayJobOperator):
+class ExportCheckpointOperator(StepOperator):
     """Exports the validated step to ``gs://<bucket>/<dag>/<run>/step_N/`` with Lustre's exportData, deferred.
 
     On success it publishes an event on its outlet Asset with ``{"uri", "step", "metrics", "shards"}`` in the extra,
@@ -165,19 +155,8 @@ class ExportCheckpointOperator(_RayJobOperator):
         )
         operation = self.hook.call(self.hook.lustre_client.export_data, request=request, what=f"export {source}")
         ref = OperationRef("lustre", f"/v1/{operation.operation.name}", LONGRUNNING, f"export {source} -> {uri}")
-        self.log.info("Exporting Lustre %s:%s to %s (operation %s)", spec.lustre_name, source, uri, ref.path)
-        timeout_s = spec.stage_timeout_s("storage")
-        self.defer(
-            trigger=OperationTrigger(
-                operation=ref.to_dict(),
-                gcp_conn_id=self.gcp_conn_id,
-                poll_interval=spec.poll_interval_s,
-                timeout=timeout_s,
-                started_at=time.time(),
-            ),
-            method_name="execute_complete",
-            timeout=timedelta(seconds=timeout_s + DEFERRAL_BACKSTOP_S),
-        )
+        what = f"export of Lustre {spec.lustre_name}:{source} to {uri} (operation {ref.path})"
+        self.defer_until(context, spec, OperationTrigger, what=what, operation=ref.to_dict())
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Publish the Asset event, or fail saying where the checkpoint still is."""
@@ -191,10 +170,10 @@ class ExportCheckpointOperator(_RayJobOperator):
                 "the pods); teardown keeps that instance. Export it by hand (gcloud lustre instances export-data) or "
                 "re-run with accept_checkpoint_loss=true to let teardown delete it."
             )
-        report = context["ti"].xcom_pull(task_ids=VALIDATE_TASK, key=REPORT_KEY) or {}
-        summary = context["ti"].xcom_pull(task_ids=WAIT_TASK, key=SUMMARY_KEY) or {}
+        report = pull(context, CHECK_CHECKPOINT, CHECKPOINT_REPORT) or {}
+        summary = pull(context, WAIT, JOB_SUMMARY) or {}
         extra = {"uri": uri, "step": spec.final_step, "metrics": summary, "shards": report.get("shards", {})}
         for outlet in self.outlets:
             context["outlet_events"][outlet].extra = extra
         self.log.info("Checkpoint step %s exported to %s", spec.final_step, uri)
-        return {"action": "exported", "uri": uri, "step": spec.final_step}
+        return {"action": outcomes.EXPORTED, "uri": uri, "step": spec.final_step}

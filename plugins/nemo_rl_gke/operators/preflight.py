@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from nemo_rl_gke.operators.report import RecordsStart
+from nemo_rl_gke.operators.base import StepOperator
+from nemo_rl_gke.topology import FINDINGS, PLAN_TEXT
 
-VALIDATE_TASK_ID = "validate"
-FINDINGS_KEY = "findings"
-PLAN_TEXT_KEY = "plan_text"
+if TYPE_CHECKING:
+    from nemo_rl_gke.findings import Finding
+    from nemo_rl_gke.spec import RunSpec
 
 
 def run_conf(context: Context) -> dict[str, Any]:
@@ -33,7 +34,7 @@ def run_conf(context: Context) -> dict[str, Any]:
     return conf
 
 
-class ValidateConfOperator(RecordsStart):
+class ValidateConfOperator(StepOperator):
     """Offline preflight of the run conf; pushes the validated spec (as conf) to XCom or fails with every finding.
 
     A failure is final (no retries): the same conf fails the same way, and nothing has been created.
@@ -51,7 +52,7 @@ class ValidateConfOperator(RecordsStart):
             for finding in findings:
                 self.log.error("%s", finding)
             # Also in XCom, so the UI and `make demo` can show them without reading the log.
-            context["ti"].xcom_push(key=FINDINGS_KEY, value=[f.to_dict() for f in findings])
+            context["ti"].xcom_push(key=FINDINGS, value=[f.to_dict() for f in findings])
             raise AirflowFailException(format_findings(findings))
         self.log.info(
             "Conf is valid: recipe %s, %d x %s nodes, mode %s",
@@ -63,45 +64,91 @@ class ValidateConfOperator(RecordsStart):
         return spec.to_conf()
 
 
-class PlanOperator(RecordsStart):
+class PlanOperator(StepOperator):
     """Builds the run's plan from the validated spec, logs it as text and pushes it to XCom as JSON."""
 
     ui_color = "#eaf0f8"
 
-    def __init__(self, *, validate_task_id: str = VALIDATE_TASK_ID, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.validate_task_id = validate_task_id
-
     def execute(self, context: Context) -> dict[str, Any]:
         """Build the plan of the spec the validate task accepted."""
         from nemo_rl_gke.plan import build_plan
-        from nemo_rl_gke.spec import RunSpec
 
-        spec = RunSpec.from_conf(context["ti"].xcom_pull(task_ids=self.validate_task_id))
+        spec = self.run_spec(context)
         plan = build_plan(spec, dag_id=context["dag"].dag_id, run_id=context["run_id"])
         text = plan.to_text()
         self.log.info("Plan for this run (nothing has been created):\n%s", text)
-        context["ti"].xcom_push(key=PLAN_TEXT_KEY, value=text)
+        context["ti"].xcom_push(key=PLAN_TEXT, value=text)
         return plan.to_dict()
 
 
-class ApplyGateOperator(RecordsStart):
+class ApplyGateOperator(StepOperator):
     """Ends a plan-mode run after the plan: it skips itself, and with it every apply task downstream.
 
-    The teardown tasks are skipped too, since their setup (``preflight_live``) never ran: nothing was created.
+    The teardown tasks are skipped too, since their setup (the live preflight) never ran: nothing was created.
     """
 
     ui_color = "#f4f1e8"
 
-    def __init__(self, *, validate_task_id: str = VALIDATE_TASK_ID, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.validate_task_id = validate_task_id
-
     def execute(self, context: Context) -> None:
         """Skip unless the validated spec asks for apply."""
-        from nemo_rl_gke.spec import RunSpec
-
-        spec = RunSpec.from_conf(context["ti"].xcom_pull(task_ids=self.validate_task_id))
+        spec = self.run_spec(context)
         if spec.mode != "apply":
             raise AirflowSkipException(f"mode={spec.mode}: the plan is the result; nothing is created")
         self.log.info("mode=apply: provisioning starts")
+
+
+def secret_findings(spec: RunSpec) -> list[Finding]:
+    """The job's secrets exist now (connection with a password), before anything is created."""
+    from airflow.sdk import BaseHook
+
+    from nemo_rl_gke.findings import Finding
+    from nemo_rl_gke.rayjobs import job_secrets
+
+    findings = []
+    for secret in job_secrets(spec):
+        param = "hf_conn_id" if secret.name == "HF_TOKEN" else "wandb_conn_id"
+        try:
+            password = BaseHook.get_connection(secret.conn_id).password
+        except Exception:
+            password = None
+        if not password:
+            findings.append(
+                Finding(
+                    "secrets.present",
+                    (param,),
+                    secret.conn_id,
+                    f"the job needs {secret.name} from the password of Airflow connection '{secret.conn_id}', which "
+                    "does not exist or has no password",
+                    f"create it: airflow connections add {secret.conn_id} --conn-type generic --conn-password <token> "
+                    "(or AIRFLOW_CONN_*, or your secrets backend); the token never goes in the conf",
+                )
+            )
+    return findings
+
+
+class PreflightLiveOperator(StepOperator):
+    """Checks the live project before anything is created: reservation, RoCE profile, APIs, quota.
+
+    Fails (no retries) with every finding at once, in the same format as the offline validate task, and pushes them
+    to XCom under ``findings``.
+    """
+
+    ui_color = "#e8f4ea"
+
+    def execute(self, context: Context) -> None:
+        """Run the live checks of the validated spec; fail with all findings."""
+        from nemo_rl_gke.findings import format_findings
+        from nemo_rl_gke.gcp.live_checks import live_findings
+
+        spec = self.run_spec(context)
+        findings = [*live_findings(spec, self.hook), *secret_findings(spec)]
+        if findings:
+            for finding in findings:
+                self.log.error("%s", finding)
+            context["ti"].xcom_push(key=FINDINGS, value=[f.to_dict() for f in findings])
+            raise AirflowFailException(format_findings(findings))
+        self.log.info(
+            "Live preflight passed in project %s: reservation %s, network profile, APIs and quota",
+            spec.project,
+            spec.reservation,
+        )

@@ -8,39 +8,30 @@ Thin glue: the job comes from :mod:`nemo_rl_gke.rayjobs` (rendered from the reci
 from __future__ import annotations
 
 import time
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 
-from nemo_rl_gke.operators.gcp import DEFERRAL_BACKSTOP_S, SUBMIT_TASK_ID, _GcpResourceOperator
+from nemo_rl_gke.operators.base import StepOperator, pull
+from nemo_rl_gke.topology import JOB_STEPS, JOB_SUMMARY, SUBMIT
 
 if TYPE_CHECKING:
+    from nemo_rl_gke.gcp.hooks import GcpHook
     from nemo_rl_gke.kube.access import DashboardAddress
     from nemo_rl_gke.spec import RunSpec
 
-STEPS_KEY = "steps"
-SUMMARY_KEY = "summary"
+
+def dashboard(spec: RunSpec, hook: GcpHook) -> tuple[DashboardAddress, dict[str, str]]:
+    """The Ray dashboard of the run's RayCluster and the headers a request to it needs."""
+    from nemo_rl_gke.kube.client import KubeHook
+
+    kube = KubeHook(spec, hook)
+    address = kube.dashboard()
+    return address, kube.dashboard_headers(address)
 
 
-class _RayJobOperator(_GcpResourceOperator):
-    """Shared plumbing: the spec, the dashboard address and the headers it needs."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        # The job runs on the run's GKE cluster: the shared plumbing (spec, GCP hook) is keyed to that resource.
-        super().__init__(resource_key="cluster", **kwargs)
-
-    def dashboard(self, spec: RunSpec) -> tuple[DashboardAddress, dict[str, str]]:
-        """The Ray dashboard of the run's RayCluster and the headers a request to it needs."""
-        from nemo_rl_gke.kube.client import KubeHook
-
-        kube = KubeHook(spec, self.hook)
-        address = kube.dashboard()
-        return address, kube.dashboard_headers(address)
-
-
-class SubmitRayJobOperator(_RayJobOperator):
+class SubmitRayJobOperator(StepOperator):
     """Submits the run's GRPO job to the RayCluster through the Ray Jobs API, exactly once per DAG run.
 
     The submission id is derived from the DAG run, so a retry adopts the job already running. Secrets come from the
@@ -75,14 +66,14 @@ class SubmitRayJobOperator(_RayJobOperator):
             secrets = resolve_secrets(request, password_of)
         except SecretMissingError as exc:
             raise AirflowFailException(str(exc)) from exc
-        address, headers = self.dashboard(spec)
+        address, headers = dashboard(spec, self.hook)
         self.log.info("Ray dashboard of RayCluster %s via %s", spec.raycluster_name, address.via)
         self.log.info("Job %s: %s", request.submission_id, request.entrypoint.splitlines()[-1])
         submission = submit_once(request, address.url, headers, secrets)
         return {**submission.to_dict(), "dashboard": address.url, "submitted_at": time.time()}
 
 
-class RayJobSensor(_RayJobOperator):
+class RayJobSensor(StepOperator):
     """Waits, deferred, for the GRPO job to end; streams its log into the task log and its metrics into XCom.
 
     Fails with Ray's message, the error type, the exit code and the driver's last lines when the job fails or is
@@ -92,39 +83,27 @@ class RayJobSensor(_RayJobOperator):
 
     ui_color = "#f3e8fb"
 
-    def __init__(self, *, submit_task_id: str = SUBMIT_TASK_ID, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.submit_task_id = submit_task_id
-
     def execute(self, context: Context) -> None:
         """Defer to the trigger that follows the job."""
         from nemo_rl_gke.rayjobs import job_secrets
         from nemo_rl_gke.triggers.rayjob import RayJobTrigger
 
         spec = self.run_spec(context)
-        submitted = context["ti"].xcom_pull(task_ids=self.submit_task_id)
-        address, _ = self.dashboard(spec)
-        self.log.info(
-            "Following Ray job %s (poll every %ss, timeout %ss, zero-learning guard %s), no worker slot held",
-            submitted["submission_id"],
-            spec.poll_interval_s,
-            spec.job_timeout_s,
-            f"K={spec.zero_learning_steps}" if spec.zero_learning_guard else "off",
-        )
-        self.defer(
-            trigger=RayJobTrigger(
-                address=address.url,
-                submission_id=submitted["submission_id"],
-                needs_token=address.needs_token,
-                gcp_conn_id=self.gcp_conn_id,
-                poll_interval=spec.poll_interval_s,
-                timeout=spec.job_timeout_s,
-                started_at=float(submitted.get("submitted_at") or time.time()),
-                zero_learning_steps=spec.zero_learning_steps if spec.zero_learning_guard else 0,
-                secret_conn_ids=[secret.conn_id for secret in job_secrets(spec)],
-            ),
-            method_name="execute_complete",
-            timeout=timedelta(seconds=spec.job_timeout_s + DEFERRAL_BACKSTOP_S),
+        submitted = pull(context, SUBMIT)
+        address, _ = dashboard(spec, self.hook)
+        guard = f"K={spec.zero_learning_steps}" if spec.zero_learning_guard else "off"
+        self.defer_until(
+            context,
+            spec,
+            RayJobTrigger,
+            what=f"Ray job {submitted['submission_id']} (zero-learning guard {guard})",
+            address=address.url,
+            submission_id=submitted["submission_id"],
+            needs_token=address.needs_token,
+            # The job's clock started at submission: a re-deferral or a retry keeps that deadline.
+            started_at=float(submitted.get("submitted_at") or time.time()),
+            zero_learning_steps=spec.zero_learning_steps if spec.zero_learning_guard else 0,
+            secret_conn_ids=[secret.conn_id for secret in job_secrets(spec)],
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
@@ -134,8 +113,8 @@ class RayJobSensor(_RayJobOperator):
         metrics = RunMetrics.from_dict(event.get("metrics") or {})
         steps = [s.to_dict() for s in metrics.completed_steps]
         summary = metrics.summary()
-        context["ti"].xcom_push(key=STEPS_KEY, value=steps)
-        context["ti"].xcom_push(key=SUMMARY_KEY, value=summary)
+        context["ti"].xcom_push(key=JOB_STEPS, value=steps)
+        context["ti"].xcom_push(key=JOB_SUMMARY, value=summary)
         self.log.info("Training summary:\n%s", metrics.summary_text())
         status = event.get("status")
         if status == "success":

@@ -4,7 +4,9 @@ With ``--sandbox`` the run is in apply mode against the local GCP sandbox (start
 reservation, stopped at the end): every resource is created and deleted again through the production code. The
 full Airflow output goes to a log file; the terminal gets the task states, what each task did, and the plan (or
 the conf's findings) read back from the run's XCom in the metadata DB. Needs AIRFLOW_HOME and a migrated DB (the
-Makefile does both). A development tool: it is not used by the DAG.
+Makefile does both). A development tool beside the sandbox: the deployed package never imports it.
+
+    python -m sandbox.demo [--sandbox] --conf include/conf/local.json
 """
 
 from __future__ import annotations
@@ -18,8 +20,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from nemo_rl_gke import topology
+from sandbox.testing import start_sandbox
 
-def _run_dags_test(dag_id: str, conf: str, log_path: Path, env: dict[str, str] | None = None) -> int:
+
+def run_dags_test(dag_id: str, conf: str, log_path: Path, env: dict[str, str] | None = None) -> int:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("w") as log:
         proc = subprocess.run(
@@ -32,7 +37,7 @@ def _run_dags_test(dag_id: str, conf: str, log_path: Path, env: dict[str, str] |
     return proc.returncode
 
 
-def _latest_run(dag_id: str) -> dict[str, Any]:
+def latest_run(dag_id: str) -> dict[str, Any]:
     """The newest run of ``dag_id``: its id, state, task states and XComs, from the metadata DB."""
     from airflow.models.dagrun import DagRun
     from airflow.models.taskinstance import TaskInstance
@@ -53,10 +58,8 @@ def _latest_run(dag_id: str) -> dict[str, Any]:
         }
 
 
-def _start_sandbox(home: Path, conf: dict[str, Any]) -> tuple[Any, dict[str, str]]:
+def start_demo_sandbox(home: Path, conf: dict[str, Any]) -> tuple[Any, dict[str, str]]:
     """The local GCP sandbox, seeded with the conf's reservation, and the connection env pointing at it."""
-    from sandbox.testing import start_sandbox
-
     from nemo_rl_gke.spec import RunSpec
 
     spec = RunSpec.from_conf(conf)
@@ -99,10 +102,12 @@ def _what_it_did(result: Any) -> str:
 def _print_run(run: dict[str, Any], elapsed: float) -> None:
     print(f"run {run['run_id']}: {run['state']} in {elapsed:.1f}s")
     for task_id, state, duration in run["tasks"]:
-        result = run["xcom"].get((task_id, "return_value"))
+        result = run["xcom"].get((task_id, topology.RETURN))
         action = _what_it_did(result)
         print(f"  {task_id:<30} {state:<8} {duration:6.1f}s  {action}")
-    findings = run["xcom"].get(("validate", "findings")) or run["xcom"].get(("preflight_live", "findings"))
+    findings = run["xcom"].get((topology.VALIDATE, topology.FINDINGS)) or run["xcom"].get(
+        (topology.PREFLIGHT_LIVE, topology.FINDINGS)
+    )
     if findings:
         print(f"\nThe run was refused before anything was created ({len(findings)} problem(s)):")
         for n, f in enumerate(findings, 1):
@@ -112,19 +117,19 @@ def _print_run(run: dict[str, Any], elapsed: float) -> None:
 def _print_training(run: dict[str, Any], sandbox: Any) -> None:
     """Reward by step, the checkpoint's location and the run report, from the run's XCom."""
     xcom = run["xcom"]
-    steps = xcom.get(("train.wait", "steps")) or []
+    steps = xcom.get((topology.WAIT, topology.JOB_STEPS)) or []
     if steps:
         print("\nreward by step (avg reward of the batch):")
         for row in steps:
             reward = row.get("avg_reward") or 0.0
             print(f"  step {row['step']:>3}  {reward:6.4f}  {'#' * round(40 * reward)}")
-    exported = xcom.get(("checkpoint.export", "return_value")) or {}
+    exported = xcom.get((topology.EXPORT, topology.RETURN)) or {}
     if exported.get("uri"):
         print(f"\ncheckpoint: {exported['uri']}")
         if sandbox is not None:
             local = Path(sandbox.state_dir) / "gcs" / exported["uri"].removeprefix("gs://")
             print(f"  (the sandbox's bucket directory: {local})")
-    text = xcom.get(("report", "text"))
+    text = xcom.get((topology.RUN_REPORT, topology.REPORT_TEXT))
     if text:
         print("\n" + text)
 
@@ -144,21 +149,21 @@ def main(argv: list[str] | None = None) -> int:
     sandbox, env = None, {}
     if args.sandbox:
         conf = {**conf, "mode": "apply", "poll_interval_s": 0.2}
-        sandbox, env = _start_sandbox(home, conf)
+        sandbox, env = start_demo_sandbox(home, conf)
         print(f"GCP sandbox on {sandbox.url} (pid {sandbox.pid}), connection google_cloud_default -> sandbox")
     try:
         print(f"$ airflow dags test {args.dag_id} -c '<{args.conf} + mode {conf.get('mode', 'plan')}>'")
         print(f"  (full output: {log_path})")
         started = time.monotonic()
-        code = _run_dags_test(args.dag_id, json.dumps(conf), log_path, env)
+        code = run_dags_test(args.dag_id, json.dumps(conf), log_path, env)
         elapsed = time.monotonic() - started
         if code != 0 and "DagRun Finished" not in log_path.read_text():
             print(log_path.read_text()[-3000:])
             print(f"airflow dags test exited {code}: the run was not created (see above)")
             return code
-        run = _latest_run(args.dag_id)
+        run = latest_run(args.dag_id)
         _print_run(run, elapsed)
-        plan_text = run["xcom"].get(("plan", "plan_text"))
+        plan_text = run["xcom"].get((topology.PLAN, topology.PLAN_TEXT))
         if plan_text and sandbox is None:
             print("\n" + plan_text)
         elif plan_text:

@@ -1,0 +1,116 @@
+"""Build a run's DAG from the topology: one task per step, in its group, with its needs, retries and teardown role.
+
+The manual DAG and every scheduled DAG come from :func:`build_dag`, so they cannot drift apart. Nothing here does
+I/O or imports a cloud client: it runs while Airflow parses DAG files.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from airflow.sdk import DAG, Asset, BaseOperator, TaskGroup, TriggerRule, cross_downstream
+
+from nemo_rl_gke import topology
+from nemo_rl_gke.dag_params import build_params
+from nemo_rl_gke.operators.checkpoint import ExportCheckpointOperator, ValidateCheckpointOperator
+from nemo_rl_gke.operators.gcp import DeleteGcpResourceOperator, EnsureGcpResourceOperator
+from nemo_rl_gke.operators.kube import ApplyKubeObjectsOperator, DeleteKubeObjectsOperator
+from nemo_rl_gke.operators.preflight import (
+    ApplyGateOperator,
+    PlanOperator,
+    PreflightLiveOperator,
+    ValidateConfOperator,
+)
+from nemo_rl_gke.operators.rayjob import RayJobSensor, SubmitRayJobOperator
+from nemo_rl_gke.operators.report import RunReportOperator
+from nemo_rl_gke.topology import Op
+
+OPERATORS: dict[Op, type[BaseOperator]] = {
+    Op.VALIDATE_CONF: ValidateConfOperator,
+    Op.PLAN: PlanOperator,
+    Op.APPLY_GATE: ApplyGateOperator,
+    Op.PREFLIGHT_LIVE: PreflightLiveOperator,
+    Op.ENSURE_GCP: EnsureGcpResourceOperator,
+    Op.APPLY_KUBE: ApplyKubeObjectsOperator,
+    Op.SUBMIT_JOB: SubmitRayJobOperator,
+    Op.FOLLOW_JOB: RayJobSensor,
+    Op.VALIDATE_CHECKPOINT: ValidateCheckpointOperator,
+    Op.EXPORT_CHECKPOINT: ExportCheckpointOperator,
+    Op.DELETE_KUBE: DeleteKubeObjectsOperator,
+    Op.DELETE_GCP: DeleteGcpResourceOperator,
+    Op.REPORT: RunReportOperator,
+}
+DEFAULT_ARGS: dict[str, Any] = {"owner": "ml-platform", "retries": 2, "retry_delay": timedelta(seconds=30)}
+TAGS = ["nemo-rl", "grpo", "gke", "gpu"]
+
+
+def _step_kwargs(step: topology.Step) -> dict[str, Any]:
+    """What the topology says about a task beyond its operator: retries, delay, docs, outlets."""
+    kwargs: dict[str, Any] = {"step": step.task_id, "doc_md": step.doc}
+    if step.retries is not None:
+        kwargs["retries"] = step.retries
+    if step.retry_delay_s is not None:
+        kwargs["retry_delay"] = timedelta(seconds=step.retry_delay_s)
+        # A failed deletion is retried soon, then less often: a dependent still going away usually clears quickly.
+        kwargs["retry_exponential_backoff"] = step.op is Op.DELETE_GCP
+    if step.outlets:
+        kwargs["outlets"] = [Asset(name=name) for name in step.outlets]
+    if step in topology.provisioning() and len(step.needs) > 1:
+        # As all_success, but a step whose upstreams mix skipped (past stop_after) and failed ones is upstream_failed,
+        # never skipped: a skip must not hide a failure from the run's state. (One upstream: the same as all_success.)
+        kwargs["trigger_rule"] = TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS
+    return kwargs
+
+
+def build_dag(
+    dag_id: str,
+    *,
+    description: str,
+    doc_md: str,
+    schedule: Any = None,
+    start_date: datetime | None = None,
+    tags: list[str] | None = None,
+    param_defaults: dict[str, Any] | None = None,
+    **dag_kwargs: Any,
+) -> DAG:
+    """The run's DAG: every step of the topology wired by its needs; teardown after any failure; the report last.
+
+    ``param_defaults`` overrides the trigger form's defaults (a schedule's partial conf); ``dag_kwargs`` go to DAG.
+    """
+    with DAG(
+        dag_id=dag_id,
+        description=description,
+        schedule=schedule,
+        start_date=start_date or datetime(2026, 1, 1),
+        catchup=False,
+        tags=tags or TAGS,
+        doc_md=doc_md,
+        default_args=DEFAULT_ARGS,
+        **dag_kwargs,
+    ) as dag:
+        groups: dict[str, TaskGroup] = {}
+        tasks: dict[str, BaseOperator] = {}
+        for step in topology.STEPS.values():
+            group = None
+            if step.group is not None:
+                group = groups.get(step.group) or groups.setdefault(step.group, TaskGroup(step.group))
+            tasks[step.task_id] = OPERATORS[step.op](task_group=group, **_step_kwargs(step))
+        for step in topology.STEPS.values():
+            for need in step.needs:
+                tasks[need] >> tasks[step.task_id]
+        # Teardown starts once every provisioning step has finished, whatever its state.
+        roots = [tasks[s.task_id] for s in topology.teardown_steps() if not s.needs]
+        cross_downstream([tasks[s.task_id] for s in topology.provisioning()], roots)
+        for step in topology.teardown_steps():
+            tasks[step.task_id].as_teardown(
+                setups=tasks[topology.setup_of(step.task_id)], on_failure_fail_dagrun=step.counts_for_run_state
+            )
+        report = next(s for s in topology.STEPS.values() if s.op is Op.REPORT)
+        [tasks[s.task_id] for s in topology.teardown_steps()] >> tasks[report.task_id]
+        # It runs whenever the conf was valid, after teardown, and never decides the run's state.
+        tasks[report.task_id].as_teardown(setups=tasks[topology.setup_of(report.task_id)], on_failure_fail_dagrun=False)
+    # Set after the tasks: Airflow deep-copies the DAG's params into every task created while they are set, and
+    # merges them back at run time anyway (process_params), so this keeps 50 copies of every Param out of each parse.
+    dag.params = build_params(param_defaults)
+    return dag

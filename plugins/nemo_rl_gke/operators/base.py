@@ -1,0 +1,120 @@
+"""What every operator of a run shares, by composition: its step in the topology, the validated spec, the GCP hook,
+the start time the run report needs, the run's stop stage, and the one way to hand a wait to the triggerer.
+
+Imported while the DAG file is parsed: the hooks and clients are imported on first use only.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from airflow.sdk import BaseOperator, Context
+from airflow.sdk.exceptions import AirflowSkipException
+
+from nemo_rl_gke import topology
+from nemo_rl_gke.topology import PENDING, RETURN, STARTED_AT, VALIDATE, Step
+
+if TYPE_CHECKING:
+    from airflow.triggers.base import BaseTrigger
+
+    from nemo_rl_gke.gcp.hooks import GcpHook
+    from nemo_rl_gke.spec import RunSpec
+
+DEFAULT_GCP_CONN_ID = "google_cloud_default"
+# The trigger enforces the wait's timeout and says what timed out; Airflow's own deferral timeout is only a backstop
+# for a trigger that never fires at all, so it is set a little later than the trigger's deadline.
+DEFERRAL_BACKSTOP_S = 600
+
+
+def pull(context: Context, task_id: str, key: str = RETURN) -> Any:
+    """An XCom of another step of this run, refused when the topology does not declare that the step produces it."""
+    if key not in topology.step(task_id).produces:
+        raise KeyError(f"{task_id} does not produce XCom {key!r} (topology: {topology.step(task_id).produces})")
+    return context["ti"].xcom_pull(task_ids=task_id, key=key)
+
+
+class StepOperator(BaseOperator):
+    """Base of every operator of a run: one step of :mod:`nemo_rl_gke.topology`.
+
+    :param step: the step's task id in the topology (the task is created inside its group under its name).
+    :param gcp_conn_id: the Airflow connection with the Google credentials and endpoint overrides.
+    """
+
+    def __init__(self, *, step: str, gcp_conn_id: str = DEFAULT_GCP_CONN_ID, **kwargs: Any) -> None:
+        kwargs.setdefault("task_id", topology.step(step).name)
+        super().__init__(**kwargs)
+        self.step_id = step
+        self.gcp_conn_id = gcp_conn_id
+
+    @property
+    def step(self) -> Step:
+        """This task's declaration."""
+        return topology.step(self.step_id)
+
+    @cached_property
+    def hook(self) -> GcpHook:
+        """The sync GCP hook; built on first use, never at parse time."""
+        from nemo_rl_gke.gcp.hooks import GcpHook
+
+        return GcpHook(gcp_conn_id=self.gcp_conn_id)
+
+    def run_spec(self, context: Context) -> RunSpec:
+        """The RunSpec the validate task accepted: the one source of names."""
+        from nemo_rl_gke.spec import RunSpec
+
+        return RunSpec.from_conf(pull(context, VALIDATE))
+
+    def timeout_s(self, spec: RunSpec) -> float:
+        """How long one wait of this step may take (the conf parameter its stage or the step names)."""
+        param = self.step.wait_timeout_param
+        if param is None:
+            raise ValueError(f"{self.step_id} has no wait timeout in the topology")
+        return float(getattr(spec, param))
+
+    def pre_execute(self, context: Context) -> None:
+        """Record when this try started (for the run report), and skip a step past the conf's ``stop_after``."""
+        started = getattr(context["ti"], "start_date", None)
+        if started is not None:
+            context["ti"].xcom_push(key=STARTED_AT, value=started.timestamp())
+        if self.step in topology.provisioning():
+            stop = self.run_spec(context).stop_after
+            if self.step in tuple(topology.after(stop)):
+                raise AirflowSkipException(f"stop_after={stop}: the run stops before the {self.step.stage} stage")
+
+    def defer_until(
+        self,
+        context: Context,
+        spec: RunSpec,
+        trigger_class: type[BaseTrigger],
+        *,
+        what: str,
+        pending: Any = None,
+        **trigger_kwargs: Any,
+    ) -> NoReturn:
+        """Hand a wait to the triggerer with the spec's poll interval and this step's timeout; resume in
+        ``execute_complete``. ``pending`` (the result so far) waits in XCom: ``airflow dags test`` drops deferral
+        kwargs when it runs a trigger in line."""
+        timeout_s = self.timeout_s(spec)
+        if pending is not None:
+            context["ti"].xcom_push(key=PENDING, value=pending)
+        self.log.info(
+            "%s: waiting (poll every %ss, timeout %ss), no worker slot held meanwhile",
+            what,
+            spec.poll_interval_s,
+            timeout_s,
+        )
+        # Fixed here, once: the trigger serializes it, so a triggerer restart keeps the same deadline.
+        trigger_kwargs.setdefault("started_at", time.time())
+        trigger = trigger_class(
+            gcp_conn_id=self.gcp_conn_id, poll_interval=spec.poll_interval_s, timeout=timeout_s, **trigger_kwargs
+        )
+        self.defer(
+            trigger=trigger, method_name="execute_complete", timeout=timedelta(seconds=timeout_s + DEFERRAL_BACKSTOP_S)
+        )
+
+    def pending(self, context: Context) -> Any:
+        """The result this step stored before it deferred."""
+        return context["ti"].xcom_pull(task_ids=self.step_id, key=PENDING)

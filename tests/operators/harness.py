@@ -1,0 +1,112 @@
+"""Run the package's operators one step at a time against the real sandbox, as Airflow's task runner would.
+
+The task instance is a small stand-in (XCom by task id and key, shared by the steps of one run), but everything
+else is real: the operators build their hook from ``AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT`` pointing at the sandbox,
+``pre_execute`` and ``execute`` run as in Airflow, a deferral raises ``TaskDeferred`` with the actual trigger, that
+trigger runs to its event, and ``execute_complete`` is called on a fresh operator, as Airflow does after a deferral.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import AirflowSkipException, TaskDeferred
+from sandbox.testing import SandboxProcess
+
+from nemo_rl_gke import topology
+from nemo_rl_gke.dag_factory import OPERATORS
+from nemo_rl_gke.preflight import check_conf
+from nemo_rl_gke.topology import RETURN, VALIDATE
+
+REGION, ZONE = "us-central1", "us-central1-b"  # a RoCE zone of the sandbox
+POLL = 0.05
+
+
+class Run:
+    """The XComs of one DAG run, as the steps push and pull them."""
+
+    def __init__(self, conf: dict[str, Any]) -> None:
+        self.xcom: dict[tuple[str, str], Any] = {(VALIDATE, RETURN): conf}
+
+    def context(self, task_id: str) -> dict[str, Any]:
+        """The context a task instance of ``task_id`` gets."""
+        return {"ti": TaskInstance(self, task_id)}
+
+
+class TaskInstance:
+    """What the operators use of a task instance: XCom pull and push, scoped to one run."""
+
+    def __init__(self, run: Run, task_id: str) -> None:
+        self.run = run
+        self.task_id = task_id
+        self.start_date = None
+
+    def xcom_pull(self, task_ids: str | None = None, key: str = RETURN, **_: Any) -> Any:
+        return self.run.xcom.get((task_ids or self.task_id, key))
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        json.dumps(value)  # XCom values must be JSON-serializable, as Airflow's are
+        self.run.xcom[(self.task_id, key)] = value
+
+
+def start_run(project: str, **conf: Any) -> Run:
+    """A run whose validate task accepted this conf (validated for real) in ``project``."""
+    raw = {"project": project, "region": REGION, "zone": ZONE, "reservation": "gpu-res", "poll_interval_s": POLL}
+    raw.update(conf)
+    spec, findings = check_conf(raw)
+    assert spec is not None, findings
+    return Run(spec.to_conf())
+
+
+def operator(task_id: str) -> Any:
+    """The operator the DAG factory builds for a step."""
+    return OPERATORS[topology.step(task_id).op](step=task_id)
+
+
+def trigger_events(trigger: Any, timeout: float = 60.0) -> list[dict[str, Any]]:
+    """Every event of a trigger run to its end."""
+
+    async def collect() -> list[dict[str, Any]]:
+        return [event.payload async for event in trigger.run()]
+
+    return asyncio.run(asyncio.wait_for(collect(), timeout))
+
+
+def run_step(run: Run, task_id: str) -> tuple[Any, TaskDeferred | None]:
+    """One try of a step: pre_execute, execute; on a deferral its trigger's event and execute_complete on a fresh
+    operator. Its return value lands in the run's XCom. A skip returns ("skipped", None)."""
+    context = run.context(task_id)
+    task = operator(task_id)
+    deferred: TaskDeferred | None = None
+    try:
+        task.pre_execute(context)
+        result = task.execute(context)
+    except AirflowSkipException:
+        return "skipped", None
+    except TaskDeferred as exc:
+        deferred = exc
+        events = trigger_events(exc.trigger)
+        assert len(events) == 1
+        resumed = getattr(operator(task_id), exc.method_name)
+        result = resumed(context, event=events[0], **(exc.kwargs or {}))
+    run.xcom[(task_id, RETURN)] = result
+    return result, deferred
+
+
+def project_resources(sandbox: SandboxProcess, project: str) -> dict[str, dict[str, Any]]:
+    """The sandbox's live resources of one project, by name."""
+    return {r["name"]: r for r in sandbox.inventory() if f"projects/{project}/" in r["path"]}
+
+
+@pytest.fixture
+def gcp_conn(sandbox: SandboxProcess, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """google_cloud_default -> the sandbox, exactly as a deployment would configure it for local runs."""
+    extras = {"is_anonymous": True, "api_endpoint": sandbox.url, "project": "sandbox"}
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", json.dumps({"conn_type": "google_cloud_platform", "extra": extras})
+    )
+    yield
