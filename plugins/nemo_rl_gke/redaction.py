@@ -58,7 +58,7 @@ def _hex_digit(value: int) -> str:
 
 def _spellings(char: str) -> list[str]:
     """Regexes for the ways a character of a secret can be written (escaped forms first: they are longer)."""
-    encoded = "".join(f"%{_hex_digit(b >> 4)}{_hex_digit(b & 15)}" for b in char.encode("utf-8"))
+    encoded = "".join(f"%{_hex_digit(b >> 4)}{_hex_digit(b & 15)}" for b in char.encode("utf-8", "surrogatepass"))
     forms = [encoded]
     if char in '"\\/':
         forms.append(re.escape("\\" + char))

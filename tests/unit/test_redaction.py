@@ -11,6 +11,7 @@ import asyncio
 import json
 import pickle
 import random
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -154,6 +155,20 @@ def test_secret_with_special_characters_plain_and_encoded() -> None:
     for text in encodings:
         out = redactor.redact(f"<{text}>")
         assert out == "<***>", (text, out)
+
+
+@pytest.mark.parametrize(
+    "secret",
+    [
+        "".join(chr(i) for i in range(32, 127)),  # every printable ASCII character, regex metacharacters included
+        "".join(chr(i) for i in range(32)) + "abcdef",  # control characters; the line breaks become gaps
+        "ab\ud800cdef",  # a lone surrogate
+        "é€🚀 x\u2028y",
+    ],
+)
+def test_any_secret_value_builds_a_redactor_that_masks_it(secret: str) -> None:
+    out = StreamRedactor([secret]).redact(f"<{secret}>")
+    assert re.fullmatch(r"<(?:\*\*\*|[\r\n])+>", out), out
 
 
 def test_redact_value_masks_keys_and_values_and_keeps_other_types() -> None:

@@ -171,8 +171,9 @@ class RayJobTrigger(BaseTrigger):
 
     # --- events -----------------------------------------------------------------------------------------------------
     def _event(self, status: str, message: str, job_status: str) -> TriggerEvent:
-        # Bounded work: a message, TAIL_LINES lines of at most max_line_chars, and the parsed metrics. The tail and
-        # metrics come from redacted text already; masking them again covers a secret a cut-off message would split.
+        # Bounded work: a message, TAIL_LINES lines of at most max_line_chars, and the parsed metrics. Ray's message
+        # (with the job's last log lines in it) is masked here; the tail and metrics were built from masked text and
+        # are masked again only as a second line of defence.
         redact = self._redactor
         return TriggerEvent(
             {
