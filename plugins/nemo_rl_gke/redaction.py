@@ -11,8 +11,9 @@ with ``***``, also when:
   JSON-escaped (``\\"``, ``\\\\``, ``\\/``).
 
 Redact *before* splitting text into lines or cutting it for display, so that no later step can cut a secret in two.
-Matching runs in linear time in the text (atomic groups: no backtracking between the characters of a secret). Pure
-and stdlib-only (the triggerer imports it); the values are never logged, shown by ``repr`` or serialized.
+Matching runs in linear time in the text (atomic groups and possessive quantifiers: no backtracking between the
+characters of a secret). Pure and stdlib-only (the triggerer imports it); the values are never logged, shown by
+``repr`` or serialized.
 
 Limits: secrets shorter than :data:`MIN_SECRET_CHARS` are ignored (as Airflow's own masker does). At most
 :data:`MAX_HOLD_CHARS` are held back: a start of a secret followed by more line breaks, codes and prefixes than that
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any, NoReturn
+from typing import Any
 
 MASK = "***"
 # Airflow's [logging] min_length_masked_secret default: shorter values would mask ordinary words.
@@ -140,8 +141,11 @@ class StreamRedactor:
     def __repr__(self) -> str:
         return f"StreamRedactor({self._count} secret(s))"
 
-    def __getstate__(self) -> NoReturn:
-        raise TypeError("a StreamRedactor holds secret values and is never serialized")
+    def __getstate__(self) -> dict[str, Any]:
+        # One without secrets (a trigger's before run() loads them) may be copied like any object; one with is not.
+        if self._full is not None:
+            raise TypeError("a StreamRedactor holds secret values and is never serialized")
+        return dict(self.__dict__)
 
     @property
     def active(self) -> bool:
@@ -187,8 +191,10 @@ class StreamRedactor:
             return self.redact(value)
         if isinstance(value, dict):
             return {self.redact_value(k): self.redact_value(v) for k, v in value.items()}
-        if isinstance(value, list | tuple):
-            return type(value)(self.redact_value(v) for v in value)
+        if isinstance(value, list):
+            return [self.redact_value(v) for v in value]
+        if isinstance(value, tuple):
+            return tuple(self.redact_value(v) for v in value)
         return value
 
     # --- internals ------------------------------------------------------------------------------------------------

@@ -182,6 +182,7 @@ def test_the_values_are_never_shown_or_serialized() -> None:
     assert TOKEN not in repr(redactor) and TOKEN not in str(redactor)
     with pytest.raises(TypeError, match="never serialized"):
         pickle.dumps(redactor)
+    assert pickle.loads(pickle.dumps(StreamRedactor(()))).feed("x") == "x"  # nothing secret: an ordinary object
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -410,3 +411,26 @@ def test_a_logs_error_answer_does_not_restart_the_log(monkeypatch: pytest.Monkey
             return recorder.lines
 
     assert asyncio.run(asyncio.wait_for(follow(), 30)) == ["[ray job] one", "[ray job] two"]
+
+
+def test_the_trigger_yields_one_event_even_when_building_it_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    scripts = {JOB_PATH: [(200, SUCCEEDED)], LOGS_PATH: [(200, {"logs": "one\n"})]}
+
+    def broken() -> dict:
+        raise RuntimeError(f"metrics with {TOKEN}")
+
+    async def follow() -> list[dict]:
+        async with scripted_api(scripts) as api:
+            trigger = RayJobTrigger(address=api.url, submission_id=JOB, poll_interval=0.01)
+            trigger._log = Recorder()  # type: ignore[assignment]
+            await trigger._load_secrets()
+            monkeypatch.setattr(trigger, "_load_secrets", _noop)
+            monkeypatch.setattr(trigger.follower.metrics, "to_dict", broken)
+            return [e.payload async for e in trigger.run()]
+
+    [event] = asyncio.run(asyncio.wait_for(follow(), 30))
+    assert event["status"] == "error" and event["message"] == f"following Ray job {JOB} failed: RuntimeError"
+
+
+async def _noop() -> None:
+    return None

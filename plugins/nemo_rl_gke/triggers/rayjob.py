@@ -170,10 +170,13 @@ class RayJobTrigger(BaseTrigger):
         return "it was stopped" if status == 200 and stopped else f"the stop request answered HTTP {status}: {body}"
 
     # --- events -----------------------------------------------------------------------------------------------------
-    def _event(self, status: str, message: str, job_status: str) -> TriggerEvent:
-        # Bounded work: a message, TAIL_LINES lines of at most max_line_chars, and the parsed metrics. Ray's message
-        # (with the job's last log lines in it) is masked here; the tail and metrics were built from masked text and
-        # are masked again only as a second line of defence.
+    async def _event(self, status: str, message: str, job_status: str) -> TriggerEvent:
+        """The one event, built in a worker thread: its metrics grow with the log (a dict per step, all redacted)."""
+        return await asyncio.to_thread(self._build_event, status, message, job_status)
+
+    def _build_event(self, status: str, message: str, job_status: str) -> TriggerEvent:
+        # Ray's message (with the job's last log lines in it) is masked here; the tail and metrics were built from
+        # masked text and are masked again only as a second line of defence.
         redact = self._redactor
         return TriggerEvent(
             {
@@ -192,7 +195,20 @@ class RayJobTrigger(BaseTrigger):
             event = await self._follow()
         except Exception as exc:
             self.log.exception("Unexpected error while following Ray job %s", self.submission_id)
-            event = self._event("error", f"following Ray job {self.submission_id} failed: {exc!r}", "UNKNOWN")
+            try:
+                event = await self._event("error", f"following Ray job {self.submission_id} failed: {exc!r}", "UNKNOWN")
+            except Exception:
+                # Still one event: without the tail, the metrics and the exception's text (nothing left to mask it).
+                event = TriggerEvent(
+                    {
+                        "status": "error",
+                        "message": f"following Ray job {self.submission_id} failed: {type(exc).__name__}",
+                        "submission_id": self.submission_id,
+                        "job_status": "UNKNOWN",
+                        "metrics": {},
+                        "tail": [],
+                    }
+                )
         yield event
 
     async def _follow(self) -> TriggerEvent:
@@ -205,11 +221,11 @@ class RayJobTrigger(BaseTrigger):
                 try:
                     code, info = await self._call(session, gcp, "GET", f"/api/jobs/{self.submission_id}")
                     if code == 404:
-                        return self._event("error", f"Ray job {self.submission_id} does not exist", job_status)
+                        return await self._event("error", f"Ray job {self.submission_id} does not exist", job_status)
                     if code >= 500 or code in (408, 429):
                         raise aiohttp.ClientResponseError(None, (), status=code, message=str(info)[:300])  # type: ignore[arg-type]
                     if code >= 400 or not isinstance(info, dict):
-                        return self._event(
+                        return await self._event(
                             "error", f"reading Ray job {self.submission_id}: HTTP {code}: {info}", job_status
                         )
                     job_status = str(info.get("status", "UNKNOWN"))
@@ -228,17 +244,17 @@ class RayJobTrigger(BaseTrigger):
                 else:
                     if job_status in TERMINAL:
                         await asyncio.to_thread(self._flush_logs)
-                        return self._event(TERMINAL[job_status], _end_message(info), job_status)
+                        return await self._event(TERMINAL[job_status], _end_message(info), job_status)
                     if verdict is not None:
                         outcome = await self._stop(session, gcp)
-                        return self._event(
+                        return await self._event(
                             "zero_learning", f"{verdict.message} The job was stopped: {outcome}.", job_status
                         )
                 remaining = self.started_at + self.timeout - time.time()
                 if remaining <= 0:
                     outcome = await self._stop(session, gcp)
                     message = f"Ray job {self.submission_id} ran past the {self.timeout:.0f}s job timeout; {outcome}"
-                    return self._event("timeout", message, job_status)
+                    return await self._event("timeout", message, job_status)
                 await asyncio.sleep(min(delay, remaining))
 
     async def on_kill(self) -> None:
