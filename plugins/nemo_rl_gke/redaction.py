@@ -35,7 +35,7 @@ PIECE_CHARS = 64
 # At most this much text is held back waiting for the rest of a secret; past it the candidate prefix is masked.
 MAX_HOLD_CHARS = 16 * 1024
 # feed() works through its input in slices this long: each regex call then holds the GIL only briefly.
-SLICE_CHARS = 256 * 1024
+SLICE_CHARS = 64 * 1024
 # A held-back start of a secret still unfinished when the log ends is masked from this many characters on.
 MIN_PARTIAL_AT_END = 6
 

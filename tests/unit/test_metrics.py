@@ -934,3 +934,21 @@ def test_fuzz_the_follower_never_raises(seed: int) -> None:
     json.dumps(follower.metrics.to_dict())
     follower.metrics.summary_text()
     check_zero_learning(follower.metrics.steps, 1)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_redacting_follower_shows_a_log_without_secrets_exactly_as_a_plain_one(seed: int) -> None:
+    # The secrets share their first characters with the log's words, so text is held back and released again.
+    text = fixture_text()
+    redactor = StreamRedactor(["Processed-secret-0123456789", "wandb_key_0123456789abcdef", "(VllmGen-x"])
+    rng = random.Random(seed)
+    follower = LogFollower(redactor=redactor)
+    lines: list[str] = []
+    pos = 0
+    while pos < len(text):
+        size = rng.randint(1, 200)
+        lines += follower.feed(text[pos : pos + size])
+        pos += size
+    lines += follower.flush()
+    assert lines == display(text)
+    assert [s.to_dict() for s in follower.metrics.steps] == EXPECTED_STEPS
