@@ -67,8 +67,8 @@ def ray_spec(spec: RunSpec, hook: GcpHook) -> Iterator[RunSpec]:
         ensure_done(found[key], hook)
     kube = KubeHook(spec, hook)
     objects = [
-        *group_objects(spec, "lustre-storage", lustre_address=lustre_ip(spec, hook)),
-        *group_objects(spec, "raycluster"),
+        *group_objects(spec, t.LUSTRE_STORAGE, lustre_address=lustre_ip(spec, hook)),
+        *group_objects(spec, t.RAYCLUSTER),
     ]
     apply_objects(kube, objects, adopt=False)
     ready = RayClusterTrigger(
