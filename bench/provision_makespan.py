@@ -53,11 +53,13 @@ sys.path.insert(0, str(ROOT / "plugins"))
 
 from sandbox.testing import SandboxError, free_port, start_sandbox  # noqa: E402
 
+from nemo_rl_gke import topology as t  # noqa: E402
+
 DAG_ID = "nemo_rl_grpo_gke"
 HOST = "127.0.0.1"
 TARGET_CRITICAL = 1.10
 TARGET_SUM = 0.55
-GROUPS = ("network.", "storage.", "cluster.")
+GROUPS = tuple(f"{group}." for group in (t.NETWORK, t.STORAGE, t.CLUSTER))
 # The default RunSpec's reservation (project nemo-rl-demo, zone us-central1-b, a4-highgpu-8g, 2 nodes).
 SEED = {
     "reservations": [
@@ -72,17 +74,17 @@ SEED = {
 }
 # The sandbox operation kind each ensure task waits on (sandbox/operations.py DEFAULT_LATENCY_SECONDS).
 KIND = {
-    "net": "compute.networks.insert",
-    "gvnic-net": "compute.networks.insert",
-    "rdma-net": "compute.networks.insert",
-    "gvnic-sub": "compute.subnetworks.insert",
-    **{f"rdma-sub-{n}": "compute.subnetworks.insert" for n in range(8)},
-    "gvnic-fw": "compute.firewalls.insert",
-    "peering-range": "compute.globalAddresses.insert",
-    "peering": "servicenetworking.connections.create",
-    "lustre": "lustre.instances.create",
-    "cluster": "container.clusters.create",
-    "node-pool": "container.nodePools.create",
+    t.NET: "compute.networks.insert",
+    t.GVNIC_NET: "compute.networks.insert",
+    t.RDMA_NET: "compute.networks.insert",
+    t.GVNIC_SUB: "compute.subnetworks.insert",
+    **{sub: "compute.subnetworks.insert" for sub in t.RDMA_SUBS},
+    t.GVNIC_FW: "compute.firewalls.insert",
+    t.PEERING_RANGE: "compute.globalAddresses.insert",
+    t.PEERING: "servicenetworking.connections.create",
+    t.LUSTRE: "lustre.instances.create",
+    t.GKE_CLUSTER: "container.clusters.create",
+    t.NODE_POOL: "container.nodePools.create",
 }
 # Airflow settings a real deployment can use as well; nothing here skips work.
 # - PARALLELISM bounds the LocalExecutor's workers (enough for the 13 network tasks that start together).
@@ -384,13 +386,13 @@ def chains(weight: dict[str, float]) -> dict[str, float]:
     chains start with NET (all three networks start together after preflight), so a subnet chain only counts beyond
     NET; with the sandbox's latencies (network 20 s + subnet 10 s vs NET 20 s + cluster 420 s) it never wins.
     """
-    net = weight["net"]
+    net = weight[t.NET]
     subnet_chain = max(
-        weight["gvnic-net"] + weight["gvnic-sub"],
-        weight["rdma-net"] + max(weight[f"rdma-sub-{n}"] for n in range(8)),
+        weight[t.GVNIC_NET] + weight[t.GVNIC_SUB],
+        weight[t.RDMA_NET] + max(weight[sub] for sub in t.RDMA_SUBS),
     )
-    storage = weight["peering-range"] + weight["peering"] + weight["lustre"]
-    cluster = max(weight["cluster"], subnet_chain - net) + weight["node-pool"]
+    storage = weight[t.PEERING_RANGE] + weight[t.PEERING] + weight[t.LUSTRE]
+    cluster = max(weight[t.GKE_CLUSTER], subnet_chain - net) + weight[t.NODE_POOL]
     return {
         "net": net,
         "storage": storage,
@@ -417,7 +419,7 @@ def resource_names() -> dict[str, str]:
     from nemo_rl_gke.gcp.resources import resources
     from nemo_rl_gke.preflight import check_conf
 
-    spec, _ = check_conf({"mode": "apply", "teardown_policy": "keep_all"})
+    spec, _ = check_conf({"mode": "apply", "teardown_policy": t.KEEP_ALL})
     return {key: res.name for key, res in resources(spec).items()}
 
 
@@ -452,7 +454,7 @@ def timeline(
     failed = {t: ti["state"] for t, ti in ensure.items() if ti["state"] != "success" or not ti["end_date"]}
     if failed or len(ensure) != len(KIND):
         raise BenchError(f"ensure tasks did not all succeed: {failed or sorted(ensure)}")
-    key = {t: t.split(".", 1)[1] for t in ensure}
+    key = {task_id: task_id for task_id in ensure}  # resource keys are the topology's task ids
     upstream: dict[str, set[str]] = {key[t]: set() for t in ensure}
     for task in dag_tasks:
         for down in task.get("downstream_task_ids", []):
@@ -472,15 +474,6 @@ def timeline(
     )
 
 
-def group_of(key: str) -> str:
-    """The task id of a resource key (``net`` -> ``network.net``)."""
-    if key in {"peering-range", "peering", "lustre"}:
-        return f"storage.{key}"
-    if key in {"cluster", "node-pool"}:
-        return f"cluster.{key}"
-    return f"network.{key}"
-
-
 def print_tasks(run: Timeline) -> None:
     """The per-task table: start offset, duration, the operation's latency and the Airflow time around it."""
     t0 = min(run.start.values())
@@ -491,7 +484,7 @@ def print_tasks(run: Timeline) -> None:
         if op and op.get("end") is not None:
             before, after = op["start"] - run.start[key], run.end[key] - op["end"]
             cells = [f"{op['end'] - op['start']:.1f}", f"{before:.1f}", f"{after:.1f}"]
-        row = f"{group_of(key):<24}{run.start[key] - t0:>8.1f}{run.duration[key]:>8.1f}"
+        row = f"{key:<24}{run.start[key] - t0:>8.1f}{run.duration[key]:>8.1f}"
         print(row + "".join(f"{x:>8}" for x in cells))
     print("(seconds. start: from the first ensure task's start; dur: task duration, deferral included; op: the")
     print(" sandbox operation's latency; before: task start -> operation start; after: operation end -> task end)")
@@ -500,7 +493,7 @@ def print_tasks(run: Timeline) -> None:
         text = ", ".join(
             f"try {x['try_number']} {x['state']} ({when(x['end_date']) - when(x['start_date']):.1f} s)" for x in done
         )
-        print(f"retried: {group_of(key)}: {text}; its duration spans every try")
+        print(f"retried: {key}: {text}; its duration spans every try")
 
 
 def print_ratios(run: Timeline, gate: str) -> bool:
@@ -522,7 +515,7 @@ def print_ratios(run: Timeline, gate: str) -> bool:
     for label, a, b in rows:
         print(f"{label:<40}{a:>10.1f}{b:>12.1f}")
     print(f"{'provisioning makespan':<40}{run.makespan:>10.1f}")
-    print(f"critical path (measured): {' -> '.join(group_of(k) for k in path)}")
+    print(f"critical path (measured): {' -> '.join(path)}")
     ratios = {
         "measured": (run.makespan / max(m["bound"], m_path), run.makespan / sum(measured.values())),
         "configured": (run.makespan / max(c["bound"], c_path), run.makespan / sum(configured.values())),
@@ -603,7 +596,13 @@ def measure(args: argparse.Namespace, workdir: Path, started: float, running: di
     print(f"airflow {airflow.url} (process group {airflow.process.pid}, home {airflow.home})", flush=True)
     wait_ready(airflow, args.start_timeout)
     print(f"airflow ready after {time.monotonic() - started:.0f} s", flush=True)
-    conf = {"mode": "apply", "teardown_policy": "keep_all", "poll_interval_s": args.poll_interval}
+    # Provisioning only: the run stops after the infrastructure (no RayCluster, no job) and keeps it.
+    conf = {
+        "mode": "apply",
+        "stop_after": t.CLUSTER,
+        "teardown_policy": t.KEEP_ALL,
+        "poll_interval_s": args.poll_interval,
+    }
     run, tis = run_dag(airflow, conf, args.run_timeout)
     print(f"run {run['state']} in {when(run['end_date']) - when(run['start_date']):.1f} s", flush=True)
     if run["state"] != "success":

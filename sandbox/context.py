@@ -28,9 +28,8 @@ class Sandbox:
         self.started = formats.now()
         # Set by the server once it listens.
         self.url = ""
-        self.kube = KubeApi(self)
-        self.kuberay = KubeRay(self, self.kube)
-        self.kube.kuberay = self.kuberay
+        self.kuberay = KubeRay(self.store, state_dir)
+        self.kube = KubeApi(self.store, self.faults, self.calls, self.kuberay, base_url=lambda: self.url)
         # A deleted GKE cluster takes its Kubernetes objects and its RayClusters' Ray processes along.
         self.store.on_drop.append(self._dropped)
 

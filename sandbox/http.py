@@ -17,7 +17,6 @@ from urllib.parse import parse_qs
 from sandbox.errors import ApiError, invalid, not_found
 
 if TYPE_CHECKING:
-    from sandbox.context import Sandbox
     from sandbox.faults import Fault
 
 
@@ -70,7 +69,8 @@ class Reply:
     body: Any
 
 
-Handler = Callable[["Sandbox", Call], Awaitable[Reply]]
+# A handler takes the running Sandbox (sandbox.context, which builds on this module) and the call.
+Handler = Callable[[Any, Call], Awaitable[Reply]]
 _VARIABLE = re.compile(r"\{(\w+)\}")
 
 

@@ -19,9 +19,7 @@ from __future__ import annotations
 import copy
 import json
 import time
-import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -29,10 +27,15 @@ import yaml
 from aiohttp import web
 
 from sandbox import formats
+from sandbox.kube_cluster import KubeCluster, server_metadata
 
 if TYPE_CHECKING:
-    from sandbox.context import Sandbox
+    from collections.abc import Callable
+
+    from sandbox.calllog import CallLog
+    from sandbox.faults import Faults
     from sandbox.kuberay import KubeRay
+    from sandbox.store import Store
 
 PREFIX = "/kube/"
 APPLY_PATCH = "application/apply-patch+yaml"
@@ -104,58 +107,6 @@ class Target:
     def group(self) -> str:
         """The API group ('' for the core group)."""
         return self.group_version.rpartition("/")[0]
-
-
-@dataclass
-class KubeCluster:
-    """The API objects of one GKE cluster."""
-
-    cluster_id: str
-    cluster_key: str
-    objects: dict[tuple[str, str, str, str], dict[str, Any]] = field(default_factory=dict)
-    revision: int = 0
-
-    def next_version(self) -> str:
-        """A new resourceVersion (one counter per cluster, as etcd's revision)."""
-        self.revision += 1
-        return str(self.revision)
-
-    def get(self, gv: str, plural: str, namespace: str | None, name: str) -> dict[str, Any] | None:
-        """One object, or None."""
-        return self.objects.get((gv, plural, namespace or "", name))
-
-    def put(self, gv: str, plural: str, obj: dict[str, Any]) -> dict[str, Any]:
-        """Store ``obj`` (a new or changed object) with a fresh resourceVersion."""
-        meta = obj["metadata"]
-        meta["resourceVersion"] = self.next_version()
-        self.objects[(gv, plural, meta.get("namespace", ""), meta["name"])] = obj
-        return obj
-
-    def remove(self, gv: str, plural: str, namespace: str | None, name: str) -> dict[str, Any] | None:
-        """Drop one object; returns it, or None if it was not there."""
-        return self.objects.pop((gv, plural, namespace or "", name), None)
-
-    def of(self, gv: str, plural: str, namespace: str | None = None) -> Iterator[dict[str, Any]]:
-        """Objects of one type, in one namespace or all of them."""
-        for (o_gv, o_plural, o_ns, _), obj in sorted(self.objects.items()):
-            if o_gv == gv and o_plural == plural and (namespace is None or o_ns == namespace):
-                yield obj
-
-    def new_object(self, gv: str, kind: str, name: str, namespace: str | None, body: dict[str, Any]) -> dict[str, Any]:
-        """A server-made object (pod, service, event) with the server's metadata filled in."""
-        obj = {"apiVersion": gv, "kind": kind, **body}
-        meta = obj.setdefault("metadata", {})
-        meta["name"] = name
-        if namespace is not None:
-            meta["namespace"] = namespace
-        _server_metadata(meta)
-        return obj
-
-
-def _server_metadata(meta: dict[str, Any]) -> None:
-    meta.setdefault("uid", str(uuid.uuid4()))
-    meta.setdefault("creationTimestamp", formats.rfc3339(time.time()))
-    meta.setdefault("generation", 1)
 
 
 def _kind_table() -> dict[tuple[str, str], tuple[str, bool]]:
@@ -260,16 +211,22 @@ def _user_view(obj: dict[str, Any]) -> dict[str, Any]:
 class KubeApi:
     """Every cluster's Kubernetes API, the service proxy, and the hook to the KubeRay emulation."""
 
-    def __init__(self, sandbox: Sandbox) -> None:
-        self.sandbox = sandbox
+    def __init__(
+        self, store: Store, faults: Faults, calls: CallLog, kuberay: KubeRay, base_url: Callable[[], str]
+    ) -> None:
+        self.store = store
+        self.faults = faults
+        self.calls = calls
+        self.kuberay = kuberay
+        # The server knows its URL only once it listens: asked for when an endpoint is reported.
+        self.base_url = base_url
         self.clusters: dict[str, KubeCluster] = {}
-        self.kuberay: KubeRay | None = None
         self._session: aiohttp.ClientSession | None = None
 
     # --- clusters -----------------------------------------------------------------------------------------------
     def cluster_for(self, cluster_id: str) -> KubeCluster:
         """The API of a running GKE cluster (by its numeric id); 404 once the cluster is gone or not yet running."""
-        for resource in self.sandbox.store.of_kind("container.cluster"):
+        for resource in self.store.of_kind("container.cluster"):
             if resource.body.get("id") == cluster_id and resource.phase in ("ready", "deleting"):
                 if cluster_id not in self.clusters:
                     self.clusters[cluster_id] = self._new_cluster(cluster_id, resource.key)
@@ -285,14 +242,13 @@ class KubeApi:
 
     def endpoint(self, cluster_id: str) -> str:
         """What the GKE cluster reports as its endpoint."""
-        return f"{self.sandbox.url}{PREFIX}{cluster_id}"
+        return f"{self.base_url()}{PREFIX}{cluster_id}"
 
     def drop_cluster(self, cluster_key: str) -> None:
         """The GKE cluster is gone: so are its objects, and its RayClusters' Ray processes are stopped."""
         for cluster_id, cluster in list(self.clusters.items()):
             if cluster.cluster_key == cluster_key:
-                if self.kuberay is not None:
-                    self.kuberay.drop_cluster(cluster_id)
+                self.kuberay.drop_cluster(cluster_id)
                 del self.clusters[cluster_id]
 
     def reset(self) -> None:
@@ -323,14 +279,13 @@ class KubeApi:
     # --- HTTP ---------------------------------------------------------------------------------------------------
     async def handle(self, request: web.Request) -> web.Response:
         """Answer one request under ``/kube/``."""
-        sb = self.sandbox
         started = time.perf_counter()
         raw = await request.read()
         text = raw.decode("utf-8", errors="replace")
         fault_id = None
         status = 200
         try:
-            fault = sb.faults.call_fault(request.method, request.path, request.query_string, text)
+            fault = self.faults.call_fault(request.method, request.path, request.query_string, text)
             if fault is not None:
                 fault_id = fault.id
                 raise KubeError(fault.status or 500, "InternalError", fault.message or f"Injected fault {fault.id}")
@@ -342,17 +297,17 @@ class KubeApi:
             elif target.plural == "services" and target.sub[:1] == ("proxy",):
                 response = await self._proxy(request, cluster, target, raw)
             else:
-                fault = sb.faults.operation_fault(request.method, request.path, request.query_string, text)
+                fault = self.faults.operation_fault(request.method, request.path, request.query_string, text)
                 status, body = self._dispatch(request, cluster, target, text, fault)
                 if fault is not None:
-                    sb.faults.operation_started(request.method, request.path, request.query_string, fault, text)
+                    self.faults.operation_started(request.method, request.path, request.query_string, fault, text)
                     fault_id = fault.id
                 response = web.json_response(body, status=status)
         except KubeError as exc:
             response = web.json_response(exc.status(), status=exc.code)
         status = response.status
-        sb.calls.append(
-            time=sb.now(),
+        self.calls.append(
+            time=formats.now(),
             method=request.method,
             path=request.path,
             query=request.query_string,
@@ -436,7 +391,7 @@ class KubeApi:
             )
         body.pop("status", None)
         body["metadata"] = {k: v for k, v in body["metadata"].items() if k not in SERVER_METADATA}
-        _server_metadata(body["metadata"])
+        server_metadata(body["metadata"])
         obj = cluster.put(target.group_version, target.plural, body)
         self._created(cluster, target, obj, None)
         return obj
@@ -452,7 +407,7 @@ class KubeApi:
         managed = [{"manager": manager, "operation": "Apply", "apiVersion": target.group_version}]
         if existing is None:
             obj = {**body, "metadata": applied_meta}
-            _server_metadata(obj["metadata"])
+            server_metadata(obj["metadata"])
             obj["metadata"]["managedFields"] = managed
             obj = cluster.put(target.group_version, target.plural, obj)
             self._created(cluster, target, obj, fault)
@@ -477,7 +432,7 @@ class KubeApi:
             obj["status"] = {"phase": "Bound" if bound else "Pending"}
         elif target.plural == "persistentvolumes":
             obj["status"] = {"phase": "Available"}
-        elif target.plural == "rayclusters" and self.kuberay is not None:
+        elif target.plural == "rayclusters":
             hang = fault is not None and getattr(fault, "operation", None) == "hang"
             self.kuberay.created(cluster, obj, stuck_message=(fault.message or "") if hang else None)
 
@@ -486,7 +441,7 @@ class KubeApi:
         obj = cluster.get(target.group_version, target.plural, target.namespace, name)
         if obj is None:
             raise not_found(target.plural, name, target.group)
-        if target.plural == "rayclusters" and self.kuberay is not None:
+        if target.plural == "rayclusters":
             # KubeRay's finalizer keeps the object until its pods are gone: here, until its Ray has stopped.
             if not obj["metadata"].get("deletionTimestamp"):
                 obj["metadata"]["deletionTimestamp"] = formats.rfc3339(time.time())
@@ -527,7 +482,7 @@ class KubeApi:
         service = cluster.get("v1", "services", target.namespace, service_name)
         if service is None:
             raise not_found("services", service_name)
-        backend = (self.kuberay.backend(cluster, service, port) if self.kuberay is not None else None) or ""
+        backend = self.kuberay.backend(cluster, service, port) or ""
         if not backend:
             raise KubeError(503, "ServiceUnavailable", f'no endpoints available for service "{service_name}"')
         url = backend + "/" + "/".join(target.sub[1:])

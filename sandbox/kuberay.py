@@ -34,8 +34,8 @@ import aiohttp
 from sandbox import formats
 
 if TYPE_CHECKING:
-    from sandbox.context import Sandbox
-    from sandbox.kube import KubeApi, KubeCluster
+    from sandbox.kube_cluster import KubeCluster
+    from sandbox.store import Store
 
 log = logging.getLogger("sandbox.kuberay")
 HOST = "127.0.0.1"
@@ -109,9 +109,9 @@ def _free_ports(count: int) -> list[int]:
 class KubeRay:
     """The RayCluster controller of every sandbox cluster."""
 
-    def __init__(self, sandbox: Sandbox, api: KubeApi) -> None:
-        self.sandbox = sandbox
-        self.api = api
+    def __init__(self, store: Store, state_dir: Path) -> None:
+        self.store = store
+        self.state_dir = state_dir
         self.heads: dict[tuple[str, str, str], RayHead] = {}
 
     # --- called by the API ----------------------------------------------------------------------------------------
@@ -219,7 +219,7 @@ class KubeRay:
         handle = ((volume.get("spec") or {}).get("csi") or {}).get("volumeHandle", "")
         project, _, rest = handle.partition("/")
         zone, _, instance = rest.partition("/")
-        lustre = self.sandbox.store.get(f"projects/{project}/locations/{zone}/instances/{instance}")
+        lustre = self.store.get(f"projects/{project}/locations/{zone}/instances/{instance}")
         if lustre is None or lustre.phase != "ready":
             return None, f"MountVolume.SetUp failed for volume {volume_name!r}: Lustre instance {handle} is not ready"
         return Path(lustre.extra["data_dir"]), ""
@@ -229,7 +229,7 @@ class KubeRay:
         head.dashboard_port = ports[1]
         # Ray's socket paths must stay under 108 bytes, so the temp dir is short and not under the state dir.
         head.temp_dir = tempfile.mkdtemp(prefix="sbray-")
-        head.log_path = str(self.sandbox.state_dir / "ray" / f"{head.cluster_id}-{head.namespace}-{head.name}.log")
+        head.log_path = str(self.state_dir / "ray" / f"{head.cluster_id}-{head.namespace}-{head.name}.log")
         Path(head.log_path).parent.mkdir(parents=True, exist_ok=True)
         ray = Path(sys.executable).parent / "ray"
         port_args = [f"{flag}={port}" for flag, port in zip(PORT_FLAGS, ports, strict=True)]

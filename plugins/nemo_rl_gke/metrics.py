@@ -12,7 +12,10 @@ prints. The formats come from NeMo RL's own print calls at v0.5.0 and v0.7.0:
 
 :func:`check_zero_learning` decides from the parsed steps whether the run can learn at all.
 
-Pure and stdlib-only (the triggerer imports it) and log-free: callers decide what to log.
+Pure and stdlib-only (the triggerer imports it) and log-free: callers decide what to log. Every pattern runs in
+linear time on any line (no two quantifiers can share characters, or the first is possessive), lines longer than
+:data:`MAX_PARSE_CHARS` are shown but never parsed, and numbers too long to be NeMo RL's are ignored, so a hostile
+driver log can neither stall the triggerer nor make the follower raise.
 """
 
 from __future__ import annotations
@@ -22,71 +25,84 @@ import re
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nemo_rl_gke.redaction import StreamRedactor
 
 # ---------------------------------------------------------------------------------------------------------------
 # Line decorations: ANSI colours, Ray's actor prefix and its de-duplication suffix
 # ---------------------------------------------------------------------------------------------------------------
 
 # CSI (colours), OSC (terminal hyperlinks) and two-character escapes: Ray colours its actor prefixes, wandb its links.
-_ANSI_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+_ANSI_RE = re.compile(r"\x1b(?:\[[0-?]*+[ -/]*+[@-~]|\][^\x07\x1b]*+(?:\x07|\x1b\\)|[@-Z\\-_])")
 # Ray's print_worker_logs: "(Name pid=123, ip=10.0.0.5) msg", "(pid=123) msg", "(Name[rank=0] pid=123) msg";
 # NeMo RL's workers set __repr__, so Name may be "DTensorPolicyWorker[rank=0]". Also "(raylet)", "(autoscaler +5s)".
 _RAY_PREFIX_RE = re.compile(
-    r"^\((?:[^()]*? )?pid=\w+(?:, ip=[^()\s]+)?\) ?|^\((?:raylet|autoscaler|gcs_server)\b[^()]*\) ?"
+    r"^\((?:[^()]*? )?pid=\w++(?:, ip=[^()\s]++)?\) ?|^\((?:raylet|autoscaler|gcs_server)\b[^()]*+\) ?"
 )
 # Ray's log de-duplication: "msg [repeated 7x across cluster]", the first time followed by its advice in parentheses.
-_RAY_REPEAT_RE = re.compile(
-    r"\s*(\[repeated \d+x across cluster\])(?:\s*\(Ray deduplicates logs by default\b.*\))?\s*$"
-)
+# Only the last marker counts, and what follows it is checked with string methods: a pattern searched from every
+# position with "\s*" in front (as before) rescanned the line's spaces, quadratic.
+_RAY_REPEAT_RE = re.compile(r"\[repeated \d++x across cluster\]")
+_RAY_DEDUP_ADVICE = "(Ray deduplicates logs by default"
 
 # ---------------------------------------------------------------------------------------------------------------
 # Progress bars (tqdm, vLLM)
 # ---------------------------------------------------------------------------------------------------------------
 
-_UNIT_NUM = r"\d+(?:\.\d+)?[kMGTPEZY]?"
-# tqdm's default "desc:  45%|████▌     | 29/64 [...]" and vLLM's weight loader "desc:  50% Completed | 1/2 [...]".
-_BAR_RE = re.compile(
-    rf"^(?P<desc>.*?)\s*:?\s*\d{{1,3}}%\s*(?:\|[^|]*\||Completed\s*\|)\s*"
-    rf"(?P<n>{_UNIT_NUM})/(?P<total>{_UNIT_NUM})(?![\w.])"
-)
+_UNIT_NUM = r"\d++(?:\.\d++)?+[kMGTPEZY]?+"
+# tqdm's default "desc:  45%|████▌     | 29/64 [...]" and vLLM's weight loader "desc:  50% Completed | 1/2 [...]":
+# the first "N%" that the rest of a bar follows; the description is what precedes it, less spaces and a colon.
+# (One pattern with a lazy description and "\s*:?\s*" before the percentage was cubic on a line of spaces.)
+_PERCENT_RE = re.compile(r"\d{1,3}%")
+_BAR_REST_RE = re.compile(rf"\s*+(?:\|[^|]*+\||Completed\s*+\|)\s*+(?P<n>{_UNIT_NUM})/(?P<total>{_UNIT_NUM})(?![\w.])")
 _UNIT_SCALE = {"": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18, "Z": 1e21, "Y": 1e24}
 
 # ---------------------------------------------------------------------------------------------------------------
 # NeMo RL GRPO markers (grpo.py and utils.py at v0.5.0 and v0.7.0)
 # ---------------------------------------------------------------------------------------------------------------
 
-_NUM = r"(?:[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?i:nan|inf))"
+_NUM = r"(?:[-+]?+(?:\d++(?:\.\d*+)?+|\.\d++)(?:[eE][-+]?+\d++)?+|[-+]?+(?i:nan|inf))"
+# Step, epoch and checkpoint numbers have at most this many digits; a longer one is not NeMo RL's (and int() would
+# refuse one of 4,300 digits).
+_INT = r"(\d{1,9})(?!\d)"
 # print(f"\n{'=' * 25} Step {current_step + 1}/{min(len(dataloader), max_num_steps)} {'=' * 25}")
-_STEP_RE = re.compile(r"^=+\s*Step\s+(\d+)\s*/\s*(\d+)\s*=+$")
+_STEP_RE = re.compile(rf"^=++\s*+Step\s++{_INT}\s*+/\s*+{_INT}\s*+=++$")
 # print(f"\n{'=' * 25} Epoch {current_epoch + 1}/{max_num_epochs} {'=' * 25}")
-_EPOCH_RE = re.compile(r"^=+\s*Epoch\s+(\d+)\s*/\s*(\d+)\s*=+$")
+_EPOCH_RE = re.compile(rf"^=++\s*+Epoch\s++{_INT}\s*+/\s*+{_INT}\s*+=++$")
 # Section headers; the leading emoji (📊, ⏱️, 🔍) are non-word characters, so \W* absorbs them (or their absence).
 # "Timing:" alone is the step's; "Validation Timing:" and "Worker Initialization Timing:" do not match it.
 _SECTIONS = (
-    ("train", re.compile(r"^\W*Training Results:$")),
-    ("timing", re.compile(r"^\W*Timing:$")),
-    ("perf", re.compile(r"^\W*Performance Metrics:$")),
-    ("val", re.compile(r"^\W*Validation Results:$")),
-    ("val_timing", re.compile(r"^\W*Validation Timing:$")),
+    ("train", re.compile(r"^\W*+Training Results:$")),
+    ("timing", re.compile(r"^\W*+Timing:$")),
+    ("perf", re.compile(r"^\W*+Performance Metrics:$")),
+    ("val", re.compile(r"^\W*+Validation Results:$")),
+    ("val_timing", re.compile(r"^\W*+Validation Timing:$")),
 )
-# print(f"  • Loss: {metrics['loss']:.4f}") and the other "  • Key: value" lines of every section.
-_BULLET_RE = re.compile(r"^•\s*(?P<key>[^:]+?)\s*:\s*(?P<value>.*)$")
+# print(f"  • Loss: {metrics['loss']:.4f}") and the other "  • Key: value" lines of every section (key and value are
+# stripped afterwards: "\s*" around a lazy key was cubic on a line of spaces).
+_BULLET_RE = re.compile(r"^•(?P<key>[^:]*+):(?P<value>.*)$")
 # print(f"  • Total step time: {total_time:.2f}s")
 _SECONDS_RE = re.compile(rf"^(?P<s>{_NUM})s$")
 # print(f"  • {k}: {v:.2f}s ({percent:.1f}%)")
-_PHASE_RE = re.compile(rf"^(?P<s>{_NUM})s\s*\(\s*{_NUM}%\)$")
-# print(f"    - E2E (Tokens/sec/gpu): {e2e_tokens_per_sec_per_gpu:.2f}") and the per-group "(Tokens/sec)" lines.
+_PHASE_RE = re.compile(rf"^(?P<s>{_NUM})s\s*+\(\s*+{_NUM}%\)$")
+# print(f"    - E2E (Tokens/sec/gpu): {e2e_tokens_per_sec_per_gpu:.2f}") and the per-group "(Tokens/sec)" lines; the
+# name is stripped afterwards (only one "(" can be followed by the rest up to the end, so ".*" backtracks linearly).
 _THROUGHPUT_RE = re.compile(
-    rf"^-\s*(?P<name>.+?)\s*\((?P<unit>Tokens|Samples)/sec(?P<gpu>/gpu)?\)\s*:\s*(?P<value>{_NUM})$"
+    rf"^-(?P<name>.*)\((?P<unit>Tokens|Samples)/sec(?P<gpu>/gpu)?+\)\s*+:\s*+(?P<value>{_NUM})$"
 )
 # print(f"▶ Starting validation at step {step}...")
-_VAL_START_RE = re.compile(r"Starting validation at step (\d+)\b")
+_VAL_START_RE = re.compile(rf"Starting validation at step {_INT}\b")
 # print(f"Saving checkpoint for step {total_steps + 1}...")
-_CHECKPOINT_RE = re.compile(r"\bSaving checkpoint for step (\d+)\b")
+_CHECKPOINT_RE = re.compile(rf"\bSaving checkpoint for step {_INT}\b")
 # wandb: "wandb: 🚀 View run at https://..." when the run starts, "wandb: 🚀 View run <name> at: https://..." when it
-# finishes; the emoji is dropped on terminals without them, the URL host differs on a self-hosted server.
-_WANDB_RUN_RE = re.compile(r"^wandb:\s.*?\bView run\b.*?(?P<url>https?://\S+)")
+# finishes; the emoji is dropped on terminals without them, the URL host differs on a self-hosted server. Three
+# searches, not one pattern with two lazy gaps (which rescanned the line once per "View run": quadratic).
+_WANDB_RE = re.compile(r"wandb:\s")
+_VIEW_RUN_RE = re.compile(r"\bView run\b")
+_URL_RE = re.compile(r"https?://\S++")
+_MAX_URL_CHARS = 2048
 
 _TRAIN_KEYS = {
     "Loss": "loss",
@@ -100,21 +116,57 @@ _TRAIN_KEYS = {
 
 # A line without any terminator is cut into pieces this long, so a runaway line cannot grow the buffer unbounded.
 _MAX_SEGMENT_CHARS = 1 << 20
+# NeMo RL's marker lines, tqdm bars and W&B's links are far shorter: a longer line is shown (cut) but not parsed.
+MAX_PARSE_CHARS = 4096
+# NeMo RL prints metrics with a few digits; a longer "number" is not one of them.
+_MAX_NUMBER_CHARS = 64
+# Progress bars tracked at once (a NeMo RL run has a few per actor); past this the oldest counts as abandoned.
+_MAX_BARS = 256
 _EOL_RE = re.compile(r"[\r\n]")
 
 
 def _number(text: str) -> float | None:
-    """The float NeMo RL printed, or None for anything else."""
+    """The float NeMo RL printed, or None for anything else (a number longer than NeMo RL prints is not one)."""
+    text = text.strip()
+    if len(text) > _MAX_NUMBER_CHARS:
+        return None
     try:
-        return float(text.strip())
+        return float(text)
     except ValueError:
         return None
 
 
-def _unit_value(text: str) -> float:
-    """A tqdm count such as ``64`` or ``1.2k`` as a number."""
+def _unit_value(text: str) -> float | None:
+    """A tqdm count such as ``64`` or ``1.2k`` as a number, or None for one longer than a count can be."""
+    if len(text) > _MAX_NUMBER_CHARS:
+        return None
     unit = text[-1] if text[-1] in _UNIT_SCALE else ""
     return float(text[: len(text) - len(unit)]) * _UNIT_SCALE[unit]
+
+
+def _match_bar(body: str) -> tuple[str, float, float] | None:
+    """A progress bar's (description, n, total), or None for any other line."""
+    for pct in _PERCENT_RE.finditer(body):
+        rest = _BAR_REST_RE.match(body, pct.end())
+        if rest:
+            n, total = _unit_value(rest.group("n")), _unit_value(rest.group("total"))
+            if n is None or total is None:
+                return None
+            desc = body[: pct.start()].rstrip()
+            desc = desc[:-1].rstrip() if desc.endswith(":") else desc
+            return desc, n, total
+    return None
+
+
+def _wandb_run_url(text: str) -> str | None:
+    """The run URL of a ``wandb: ... View run ... https://...`` line (without trailing punctuation), else None."""
+    if not _WANDB_RE.match(text):
+        return None
+    view = _VIEW_RUN_RE.search(text, 6)
+    url = _URL_RE.search(text, view.end()) if view else None
+    if url is None or len(url.group()) > _MAX_URL_CHARS:
+        return None
+    return url.group().rstrip(".,;)'\"")
 
 
 def _split_decorations(text: str) -> tuple[str, str, str]:
@@ -124,11 +176,21 @@ def _split_decorations(text: str) -> tuple[str, str, str]:
     if m:
         prefix, text = m.group().rstrip(), text[m.end() :]
     repeat = ""
-    if "[repeated " in text:
-        r = _RAY_REPEAT_RE.search(text)
-        if r:
-            repeat, text = r.group(1), text[: r.start()]
+    marker = text.rfind("[repeated ")
+    r = _RAY_REPEAT_RE.match(text, marker) if marker >= 0 else None
+    if r and _only_dedup_advice(text[r.end() :].strip()):
+        repeat, text = r.group(), text[:marker].rstrip()
     return prefix, text, repeat
+
+
+def _only_dedup_advice(rest: str) -> bool:
+    """Whether what follows a repeat marker is nothing, or only Ray's advice in parentheses."""
+    if not rest:
+        return True
+    advice = rest.startswith(_RAY_DEDUP_ADVICE) and rest.endswith(")")
+    # The advice is a whole word: "(Ray deduplicates logs by defaults" is something else.
+    after = rest[len(_RAY_DEDUP_ADVICE) : len(_RAY_DEDUP_ADVICE) + 1]
+    return advice and not (after.isalnum() or after == "_")
 
 
 def _strip_ansi(text: str) -> str:
@@ -241,7 +303,9 @@ class RunMetrics:
         self._parse_body(body)
 
     def _parse_body(self, body: str) -> None:
-        """Read one line stripped of its decorations."""
+        """Read one line stripped of its decorations (a line too long to be NeMo RL's is skipped)."""
+        if len(body) > MAX_PARSE_CHARS:
+            return
         text = body.strip()
         if not text:
             return
@@ -257,10 +321,9 @@ class RunMetrics:
         elif text[0] == "-":
             self._parse_throughput(text)
         elif text.startswith("wandb:"):
-            m = _WANDB_RUN_RE.match(text)
             # The URL is printed when the run starts and again when it finishes; the first is the one to link.
-            if m and self.wandb_url is None:
-                self.wandb_url = m.group("url").rstrip(".,;)'\"")
+            if self.wandb_url is None:
+                self.wandb_url = _wandb_run_url(text)
         else:
             self._parse_event(text)
 
@@ -299,9 +362,10 @@ class RunMetrics:
     def _parse_bullet(self, text: str) -> None:
         """``• Key: value`` lines of the training, timing and validation sections."""
         m = _BULLET_RE.match(text)
-        if not m:
+        key = m.group("key").strip() if m else ""
+        if not m or not key:
             return
-        key, value = m.group("key"), m.group("value").strip()
+        value = m.group("value").strip()
         cur = self.current
         if self._section == "val" and key == "Accuracy":
             acc = _number(value)
@@ -317,11 +381,12 @@ class RunMetrics:
         elif self._section == "timing":
             if key == "Total step time":
                 s = _SECONDS_RE.match(value)
-                cur.total_step_time_s = float(s.group("s")) if s else None
+                cur.total_step_time_s = _number(s.group("s")) if s else None
             else:
                 p = _PHASE_RE.match(value)
-                if p:
-                    cur.phase_times_s[key] = float(p.group("s"))
+                seconds = _number(p.group("s")) if p else None
+                if seconds is not None:
+                    cur.phase_times_s[key] = seconds
 
     def _parse_throughput(self, text: str) -> None:
         """``- Group (Tokens/sec/gpu): x`` lines of the performance section."""
@@ -329,9 +394,11 @@ class RunMetrics:
         if self._section != "perf" or cur is None:
             return
         m = _THROUGHPUT_RE.match(text)
-        if not m:
+        name = m.group("name").strip() if m else ""
+        value = _number(m.group("value")) if m else None
+        if not name or value is None:
             return
-        name, value, per_gpu = m.group("name"), float(m.group("value")), bool(m.group("gpu"))
+        per_gpu = bool(m.group("gpu"))
         if m.group("unit") == "Samples":
             if per_gpu and name == "E2E":
                 cur.e2e_samples_per_s_per_gpu = value
@@ -438,12 +505,19 @@ class LogFollower:
     shows up as its last state when the next bar of the same name starts, or at :meth:`flush`. Bars are told apart
     by Ray actor prefix and description. Blank lines are dropped, colour codes removed, and lines longer than
     ``max_line_chars`` shortened.
+
+    With a ``redactor``, every chunk passes through it before anything else: lines, bars, the tail and the metrics
+    (the W&B URL too) are built from masked text only, so no split or cut can show part of a secret. The feeding
+    methods never raise: a chunk that is not a ``str`` is ignored.
     """
 
-    def __init__(self, *, tail_size: int = 200, max_line_chars: int = 4000) -> None:
+    def __init__(
+        self, *, tail_size: int = 200, max_line_chars: int = 4000, redactor: StreamRedactor | None = None
+    ) -> None:
         if tail_size < 1 or max_line_chars < 1:
             raise ValueError("tail_size and max_line_chars must be >= 1")
         self.metrics = RunMetrics()
+        self._redactor = redactor
         self.offset = 0
         self.lines_emitted = 0
         self._max_line_chars = max_line_chars
@@ -452,11 +526,20 @@ class LogFollower:
         self._at_line_start = True
         self._line_prefix = ""
         self._bars: dict[tuple[str, str], _Bar] = {}
-        # Bars that reached N: tqdm's close() repaints the final state, which must not count as a new bar.
-        self._finished: set[tuple[str, str]] = set()
+        # Bars that reached N: tqdm's close() repaints the final state, which must not count as a new bar. A dict used
+        # as an insertion-ordered set, so the oldest can be dropped.
+        self._finished: dict[tuple[str, str], None] = {}
 
     def feed(self, text: str) -> list[str]:
         """Consume the next chunk of the log; return the display lines it completed."""
+        if not isinstance(text, str):
+            return []
+        if self._redactor is not None:
+            text = self._redactor.feed(text)
+        return self._feed_masked(text)
+
+    def _feed_masked(self, text: str) -> list[str]:
+        """Split already-redacted text into segments and take each complete one."""
         out: list[str] = []
         buf = self._partial + text
         pos = 0
@@ -478,10 +561,14 @@ class LogFollower:
 
         A log shorter than what was already read is a replaced log: the stream state is reset and it is read whole.
         """
+        if not isinstance(full_text, str):
+            return []
         if len(full_text) < self.offset:
             self._partial, self._at_line_start, self._line_prefix = "", True, ""
             self._bars.clear()
             self._finished.clear()
+            if self._redactor is not None:
+                self._redactor.reset()
         new, self.offset = new_log_text(full_text, self.offset)
         return self.feed(new)
 
@@ -498,6 +585,8 @@ class LogFollower:
     def flush(self) -> list[str]:
         """End of the log: the unterminated last line and the last state of every unfinished bar."""
         out: list[str] = []
+        if self._redactor is not None:
+            out += self._feed_masked(self._redactor.flush())
         if self._partial:
             self._take(self._partial, True, out)
             self._partial = ""
@@ -530,28 +619,34 @@ class LogFollower:
         self._at_line_start = line_end
         if not body.strip():
             return
-        if "%" in body:
-            bar = _BAR_RE.match(body.strip())
+        # Bars and metric lines are short: a longer line is only shown (cut by _emit), never parsed.
+        if len(body) <= MAX_PARSE_CHARS:
+            bar = _match_bar(body.strip()) if "%" in body else None
             if bar:
-                self._update_bar(bar, _compose(prefix, body.strip(), repeat), (prefix, bar.group("desc")), out)
+                desc, n, total = bar
+                self._update_bar(n, total, _compose(prefix, body.strip(), repeat), (prefix, desc), out)
                 return
-        self.metrics._parse_body(body)
+            self.metrics._parse_body(body)
         self._emit(_compose(prefix, body.rstrip(), repeat), out)
 
-    def _update_bar(self, bar: re.Match[str], display: str, key: tuple[str, str], out: list[str]) -> None:
+    def _update_bar(self, n: float, total: float, display: str, key: tuple[str, str], out: list[str]) -> None:
         """Record a bar state; emit it when the bar completes (or the previous one was abandoned)."""
-        n, total = _unit_value(bar.group("n")), _unit_value(bar.group("total"))
         if n >= total:
             self._bars.pop(key, None)
             if key not in self._finished:
-                self._finished.add(key)
+                self._finished[key] = None
+                if len(self._finished) > _MAX_BARS:
+                    del self._finished[next(iter(self._finished))]
                 self._emit(display, out)
             return
-        self._finished.discard(key)
+        self._finished.pop(key, None)
         previous = self._bars.get(key)
         if previous is not None and n < previous.n:
             self._emit(previous.display, out)
         self._bars[key] = _Bar(display, n)
+        if len(self._bars) > _MAX_BARS:
+            # So many bars at once is no NeMo RL log: the oldest counts as abandoned, keeping memory and tail() bounded.
+            self._emit(self._bars.pop(next(iter(self._bars))).display, out)
 
     def _emit(self, line: str, out: list[str]) -> None:
         """Add a display line to the result and the tail."""

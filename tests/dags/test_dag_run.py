@@ -7,10 +7,12 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sandbox.demo import latest_run
 
+from nemo_rl_gke import topology
 from tests.paths import ROOT
 
 pytestmark = pytest.mark.airflow
@@ -46,22 +48,52 @@ def _run_count() -> int:
         return session.query(DagRun).filter(DagRun.dag_id == DAG_ID).count()
 
 
-def test_tutorial_conf_validates_and_plans() -> None:
-    result = dags_test(json.loads((ROOT / "include/conf/tutorial.json").read_text()))
+HF_TOKEN = "hf_TESTTOKEN_do_not_leak_7f3a91"
+WANDB_KEY = "wandbTESTKEY_do_not_leak_91c2e4"
+
+
+@pytest.fixture(scope="module")
+def token_env() -> dict[str, str]:
+    """The job's secret connections hold test tokens: they must never show up anywhere Airflow keeps things."""
+    return {
+        **_env(),
+        "AIRFLOW_CONN_HUGGINGFACE_DEFAULT": json.dumps({"conn_type": "generic", "password": HF_TOKEN}),
+        "AIRFLOW_CONN_WANDB_DEFAULT": json.dumps({"conn_type": "generic", "password": WANDB_KEY}),
+    }
+
+
+@pytest.fixture(scope="module")
+def plan_run(token_env: dict[str, str]) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """The tutorial's conf in plan mode, with the test tokens in the secret connections."""
+    result = dags_test(json.loads((ROOT / "include/conf/tutorial.json").read_text()), token_env)
+    return result, latest_run(DAG_ID)
+
+
+@pytest.fixture(scope="module")
+def refused_run(token_env: dict[str, str]) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """A conf with three mistakes and a token pasted into it."""
+    conf = {"zone": "europe-west4-b", "lustre_capacity_gib": 20000, "zonee": "x", "hf_token": HF_TOKEN}
+    result = dags_test(conf, token_env)
+    return result, latest_run(DAG_ID)
+
+
+def test_tutorial_conf_validates_and_plans(plan_run: tuple[Any, dict[str, Any]]) -> None:
+    result, run = plan_run
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    run = latest_run(DAG_ID)
     assert run["state"] == "success"
     states = {t: s for t, s, _ in run["tasks"]}
-    assert (states.pop("validate"), states.pop("plan"), states.pop("apply_gate")) == ("success", "success", "skipped")
+    popped = (states.pop(topology.VALIDATE), states.pop(topology.PLAN), states.pop(topology.APPLY_GATE))
+    assert popped == ("success", "success", "skipped")
     # mode=plan: nothing downstream of the gate runs, teardown included (its setup never ran); the report runs.
-    assert states.pop("report") == "success"
+    assert states.pop(topology.RUN_REPORT) == "success"
     assert states and set(states.values()) == {"skipped"}
-    plan = run["xcom"][("plan", "return_value")]
+    plan = run["xcom"][(topology.PLAN, topology.RETURN)]
     assert plan["gcp_requests"][0]["method"] == "networks.insert"
     assert plan["ray_job"]["submission_id"].startswith("nemo-rl-manual__")
-    assert "1. Google Cloud requests (20)" in run["xcom"][("plan", "plan_text")]
+    assert "1. Google Cloud requests (20)" in run["xcom"][(topology.PLAN, topology.PLAN_TEXT)]
     # The plan appears in the task log that `airflow dags test` prints.
     assert "Plan for this run (nothing has been created):" in result.stdout
+    assert HF_TOKEN not in result.stdout + result.stderr and WANDB_KEY not in result.stdout + result.stderr
 
 
 def test_type_error_is_refused_by_airflow_before_any_run_exists() -> None:
@@ -74,21 +106,26 @@ def test_type_error_is_refused_by_airflow_before_any_run_exists() -> None:
     assert _run_count() == before
 
 
-def test_semantic_errors_fail_validate_with_every_finding_and_nothing_else_runs() -> None:
-    result = dags_test({"zone": "europe-west4-b", "lustre_capacity_gib": 20000, "zonee": "x"})
+def test_a_bad_conf_fails_validate_with_every_finding_never_echoing_a_pasted_token(
+    refused_run: tuple[Any, dict[str, Any]],
+) -> None:
+    result, run = refused_run
     assert result.returncode != 0
-    run = latest_run(DAG_ID)
     assert run["state"] == "failed"
     states = {t: s for t, s, _ in run["tasks"]}
-    assert states.pop("validate") == "failed"
+    assert states.pop(topology.VALIDATE) == "failed"
     assert set(states.values()) == {"upstream_failed"}
-    findings = run["xcom"][("validate", "findings")]
-    assert [f["rule_id"] for f in findings] == ["conf.unknown-key", "location.zone-in-region", "lustre.capacity"]
-    assert "3 problem(s) in the run conf; nothing was created:" in result.stdout + result.stderr
-
-
-HF_TOKEN = "hf_TESTTOKEN_do_not_leak_7f3a91"
-WANDB_KEY = "wandbTESTKEY_do_not_leak_91c2e4"
+    findings = run["xcom"][(topology.VALIDATE, topology.FINDINGS)]
+    assert [f["rule_id"] for f in findings] == [
+        "conf.unknown-key",
+        "conf.secret-in-conf",
+        "location.zone-in-region",
+        "lustre.capacity",
+    ]
+    # A token pasted into the conf is refused without being echoed.
+    pasted = findings[1]
+    assert (pasted["param"], pasted["value"]) == ("hf_token", "<redacted>")
+    assert "4 problem(s) in the run conf; nothing was created:" in result.stdout + result.stderr
 
 
 def _everything_airflow_kept() -> str:
@@ -106,20 +143,13 @@ def _everything_airflow_kept() -> str:
     return "\n".join(parts)
 
 
-def test_tokens_never_reach_logs_xcom_or_rendered_fields() -> None:
-    env = {
-        **_env(),
-        "AIRFLOW_CONN_HUGGINGFACE_DEFAULT": json.dumps({"conn_type": "generic", "password": HF_TOKEN}),
-        "AIRFLOW_CONN_WANDB_DEFAULT": json.dumps({"conn_type": "generic", "password": WANDB_KEY}),
-    }
-    good = dags_test(json.loads((ROOT / "include/conf/tutorial.json").read_text()), env)
-    assert good.returncode == 0
-    # A token pasted into the conf is refused without being echoed.
-    pasted = dags_test({"hf_token": HF_TOKEN}, env)
-    assert pasted.returncode != 0
-    finding = latest_run(DAG_ID)["xcom"][("validate", "findings")][0]
-    assert (finding["rule_id"], finding["param"], finding["value"]) == ("conf.secret-in-conf", "hf_token", "<redacted>")
-    haystack = good.stdout + good.stderr + pasted.stdout + pasted.stderr + _everything_airflow_kept()
+def test_tokens_never_reach_logs_xcom_or_rendered_fields(
+    plan_run: tuple[Any, dict[str, Any]], refused_run: tuple[Any, dict[str, Any]]
+) -> None:
+    # Everything Airflow kept of both runs, every log file, XCom and rendered field, and what it printed.
+    printed = "".join(r.stdout + r.stderr for r, _ in (plan_run, refused_run))
+    haystack = _everything_airflow_kept() + printed
     assert "secrets are not accepted in the conf" in haystack  # the haystack does hold the task logs
+    assert "Plan for this run" in haystack
     assert HF_TOKEN not in haystack
     assert WANDB_KEY not in haystack

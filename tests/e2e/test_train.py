@@ -17,7 +17,7 @@ from sandbox.testing import SandboxProcess
 
 from nemo_rl_gke import topology as t
 from nemo_rl_gke.spec import RunSpec
-from tests.e2e.harness import HF_TEST_TOKEN, WANDB_TEST_KEY, run_cli
+from tests.e2e.harness import HF_TEST_TOKEN, INFRA_ONLY, WANDB_TEST_KEY, run_cli
 
 pytestmark = pytest.mark.airflow
 SPEC = RunSpec()
@@ -156,6 +156,6 @@ def test_a_failed_export_keeps_lustre_and_says_where_the_checkpoint_is(
     assert {r["kind"] for r in sandbox.inventory()} == LUSTRE_CHAIN
     # Accepting the loss lets the next run's teardown delete it all.
     sandbox.clear_faults()
-    cleanup = run_cli({"accept_checkpoint_loss": True, "max_steps": 3}, env)
+    cleanup = run_cli({"accept_checkpoint_loss": True, **INFRA_ONLY}, env)
     assert cleanup.state == "success"
     assert sandbox.inventory() == []

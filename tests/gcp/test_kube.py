@@ -106,9 +106,9 @@ def test_apply_creates_then_reapply_changes_nothing_and_delete_treats_404_as_don
     kube = _kube(cluster_spec, hook)
     address = lustre_ip(cluster_spec, hook)
     objects = [
-        *group_objects(cluster_spec, "nccl-installer"),
-        *group_objects(cluster_spec, "network-mapping"),
-        *group_objects(cluster_spec, "lustre-storage", lustre_address=address),
+        *group_objects(cluster_spec, t.NCCL_INSTALLER),
+        *group_objects(cluster_spec, t.NETWORK_MAPPING),
+        *group_objects(cluster_spec, t.LUSTRE_STORAGE, lustre_address=address),
     ]
     first = apply_objects(kube, objects, adopt=False)
     assert {r.action for r in first} == {"created"} and len(first) == len(objects) == 21
@@ -137,7 +137,7 @@ def test_an_unowned_object_is_refused_adopted_on_request_and_never_deleted(
     cluster_spec: RunSpec, hook: GcpHook
 ) -> None:
     kube = _kube(cluster_spec, hook)
-    ours = group_objects(cluster_spec, "network-mapping")[:1]
+    ours = group_objects(cluster_spec, t.NETWORK_MAPPING)[:1]
     foreign = copy.deepcopy(ours[0])
     foreign["metadata"]["labels"] = {"team": "someone-else"}
     kube.apply(foreign)
@@ -149,7 +149,7 @@ def test_an_unowned_object_is_refused_adopted_on_request_and_never_deleted(
 
 
 def test_manifests_are_validated_at_apply_time(cluster_spec: RunSpec, hook: GcpHook) -> None:
-    bad = group_objects(cluster_spec, "network-mapping")[:1]
+    bad = group_objects(cluster_spec, t.NETWORK_MAPPING)[:1]
     bad[0]["spec"]["deviceMode"] = 7
     with pytest.raises(InvalidManifestError, match="deviceMode"):
         apply_objects(_kube(cluster_spec, hook), bad, adopt=False)
@@ -168,8 +168,8 @@ def test_a_raycluster_runs_a_real_ray_reachable_through_the_service_proxy_and_st
     cluster_spec: RunSpec, hook: GcpHook, sandbox: SandboxProcess
 ) -> None:
     kube = _kube(cluster_spec, hook)
-    storage = group_objects(cluster_spec, "lustre-storage", lustre_address=lustre_ip(cluster_spec, hook))
-    raycluster = group_objects(cluster_spec, "raycluster")
+    storage = group_objects(cluster_spec, t.LUSTRE_STORAGE, lustre_address=lustre_ip(cluster_spec, hook))
+    raycluster = group_objects(cluster_spec, t.RAYCLUSTER)
     apply_objects(kube, [*storage, *raycluster], adopt=False)
     try:
         # Still waiting: the head takes seconds to start, and a short run of the trigger yields nothing.
@@ -203,7 +203,7 @@ def test_a_raycluster_that_never_gets_ready_times_out_naming_the_condition_and_t
         message="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
     )
     kube = _kube(cluster_spec, hook)
-    raycluster = group_objects(cluster_spec, "raycluster")
+    raycluster = group_objects(cluster_spec, t.RAYCLUSTER)
     try:
         apply_objects(kube, raycluster, adopt=False)
         event = asyncio.run(_first_event(_trigger(cluster_spec, timeout=1.5)))
@@ -286,8 +286,8 @@ def test_diagnose_reads_image_pull_errors_and_missing_pods() -> None:
 
 def test_deleting_the_gke_cluster_stops_its_ray(cluster_spec: RunSpec, hook: GcpHook, sandbox: SandboxProcess) -> None:
     kube = _kube(cluster_spec, hook)
-    storage = group_objects(cluster_spec, "lustre-storage", lustre_address=lustre_ip(cluster_spec, hook))
-    apply_objects(kube, [*storage, *group_objects(cluster_spec, "raycluster")], adopt=False)
+    storage = group_objects(cluster_spec, t.LUSTRE_STORAGE, lustre_address=lustre_ip(cluster_spec, hook))
+    apply_objects(kube, [*storage, *group_objects(cluster_spec, t.RAYCLUSTER)], adopt=False)
     assert asyncio.run(_first_event(_trigger(cluster_spec)))["status"] == "success"
     pid = _ray_heads(sandbox)[0]["pid"]
     from nemo_rl_gke.gcp.resources import delete_resource

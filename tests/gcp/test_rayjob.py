@@ -68,8 +68,8 @@ def ray_spec(spec: RunSpec, hook: GcpHook) -> Iterator[RunSpec]:
         ensure_done(found[key], hook)
     kube = KubeHook(spec, hook)
     objects = [
-        *group_objects(spec, "lustre-storage", lustre_address=lustre_ip(spec, hook)),
-        *group_objects(spec, "raycluster"),
+        *group_objects(spec, t.LUSTRE_STORAGE, lustre_address=lustre_ip(spec, hook)),
+        *group_objects(spec, t.RAYCLUSTER),
     ]
     apply_objects(kube, objects, adopt=False)
     ready = RayClusterTrigger(
@@ -272,3 +272,63 @@ def _quoted(script: str) -> str:
     import shlex
 
     return shlex.quote(script)
+
+
+# A job that prints its token in pieces: across two prints a second apart (so, most likely, two polls), split by "\r",
+# cut by the display limit, percent-encoded inside a W&B link, and split over two lines of a Ray task (each line gets
+# the task's actor prefix in the driver log).
+SPLIT_SECRET_SCRIPT = (
+    "import os, sys, time\n"
+    "import ray\n"
+    "t = os.environ['HF_TOKEN']\n"
+    "print('token is', t[:10], flush=True)\n"
+    "time.sleep(1)\n"
+    "print(t[10:], 'end', flush=True)\n"
+    "sys.stdout.write('bar ' + t[:5] + '\\r' + t[5:] + ' done\\n')\n"
+    "print('x' * 3990 + t, flush=True)\n"
+    "print('wandb: View run at https://wandb.ai/e/p/runs/x?k=' + t.replace('_', '%5F'), flush=True)\n"
+    "@ray.remote\n"
+    "def show(token):\n"
+    "    print('task has', token[:12])\n"
+    "    print(token[12:], 'task end')\n"
+    "ray.get(show.remote(t))\n"
+    "time.sleep(2)\n"
+)
+
+
+class _Recorder:
+    """Stands in for the trigger's logger and keeps every line it logs."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def info(self, message: str, *args: Any, **kwargs: Any) -> None:
+        self.lines.append(message % args if args else message)
+
+    warning = debug = exception = error = info
+
+
+def test_a_job_that_prints_its_secret_in_pieces_shows_none_of_it(
+    ray_spec: RunSpec, hook: GcpHook, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "hf_SPLITsecret0123456789abcd"
+    monkeypatch.setenv("AIRFLOW_CONN_HF_SPLIT", json.dumps({"conn_type": "generic", "password": secret}))
+    kube = KubeHook(ray_spec, hook)
+    address = kube.dashboard()
+    request = JobRequest("nemo-rl-split-1", f"python -c {_quoted(SPLIT_SECRET_SCRIPT)}", {}, (), ())
+    submit_once(request, address.url, kube.dashboard_headers(address), {"HF_TOKEN": secret})
+    trigger = _trigger(address, "nemo-rl-split-1", secret_conn_ids=["hf_split"])
+    recorder = _Recorder()
+    trigger._log = recorder
+    event = asyncio.run(_first(trigger))
+    assert event["status"] == "success", event
+    written = "\n".join(recorder.lines) + json.dumps(event, ensure_ascii=False)
+    pieces = {secret[i : i + 8] for i in range(len(secret) - 7)}
+    assert sorted(p for p in pieces if p in written) == [], recorder.lines
+    assert "[ray job] token is ***" in recorder.lines
+    assert "[ray job] *** end" in recorder.lines
+    assert "[ray job] x" + "x" * 3989 + "***" in recorder.lines
+    assert event["metrics"]["wandb_url"] == "https://wandb.ai/e/p/runs/x?k=***"
+    task_lines = [line for line in recorder.lines if "pid=" in line and "task" in line]
+    assert any(line.endswith("task has ***") for line in task_lines), recorder.lines
+    assert any(line.endswith("*** task end") for line in task_lines), recorder.lines

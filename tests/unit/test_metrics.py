@@ -11,6 +11,7 @@ import json
 import math
 import random
 import re
+from collections.abc import Callable
 
 import pytest
 
@@ -23,7 +24,9 @@ from nemo_rl_gke.metrics import (
     check_zero_learning,
     new_log_text,
 )
+from nemo_rl_gke.redaction import StreamRedactor
 from tests.paths import ROOT
+from tests.unit.test_redaction import assert_linear
 
 FIXTURE = ROOT / "tests" / "fixtures" / "nemo_rl_grpo.log"
 WANDB_URL = "https://wandb.ai/ml-team/nemo-rl/runs/k3x9q2ab"
@@ -690,3 +693,262 @@ def test_guard_on_the_fixture() -> None:
     assert verdict is not None and verdict.steps == ("1/4", "2/4", "3/4", "4/4")
     assert check_zero_learning(steps, 5) is None
     assert json.loads(json.dumps(verdict.to_dict()))["steps"] == ["1/4", "2/4", "3/4", "4/4"]
+
+
+# --- hostile driver logs: nothing raises, nothing is slower than linear --------------------------------------------
+# The follower runs in the triggerer, shared by every deferred task: one line must not stall it or make it raise.
+
+
+def _repeat(unit: str, n: int) -> str:
+    return (unit * (n // len(unit) + 1))[:n]
+
+
+# Each shape is an n-character line built to make a backtracking pattern rescan it (the old bar and bullet patterns
+# were cubic on spaces, the repeat marker and the W&B link quadratic) or to overflow a number conversion.
+ADVERSARIAL_LINES: dict[str, Callable[[int], str]] = {
+    "spaces then a percent": lambda n: "a" + " " * n + "1%",
+    "spaces then a bare percent": lambda n: "a" + " " * n + "%",
+    "digits in a step header": lambda n: "===== Step " + "1" * n + "/2 =====",
+    "digits": lambda n: "1" * n,
+    "= runs": lambda n: "=" * n + " Step 1/2 =x",
+    "bullet and colons": lambda n: "•" + _repeat(": ", n),
+    "bullet and spaces": lambda n: "•" + " " * n + "x",
+    "ANSI-like escapes": lambda n: _repeat("\x1b[0", n),
+    "OSC escapes": lambda n: _repeat("\x1b]8;;x", n),
+    "(pid= repeated": lambda n: _repeat("(pid=", n),
+    "Ray prefix parts": lambda n: "(" + _repeat(" pid=a, ip=b", n),
+    "spaces before a repeat marker": lambda n: " " * n + "[repeated 1x across cluster]x",
+    "repeat markers and advice": lambda n: _repeat(
+        "x [repeated 2x across cluster] (Ray deduplicates logs by default ", n
+    ),
+    "View run repeated": lambda n: "wandb: " + _repeat("View run ", n),
+    "throughput spaces": lambda n: "-" + " " * n + "x",
+    "throughput units": lambda n: "- " + _repeat("(Tokens/sec) ", n),
+    "percent bars": lambda n: _repeat("1%|", n),
+    "percent Completed": lambda n: "x: 1%" + _repeat(" |1% Completed ", n),
+    "validation step digits": lambda n: "Starting validation at step " + "1" * n,
+    "huge float": lambda n: "  • Loss: " + "1" * (n // 3) + "." + "1" * (n // 3) + "e" + "1" * (n // 3),
+}
+
+
+def _follow_line(line: str) -> None:
+    """The follower's whole path for one line, inside a step and a section, plus RunMetrics.parse_line."""
+    follower = LogFollower()
+    follower.feed("===== Step 1/2 =====\n⏱️  Timing:\n")
+    follower.feed(line + "\n")
+    follower.feed(line)
+    follower.tail(5)
+    follower.flush()
+    run = RunMetrics()
+    run.steps.append(StepMetrics(step=1, total_steps=2))
+    for section in ("train", "perf", "val"):
+        run._section = section
+        run.parse_line(line)
+
+
+@pytest.mark.parametrize("shape", ADVERSARIAL_LINES)
+def test_adversarial_lines_do_not_raise(shape: str) -> None:
+    for n in (1000, 5000):
+        _follow_line(ADVERSARIAL_LINES[shape](n))
+
+
+@pytest.mark.parametrize("shape", ADVERSARIAL_LINES)
+def test_follower_is_linear_on_adversarial_lines(shape: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Parse lines of any length here: the ratio must hold for every pattern, not only thanks to the length cut.
+    monkeypatch.setattr(metrics, "MAX_PARSE_CHARS", 10**9, raising=False)
+    print(shape, assert_linear(_follow_line, ADVERSARIAL_LINES[shape], (256, 20000)))
+
+
+def test_huge_numbers_are_ignored_not_raised() -> None:
+    digits = "9" * 5000  # int() refuses more than 4,300 digits
+    log = (
+        f"===== Epoch {digits}/2 =====\n"
+        f"===== Step {digits}/2 =====\n"
+        "===== Step 1/2 =====\n"
+        f"▶ Starting validation at step {digits}...\n"
+        f"Saving checkpoint for step {digits}...\n"
+        "📊 Training Results:\n"
+        f"  • Loss: {digits}.5\n"
+        "  • Avg Reward: 0.5000\n"
+        "⏱️  Timing:\n"
+        f"  • Total step time: {digits}s\n"
+        f"  • generation: {digits}s (50.0%)\n"
+        "🔍 Performance Metrics:\n"
+        f"    - E2E (Tokens/sec/gpu): {digits}\n"
+        f"P:  50%|█ | {digits}/{digits}9\n"
+    )
+    follower, lines = follow_whole(log)
+    [step] = follower.metrics.steps
+    assert (step.step, step.epoch, step.loss, step.avg_reward) == (1, None, None, 0.5)
+    assert (step.total_step_time_s, step.phase_times_s, step.e2e_tokens_per_s_per_gpu) == (None, {}, None)
+    assert follower.metrics.checkpoints == []
+    assert f"P:  50%|█ | {digits}/{digits}9"[:4000] in lines[-1]  # not a bar NeMo RL could draw: shown as it is
+
+
+def test_lines_longer_than_the_parse_limit_are_shown_not_parsed() -> None:
+    pad = " " * 5000  # over MAX_PARSE_CHARS
+    follower, lines = follow_whole(
+        f"===== Step 1/2 =====\n📊 Training Results:\n  • Loss: 0.5{pad}\n  • Avg Reward: 0.25\nwandb: View run at https://w/{pad}x\n"
+    )
+    assert (follower.metrics.steps[0].loss, follower.metrics.steps[0].avg_reward) == (None, 0.25)
+    assert follower.metrics.wandb_url is None
+    assert "  • Loss: 0.5" in lines
+
+
+def test_an_overlong_wandb_url_is_ignored() -> None:
+    run = RunMetrics()
+    run.parse_line("wandb: 🚀 View run at https://wandb.ai/" + "x" * 3000)
+    assert run.wandb_url is None
+
+
+def test_running_bars_are_bounded() -> None:
+    follower = LogFollower()
+    lines = follower.feed("".join(f"bar{i}:  10%|█   | 1/10\n" for i in range(300)))
+    assert len(follower._bars) == 256
+    assert lines == [f"bar{i}:  10%|█   | 1/10" for i in range(44)]  # the oldest count as abandoned
+
+
+FUZZ_PIECES = [
+    "\n",
+    "\r",
+    "\r\n",
+    " ",
+    "  ",
+    "%",
+    "1%",
+    "100%",
+    "|",
+    "█",
+    ":",
+    "•",
+    "=",
+    "=====",
+    "-",
+    "(",
+    ")",
+    "/",
+    ".",
+    "e",
+    "\x1b[",
+    "\x1b[36m",
+    "\x1b[0m",
+    "\x1b]8;;",
+    "\x07",
+    "\x1b\\",
+    "(pid=",
+    "(W pid=1, ip=10.0.0.1) ",
+    "(raylet) ",
+    " [repeated 3x across cluster]",
+    " (Ray deduplicates logs by default. x)",
+    "Step ",
+    "Epoch ",
+    "1/2",
+    "Completed",
+    "===== Step 1/3 =====",
+    "📊 Training Results:",
+    "⏱️  Timing:",
+    "🔍 Performance Metrics:",
+    "Validation Results:",
+    "  • Loss: ",
+    "  • Avg Reward: ",
+    "  • Total step time: ",
+    "s",
+    "s (",
+    "%)",
+    "    - E2E (Tokens/sec/gpu): ",
+    "(Tokens/sec)",
+    "Starting validation at step ",
+    "Saving checkpoint for step ",
+    "wandb: 🚀 View run at ",
+    "https://wandb.ai/e/p/runs/",
+    "nan",
+    "inf",
+    "-1e309",
+    "1e-400",
+    "0.5",
+    "9" * 4400,
+    "1_000",
+    "٣",
+    "\x00",
+    "\ufeff",
+    "\u2028",
+    "\x85",
+    "é",
+    "🚀",
+    "\ud800",
+    "k",
+    "G",
+]
+
+
+# NeMo RL's own line shapes with hostile numbers in them: huge, signed, non-ASCII digits, exponents, words.
+FUZZ_TEMPLATES = [
+    "===== Step {0}/{1} =====\n",
+    "===== Epoch {0}/{1} =====\n",
+    "▶ Starting validation at step {0}...\n",
+    "Saving checkpoint for step {0}...\n",
+    "  • Loss: {0}\n",
+    "  • Total step time: {0}s\n",
+    "  • generation: {0}s ({1}%)\n",
+    "    - E2E (Tokens/sec/gpu): {0}\n",
+    "P: {1}%|█ | {0}/{1} [x]\r",
+    "L: {1}% Completed | {0}/{1}k\n",
+]
+FUZZ_NUMBERS = ["1", "0", "-1", "9" * 4400, "1" * 20, "1e999", "1e-999", "nan", "٣", "1_0", "", " ", "x", "1.5G"]
+
+
+def _fuzz_text(rng: random.Random, size: int) -> str:
+    parts = []
+    for _ in range(size):
+        if rng.random() < 0.1:
+            parts.append(rng.choice(FUZZ_TEMPLATES).format(rng.choice(FUZZ_NUMBERS), rng.choice(FUZZ_NUMBERS)))
+        else:
+            parts.append(rng.choice(FUZZ_PIECES))
+    return "".join(parts)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_fuzz_the_follower_never_raises(seed: int) -> None:
+    rng = random.Random(seed)
+    options: dict = {"tail_size": rng.randint(1, 50), "max_line_chars": rng.randint(1, 200)}
+    if seed % 2:
+        options["redactor"] = StreamRedactor(["hf_PRINTEDsecret0123456789"])
+    follower = LogFollower(**options)
+    full = ""
+    for _ in range(60):
+        action = rng.random()
+        if action < 0.5:
+            lines = follower.feed(_fuzz_text(rng, rng.randint(0, 40)))
+        elif action < 0.9:
+            full += _fuzz_text(rng, rng.randint(0, 40))
+            if rng.random() < 0.05:
+                full = full[: rng.randint(0, len(full))]  # a replaced log
+            lines = follower.feed_full_log(full)
+        else:
+            lines = follower.flush()
+        assert all(isinstance(line, str) for line in lines)
+        assert all(isinstance(line, str) for line in follower.tail(rng.randint(-1, 60)))
+    follower.catch_up(full, rng.randint(0, len(full)))
+    follower.flush()
+    assert follower.feed(None) == [] and follower.feed_full_log(b"bytes") == []  # type: ignore[arg-type]
+    json.dumps(follower.metrics.to_dict())
+    follower.metrics.summary_text()
+    check_zero_learning(follower.metrics.steps, 1)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_redacting_follower_shows_a_log_without_secrets_exactly_as_a_plain_one(seed: int) -> None:
+    # The secrets share their first characters with the log's words, so text is held back and released again.
+    text = fixture_text()
+    redactor = StreamRedactor(["Processed-secret-0123456789", "wandb_key_0123456789abcdef", "(VllmGen-x"])
+    rng = random.Random(seed)
+    follower = LogFollower(redactor=redactor)
+    lines: list[str] = []
+    pos = 0
+    while pos < len(text):
+        size = rng.randint(1, 200)
+        lines += follower.feed(text[pos : pos + size])
+        pos += size
+    lines += follower.flush()
+    assert lines == display(text)
+    assert [s.to_dict() for s in follower.metrics.steps] == EXPECTED_STEPS

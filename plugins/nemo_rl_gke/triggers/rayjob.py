@@ -10,11 +10,17 @@ ends with exactly one event::
 The guard and the timeout stop the job before the event is sent. Marking the deferred task failed or success in the
 UI (or clearing it) calls :meth:`on_kill`, which stops the job too. The Google token for the API server's service
 proxy is fetched here, never passed in: trigger kwargs are stored in the metadata DB.
+
+Every deferred task shares the triggerer's event loop, so the per-poll work on the driver log (it can be megabytes:
+decoding, redacting, splitting, parsing, logging) runs in a worker thread; what stays on the loop is HTTP and
+bounded bookkeeping. The job's secrets are masked by a :class:`~nemo_rl_gke.redaction.StreamRedactor` before the
+log is split into lines, so no line break, chunk boundary or display cut can show part of one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -24,7 +30,8 @@ from airflow.providers.common.compat.connection import get_async_connection
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from nemo_rl_gke.gcp.async_hooks import GcpAsyncHook
-from nemo_rl_gke.metrics import LogFollower, check_zero_learning
+from nemo_rl_gke.metrics import LogFollower, ZeroLearningVerdict, check_zero_learning
+from nemo_rl_gke.redaction import StreamRedactor
 from nemo_rl_gke.triggers.operations import backoff_delay
 
 CLASSPATH = "nemo_rl_gke.triggers.rayjob.RayJobTrigger"
@@ -72,8 +79,9 @@ class RayJobTrigger(BaseTrigger):
         self.started_at = float(started_at) if started_at is not None else time.time()
         self.zero_learning_steps = int(zero_learning_steps)
         self.secret_conn_ids = list(secret_conn_ids)
-        self.follower = LogFollower()
-        self._secrets: list[str] = []
+        # Replaced once the secret values are loaded in run(): values never reach __init__, kwargs or the DB.
+        self._redactor = StreamRedactor(())
+        self.follower = LogFollower(redactor=self._redactor)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """Classpath and the kwargs ``__init__`` takes (no token: it is fetched in ``run``)."""
@@ -94,19 +102,18 @@ class RayJobTrigger(BaseTrigger):
 
     # --- secrets ----------------------------------------------------------------------------------------------------
     async def _load_secrets(self) -> None:
-        """Read the job's secret values (the async connection API also registers them with the masker)."""
+        """Build the redactor from the job's secret values (the async connection API also registers them with the
+        masker); the follower gets it before it reads any log text."""
+        values: list[str] = []
         for conn_id in self.secret_conn_ids:
             try:
                 password = (await get_async_connection(conn_id)).password
             except Exception:
                 password = None  # the submit task refused a missing one already
             if password:
-                self._secrets.append(password)
-
-    def _redact(self, line: str) -> str:
-        for secret in self._secrets:
-            line = line.replace(secret, "***")
-        return line
+                values.append(password)
+        self._redactor = StreamRedactor(values)
+        self.follower = LogFollower(redactor=self._redactor)
 
     # --- HTTP -----------------------------------------------------------------------------------------------------
     async def _headers(self, gcp: GcpAsyncHook) -> dict[str, str]:
@@ -124,6 +131,32 @@ class RayJobTrigger(BaseTrigger):
                 body = text
             return response.status, body
 
+    async def _get_bytes(self, session: aiohttp.ClientSession, gcp: GcpAsyncHook, path: str) -> tuple[int, bytes]:
+        """A GET whose body is left undecoded: decoding a whole log belongs in the worker thread, not on the loop."""
+        headers = await self._headers(gcp)
+        async with session.get(f"{self.address}{path}", headers=headers) as response:
+            return response.status, await response.read()
+
+    # --- the log (worker thread) ------------------------------------------------------------------------------------
+    def _take_logs(self, status: int, body: bytes) -> ZeroLearningVerdict | None:
+        """Feed a logs answer to the follower, log the new lines, and check the guard. Runs in a worker thread.
+
+        The lines are redacted already (the follower redacts before it splits); they are logged from this thread
+        because asyncio.to_thread copies the context the triggerer binds the task's log to.
+        """
+        text = _log_text(status, body)
+        if text is not None:
+            for line in self.follower.feed_full_log(text):
+                self.log.info("[ray job] %s", line)
+        if self.zero_learning_steps <= 0:
+            return None
+        return check_zero_learning(self.follower.metrics.completed_steps, self.zero_learning_steps)
+
+    def _flush_logs(self) -> None:
+        """End of the log: the held-back text, the unterminated line and unfinished bars. Runs in a worker thread."""
+        for line in self.follower.flush():
+            self.log.info("[ray job] %s", line)
+
     async def _stop(self, session: aiohttp.ClientSession, gcp: GcpAsyncHook) -> str:
         try:
             status, body = await asyncio.wait_for(
@@ -137,15 +170,22 @@ class RayJobTrigger(BaseTrigger):
         return "it was stopped" if status == 200 and stopped else f"the stop request answered HTTP {status}: {body}"
 
     # --- events -----------------------------------------------------------------------------------------------------
-    def _event(self, status: str, message: str, job_status: str) -> TriggerEvent:
+    async def _event(self, status: str, message: str, job_status: str) -> TriggerEvent:
+        """The one event, built in a worker thread: its metrics grow with the log (a dict per step, all redacted)."""
+        return await asyncio.to_thread(self._build_event, status, message, job_status)
+
+    def _build_event(self, status: str, message: str, job_status: str) -> TriggerEvent:
+        # Ray's message (with the job's last log lines in it) is masked here; the tail and metrics were built from
+        # masked text and are masked again only as a second line of defence.
+        redact = self._redactor
         return TriggerEvent(
             {
                 "status": status,
-                "message": self._redact(message),
+                "message": redact.redact(message),
                 "submission_id": self.submission_id,
-                "job_status": job_status,
-                "metrics": self.follower.metrics.to_dict(),
-                "tail": [self._redact(line) for line in self.follower.tail(TAIL_LINES)],
+                "job_status": redact.redact(job_status),
+                "metrics": redact.redact_value(self.follower.metrics.to_dict()),
+                "tail": [redact.redact(line) for line in self.follower.tail(TAIL_LINES)],
             }
         )
 
@@ -155,7 +195,20 @@ class RayJobTrigger(BaseTrigger):
             event = await self._follow()
         except Exception as exc:
             self.log.exception("Unexpected error while following Ray job %s", self.submission_id)
-            event = self._event("error", f"following Ray job {self.submission_id} failed: {exc!r}", "UNKNOWN")
+            try:
+                event = await self._event("error", f"following Ray job {self.submission_id} failed: {exc!r}", "UNKNOWN")
+            except Exception:
+                # Still one event: without the tail, the metrics and the exception's text (nothing left to mask it).
+                event = TriggerEvent(
+                    {
+                        "status": "error",
+                        "message": f"following Ray job {self.submission_id} failed: {type(exc).__name__}",
+                        "submission_id": self.submission_id,
+                        "job_status": "UNKNOWN",
+                        "metrics": {},
+                        "tail": [],
+                    }
+                )
         yield event
 
     async def _follow(self) -> TriggerEvent:
@@ -168,40 +221,40 @@ class RayJobTrigger(BaseTrigger):
                 try:
                     code, info = await self._call(session, gcp, "GET", f"/api/jobs/{self.submission_id}")
                     if code == 404:
-                        return self._event("error", f"Ray job {self.submission_id} does not exist", job_status)
+                        return await self._event("error", f"Ray job {self.submission_id} does not exist", job_status)
                     if code >= 500 or code in (408, 429):
                         raise aiohttp.ClientResponseError(None, (), status=code, message=str(info)[:300])  # type: ignore[arg-type]
                     if code >= 400 or not isinstance(info, dict):
-                        return self._event(
+                        return await self._event(
                             "error", f"reading Ray job {self.submission_id}: HTTP {code}: {info}", job_status
                         )
                     job_status = str(info.get("status", "UNKNOWN"))
-                    _, logs = await self._call(session, gcp, "GET", f"/api/jobs/{self.submission_id}/logs")
-                    text = logs.get("logs", "") if isinstance(logs, dict) else ""
-                    for line in self.follower.feed_full_log(text):
-                        self.log.info("[ray job] %s", self._redact(line))
+                    log_status, body = await self._get_bytes(session, gcp, f"/api/jobs/{self.submission_id}/logs")
+                    verdict = await asyncio.to_thread(self._take_logs, log_status, body)
                     failures = 0
                 except (aiohttp.ClientError, TimeoutError, OSError) as exc:
                     failures += 1
                     delay = backoff_delay(failures, self.poll_interval)
-                    self.log.warning("Transient error %d polling Ray job %s: %s", failures, self.submission_id, exc)
+                    self.log.warning(
+                        "Transient error %d polling Ray job %s: %s",
+                        failures,
+                        self.submission_id,
+                        self._redactor.redact(str(exc)),
+                    )
                 else:
                     if job_status in TERMINAL:
-                        for line in self.follower.flush():
-                            self.log.info("[ray job] %s", self._redact(line))
-                        return self._event(TERMINAL[job_status], _end_message(info), job_status)
-                    if self.zero_learning_steps > 0:
-                        verdict = check_zero_learning(self.follower.metrics.completed_steps, self.zero_learning_steps)
-                        if verdict is not None:
-                            outcome = await self._stop(session, gcp)
-                            return self._event(
-                                "zero_learning", f"{verdict.message} The job was stopped: {outcome}.", job_status
-                            )
+                        await asyncio.to_thread(self._flush_logs)
+                        return await self._event(TERMINAL[job_status], _end_message(info), job_status)
+                    if verdict is not None:
+                        outcome = await self._stop(session, gcp)
+                        return await self._event(
+                            "zero_learning", f"{verdict.message} The job was stopped: {outcome}.", job_status
+                        )
                 remaining = self.started_at + self.timeout - time.time()
                 if remaining <= 0:
                     outcome = await self._stop(session, gcp)
                     message = f"Ray job {self.submission_id} ran past the {self.timeout:.0f}s job timeout; {outcome}"
-                    return self._event("timeout", message, job_status)
+                    return await self._event("timeout", message, job_status)
                 await asyncio.sleep(min(delay, remaining))
 
     async def on_kill(self) -> None:
@@ -210,6 +263,25 @@ class RayJobTrigger(BaseTrigger):
         async with GcpAsyncHook(self.gcp_conn_id) as gcp, aiohttp.ClientSession(timeout=timeout) as session:
             outcome = await self._stop(session, gcp)
         self.log.warning("The task was killed: Ray job %s: %s", self.submission_id, outcome)
+
+
+def _log_text(status: int, body: bytes) -> str | None:
+    """The ``logs`` text of a ``GET /api/jobs/{id}/logs`` answer, or None for anything else.
+
+    None, not "": the follower reads a log shorter than what it has seen as a replaced one and would start over,
+    showing every line again, after a single error answer.
+    """
+    if status != 200:
+        return None
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    logs = data.get("logs") if isinstance(data, dict) else None
+    if not isinstance(logs, str):
+        return None
+    # JSON may carry lone surrogates ("\udcff" for an undecodable byte), which no log handler can encode.
+    return logs.encode("utf-8", "replace").decode("utf-8")
 
 
 def _end_message(info: dict[str, Any]) -> str:
