@@ -69,6 +69,8 @@ class Store:
         self.resources: dict[str, Resource] = {}
         self.operations: dict[str, Operation] = {}
         self.config = Config()
+        # Compute common instance metadata per project: {"fingerprint", "items"} (the runs' leases live there).
+        self.metadata: dict[str, dict[str, Any]] = {}
         self.dirty = False
         # Called with every resource that goes away (deleted or reset), for what lives outside the store.
         self.on_drop: list[Callable[[Resource], None]] = []
@@ -89,6 +91,7 @@ class Store:
         self.resources = {r["key"]: Resource(**r) for r in record["resources"]}
         self.operations = {o["id"]: Operation.from_json(o) for o in record["operations"]}
         self.config = Config.from_json(record["config"])
+        self.metadata = record.get("metadata", {})
         return True
 
     def save(self) -> None:
@@ -99,6 +102,7 @@ class Store:
             "resources": [dataclasses.asdict(r) for r in self.resources.values()],
             "operations": [o.to_json() for o in self.operations.values()],
             "config": self.config.to_json(),
+            "metadata": self.metadata,
         }
         fd, temp = tempfile.mkstemp(prefix=".state-", suffix=".json", dir=self.state_dir)
         try:
@@ -123,6 +127,7 @@ class Store:
             self._drop(resource)
         self.resources.clear()
         self.operations.clear()
+        self.metadata.clear()
         files.remove_tree(files.gcs_root(self.state_dir))
         self.dirty = True
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from google.cloud import compute_v1  # noqa: TID253
 
 from sandbox import formats
+from sandbox.apis import servicenetworking
 from sandbox.errors import HTTP_PHRASES, ApiError, already_exists, in_use, invalid, not_found, not_ready
 from sandbox.http import Call, Reply, Router, reply
 from sandbox.operations import Effect, Operation
@@ -532,6 +533,30 @@ async def wait_operation(sb: Sandbox, call: Call) -> Reply:
     return reply(render_operation(sb, operation))
 
 
+async def remove_peering(sb: Sandbox, call: Call) -> Reply:
+    """``networks.removePeering`` (body ``{name}``): only the Service Networking peering exists here."""
+    project, name = call.params["project"], call.params["name"]
+    key = NETWORKS.key(project, None, name)
+    network = sb.store.get(key)
+    if network is None:
+        raise not_found(f"The resource '{key}' was not found")
+    peering = str(call.json().get("name") or "")
+    if not servicenetworking.remove_peering(sb, network, peering):
+        raise invalid(f"There is no peering with name '{peering}' in network '{key}'.")
+    operation = sb.start_operation(
+        call,
+        service=SERVICE,
+        kind="compute.networks.removePeering",
+        verb="update",
+        project=project,
+        location="global",
+        target=key,
+        effect=Effect(),
+        meta={"operationType": "removePeering", "targetId": network.body.get("id", "0")},
+    )
+    return reply(render_operation(sb, operation))
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Seeded, read-only: network profiles and reservations
 # ---------------------------------------------------------------------------------------------------------------------
@@ -661,6 +686,7 @@ def register(router: Router) -> None:
         router.add("GET", base, SERVICE, _list(collection))
         router.add("GET", base + "/{name}", SERVICE, _get(collection))
         router.add("DELETE", base + "/{name}", SERVICE, _delete(collection))
+    router.add("POST", PREFIX + "/global/networks/{name}/removePeering", SERVICE, remove_peering)
     router.add("GET", PREFIX + "/regions/{region}", SERVICE, get_region)
     router.add("GET", PREFIX + "/global/networkProfiles", SERVICE, list_profiles)
     router.add("GET", PREFIX + "/global/networkProfiles/{name}", SERVICE, get_profile)

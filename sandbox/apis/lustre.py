@@ -55,12 +55,14 @@ _GCS_URI = re.compile(r"^gs://([a-z0-9][a-z0-9._-]{1,61}[a-z0-9])(?:/(.*))?$")
 # What each verb's operation metadata and response are, as the client unpacks them.
 METADATA_TYPES = {
     "create": "OperationMetadata",
+    "update": "OperationMetadata",
     "delete": "OperationMetadata",
     "exportData": "ExportDataMetadata",
     "importData": "ImportDataMetadata",
 }
 RESPONSE_TYPES = {
     "create": TYPE_BASE + "Instance",
+    "update": TYPE_BASE + "Instance",
     "delete": EMPTY_TYPE,
     "exportData": TYPE_BASE + "ExportDataResponse",
     "importData": TYPE_BASE + "ImportDataResponse",
@@ -151,7 +153,7 @@ def render_operation(sb: Sandbox, operation: Operation) -> dict[str, Any]:
         "requestedCancellation": False,
         "apiVersion": "v1",
     }
-    if verb in ("create", "delete"):
+    if verb in ("create", "update", "delete"):
         metadata["verb"] = verb
     else:
         metadata["operationMetadata"] = operation.meta["transfer"]
@@ -166,7 +168,7 @@ def render_operation(sb: Sandbox, operation: Operation) -> dict[str, Any]:
     error = operation.api_error()
     if error is not None:
         body["error"] = {"code": error.rpc_code, "message": error.message}
-    elif verb == "create":
+    elif verb in ("create", "update"):
         body["response"] = {"@type": RESPONSE_TYPES[verb], **render_instance(operation.snapshot or {}, "ready")}
     else:
         body["response"] = {"@type": RESPONSE_TYPES[verb]}
@@ -240,6 +242,45 @@ async def list_instances(sb: Sandbox, call: Call) -> Reply:
     prefix = f"projects/{call.params['project']}/locations/" + ("" if location == "-" else f"{_zone(call)}/")
     instances = [render_instance(r.body, r.phase) for r in sb.store.of_kind("lustre.instance", prefix)]
     return reply({"instances": instances} if instances else {})
+
+
+# What instances.patch may change here (the run changes only these; capacity changes are not modelled).
+UPDATABLE = ("labels", "description")
+
+
+async def update_instance(sb: Sandbox, call: Call) -> Reply:
+    """``instances.patch`` with ``?updateMask=``: labels and description, applied at once, on an ACTIVE instance."""
+    instance = _instance(sb, call)
+    mask = [m.strip() for m in (call.arg("updateMask") or "").split(",") if m.strip()]
+    if not mask:
+        raise invalid("updateMask is required.")
+    bad = [m for m in mask if m not in UPDATABLE]
+    if bad:
+        raise invalid(f"updateMask: {', '.join(bad)} cannot be updated here; updatable: {', '.join(UPDATABLE)}.")
+    body = message_dict(parse_message(lustre_v1.Instance, call.json(), "instance"))
+    if "labels" in mask:
+        check_labels(body.get("labels", {}), "instance.labels")
+    _busy(sb, instance)
+    for field in mask:
+        if field in body:
+            instance.body[field] = body[field]
+        else:
+            instance.body.pop(field, None)
+    instance.body["updateTime"] = formats.zulu(sb.now())
+    sb.store.put(instance)
+    operation = sb.start_operation(
+        call,
+        service=SERVICE,
+        kind="lustre.instances.update",
+        verb="update",
+        project=call.params["project"],
+        location=call.params["location"],
+        target=instance.key,
+        effect=Effect(),
+        request_id=check_request_id(call.arg("requestId")),
+    )
+    operation.snapshot = copy.deepcopy(instance.body)
+    return reply(render_operation(sb, operation))
 
 
 def _busy(sb: Sandbox, instance: Resource) -> None:
@@ -359,5 +400,6 @@ def register(router: Router) -> None:
     router.add("GET", instances, SERVICE, list_instances)
     router.add("GET", instances + "/{instance}", SERVICE, get_instance)
     router.add("DELETE", instances + "/{instance}", SERVICE, delete_instance)
+    router.add("PATCH", instances + "/{instance}", SERVICE, update_instance)
     router.add("POST", instances + "/{instance}:exportData", SERVICE, export_data)
     router.add("POST", instances + "/{instance}:importData", SERVICE, import_data)

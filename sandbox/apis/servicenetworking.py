@@ -9,6 +9,7 @@ operation is done.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -99,18 +100,7 @@ async def create_connection(sb: Sandbox, call: Call) -> Reply:
     ranges = body.get("reservedPeeringRanges") or []
     if not ranges:
         raise invalid("connection.reservedPeeringRanges must name at least one allocated range.")
-    range_keys = []
-    for name in ranges:
-        key = f"projects/{network.project}/global/addresses/{name}"
-        address = sb.store.get(key)
-        if (
-            address is None
-            or address.phase != "ready"
-            or address.body.get("purpose") != "VPC_PEERING"
-            or network.key not in address.refs
-        ):
-            raise failed_precondition(f"Allocated IP range '{name}' not found in network.")
-        range_keys.append(key)
+    range_keys = _ranges(sb, network, list(ranges))
     key = _connection_key(network.key)
     common = {
         "service": SERVICE,
@@ -162,6 +152,86 @@ async def list_connections(sb: Sandbox, call: Call) -> Reply:
     return reply({"connections": [found.body]})
 
 
+def _ranges(sb: Sandbox, network: Resource, names: list[str]) -> list[str]:
+    """The keys of ``names``, each a ready VPC_PEERING range on ``network``; 400 otherwise."""
+    keys = []
+    for name in names:
+        key = f"projects/{network.project}/global/addresses/{name}"
+        address = sb.store.get(key)
+        if (
+            address is None
+            or address.phase != "ready"
+            or address.body.get("purpose") != "VPC_PEERING"
+            or network.key not in address.refs
+        ):
+            raise failed_precondition(f"Allocated IP range '{name}' not found in network.")
+        keys.append(key)
+    return keys
+
+
+def _hosts_instances(sb: Sandbox, address_key: str) -> bool:
+    """Whether a Lustre instance got its IP from this range."""
+    address = sb.store.get(address_key)
+    if address is None or not address.body.get("address"):
+        return False
+    block = ipaddress.ip_network(f"{address.body['address']}/{address.body.get('prefixLength', 32)}", strict=False)
+    return any(
+        r.extra.get("ip") and ipaddress.ip_address(r.extra["ip"]) in block for r in sb.store.of_kind("lustre.instance")
+    )
+
+
+async def update_connection(sb: Sandbox, call: Call) -> Reply:
+    """``services.connections.patch``: the ranges sent replace the connection's; dropping one that still hosts an
+    instance needs ``force=true`` (FACTS §13)."""
+    _producer(call)
+    if call.params["connection"] not in ("-", PEERING_NAME):
+        raise not_found(f"Connection '{call.params['connection']}' not found.")
+    body = call.json()
+    check_discovery_body("servicenetworking", "v1", "Connection", body, "connection")
+    network = _network(sb, body.get("network", ""), "connection.network")
+    key = _connection_key(network.key)
+    connection = sb.store.get(key)
+    if connection is None or connection.phase != "ready":
+        raise not_found(f'No private services access connection exists for network "{body.get("network")}".')
+    names = list(body.get("reservedPeeringRanges") or [])
+    if not names:
+        raise invalid(
+            "connection.reservedPeeringRanges must name at least one allocated range; deleteConnection "
+            "removes the whole connection."
+        )
+    keys = _ranges(sb, network, names)
+    dropped = [r for r in connection.refs if r.startswith(f"projects/{network.project}/global/addresses/")]
+    dropped = [r for r in dropped if r not in keys]
+    force = (call.arg("force") or "").lower() == "true"
+    if any(_hosts_instances(sb, r) for r in dropped) and not force:
+        raise failed_precondition("A previously defined allocated range is removed: set force to true.")
+    connection.body["reservedPeeringRanges"] = names
+    connection.refs = [network.key, *keys]
+    sb.store.put(connection)
+    operation = sb.start_operation(
+        call,
+        service=SERVICE,
+        kind="servicenetworking.connections.patch",
+        verb="update",
+        project=network.project,
+        location="global",
+        target=key,
+        effect=Effect(),
+    )
+    operation.snapshot = dict(connection.body)
+    return reply(render_operation(sb, operation))
+
+
+def remove_peering(sb: Sandbox, network: Resource, peering: str) -> bool:
+    """Compute ``networks.removePeering`` of the service's peering: the connection goes with it (the fallback when
+    deleteConnection keeps answering that producer services still use it). Whether there was one."""
+    key = _connection_key(network.key)
+    if peering != PEERING_NAME or sb.store.get(key) is None:
+        return False
+    sb.store.remove(key)
+    return True
+
+
 async def delete_connection(sb: Sandbox, call: Call) -> Reply:
     """``services.connections.deleteConnection`` (POST ``.../connections/-``, body ``{consumerNetwork}``)."""
     _producer(call)
@@ -210,4 +280,5 @@ def register(router: Router) -> None:
     router.add("POST", connections, SERVICE, create_connection)
     router.add("GET", connections, SERVICE, list_connections)
     router.add("POST", connections + "/{connection}", SERVICE, delete_connection)
+    router.add("PATCH", connections + "/{connection}", SERVICE, update_connection)
     router.add("GET", "/v1/operations/{operation}", SERVICE, get_operation)

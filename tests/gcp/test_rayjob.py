@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from sandbox.testing import SandboxProcess
 
 from nemo_rl_gke import topology as t
 from nemo_rl_gke.deployment import Deployment
@@ -24,9 +25,10 @@ from nemo_rl_gke.raysubmit import SecretMissingError, resolve_secrets, submit_on
 from nemo_rl_gke.spec import RunSpec
 from nemo_rl_gke.triggers.raycluster import RayClusterTrigger
 from nemo_rl_gke.triggers.rayjob import CLASSPATH, RayJobTrigger
-from tests.gcp.conftest import ensure_done
+from tests.gcp.conftest import FAST_RETRY, ZONE, ensure_done
 
 pytestmark = pytest.mark.airflow
+RAY_PROJECT = "rayjob-tests"
 
 # A NeMo RL-shaped log: three steps with every reward 0 (the published tutorial run), then a long sleep.
 ZERO_REWARD_SCRIPT = (
@@ -60,9 +62,24 @@ GATED_SCRIPT = (
 )
 
 
-@pytest.fixture
-def ray_spec(spec: RunSpec, hook: GcpHook) -> Iterator[RunSpec]:
-    """A running cluster with Lustre, the PV/PVC and a ready RayCluster (a real Ray head) in the test's project."""
+@pytest.fixture(scope="module")
+def ray_hook(sandbox: SandboxProcess) -> Iterator[GcpHook]:
+    """The module's hook on google_cloud_default -> the sandbox (one project for the module's one Ray head)."""
+    connection = {
+        "conn_type": "google_cloud_platform",
+        "extra": {"is_anonymous": True, "project": RAY_PROJECT, "api_endpoint": sandbox.url},
+    }
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", json.dumps(connection))
+        yield GcpHook(retry_policy=FAST_RETRY)
+
+
+@pytest.fixture(scope="module")
+def ray_spec(ray_hook: GcpHook) -> Iterator[RunSpec]:
+    """A running cluster with Lustre, the PV/PVC and a ready RayCluster: one real Ray head that every test of the
+    module submits its own jobs to (distinct submission ids keep them apart)."""
+    spec = RunSpec.from_conf({"project": RAY_PROJECT, "region": "us-central1", "zone": ZONE})
+    hook = ray_hook
     found = resources(spec)
     for key in (t.NET, t.GKE_CLUSTER, t.PEERING_RANGE, t.PEERING, t.LUSTRE):
         ensure_done(found[key], hook)
@@ -99,10 +116,10 @@ def _trigger(address: Any, submission_id: str, **kwargs: Any) -> RayJobTrigger:
     )
 
 
-def test_submission_is_exactly_once_per_submission_id(ray_spec: RunSpec, hook: GcpHook) -> None:
+def test_submission_is_exactly_once_per_submission_id(ray_spec: RunSpec, ray_hook: GcpHook) -> None:
     from ray.job_submission import JobSubmissionClient
 
-    kube = KubeHook(ray_spec, hook)
+    kube = KubeHook(ray_spec, ray_hook)
     address = kube.dashboard()
     headers = kube.dashboard_headers(address)
     request = _request("nemo-rl-once-1", "python -c \"import os; print('mode', os.environ['MODE'])\"")
@@ -133,9 +150,9 @@ class _GateOpener:
     warning = debug = exception = error = info
 
 
-def test_step_lines_reach_the_task_log_while_the_job_runs(ray_spec: RunSpec, hook: GcpHook, tmp_path: Any) -> None:
+def test_step_lines_reach_the_task_log_while_the_job_runs(ray_spec: RunSpec, ray_hook: GcpHook, tmp_path: Any) -> None:
     # Causal, not timed: the job cannot print step 2 (or end) until the trigger has logged step 1.
-    kube = KubeHook(ray_spec, hook)
+    kube = KubeHook(ray_spec, ray_hook)
     address = kube.dashboard()
     gate = tmp_path / "step-1-was-shown"
     entrypoint = f"python -c {_quoted(GATED_SCRIPT)} {_quoted(str(gate))}"
@@ -151,8 +168,8 @@ def test_step_lines_reach_the_task_log_while_the_job_runs(ray_spec: RunSpec, hoo
     assert [s["avg_reward"] for s in event["metrics"]["steps"]] == [0.25, 0.5]
 
 
-def test_a_failing_job_reports_ray_message_exit_code_and_last_lines(ray_spec: RunSpec, hook: GcpHook) -> None:
-    kube = KubeHook(ray_spec, hook)
+def test_a_failing_job_reports_ray_message_exit_code_and_last_lines(ray_spec: RunSpec, ray_hook: GcpHook) -> None:
+    kube = KubeHook(ray_spec, ray_hook)
     address = kube.dashboard()
     script = "import sys; print('loading the model'); print('CUDA out of memory', file=sys.stderr); sys.exit(3)"
     submit_once(_request("nemo-rl-fail-1", f'python -c "{script}"'), address.url, kube.dashboard_headers(address), {})
@@ -163,8 +180,8 @@ def test_a_failing_job_reports_ray_message_exit_code_and_last_lines(ray_spec: Ru
     assert "CUDA out of memory" in event["tail"]
 
 
-def test_zero_learning_guard_stops_the_job_within_k_steps(ray_spec: RunSpec, hook: GcpHook) -> None:
-    kube = KubeHook(ray_spec, hook)
+def test_zero_learning_guard_stops_the_job_within_k_steps(ray_spec: RunSpec, ray_hook: GcpHook) -> None:
+    kube = KubeHook(ray_spec, ray_hook)
     address = kube.dashboard()
     headers = kube.dashboard_headers(address)
     submit_once(_request("nemo-rl-zero-1", f"python -c {_quoted(ZERO_REWARD_SCRIPT)}"), address.url, headers, {})
@@ -184,10 +201,12 @@ def test_zero_learning_guard_stops_the_job_within_k_steps(ray_spec: RunSpec, hoo
     assert client.get_job_status("nemo-rl-zero-1").value == "STOPPED"
 
 
-def test_still_waiting_then_on_kill_stops_the_job_and_timeout_stops_it_too(ray_spec: RunSpec, hook: GcpHook) -> None:
+def test_still_waiting_then_on_kill_stops_the_job_and_timeout_stops_it_too(
+    ray_spec: RunSpec, ray_hook: GcpHook
+) -> None:
     from ray.job_submission import JobSubmissionClient
 
-    kube = KubeHook(ray_spec, hook)
+    kube = KubeHook(ray_spec, ray_hook)
     address = kube.dashboard()
     headers = kube.dashboard_headers(address)
     client = JobSubmissionClient(address.url, headers=headers)
@@ -209,11 +228,11 @@ def test_still_waiting_then_on_kill_stops_the_job_and_timeout_stops_it_too(ray_s
 
 
 def test_a_job_that_prints_its_secret_shows_it_masked(
-    ray_spec: RunSpec, hook: GcpHook, monkeypatch: pytest.MonkeyPatch
+    ray_spec: RunSpec, ray_hook: GcpHook, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     secret = "hf_PRINTEDsecret0123456789"
     monkeypatch.setenv("AIRFLOW_CONN_HF_PRINTED", f'{{"conn_type": "generic", "password": "{secret}"}}')
-    kube = KubeHook(ray_spec, hook)
+    kube = KubeHook(ray_spec, ray_hook)
     address = kube.dashboard()
     request = JobRequest(
         "nemo-rl-print-1", "python -c \"import os; print('token is', os.environ['HF_TOKEN'])\"", {}, (), ()
@@ -225,8 +244,8 @@ def test_a_job_that_prints_its_secret_shows_it_masked(
     assert secret not in json.dumps(event)
 
 
-def test_trigger_error_events(ray_spec: RunSpec, hook: GcpHook) -> None:
-    kube = KubeHook(ray_spec, hook)
+def test_trigger_error_events(ray_spec: RunSpec, ray_hook: GcpHook) -> None:
+    kube = KubeHook(ray_spec, ray_hook)
     address = kube.dashboard()
     missing = asyncio.run(_first(_trigger(address, "nemo-rl-no-such-job")))
     assert missing["status"] == "error" and "does not exist" in missing["message"]
@@ -309,11 +328,11 @@ class _Recorder:
 
 
 def test_a_job_that_prints_its_secret_in_pieces_shows_none_of_it(
-    ray_spec: RunSpec, hook: GcpHook, monkeypatch: pytest.MonkeyPatch
+    ray_spec: RunSpec, ray_hook: GcpHook, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     secret = "hf_SPLITsecret0123456789abcd"
     monkeypatch.setenv("AIRFLOW_CONN_HF_SPLIT", json.dumps({"conn_type": "generic", "password": secret}))
-    kube = KubeHook(ray_spec, hook)
+    kube = KubeHook(ray_spec, ray_hook)
     address = kube.dashboard()
     request = JobRequest("nemo-rl-split-1", f"python -c {_quoted(SPLIT_SECRET_SCRIPT)}", {}, (), ())
     submit_once(request, address.url, kube.dashboard_headers(address), {"HF_TOKEN": secret})
