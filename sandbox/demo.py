@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from nemo_rl_gke import topology
+from nemo_rl_gke.deployment import Deployment
+from nemo_rl_gke.rayjobs import job_secrets
 from sandbox.testing import start_sandbox
 
 
@@ -80,7 +82,8 @@ def start_demo_sandbox(home: Path, conf: dict[str, Any]) -> tuple[Any, dict[str,
     conn = json.dumps({"conn_type": "google_cloud_platform", "extra": extra})
     # The local recipe needs no Hugging Face token, but the job always gets one: a placeholder stands in for it.
     hf = json.dumps({"conn_type": "generic", "password": "hf_sandbox_placeholder_token"})
-    return sandbox, {"AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": conn, f"AIRFLOW_CONN_{spec.hf_conn_id.upper()}": hf}
+    hf_conn_id = job_secrets(spec, Deployment.from_env())[0].conn_id
+    return sandbox, {"AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": conn, f"AIRFLOW_CONN_{hf_conn_id.upper()}": hf}
 
 
 def _what_it_did(result: Any) -> str:

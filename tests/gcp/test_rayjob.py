@@ -275,6 +275,7 @@ def test_trigger_serializes_exactly_and_round_trips() -> None:
         "started_at": 1.0,
         "zero_learning_steps": 3,
         "secret_conn_ids": ["huggingface_default"],
+        "ca_pem": "",
     }
     assert RayJobTrigger(**kwargs).serialize() == (classpath, kwargs)
 

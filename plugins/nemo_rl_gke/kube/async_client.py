@@ -52,7 +52,9 @@ class AsyncKubeHook:
     async def _client(self) -> kclient.ApiClient:
         if self._api is None:
             cluster = await self.gcp.get_json("container", f"/v1/{self.cluster_path}")
-            access = ClusterAccess.from_cluster(cluster, f"GKE cluster {self.cluster_path}")
+            access = ClusterAccess.from_cluster(
+                cluster, f"GKE cluster {self.cluster_path}", google_endpoint=await self.gcp.base_url("container")
+            )
             config = kclient.Configuration(host=access.host)
             if access.ca_pem:
                 with tempfile.NamedTemporaryFile("w", suffix=".crt", delete=False) as ca_file:

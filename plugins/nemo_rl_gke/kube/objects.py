@@ -26,6 +26,7 @@ from nemo_rl_gke.spec import OWNER_LABEL_KEY, OWNER_LABEL_VALUE
 from nemo_rl_gke.topology import LUSTRE, LUSTRE_STORAGE, NCCL_INSTALLER, NETWORK_MAPPING, RAYCLUSTER, kube_groups
 
 if TYPE_CHECKING:
+    from nemo_rl_gke.deployment import Deployment
     from nemo_rl_gke.gcp.hooks import GcpHook
     from nemo_rl_gke.spec import RunSpec
 
@@ -66,12 +67,21 @@ def lustre_ip(spec: RunSpec, gcp: GcpHook) -> str:
     return mount_point.split("@", 1)[0]
 
 
-def group_objects(spec: RunSpec, group: str, *, lustre_address: str = LUSTRE_IP_PLACEHOLDER) -> list[dict[str, Any]]:
-    """The objects of one group. For deletion only the identities matter, so the IP may stay a placeholder."""
+def group_objects(
+    spec: RunSpec,
+    group: str,
+    *,
+    lustre_address: str = LUSTRE_IP_PLACEHOLDER,
+    deployment: Deployment | None = None,
+) -> list[dict[str, Any]]:
+    """The objects of one group. For deletion only the identities matter, so the IP may stay a placeholder.
+
+    ``deployment`` judges where the NCCL installer may come from (None: the defaults).
+    """
     from nemo_rl_gke.recipes import load_recipe
 
     if group == NCCL_INSTALLER:
-        return load_nccl_installer(spec)
+        return load_nccl_installer(spec, deployment)
     if group == NETWORK_MAPPING:
         return render_template(NETWORK_MAPPING_TEMPLATE, spec=spec)
     if group == LUSTRE_STORAGE:

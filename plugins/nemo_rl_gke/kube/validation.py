@@ -253,7 +253,7 @@ def _raycluster_problems(obj: dict[str, Any]) -> Iterator[str]:
         if all(isinstance(c, int) for c in counts) and not counts[0] <= counts[1] <= counts[2]:
             yield f"{where}: minReplicas <= replicas <= maxReplicas does not hold ({', '.join(map(str, counts))})"
         name = group.get("groupName")
-        if isinstance(name, str) and not DNS1123_LABEL.match(name):
+        if isinstance(name, str) and not DNS1123_LABEL.fullmatch(name):
             yield f"{where}.groupName: {name!r} is not a DNS-1123 label (it becomes part of the pod names)"
 
 
@@ -276,16 +276,16 @@ def _name_problems(obj: dict[str, Any], metadata: dict[str, Any]) -> Iterator[st
     if not isinstance(name, str) or not name:
         yield "metadata.name: missing"
         return
-    if not DNS1123_SUBDOMAIN.match(name):
+    if not DNS1123_SUBDOMAIN.fullmatch(name):
         yield f"metadata.name: {name!r} is not a DNS-1123 subdomain (lowercase letters, digits, '-', '.')"
     if kind == "Network" and len(name) > DEVICE_NETWORK_NAME_MAX:
         yield f"metadata.name: {name!r} is longer than {DEVICE_NETWORK_NAME_MAX} characters, the limit for GKE Networks"
-    if kind == "RayCluster" and not DNS1035_LABEL.match(name + RAY_HEAD_SERVICE_SUFFIX):
+    if kind == "RayCluster" and not DNS1035_LABEL.fullmatch(name + RAY_HEAD_SERVICE_SUFFIX):
         yield f"metadata.name: {name!r} does not give a valid head service name ({name}{RAY_HEAD_SERVICE_SUFFIX})"
     if namespace is not None:
         if kind in CLUSTER_SCOPED_KINDS:
             yield f"metadata.namespace: {kind} is cluster-scoped and takes no namespace"
-        elif not isinstance(namespace, str) or not DNS1123_LABEL.match(namespace):
+        elif not isinstance(namespace, str) or not DNS1123_LABEL.fullmatch(namespace):
             yield f"metadata.namespace: {namespace!r} is not a DNS-1123 label"
 
 
@@ -295,9 +295,9 @@ def _label_problems(metadata: dict[str, Any]) -> Iterator[str]:
         labels = {}
     for key, value in labels.items():
         prefix, _, label_name = str(key).rpartition("/")
-        if (prefix and not DNS1123_SUBDOMAIN.match(prefix)) or not LABEL_NAME.match(label_name):
+        if (prefix and not DNS1123_SUBDOMAIN.fullmatch(prefix)) or not LABEL_NAME.fullmatch(label_name):
             yield f"metadata.labels: {key!r} is not a valid label key"
-        if not isinstance(value, str) or not LABEL_VALUE.match(value):
+        if not isinstance(value, str) or not LABEL_VALUE.fullmatch(value):
             yield f"metadata.labels.{key}: {value!r} is not a valid label value"
     if labels.get(OWNER_LABEL_KEY) != OWNER_LABEL_VALUE:
         yield (

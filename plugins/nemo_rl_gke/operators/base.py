@@ -20,6 +20,7 @@ from nemo_rl_gke.topology import PENDING, RETURN, STARTED_AT, VALIDATE, Step
 if TYPE_CHECKING:
     from airflow.triggers.base import BaseTrigger
 
+    from nemo_rl_gke.deployment import Deployment
     from nemo_rl_gke.gcp.hooks import GcpHook
     from nemo_rl_gke.spec import RunSpec
 
@@ -60,6 +61,13 @@ class StepOperator(BaseOperator):
         from nemo_rl_gke.gcp.hooks import GcpHook
 
         return GcpHook(gcp_conn_id=self.gcp_conn_id)
+
+    @cached_property
+    def deployment(self) -> Deployment:
+        """The deployment's settings (secret connections, dashboard, installer allowlist), read at run time."""
+        from nemo_rl_gke.deployment import load_deployment
+
+        return load_deployment()
 
     def run_spec(self, context: Context) -> RunSpec:
         """The RunSpec the validate task accepted: the one source of names."""

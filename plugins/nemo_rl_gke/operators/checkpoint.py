@@ -81,8 +81,8 @@ class ValidateCheckpointOperator(StepOperator):
                 "purpose": "validate",
             },
         )
-        address, headers = dashboard(spec, self.hook)
-        submission = submit_once(request, address.url, headers, {})
+        address, headers = dashboard(spec, self.hook, self.deployment)
+        submission = submit_once(request, address.url, headers, {}, verify=address.verify())
         self.log.info("Validating %s: %s", spec.checkpoint_dir, request.entrypoint)
         self.defer_until(
             context,
@@ -93,6 +93,7 @@ class ValidateCheckpointOperator(StepOperator):
             submission_id=submission.submission_id,
             needs_token=address.needs_token,
             zero_learning_steps=0,
+            ca_pem=address.ca_pem,
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
@@ -102,8 +103,9 @@ class ValidateCheckpointOperator(StepOperator):
         from nemo_rl_gke.checkpoints import find_report
 
         spec = self.run_spec(context)
-        address, headers = dashboard(spec, self.hook)
-        logs = JobSubmissionClient(address=address.url, headers=headers).get_job_logs(event["submission_id"])
+        address, headers = dashboard(spec, self.hook, self.deployment)
+        client = JobSubmissionClient(address=address.url, headers=headers, verify=address.verify())
+        logs = client.get_job_logs(event["submission_id"])
         report = find_report(logs)
         if report is None:
             tail = "\n".join(event.get("tail") or [])

@@ -70,7 +70,8 @@ class ApplyKubeObjectsOperator(_KubeStep):
         spec = self.run_spec(context)
         # The PV names the Lustre instance by its IP, which exists only once Lustre does (it needs Lustre).
         address = lustre_ip(spec, self.hook) if topology.LUSTRE in self.step.needs else None
-        objects = group_objects(spec, self.step_id, **({"lustre_address": address} if address else {}))
+        where = {"lustre_address": address} if address else {}
+        objects = group_objects(spec, self.step_id, deployment=self.deployment, **where)
         try:
             results = apply_objects(self.kube(spec), objects, adopt=spec.adopt_existing)
         except (InvalidManifestError, NotOwnedObjectError) as exc:
@@ -126,7 +127,9 @@ class DeleteKubeObjectsOperator(_KubeStep):
                 self.log.info("The objects go with the cluster: %s", exc)
                 return {"groups": groups, "action": outcomes.ABSENT, "objects": []}
             raise AirflowException(f"cannot delete the {', '.join(groups)} objects yet: {exc}") from exc
-        results = [r for group in groups for r in delete_objects(kube, group_objects(spec, group))]
+        results = [
+            r for group in groups for r in delete_objects(kube, group_objects(spec, group, deployment=self.deployment))
+        ]
         result = {"groups": groups, "action": outcomes.DELETED, "objects": [r.to_dict() for r in results]}
         if any(r.action == outcomes.DELETED and r.ref.kind == "RayCluster" for r in results):
             self.wait_for_raycluster(context, spec, "deleted", result)

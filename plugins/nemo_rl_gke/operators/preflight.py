@@ -11,6 +11,7 @@ from nemo_rl_gke.operators.base import StepOperator
 from nemo_rl_gke.topology import FINDINGS, PLAN_TEXT
 
 if TYPE_CHECKING:
+    from nemo_rl_gke.deployment import Deployment
     from nemo_rl_gke.findings import Finding
     from nemo_rl_gke.spec import RunSpec
 
@@ -47,7 +48,7 @@ class ValidateConfOperator(StepOperator):
         from nemo_rl_gke.findings import format_findings
         from nemo_rl_gke.preflight import check_conf
 
-        spec, findings = check_conf(run_conf(context))
+        spec, findings = check_conf(run_conf(context), self.deployment)
         if spec is None:
             for finding in findings:
                 self.log.error("%s", finding)
@@ -74,7 +75,7 @@ class PlanOperator(StepOperator):
         from nemo_rl_gke.plan import build_plan
 
         spec = self.run_spec(context)
-        plan = build_plan(spec, dag_id=context["dag"].dag_id, run_id=context["run_id"])
+        plan = build_plan(spec, dag_id=context["dag"].dag_id, run_id=context["run_id"], deployment=self.deployment)
         text = plan.to_text()
         self.log.info("Plan for this run (nothing has been created):\n%s", text)
         context["ti"].xcom_push(key=PLAN_TEXT, value=text)
@@ -97,7 +98,7 @@ class ApplyGateOperator(StepOperator):
         self.log.info("mode=apply: provisioning starts")
 
 
-def secret_findings(spec: RunSpec) -> list[Finding]:
+def secret_findings(spec: RunSpec, deployment: Deployment) -> list[Finding]:
     """The job's secrets exist now (connection with a password), before anything is created."""
     from airflow.sdk import BaseHook
 
@@ -105,7 +106,7 @@ def secret_findings(spec: RunSpec) -> list[Finding]:
     from nemo_rl_gke.rayjobs import job_secrets
 
     findings = []
-    for secret in job_secrets(spec):
+    for secret in job_secrets(spec, deployment):
         param = "hf_conn_id" if secret.name == "HF_TOKEN" else "wandb_conn_id"
         try:
             password = BaseHook.get_connection(secret.conn_id).password
@@ -141,7 +142,7 @@ class PreflightLiveOperator(StepOperator):
         from nemo_rl_gke.gcp.live_checks import live_findings
 
         spec = self.run_spec(context)
-        findings = [*live_findings(spec, self.hook), *secret_findings(spec)]
+        findings = [*live_findings(spec, self.hook), *secret_findings(spec, self.deployment)]
         if findings:
             for finding in findings:
                 self.log.error("%s", finding)

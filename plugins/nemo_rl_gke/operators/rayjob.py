@@ -17,17 +17,18 @@ from nemo_rl_gke.operators.base import StepOperator, pull
 from nemo_rl_gke.topology import JOB_STEPS, JOB_SUMMARY, SUBMIT
 
 if TYPE_CHECKING:
+    from nemo_rl_gke.deployment import Deployment
     from nemo_rl_gke.gcp.hooks import GcpHook
     from nemo_rl_gke.kube.access import DashboardAddress
     from nemo_rl_gke.spec import RunSpec
 
 
-def dashboard(spec: RunSpec, hook: GcpHook) -> tuple[DashboardAddress, dict[str, str]]:
-    """The Ray dashboard of the run's RayCluster and the headers a request to it needs."""
+def dashboard(spec: RunSpec, hook: GcpHook, deployment: Deployment) -> tuple[DashboardAddress, dict[str, str]]:
+    """The Ray dashboard of the run's RayCluster (or the deployment's) and the headers a request to it needs."""
     from nemo_rl_gke.kube.client import KubeHook
 
     kube = KubeHook(spec, hook)
-    address = kube.dashboard()
+    address = kube.dashboard(deployment)
     return address, kube.dashboard_headers(address)
 
 
@@ -46,12 +47,18 @@ class SubmitRayJobOperator(StepOperator):
         from airflow.sdk import BaseHook
         from airflow.sdk.log import mask_secret
 
+        from nemo_rl_gke.deployment import ConnectionNotAllowedError
         from nemo_rl_gke.rayjobs import job_request
         from nemo_rl_gke.raysubmit import SecretMissingError, resolve_secrets, submit_once
         from nemo_rl_gke.recipes import load_recipe
 
         spec = self.run_spec(context)
-        request = job_request(spec, load_recipe(spec.recipe), context["dag"].dag_id, context["run_id"])
+        try:
+            request = job_request(
+                spec, load_recipe(spec.recipe), context["dag"].dag_id, context["run_id"], deployment=self.deployment
+            )
+        except ConnectionNotAllowedError as exc:
+            raise AirflowFailException(str(exc)) from exc
 
         def password_of(conn_id: str) -> str | None:
             try:
@@ -63,13 +70,13 @@ class SubmitRayJobOperator(StepOperator):
             return password
 
         try:
-            secrets = resolve_secrets(request, password_of)
-        except SecretMissingError as exc:
+            secrets = resolve_secrets(request, password_of, self.deployment)
+        except (SecretMissingError, ConnectionNotAllowedError) as exc:
             raise AirflowFailException(str(exc)) from exc
-        address, headers = dashboard(spec, self.hook)
+        address, headers = dashboard(spec, self.hook, self.deployment)
         self.log.info("Ray dashboard of RayCluster %s via %s", spec.raycluster_name, address.via)
         self.log.info("Job %s: %s", request.submission_id, request.entrypoint.splitlines()[-1])
-        submission = submit_once(request, address.url, headers, secrets)
+        submission = submit_once(request, address.url, headers, secrets, verify=address.verify())
         return {**submission.to_dict(), "dashboard": address.url, "submitted_at": time.time()}
 
 
@@ -90,7 +97,7 @@ class RayJobSensor(StepOperator):
 
         spec = self.run_spec(context)
         submitted = pull(context, SUBMIT)
-        address, _ = dashboard(spec, self.hook)
+        address, _ = dashboard(spec, self.hook, self.deployment)
         guard = f"K={spec.zero_learning_steps}" if spec.zero_learning_guard else "off"
         self.defer_until(
             context,
@@ -103,7 +110,8 @@ class RayJobSensor(StepOperator):
             # The job's clock started at submission: a re-deferral or a retry keeps that deadline.
             started_at=float(submitted.get("submitted_at") or time.time()),
             zero_learning_steps=spec.zero_learning_steps if spec.zero_learning_guard else 0,
-            secret_conn_ids=[secret.conn_id for secret in job_secrets(spec)],
+            secret_conn_ids=[secret.conn_id for secret in job_secrets(spec, self.deployment)],
+            ca_pem=address.ca_pem,
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:

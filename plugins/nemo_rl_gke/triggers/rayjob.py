@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -54,6 +55,7 @@ class RayJobTrigger(BaseTrigger):
     :param secret_conn_ids: connections whose passwords the job has as env vars (ids only, never values): a job
         that prints one gets it replaced by ``***`` in the task log and the event, since the triggerer is not the
         process that masked it at submit time.
+    :param ca_pem: the CA that signs an https ``address`` (the GKE API server's own); empty: the system's CAs.
     """
 
     def __init__(
@@ -68,6 +70,7 @@ class RayJobTrigger(BaseTrigger):
         started_at: float | None = None,
         zero_learning_steps: int = 3,
         secret_conn_ids: Sequence[str] = (),
+        ca_pem: str = "",
     ) -> None:
         super().__init__()
         self.address = address.rstrip("/")
@@ -79,6 +82,7 @@ class RayJobTrigger(BaseTrigger):
         self.started_at = float(started_at) if started_at is not None else time.time()
         self.zero_learning_steps = int(zero_learning_steps)
         self.secret_conn_ids = list(secret_conn_ids)
+        self.ca_pem = ca_pem
         # Replaced once the secret values are loaded in run(): values never reach __init__, kwargs or the DB.
         self._redactor = StreamRedactor(())
         self.follower = LogFollower(redactor=self._redactor)
@@ -97,6 +101,7 @@ class RayJobTrigger(BaseTrigger):
                 "started_at": self.started_at,
                 "zero_learning_steps": self.zero_learning_steps,
                 "secret_conn_ids": self.secret_conn_ids,
+                "ca_pem": self.ca_pem,
             },
         )
 
@@ -114,6 +119,13 @@ class RayJobTrigger(BaseTrigger):
                 values.append(password)
         self._redactor = StreamRedactor(values)
         self.follower = LogFollower(redactor=self._redactor)
+
+    def _session(self, timeout: aiohttp.ClientTimeout) -> aiohttp.ClientSession:
+        """An HTTP session that verifies TLS: against the cluster's own CA when there is one, else the system's."""
+        if not self.ca_pem:
+            return aiohttp.ClientSession(timeout=timeout)
+        context = ssl.create_default_context(cadata=self.ca_pem)
+        return aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(ssl=context))
 
     # --- HTTP -----------------------------------------------------------------------------------------------------
     async def _headers(self, gcp: GcpAsyncHook) -> dict[str, str]:
@@ -215,7 +227,7 @@ class RayJobTrigger(BaseTrigger):
         failures, job_status = 0, "UNKNOWN"
         timeout = aiohttp.ClientTimeout(total=60)
         await self._load_secrets()
-        async with GcpAsyncHook(self.gcp_conn_id) as gcp, aiohttp.ClientSession(timeout=timeout) as session:
+        async with GcpAsyncHook(self.gcp_conn_id) as gcp, self._session(timeout) as session:
             while True:
                 delay = self.poll_interval
                 try:
@@ -260,7 +272,7 @@ class RayJobTrigger(BaseTrigger):
     async def on_kill(self) -> None:
         """The user marked the task failed/success or cleared it: stop the job (cleanup() never does)."""
         timeout = aiohttp.ClientTimeout(total=STOP_TIMEOUT_S)
-        async with GcpAsyncHook(self.gcp_conn_id) as gcp, aiohttp.ClientSession(timeout=timeout) as session:
+        async with GcpAsyncHook(self.gcp_conn_id) as gcp, self._session(timeout) as session:
             outcome = await self._stop(session, gcp)
         self.log.warning("The task was killed: Ray job %s: %s", self.submission_id, outcome)
 
