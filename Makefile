@@ -20,8 +20,10 @@ $(STAMP): requirements.txt requirements-dev.txt
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 	@rm -f $(VENV)/.installed-* && touch $@
 
+# Two workers on this 2-core machine: most tests wait (on Airflow, the sandbox, Ray) rather than compute. A module's
+# tests stay on one worker: they share its sandbox and Ray head.
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto --dist loadfile
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
