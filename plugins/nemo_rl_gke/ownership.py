@@ -76,6 +76,12 @@ class Owner:
         }
 
     @property
+    def group_labels(self) -> dict[str, str]:
+        """The labels of what belongs to the group rather than to the run that made it: pod templates, whose change
+        would restart the Ray pods on every run that re-applies its RayCluster."""
+        return {k: v for k, v in self.labels.items() if k != RUN_KEY}
+
+    @property
     def description(self) -> str:
         """The description record of a resource without labels (Compute networks, subnets, firewalls, addresses)."""
         return DESCRIPTION_PREFIX + json.dumps(

@@ -84,11 +84,18 @@ def test_the_built_dag_is_exactly_the_topology(dagbag) -> None:
             assert task.trigger_rule == "none_failed_min_one_success", task.task_id
 
 
-def test_teardown_tasks_are_teardowns_of_preflight_live(dagbag) -> None:
+def test_teardown_tasks_are_teardowns_of_their_setups(dagbag) -> None:
     dag = dagbag.dags["nemo_rl_grpo_gke"]
     deletes = [dag.get_task(s.task_id) for s in topology.teardown_steps()]
     assert deletes and all(t.is_teardown for t in deletes)
-    assert all(topology.PREFLIGHT_LIVE in t.upstream_task_ids for t in deletes)
+    # Deletions need the live preflight; the lease's release needs the lease, and waits for every deletion.
+    for t in deletes:
+        setup = topology.LEASE if t.task_id == topology.RELEASE_LEASE else topology.PREFLIGHT_LIVE
+        assert setup in t.upstream_task_ids, t.task_id
+    release = dag.get_task(topology.RELEASE_LEASE)
+    assert {s.task_id for s in topology.teardown_steps()} - {topology.RELEASE_LEASE} <= release.upstream_task_ids | {
+        u for t in release.upstream_task_ids for u in dag.get_task(t).get_flat_relative_ids(upstream=True)
+    }
     # Only the network deletions count for the run's state: a failed ensure still fails the run.
     counted = {t.task_id for t in deletes if t.on_failure_fail_dagrun}
     assert counted == {topology.DELETE_NET, topology.DELETE_GVNIC_NET, topology.DELETE_RDMA_NET}

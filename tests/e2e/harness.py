@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -25,6 +26,8 @@ INFRA_ONLY = {"stop_after": t.CLUSTER}
 # Test secrets: they must never show up in logs, XCom or rendered fields (tests grep for them).
 HF_TEST_TOKEN = "hf_TESTtoken0123456789abcdefSECRET"
 WANDB_TEST_KEY = "wandbTESTkey0123456789abcdefSECRET"
+# Each in-process DAG's pristine params, taken before its first run.
+_PARAM_DEFAULTS: dict[int, Any] = {}
 SEED = {
     "reservations": [
         {
@@ -75,6 +78,10 @@ def _run_from_db(run_id: str) -> RunResult:
 
 def run_in_process(dag: Any, conf: dict[str, Any]) -> RunResult:
     """``dag.test()`` in this process (triggers run inline); the connection comes from the environment."""
+    # Airflow resolves a run's conf into the DAG's own Param objects (Param.resolve keeps the value), so in one
+    # process a key the previous run set and this one omits would keep that value; each run starts from the defaults.
+    defaults = _PARAM_DEFAULTS.setdefault(id(dag), copy.deepcopy(dag.params))
+    dag.params = copy.deepcopy(defaults)
     run = dag.test(run_conf={**APPLY, **conf})
     return _run_from_db(run.run_id)
 

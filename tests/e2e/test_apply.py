@@ -19,6 +19,7 @@ from sandbox.testing import SandboxProcess
 from nemo_rl_gke import outcomes
 from nemo_rl_gke import topology as t
 from nemo_rl_gke.gcp.resources import resources
+from nemo_rl_gke.ownership import owner_from_description, owner_from_labels
 from nemo_rl_gke.spec import RunSpec
 from tests.e2e.harness import INFRA_ONLY, run_in_process
 from tests.faults import create_match, delete_match
@@ -41,11 +42,13 @@ def _fresh_project(sandbox: SandboxProcess) -> Iterator[None]:
 
 
 def _creates_since(sandbox: SandboxProcess, seq: int) -> list[str]:
-    """Paths of the calls since ``seq`` that started a create (a POST that started an operation, not a delete)."""
+    """Paths of the calls since ``seq`` that started a create (a POST that started an operation, not a delete or the
+    lease's metadata write)."""
+    skip = ("/connections/-", ":exportData", "/setCommonInstanceMetadata")
     return [
         c["path"]
         for c in sandbox.calls(since=seq)
-        if c["method"] == "POST" and c["operations"] and not c["path"].endswith(("/connections/-", ":exportData"))
+        if c["method"] == "POST" and c["operations"] and not c["path"].endswith(skip)
     ]
 
 
@@ -69,11 +72,12 @@ def test_keep_policy_keeps_everything_and_a_second_run_creates_nothing(sandbox: 
     kept = sandbox.inventory()
     # Every resource of the run, plus the cluster's default pool (created with the cluster, not a resource of ours).
     assert len(kept) == len(KEYS) + 1 and "default-pool" in {i["name"] for i in kept}
-    # Everything kept carries the ownership marker: a label where the API has labels, else the description. The
-    # peering connection has neither: it is ours through the marked range it uses.
+    # Everything kept records its owner: labels where the API has labels, else the description's exact record. The
+    # peering connection has neither: it is the group's through the marked range it uses.
+    group = owner_of(SPEC)
     for item in (i for i in kept if i["name"] != "default-pool" and i["kind"] != "servicenetworking.connection"):
-        marker = json.dumps(item.get("labels") or {}) + (item.get("description") or "")
-        assert "airflow-nemo-rl-gke" in marker, item
+        found = owner_from_labels(item.get("labels")) or owner_from_description(item.get("description"))
+        assert group.owns(found) and found.run and found.run != group.run, item
 
     seq = _last_seq(sandbox)
     second = run_in_process(dag, {**INFRA_ONLY, "teardown_policy": t.KEEP_ALL})

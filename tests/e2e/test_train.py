@@ -154,8 +154,11 @@ def test_a_failed_export_keeps_lustre_and_says_where_the_checkpoint_is(
     assert result.tasks[t.EXPORT] == "failed"
     assert re.search(r"still on Lustre instance nemo-rl-lustre at /nemo_rl_local/step_2", result.output)
     assert {r["kind"] for r in sandbox.inventory()} == LUSTRE_CHAIN
-    # Accepting the loss lets the next run's teardown delete it all.
+    # The message names the run whose checkpoint is pending. A run that only accepts its own loss keeps it; naming
+    # that run releases it, and that run's teardown deletes it all.
+    failed_run = re.search(r"release_checkpoint_of_run='([^']+)'", result.output)
+    assert failed_run, result.output[-3000:]
     sandbox.clear_faults()
-    cleanup = run_cli({"accept_checkpoint_loss": True, **INFRA_ONLY}, env)
+    cleanup = run_cli({"release_checkpoint_of_run": failed_run.group(1), **INFRA_ONLY}, env)
     assert cleanup.state == "success"
     assert sandbox.inventory() == []

@@ -181,8 +181,9 @@ class ExportCheckpointOperator(StepOperator):
             raise AirflowFailException(
                 f"the export of the checkpoint to {uri} failed: {event.get('message')}. The checkpoint is still on "
                 f"Lustre instance {spec.lustre_name} at {source} ({spec.checkpoint_dir}/step_{spec.final_step} in "
-                "the pods); teardown keeps that instance. Export it by hand (gcloud lustre instances export-data) or "
-                "re-run with accept_checkpoint_loss=true to let teardown delete it."
+                "the pods); teardown keeps that instance. Export it by hand (gcloud lustre instances export-data), or "
+                f"let a later run's teardown delete it: release_checkpoint_of_run='{context['dag'].dag_id}/"
+                f"{context['run_id']}' in its conf."
             )
         report = pull(context, CHECK_CHECKPOINT, CHECKPOINT_REPORT) or {}
         summary = pull(context, WAIT, JOB_SUMMARY) or {}

@@ -199,7 +199,6 @@ class DeleteGcpResourceOperator(_ResourceStep):
             f"it holds the only copy of a checkpoint (run {pending.run}, step {pending.step}, {where}) that no "
             f"export has copied. Export it (gcloud lustre instances export-data), or let teardown delete it: "
             f"release_checkpoint_of_run={pending.run!r} in a later run's conf"
-            + (", or accept_checkpoint_loss=true in a re-run of this one" if pending.belongs_to(run) else "")
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, str]:
