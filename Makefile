@@ -10,7 +10,7 @@ AIRFLOW_ENV := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" AIRFLOW_HOME="$(CURDIR)/.airf
 	AIRFLOW__CORE__DAGS_FOLDER="$(CURDIR)/dags" AIRFLOW__CORE__PLUGINS_FOLDER="$(CURDIR)/plugins" \
 	AIRFLOW__CORE__LOAD_EXAMPLES=False AIRFLOW__CORE__PARALLELISM=4 PYTHONPATH="$(CURDIR)/plugins:$(CURDIR)"
 
-.PHONY: install test lint demo demo-plan plan bench-e2e clean
+.PHONY: install test lint demo demo-plan plan docs bench-e2e clean
 
 install: $(STAMP)
 
@@ -51,6 +51,10 @@ demo-plan: $(STAMP)
 # The same plan without Airflow, from the package CLI.
 plan: $(STAMP)
 	@PYTHONPATH=plugins $(PY) -m nemo_rl_gke plan --conf include/conf/tutorial.json
+
+# The generated tables in docs/ (preflight rules, conf parameters, deployment settings); tests fail when they are stale.
+docs: $(STAMP)
+	@PYTHONPATH=plugins $(PY) -m nemo_rl_gke docs
 
 clean:
 	rm -rf .airflow .pytest_cache .ruff_cache

@@ -96,6 +96,15 @@ def _cmd_settings(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_docs(args: argparse.Namespace) -> int:
+    from nemo_rl_gke.docs import refresh_docs
+    from nemo_rl_gke.paths import PROJECT_ROOT
+
+    changed = refresh_docs(PROJECT_ROOT / "docs")
+    print("updated: " + ", ".join(changed) if changed else "the generated docs are up to date")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run one subcommand; returns the process exit code."""
     parser = argparse.ArgumentParser(prog="python -m nemo_rl_gke", description=__doc__.splitlines()[0])
@@ -115,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     settings = sub.add_parser("settings", help="the deployment's settings ([nemo_rl_gke]) and their values here")
     settings.add_argument("--format", choices=["text", "markdown"], default="text")
     settings.set_defaults(func=_cmd_settings)
+    sub.add_parser("docs", help="rewrite the generated tables in docs/ (rules, parameters, settings)").set_defaults(
+        func=_cmd_docs
+    )
     args = parser.parse_args(argv)
     return args.func(args)
 

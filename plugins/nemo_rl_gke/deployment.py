@@ -234,8 +234,9 @@ SETTINGS_DOC: tuple[tuple[str, str, str], ...] = (
     (
         "deployment_id",
         DEFAULT_DEPLOYMENT_ID,
-        "Who this Airflow deployment is; reserved for resource ownership (issue 12). A label value: 1-63 lowercase "
-        "letters, digits, '_' or '-', starting with a letter.",
+        "Who this Airflow deployment is: every resource and object a run creates records it, and teardown deletes "
+        "only its own deployment's. Two Airflows sharing a project need different ids. A label value: 1-63 "
+        "lowercase letters, digits, '_' or '-', starting with a letter.",
     ),
     (
         "hf_conn_ids",

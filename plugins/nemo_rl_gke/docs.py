@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 DAG_DESCRIPTION = "GRPO fine-tune with NVIDIA NeMo RL on GKE: provision, train, validate and export, tear down"
@@ -76,3 +77,45 @@ def params_markdown(rows: list[dict[str, Any]]) -> str:
         meaning = str(row["description"]).replace("|", "\\|")
         out.append(f"| `{row['name']}` | {kind} | `{json.dumps(row['default'])}` | {meaning} |")
     return "\n".join(out).lstrip("\n") + "\n"
+
+
+# Generated blocks of the docs: (file under docs/, the block's first line, the line after the block or "" for the
+# end of the file). `python -m nemo_rl_gke docs` rewrites them; the tests fail when one is out of date.
+GENERATED_BLOCKS: tuple[tuple[str, str, str], ...] = (
+    ("preflight-rules.md", "| rule | category |", "## Troubleshooting by rule"),
+    ("conf-reference.md", "## Run\n", "## Deployment settings"),
+    ("conf-reference.md", "| setting | environment variable |", ""),
+)
+
+
+def generated_block(start: str) -> str:
+    """The current text of the generated block that begins with ``start``."""
+    from nemo_rl_gke.deployment import settings_markdown
+    from nemo_rl_gke.spec import default_conf, spec_fields
+
+    if start.startswith("| rule"):
+        return rules_markdown()
+    if start.startswith("## Run"):
+        defaults = default_conf()
+        rows = [
+            {"name": f.name, "section": f.metadata["section"], "default": defaults[f.name], **f.metadata["schema"]}
+            for f in spec_fields()
+        ]
+        return params_markdown(rows)
+    return settings_markdown()
+
+
+def refresh_docs(docs_dir: Path) -> list[str]:
+    """Rewrite every generated block under ``docs_dir``; returns the files that changed."""
+    changed = []
+    for name, start, end in GENERATED_BLOCKS:
+        path = docs_dir / name
+        text = path.read_text()
+        head = text.index(start)
+        tail = text.index(end, head) if end else len(text)
+        block = generated_block(start).rstrip("\n") + ("\n\n" if end else "\n")
+        updated = text[:head] + block + text[tail:]
+        if updated != text:
+            path.write_text(updated)
+            changed.append(name)
+    return changed

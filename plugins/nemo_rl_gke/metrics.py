@@ -102,7 +102,8 @@ _CHECKPOINT_RE = re.compile(rf"\bSaving checkpoint for step {_INT}\b")
 _WANDB_RE = re.compile(r"wandb:\s")
 _VIEW_RUN_RE = re.compile(r"\bView run\b")
 _URL_RE = re.compile(r"https?://\S++")
-_MAX_URL_CHARS = 2048
+# A W&B run URL is under 100 characters; a longer one is not shown (it would be the biggest part of the job event).
+_MAX_URL_CHARS = 512
 
 _TRAIN_KEYS = {
     "Loss": "loss",
@@ -247,7 +248,8 @@ class StepMetrics:
     group_tokens_per_s_per_gpu: dict[str, float] = field(default_factory=dict)
     group_tokens_per_s: dict[str, float] = field(default_factory=dict)
     val_accuracy: float | None = None
-    checkpoint_saved: bool = False
+    # The global step NeMo RL saved during this step ("Saving checkpoint for step N..." counts across epochs).
+    checkpoint_step: int | None = None
 
     @property
     def label(self) -> str:
@@ -260,8 +262,9 @@ class StepMetrics:
         return self.loss is not None or self.avg_reward is not None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly form (a NaN loss stays a float NaN, which Python's json writes as ``NaN``)."""
-        return asdict(self)
+        """JSON-friendly form, floats to 12 significant digits (a NaN loss stays a float NaN, which Python's json
+        writes as ``NaN``)."""
+        return tidy(asdict(self))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> StepMetrics:
@@ -357,7 +360,7 @@ class RunMetrics:
         if m:
             self.checkpoints.append(int(m.group(1)))
             if self.current is not None:
-                self.current.checkpoint_saved = True
+                self.current.checkpoint_step = int(m.group(1))
 
     def _parse_bullet(self, text: str) -> None:
         """``• Key: value`` lines of the training, timing and validation sections."""
@@ -415,47 +418,23 @@ class RunMetrics:
         rewarded = [s for s in done if s.avg_reward is not None]
         best = max(rewarded, key=lambda s: s.avg_reward or 0.0) if rewarded else None
         vals = [s.val_accuracy for s in self.steps if s.val_accuracy is not None]
-        return {
-            "steps_completed": len(done),
-            "last_step": done[-1].label if done else None,
-            "first_reward": rewarded[0].avg_reward if rewarded else None,
-            "last_reward": rewarded[-1].avg_reward if rewarded else None,
-            "best_reward": best.avg_reward if best else None,
-            "best_reward_step": best.label if best else None,
-            "mean_step_time_s": _mean([s.total_step_time_s for s in done]),
-            "mean_e2e_tokens_per_s_per_gpu": _mean([s.e2e_tokens_per_s_per_gpu for s in done]),
-            "mean_e2e_tokens_per_s": _mean([s.group_tokens_per_s.get("E2E") for s in done]),
-            "initial_val_accuracy": self.initial_val_accuracy,
-            "final_val_accuracy": vals[-1] if vals else self.initial_val_accuracy,
-            "checkpoints": list(self.checkpoints),
-            "wandb_url": self.wandb_url,
-        }
-
-    def summary_text(self) -> str:
-        """:meth:`summary` as one readable paragraph for the task log."""
-        s = self.summary()
-        if not s["steps_completed"]:
-            parts = ["no GRPO step completed"]
-        else:
-            parts = [f"{s['steps_completed']} GRPO step(s) completed (last {s['last_step']})"]
-        if s["first_reward"] is not None:
-            parts.append(
-                f"avg reward {s['first_reward']:.4f} -> {s['last_reward']:.4f} "
-                f"(best {s['best_reward']:.4f} at step {s['best_reward_step']})"
-            )
-        if s["mean_step_time_s"] is not None:
-            parts.append(f"mean step time {s['mean_step_time_s']:.1f}s")
-        if s["mean_e2e_tokens_per_s_per_gpu"] is not None:
-            parts.append(f"E2E {s['mean_e2e_tokens_per_s_per_gpu']:.1f} tokens/s/GPU")
-        if s["final_val_accuracy"] is not None:
-            start = s["initial_val_accuracy"]
-            shown = f"{start:.4f} -> " if start is not None else ""
-            parts.append(f"validation accuracy {shown}{s['final_val_accuracy']:.4f}")
-        if s["checkpoints"]:
-            parts.append("checkpoints at step(s) " + ", ".join(str(c) for c in s["checkpoints"]))
-        if s["wandb_url"]:
-            parts.append(f"W&B {s['wandb_url']}")
-        return "; ".join(parts)
+        return tidy(
+            {
+                "steps_completed": len(done),
+                "last_step": done[-1].label if done else None,
+                "first_reward": rewarded[0].avg_reward if rewarded else None,
+                "last_reward": rewarded[-1].avg_reward if rewarded else None,
+                "best_reward": best.avg_reward if best else None,
+                "best_reward_step": best.label if best else None,
+                "mean_step_time_s": _mean([s.total_step_time_s for s in done]),
+                "mean_e2e_tokens_per_s_per_gpu": _mean([s.e2e_tokens_per_s_per_gpu for s in done]),
+                "mean_e2e_tokens_per_s": _mean([s.group_tokens_per_s.get("E2E") for s in done]),
+                "initial_val_accuracy": self.initial_val_accuracy,
+                "final_val_accuracy": vals[-1] if vals else self.initial_val_accuracy,
+                "checkpoints": list(self.checkpoints),
+                "wandb_url": self.wandb_url,
+            }
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form of everything parsed so far (for a trigger event or XCom)."""
@@ -475,6 +454,45 @@ class RunMetrics:
         run.checkpoints = list(data.get("checkpoints", []))
         run.initial_val_accuracy = data.get("initial_val_accuracy")
         return run
+
+
+def summary_text(summary: dict[str, Any]) -> str:
+    """A :meth:`RunMetrics.summary` as one readable paragraph for the task log (a missing figure is left out)."""
+    s = {**RunMetrics().summary(), **summary}
+    if not s["steps_completed"]:
+        parts = ["no GRPO step completed"]
+    else:
+        parts = [f"{s['steps_completed']} GRPO step(s) completed (last {s['last_step']})"]
+    if s["first_reward"] is not None and s["last_reward"] is not None and s["best_reward"] is not None:
+        parts.append(
+            f"avg reward {s['first_reward']:.4f} -> {s['last_reward']:.4f} "
+            f"(best {s['best_reward']:.4f} at step {s['best_reward_step']})"
+        )
+    if s["mean_step_time_s"] is not None:
+        parts.append(f"mean step time {s['mean_step_time_s']:.1f}s")
+    if s["mean_e2e_tokens_per_s_per_gpu"] is not None:
+        parts.append(f"E2E {s['mean_e2e_tokens_per_s_per_gpu']:.1f} tokens/s/GPU")
+    if s["final_val_accuracy"] is not None:
+        start = s["initial_val_accuracy"]
+        shown = f"{start:.4f} -> " if start is not None else ""
+        parts.append(f"validation accuracy {shown}{s['final_val_accuracy']:.4f}")
+    if s["checkpoints"]:
+        parts.append("checkpoints at step(s) " + ", ".join(str(c) for c in s["checkpoints"]))
+    if s["wandb_url"]:
+        parts.append(f"W&B {s['wandb_url']}")
+    return "; ".join(parts)
+
+
+def tidy(value: Any) -> Any:
+    """``value`` with every finite float rounded to 12 significant digits (NeMo RL prints 4 decimals; sums and means
+    of them carry binary noise like 0.15299999999999997 that XCom and the UI should not show)."""
+    if isinstance(value, float):
+        return float(f"{value:.12g}") if math.isfinite(value) else value
+    if isinstance(value, dict):
+        return {k: tidy(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [tidy(v) for v in value]
+    return value
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
@@ -512,7 +530,7 @@ class LogFollower:
     """
 
     def __init__(
-        self, *, tail_size: int = 200, max_line_chars: int = 4000, redactor: StreamRedactor | None = None
+        self, *, tail_size: int = 200, max_line_chars: int = 2000, redactor: StreamRedactor | None = None
     ) -> None:
         if tail_size < 1 or max_line_chars < 1:
             raise ValueError("tail_size and max_line_chars must be >= 1")
@@ -662,23 +680,45 @@ class LogFollower:
 # ---------------------------------------------------------------------------------------------------------------
 
 
+NEVER_LEARNED = "never_learned"
+COLLAPSED = "collapsed"
+CONVERGED = "converged"
+
+
 @dataclass(frozen=True)
 class ZeroLearningVerdict:
-    """The run cannot learn: the trailing steps without a learning signal, their values, and why it matters."""
+    """At least K trailing completed steps had no learning signal, what that means, and the steps and values.
 
+    ``kind``: :data:`NEVER_LEARNED` (no step of this job, which started at the first step, had a signal: stop now),
+    :data:`COLLAPSED` (the signal went away with every reward 0 after steps that had one, or after a resume: stop
+    now) or :data:`CONVERGED` (after steps with a signal, or after a resume, the rewards stayed uniform but not all
+    0: the model answers its prompts the same way every time; let the job reach its next checkpoint and succeed).
+    ``decided_at`` is the K-th step of the streak, ``decided_index`` its position in the steps the check was given.
+    """
+
+    kind: str
     steps: tuple[str, ...]
     avg_rewards: tuple[float | None, ...]
     losses: tuple[float | None, ...]
     k: int
+    decided_at: str
+    decided_index: int
     message: str
+
+    @property
+    def stops_now(self) -> bool:
+        """Whether the job should be stopped at once (nothing worth saving is lost) rather than at its next save."""
+        return self.kind != CONVERGED
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form, for a trigger event or XCom."""
         return {
+            "kind": self.kind,
             "steps": list(self.steps),
             "avg_rewards": list(self.avg_rewards),
             "losses": list(self.losses),
             "k": self.k,
+            "decided_at": self.decided_at,
             "message": self.message,
         }
 
@@ -693,31 +733,63 @@ def _no_signal(step: StepMetrics) -> bool:
     return _uniform_reward(step) or step.loss == 0.0
 
 
+def _first_of_training(step: StepMetrics) -> bool:
+    """Whether a job's first step is the first of the training, not one after a resume from a checkpoint."""
+    return step.step == 1 and step.epoch in (None, 1)
+
+
 def check_zero_learning(steps: Sequence[StepMetrics], k: int) -> ZeroLearningVerdict | None:
     """A verdict when the last ``k`` (or more) completed steps all had no learning signal, else None.
 
     A step has none when its Avg Reward is exactly 0 or exactly 1 (NeMo RL prints the batch mean; with 0/1 rewards
     that means every reward was equal) or its loss is exactly 0. Steps still running are skipped. Only the trailing
     run of such steps counts: a run that recovered is left alone. Uniform prompt groups inside a mixed batch are
-    invisible in the log, so the guard cannot catch them.
+    invisible in the log, so the guard cannot catch them. The verdict's kind tells a run that never learned from one
+    that learned and then converged (see :class:`ZeroLearningVerdict`).
     """
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be an int >= 1, got {k!r}")
-    streak: list[StepMetrics] = []
-    for step in reversed([s for s in steps if s.completed]):
+    done = [(i, s) for i, s in enumerate(steps) if s.completed]
+    streak: list[tuple[int, StepMetrics]] = []
+    for index, step in reversed(done):
         if not _no_signal(step):
             break
-        streak.append(step)
+        streak.append((index, step))
     if len(streak) < k:
         return None
     streak.reverse()
+    uniform = [s for _, s in streak]
+    learned_before = len(streak) < len(done) or not _first_of_training(done[0][1])
+    if not learned_before:
+        kind = NEVER_LEARNED
+    elif any(s.avg_reward == 0.0 for s in uniform):
+        kind = COLLAPSED
+    else:
+        kind = CONVERGED
+    decided_index, decided = streak[k - 1]
     return ZeroLearningVerdict(
-        steps=tuple(s.label for s in streak),
-        avg_rewards=tuple(s.avg_reward for s in streak),
-        losses=tuple(s.loss for s in streak),
+        kind=kind,
+        steps=tuple(s.label for s in uniform),
+        avg_rewards=tuple(s.avg_reward for s in uniform),
+        losses=tuple(s.loss for s in uniform),
         k=k,
-        message=_zero_learning_message(streak, k),
+        decided_at=decided.label,
+        decided_index=decided_index,
+        message=_converged_message(uniform, k) if kind == CONVERGED else _zero_learning_message(uniform, k, kind),
     )
+
+
+def saved_after(steps: Sequence[StepMetrics], index: int) -> int | None:
+    """The global step of the first checkpoint saved during ``steps[index:]`` whose save has finished, else None.
+
+    NeMo RL saves at the end of a step and starts the next one only when the checkpoint is written (``tmp_step_N``
+    renamed to ``step_N``), so a step header after the save line means the save is complete; stopping the job then
+    loses nothing.
+    """
+    for position in range(max(index, 0), len(steps) - 1):
+        if steps[position].checkpoint_step is not None:
+            return steps[position].checkpoint_step
+    return None
 
 
 def _fmt(value: float | None) -> str:
@@ -725,21 +797,48 @@ def _fmt(value: float | None) -> str:
     return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.4f}"
 
 
-def _zero_learning_message(streak: list[StepMetrics], k: int) -> str:
-    """Explain a verdict: which steps, their values, why nothing is learned, likely causes and the switch."""
+def _streak_text(streak: list[StepMetrics]) -> str:
+    """Which steps, and their rewards and losses."""
     labels = ", ".join(s.label for s in streak)
     rewards = ", ".join(_fmt(s.avg_reward) for s in streak)
     losses = ", ".join(_fmt(s.loss) for s in streak)
+    return f"steps {labels} (Avg Reward: {rewards}; Loss: {losses})"
+
+
+def _converged_message(streak: list[StepMetrics], k: int) -> str:
+    """Explain a converged verdict: the run learned, then its rewards stopped varying."""
+    return (
+        f"Zero-learning guard (K={k}): the run converged at step {streak[k - 1].label}. After steps that had a "
+        f"learning signal, {len(streak)} step(s) in a row had none: {_streak_text(streak)}. The model now answers "
+        "each prompt the same way every time, so GRPO's advantages and gradient are 0 and further steps change "
+        "nothing. The job runs to its next checkpoint save and is then stopped; that checkpoint is validated and "
+        "exported and the run succeeds."
+    )
+
+
+def _zero_learning_message(streak: list[StepMetrics], k: int, kind: str) -> str:
+    """Explain a verdict: which steps, their values, why nothing is learned, likely causes and the switch."""
+    when = (
+        "from the job's first step"
+        if kind == NEVER_LEARNED
+        else "after steps that had one (or since the job resumed from a checkpoint)"
+    )
     parts = [
-        f"Zero-learning guard: the last {len(streak)} completed GRPO steps (steps {labels}) had no learning signal "
-        f"(Avg Reward: {rewards}; Loss: {losses}).",
+        f"Zero-learning guard (K={k}): {len(streak)} completed GRPO step(s) in a row had no learning signal "
+        f"{when}: {_streak_text(streak)}.",
         "NeMo RL prints the batch mean of the rewards; with 0/1 rewards an Avg Reward of exactly 0 means every "
         "sampled response got 0 and exactly 1 means every response got 1, so all rewards are equal. GRPO's "
         "advantage is a response's reward minus the mean reward of its prompt's group, so every advantage is 0, "
         "the policy gradient is 0 and the model learns nothing; a loss of exactly 0 says the same directly. "
         "Further steps only burn GPU time.",
     ]
-    if any(s.avg_reward == 0.0 for s in streak):
+    if kind == COLLAPSED:
+        parts.append(
+            "Rewards that fall to 0 after a run learned mean the policy collapsed (a learning rate too high or a KL "
+            "penalty too low are the usual causes). The checkpoints saved before the collapse stay on Lustre "
+            "until exported or released."
+        )
+    elif any(s.avg_reward == 0.0 for s in streak):
         parts.append(
             "All rewards 0 usually means the reward function never matches the ground truth: check the format of "
             "the answer the grader gets. NeMo RL's math grader wraps the ground truth in \\boxed{} and compares it "

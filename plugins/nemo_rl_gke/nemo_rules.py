@@ -57,6 +57,68 @@ class Layout:
         return bool(self.problem)
 
 
+@dataclass(frozen=True)
+class StepBudget:
+    """How many GRPO steps the job runs: ``max_steps``, or fewer when the dataset's epochs run out first.
+
+    NeMo RL's loop ends at ``grpo.max_num_steps`` or after ``grpo.max_num_epochs`` passes over a dataloader of
+    ``num_prompts_per_step`` prompts a batch with the last partial batch dropped, whichever comes first.
+    """
+
+    max_steps: int
+    train_examples: int
+    prompts_per_step: int
+    max_epochs: int
+    dataset: str = ""
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Full batches of prompts in one pass over the training split."""
+        return self.train_examples // self.prompts_per_step
+
+    @property
+    def epoch_cap(self) -> int:
+        """The most steps the dataset allows."""
+        return self.steps_per_epoch * self.max_epochs
+
+    @property
+    def effective(self) -> int:
+        """The steps the job will run."""
+        return min(self.max_steps, self.epoch_cap)
+
+    @property
+    def capped(self) -> bool:
+        """Whether the epoch cap cuts ``max_steps``."""
+        return self.epoch_cap < self.max_steps
+
+    def explain(self) -> str:
+        """The arithmetic, for the validate log and the plan."""
+        dataset = f" of {self.dataset}" if self.dataset else ""
+        arithmetic = (
+            f"{self.train_examples} training examples{dataset} / {self.prompts_per_step} prompts per step = "
+            f"{self.steps_per_epoch} steps per epoch x grpo.max_num_epochs {self.max_epochs} = {self.epoch_cap}"
+        )
+        if not self.capped:
+            return f"{self.effective} steps (max_steps; the epoch cap is {arithmetic})"
+        return (
+            f"{self.effective} steps, not max_steps={self.max_steps}: the epoch cap is {arithmetic}. The job stops "
+            f"at step {self.effective} and that checkpoint is the one validated and exported; to train longer raise "
+            "grpo.max_num_epochs in extra_overrides"
+        )
+
+
+def step_budget(spec: RunSpec, recipe: Recipe) -> StepBudget | None:
+    """The run's step budget, or None when the effective config or the dataset's size is unknown."""
+    cfg = _effective(spec, recipe)
+    if cfg is None:
+        return None
+    examples = recipe.train_example_count(spec, cfg)
+    epochs = cfg.get("grpo.max_num_epochs")
+    if examples is None or isinstance(epochs, bool) or not isinstance(epochs, int) or not 1 <= epochs <= MAX_COUNT:
+        return None
+    return StepBudget(spec.max_steps, examples, cfg["grpo.num_prompts_per_step"], epochs, recipe.dataset)
+
+
 def layout(cfg: dict[str, Any]) -> Layout:
     """Training and generation GPU counts, or the reason NeMo RL would refuse the split."""
     nodes = int(cfg.get("cluster.num_nodes") or 0)
@@ -128,6 +190,26 @@ def _effective(spec: RunSpec, recipe: Recipe) -> dict[str, Any] | None:
     if any(_count(cfg, key) is None for key in COUNTS):
         return None
     return cfg
+
+
+@rule(
+    "nemo.dataset-has-a-step",
+    NEMO,
+    "The training split holds at least one batch of prompts",
+    example={"num_prompts_per_step": 8192, "num_generations_per_prompt": 1},
+    counter_example={"num_prompts_per_step": 7168, "num_generations_per_prompt": 1},
+)
+def dataset_has_a_step(spec: RunSpec, recipe: Recipe) -> Iterator[Violation]:
+    """NeMo RL drops the last partial batch: a split smaller than one batch trains no step at all."""
+    budget = step_budget(spec, recipe)
+    if budget is not None and budget.steps_per_epoch == 0:
+        yield Violation(
+            ("num_prompts_per_step",),
+            spec.num_prompts_per_step,
+            f"the training split has {budget.train_examples} examples, fewer than one batch of "
+            f"{budget.prompts_per_step} prompts: NeMo RL drops the partial batch and trains no step",
+            f"use num_prompts_per_step <= {budget.train_examples}",
+        )
 
 
 @rule(

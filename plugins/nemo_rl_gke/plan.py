@@ -76,6 +76,7 @@ class Plan:
                 "description": self.owner.description,
                 "lease": {"metadata_key": lease_key(self.owner.group), "on_held": self.spec.lease_held},
             },
+            "training": _training(self.spec),
             "gcp_requests": [{"stage": p.stage, **p.request.to_dict()} for p in self.requests],
             "manifests": [{"source": m.template, "object": m.obj} for m in self.manifests],
             "nccl_installer_source": self.installer_source,
@@ -127,6 +128,7 @@ class Plan:
             "3. Ray job (Jobs API, through the Kubernetes API service proxy to the head service)",
             f"   submission_id: {job['submission_id']}",
             f"   image: {recipe.image_for(spec)}",
+            f"   training: {_training_text(spec)}",
             "   entrypoint:",
             *["     " + line for line in self.job.entrypoint.splitlines()],
             "   runtime_env:",
@@ -150,6 +152,24 @@ def gcp_requests(spec: RunSpec, owner: Owner) -> list[PlannedRequest]:
     from nemo_rl_gke.gcp.resources import resources
 
     return [PlannedRequest(r.stage, request) for r in resources(spec, owner).values() for request in r.planned]
+
+
+def _training(spec: RunSpec) -> dict[str, Any]:
+    """The step budget: what max_steps asks, what the recipe dataset's epochs allow, and the steps the job runs."""
+    from nemo_rl_gke.nemo_rules import step_budget
+
+    budget = step_budget(spec, load_recipe(spec.recipe))
+    if budget is None:
+        return {"max_steps": spec.max_steps, "epoch_cap": None, "steps": spec.max_steps}
+    return {"max_steps": spec.max_steps, "epoch_cap": budget.epoch_cap, "steps": budget.effective}
+
+
+def _training_text(spec: RunSpec) -> str:
+    """The step budget in a line."""
+    from nemo_rl_gke.nemo_rules import step_budget
+
+    budget = step_budget(spec, load_recipe(spec.recipe))
+    return budget.explain() if budget else f"max_steps={spec.max_steps} (the dataset's size is unknown)"
 
 
 def teardown_steps(spec: RunSpec, manifests: list[Manifest], owner: Owner) -> list[TeardownStep]:

@@ -119,6 +119,15 @@ def submit_once(
     return Submission(request.submission_id, "submitted", "PENDING")
 
 
+def job_log(address: str, headers: Mapping[str, str], submission_id: str, verify: bool | str = True) -> str:
+    """The job's whole driver log, as Ray keeps it (``GET /api/jobs/{id}/logs``); TLS verified as in
+    :func:`submit_once`."""
+    from ray.job_submission import JobSubmissionClient
+
+    client = JobSubmissionClient(address=address, headers=dict(headers), verify=verify or True)
+    return str(client.get_job_logs(submission_id))
+
+
 def _status(client: Any, submission_id: str) -> str | None:
     try:
         status = client.get_job_status(submission_id)

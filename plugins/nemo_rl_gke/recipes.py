@@ -212,6 +212,9 @@ class Recipe:
     prepare: tuple[str, ...] = ()
     files: tuple[str, ...] = ()
     protected: tuple[str, ...] = ()
+    # The training split's size: a count, or the config key that holds it (a generated dataset). None: unknown.
+    train_examples: int | str | None = None
+    dataset: str = ""
 
     @property
     def version(self) -> NemoVersion:
@@ -315,6 +318,18 @@ class Recipe:
             for key in self.protected
         ]
         return out
+
+    def train_example_count(self, spec: RunSpec, cfg: Mapping[str, Any]) -> int | None:
+        """How many training examples one epoch has: the recipe's count, or its config key's value in ``cfg``.
+
+        None when unknown, or when the conf's extra overrides touch a ``data.`` key the count does not come from
+        (another dataset or split would make a fixed count wrong).
+        """
+        if isinstance(self.train_examples, str):
+            value = cfg.get(self.train_examples)
+            return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+        touched = [e for e in self.entries(spec) if e.user_given and e.override and e.override.key.startswith("data.")]
+        return None if touched else self.train_examples
 
     def command(self, spec: RunSpec) -> str:
         """The job's shell entrypoint: prepare steps, then the pinned script with its config and overrides."""
@@ -677,9 +692,20 @@ def load_recipe(name: str) -> Recipe:
             prepare=tuple(data.get("prepare") or ()),
             files=tuple(data.get("files") or ()),
             protected=tuple(str(k) for k in data.get("protected") or ()),
+            train_examples=_train_examples((data.get("dataset") or {}).get("train_examples")),
+            dataset=str((data.get("dataset") or {}).get("name") or ""),
         )
     except (KeyError, TypeError) as exc:
         raise RecipeError(f"recipe {name}: missing or malformed field {exc}") from exc
+
+
+def _train_examples(value: Any) -> int | str | None:
+    """A recipe's ``dataset.train_examples``: a non-negative count or a config key; anything else is malformed."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | str) or (isinstance(value, int) and value < 0):
+        raise TypeError(f"dataset.train_examples must be a count or a config key, got {value!r}")
+    return value
 
 
 _ALIAS = re.compile(r"^\(interpolated from \$\{(?P<source>[A-Za-z0-9_.]+)\}\)$")

@@ -862,8 +862,13 @@ class RunSpec:
 
     @property
     def final_step(self) -> int:
-        """The step the run's last checkpoint is saved at (NeMo RL saves at max_num_steps)."""
-        return self.max_steps
+        """The step the run's last checkpoint is saved at: NeMo RL saves at its last step, ``max_steps`` or the
+        recipe dataset's epoch cap when that comes first (:class:`~nemo_rl_gke.nemo_rules.StepBudget`)."""
+        from nemo_rl_gke.nemo_rules import step_budget
+        from nemo_rl_gke.recipes import load_recipe
+
+        budget = step_budget(self, load_recipe(self.recipe))
+        return budget.effective if budget is not None and budget.epoch_cap else self.max_steps
 
     def checkpoint_lustre_path(self, step: int) -> str:
         """A step's directory as a path on the Lustre filesystem (the PV mounts its root at /data)."""

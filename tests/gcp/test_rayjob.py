@@ -166,7 +166,8 @@ def test_step_lines_reach_the_task_log_while_the_job_runs(ray_spec: RunSpec, ray
     assert opener.opened_after is not None, opener.lines
     shown_later = opener.lines[opener.opened_after :]
     assert any("Step 2/2" in line for line in shown_later), opener.lines
-    assert [s["avg_reward"] for s in event["metrics"]["steps"]] == [0.25, 0.5]
+    summary = event["summary"]
+    assert (summary["steps_completed"], summary["first_reward"], summary["last_reward"]) == (2, 0.25, 0.5)
 
 
 def test_a_failing_job_reports_ray_message_exit_code_and_last_lines(ray_spec: RunSpec, ray_hook: GcpHook) -> None:
@@ -191,8 +192,9 @@ def test_zero_learning_guard_stops_the_job_within_k_steps(ray_spec: RunSpec, ray
     assert event["status"] == "zero_learning", event
     assert time.monotonic() - started < 60  # not the 120 s the script would sleep
     assert "GRPO" in event["message"] and "zero_learning_guard" in event["message"]
-    assert "The job was stopped: it was stopped" in event["message"]
-    assert [s["avg_reward"] for s in event["metrics"]["steps"]][:3] == [0.0, 0.0, 0.0]
+    assert event["message"].endswith("Ray job nemo-rl-zero-1: the job was stopped.")
+    assert event["guard"] == {"kind": "never_learned", "decided_at": "3/10", "k": 3}
+    assert event["summary"]["steps_completed"] >= 3 and event["summary"]["best_reward"] == 0.0
     from ray.job_submission import JobSubmissionClient
 
     deadline = time.monotonic() + 30
@@ -200,6 +202,49 @@ def test_zero_learning_guard_stops_the_job_within_k_steps(ray_spec: RunSpec, ray
     while client.get_job_status("nemo-rl-zero-1").value != "STOPPED" and time.monotonic() < deadline:
         time.sleep(0.2)
     assert client.get_job_status("nemo-rl-zero-1").value == "STOPPED"
+
+
+# Learns (0.3), converges (1.0 from step 2), saves at step 4, starts step 5, then would run on for two minutes.
+CONVERGING_SCRIPT = (
+    "import time\n"
+    "for k, reward in enumerate([0.3, 1.0, 1.0, 1.0, 1.0], 1):\n"
+    "    print(f'========================= Step {k}/50 =========================', flush=True)\n"
+    "    print('\\U0001f4ca Training Results:', flush=True)\n"
+    "    print('  \\u2022 Loss: 0.0100', flush=True)\n"
+    "    print(f'  \\u2022 Avg Reward: {reward:.4f}', flush=True)\n"
+    "    if k == 4:\n"
+    "        print('Saving checkpoint for step 4...', flush=True)\n"
+    "    time.sleep(0.3)\n"
+    "time.sleep(120)\n"
+)
+
+
+def test_a_converged_job_runs_to_its_next_save_and_is_stopped_as_a_success(
+    ray_spec: RunSpec, ray_hook: GcpHook
+) -> None:
+    kube = KubeHook(ray_spec, ray_hook)
+    address = kube.dashboard()
+    headers = kube.dashboard_headers(address)
+    submit_once(_request("nemo-rl-converge-1", f"python -c {_quoted(CONVERGING_SCRIPT)}"), address.url, headers, {})
+    recorder = _Recorder()
+    trigger = _trigger(address, "nemo-rl-converge-1", zero_learning_steps=2)
+    trigger._log = recorder
+    started = time.monotonic()
+    event = asyncio.run(_first(trigger))
+    assert event["status"] == "converged", event
+    assert time.monotonic() - started < 60  # stopped after the save, not at the end of the two minutes
+    # Decided at step 3 (two uniform steps after one that learned); stopped once step 5 began: step 4's save is done.
+    assert event["guard"] == {"kind": "converged", "decided_at": "3/50", "k": 2}
+    assert event["final_step"] == 4
+    assert "Converged at step 3/50; checkpoint step 4 is saved" in event["message"]
+    assert sum("converged at step 3/50" in line for line in recorder.lines) == 1, recorder.lines
+    from ray.job_submission import JobSubmissionClient
+
+    client = JobSubmissionClient(address.url, headers=headers)
+    deadline = time.monotonic() + 30
+    while client.get_job_status("nemo-rl-converge-1").value != "STOPPED" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert client.get_job_status("nemo-rl-converge-1").value == "STOPPED"
 
 
 def test_still_waiting_then_on_kill_stops_the_job_and_timeout_stops_it_too(
@@ -225,7 +270,7 @@ def test_still_waiting_then_on_kill_stops_the_job_and_timeout_stops_it_too(
 
     submit_once(_request("nemo-rl-late-1", 'python -c "import time; time.sleep(120)"'), address.url, headers, {})
     event = asyncio.run(_first(_trigger(address, "nemo-rl-late-1", timeout=2)))
-    assert event["status"] == "timeout" and "it was stopped" in event["message"]
+    assert event["status"] == "timeout" and "the job was stopped" in event["message"]
 
 
 def test_a_job_that_prints_its_secret_shows_it_masked(
@@ -306,7 +351,7 @@ SPLIT_SECRET_SCRIPT = (
     "time.sleep(1)\n"
     "print(t[10:], 'end', flush=True)\n"
     "sys.stdout.write('bar ' + t[:5] + '\\r' + t[5:] + ' done\\n')\n"
-    "print('x' * 3990 + t, flush=True)\n"
+    "print('x' * 1990 + t, flush=True)\n"
     "print('wandb: View run at https://wandb.ai/e/p/runs/x?k=' + t.replace('_', '%5F'), flush=True)\n"
     "@ray.remote\n"
     "def show(token):\n"
@@ -348,8 +393,8 @@ def test_a_job_that_prints_its_secret_in_pieces_shows_none_of_it(
     assert sorted(p for p in pieces if p in written) == [], recorder.lines
     assert "[ray job] token is ***" in recorder.lines
     assert "[ray job] *** end" in recorder.lines
-    assert "[ray job] x" + "x" * 3989 + "***" in recorder.lines
-    assert event["metrics"]["wandb_url"] == "https://wandb.ai/e/p/runs/x?k=***"
+    assert "[ray job] x" + "x" * 1989 + "***" in recorder.lines
+    assert event["summary"]["wandb_url"] == "https://wandb.ai/e/p/runs/x?k=***"
     task_lines = [line for line in recorder.lines if "pid=" in line and "task" in line]
     assert any(line.endswith("task has ***") for line in task_lines), recorder.lines
     assert any(line.endswith("*** task end") for line in task_lines), recorder.lines

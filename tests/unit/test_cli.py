@@ -61,21 +61,21 @@ def test_params_and_rules_listings() -> None:
 
 def test_docs_rule_table_is_up_to_date() -> None:
     doc = (ROOT / "docs/preflight-rules.md").read_text()
-    assert cli("rules").stdout in doc, "regenerate with: python -m nemo_rl_gke rules (see docs/preflight-rules.md)"
+    assert cli("rules").stdout in doc, "regenerate with: make docs"
 
 
 def test_docs_conf_reference_is_up_to_date() -> None:
     doc = (ROOT / "docs/conf-reference.md").read_text()
     table = cli("params", "--format", "markdown").stdout
     assert "| `teardown_policy` | string (delete_all, keep_cluster_and_storage, keep_all) |" in table
-    assert table in doc, "regenerate with: python -m nemo_rl_gke params --format markdown (see docs/conf-reference.md)"
+    assert table in doc, "regenerate with: make docs"
 
 
 def test_docs_deployment_settings_are_up_to_date() -> None:
     doc = (ROOT / "docs/conf-reference.md").read_text()
     table = cli("settings", "--format", "markdown").stdout
     assert "| `hf_conn_ids` | `AIRFLOW__NEMO_RL_GKE__HF_CONN_IDS` |" in table
-    assert table in doc, "regenerate with: python -m nemo_rl_gke settings --format markdown (docs/conf-reference.md)"
+    assert table in doc, "regenerate with: make docs"
 
 
 def test_validate_judges_connections_by_the_deployment_in_the_environment(tmp_path) -> None:

@@ -17,12 +17,17 @@ import pytest
 
 from nemo_rl_gke import metrics
 from nemo_rl_gke.metrics import (
+    COLLAPSED,
+    CONVERGED,
+    NEVER_LEARNED,
     LogFollower,
     RunMetrics,
     StepMetrics,
     ZeroLearningVerdict,
     check_zero_learning,
     new_log_text,
+    saved_after,
+    summary_text,
 )
 from nemo_rl_gke.redaction import StreamRedactor
 from tests.paths import ROOT
@@ -67,7 +72,7 @@ EXPECTED_STEPS = [
             "Generation Worker Group": 3543.11,
         },
         "val_accuracy": None,
-        "checkpoint_saved": False,
+        "checkpoint_step": None,
     },
     {
         "step": 2,
@@ -102,7 +107,7 @@ EXPECTED_STEPS = [
             "Generation Worker Group": 3558.58,
         },
         "val_accuracy": 0.4587,
-        "checkpoint_saved": True,
+        "checkpoint_step": 2,
     },
     {
         "step": 3,
@@ -136,7 +141,7 @@ EXPECTED_STEPS = [
             "Generation Worker Group": 3690.79,
         },
         "val_accuracy": None,
-        "checkpoint_saved": False,
+        "checkpoint_step": None,
     },
     {
         "step": 4,
@@ -171,7 +176,7 @@ EXPECTED_STEPS = [
             "Generation Worker Group": 3700.13,
         },
         "val_accuracy": 0.5011,
-        "checkpoint_saved": True,
+        "checkpoint_step": 4,
     },
 ]
 
@@ -482,7 +487,7 @@ def test_flush_emits_the_unterminated_line_and_parses_it() -> None:
     assert follower.metrics.checkpoints == []
     assert follower.flush() == ["Saving checkpoint for step 1..."]
     assert follower.metrics.checkpoints == [1]
-    assert follower.metrics.steps[0].checkpoint_saved
+    assert follower.metrics.steps[0].checkpoint_step == 1
     assert follower.flush() == []
 
 
@@ -553,7 +558,7 @@ def test_summary() -> None:
         "checkpoints": [2, 4],
         "wandb_url": WANDB_URL,
     }
-    text = run.summary_text()
+    text = summary_text(run.summary())
     for part in (
         "4 GRPO step(s) completed (last 4/4)",
         "avg reward 0.3867 -> 0.5625 (best 0.5893 at step 3/4)",
@@ -582,7 +587,7 @@ def test_summary_of_an_empty_log() -> None:
     summary = run.summary()
     assert summary["steps_completed"] == 0
     assert all(summary[k] is None for k in ("last_step", "first_reward", "best_reward", "mean_step_time_s"))
-    assert run.summary_text() == "no GRPO step completed"
+    assert summary_text(run.summary()) == "no GRPO step completed"
 
 
 def test_to_dict_is_json_and_round_trips() -> None:
@@ -606,15 +611,20 @@ def steps_with(rewards: list[float], losses: list[float] | None = None) -> list[
     ]
 
 
-def test_guard_triggers_on_k_all_zero_rewards() -> None:
-    verdict = check_zero_learning(steps_with([0.3, 0.0, 0.0, 0.0]), 3)
+def test_guard_stops_a_run_that_never_learned() -> None:
+    verdict = check_zero_learning(steps_with([0.0, 0.0, 0.0, 0.0]), 3)
     assert isinstance(verdict, ZeroLearningVerdict)
-    assert verdict.steps == ("2/4", "3/4", "4/4")
-    assert verdict.avg_rewards == (0.0, 0.0, 0.0)
+    assert (verdict.kind, verdict.stops_now) == (NEVER_LEARNED, True)
+    # The whole streak is reported; the decision was made at its K-th step.
+    assert verdict.steps == ("1/4", "2/4", "3/4", "4/4")
+    assert (verdict.decided_at, verdict.decided_index) == ("3/4", 2)
+    assert verdict.avg_rewards == (0.0, 0.0, 0.0, 0.0)
     assert verdict.k == 3
     for part in (
-        "steps 2/4, 3/4, 4/4",
-        "Avg Reward: 0.0000, 0.0000, 0.0000",
+        "Zero-learning guard (K=3): 4 completed GRPO step(s) in a row",
+        "from the job's first step",
+        "steps 1/4, 2/4, 3/4, 4/4",
+        "Avg Reward: 0.0000, 0.0000, 0.0000, 0.0000",
         "reward minus the mean reward of its prompt's group",
         "policy gradient is 0",
         "wraps the ground truth in \\boxed{}",
@@ -625,15 +635,58 @@ def test_guard_triggers_on_k_all_zero_rewards() -> None:
         "zero_learning_steps (now 3)",
     ):
         assert part in verdict.message
-    assert "too easy" not in verdict.message
+    assert "too easy" not in verdict.message and "converged" not in verdict.message
 
 
-def test_guard_triggers_on_k_all_one_rewards() -> None:
-    verdict = check_zero_learning(steps_with([0.4, 1.0, 1.0]), 2)
-    assert verdict is not None
-    assert verdict.steps == ("2/3", "3/3")
+def test_guard_calls_all_ones_from_the_start_too_easy_not_converged() -> None:
+    verdict = check_zero_learning(steps_with([1.0, 1.0]), 2)
+    assert verdict is not None and verdict.kind == NEVER_LEARNED and verdict.stops_now
     assert "too easy" in verdict.message
     assert "\\boxed{}" not in verdict.message
+
+
+def test_guard_lets_a_run_that_learned_and_converged_reach_its_next_save() -> None:
+    verdict = check_zero_learning(steps_with([0.4, 1.0, 1.0]), 2)
+    assert verdict is not None
+    assert (verdict.kind, verdict.stops_now) == (CONVERGED, False)
+    assert verdict.steps == ("2/3", "3/3") and verdict.decided_at == "3/3"
+    assert "converged at step 3/3" in verdict.message and "next checkpoint save" in verdict.message
+    # Uniform per-prompt groups (loss exactly 0) at a middling reward after learning: converged too.
+    partial = check_zero_learning(steps_with([0.2, 0.6, 0.7, 0.7], [0.1, 0.1, 0.0, 0.0]), 2)
+    assert partial is not None and partial.kind == CONVERGED
+
+
+def test_guard_stops_a_run_whose_rewards_collapsed_to_zero() -> None:
+    verdict = check_zero_learning(steps_with([0.3, 0.0, 0.0, 0.0]), 3)
+    assert verdict is not None
+    assert (verdict.kind, verdict.stops_now) == (COLLAPSED, True)
+    assert verdict.steps == ("2/4", "3/4", "4/4")
+    assert "collapsed" in verdict.message and "after steps that had one" in verdict.message
+
+
+def test_guard_treats_a_resumed_job_as_one_that_learned_before() -> None:
+    # A job that resumed from a checkpoint starts past step 1: what came before it is not in its log.
+    resumed = [StepMetrics(step=i, total_steps=20, epoch=1, loss=0.01, avg_reward=1.0) for i in (11, 12, 13)]
+    verdict = check_zero_learning(resumed, 3)
+    assert verdict is not None and verdict.kind == CONVERGED
+    second_epoch = [StepMetrics(step=1, total_steps=5, epoch=2, loss=0.01, avg_reward=0.0) for _ in range(3)]
+    verdict = check_zero_learning(second_epoch, 3)
+    assert verdict is not None and verdict.kind == COLLAPSED
+
+
+def test_saved_after_waits_for_the_save_to_finish() -> None:
+    steps = steps_with([0.4, 1.0, 1.0, 1.0, 1.0])
+    verdict = check_zero_learning(steps, 2)
+    assert verdict is not None and verdict.decided_index == 2
+    assert saved_after(steps, verdict.decided_index) is None
+    steps[3].checkpoint_step = 4
+    # The save line of step 4 is printed; the save is done only when step 5 starts.
+    assert saved_after(steps[:4], verdict.decided_index) is None
+    assert saved_after(steps, verdict.decided_index) == 4
+    # A save before the decision does not count: the steps since it would be lost.
+    early = steps_with([0.4, 1.0, 1.0, 1.0])
+    early[1].checkpoint_step = 2
+    assert saved_after(early, 2) is None
 
 
 def test_guard_triggers_on_k_zero_losses() -> None:
@@ -645,7 +698,7 @@ def test_guard_triggers_on_k_zero_losses() -> None:
 
 def test_guard_counts_zeros_and_ones_together() -> None:
     verdict = check_zero_learning(steps_with([0.0, 1.0, 0.0]), 3)
-    assert verdict is not None
+    assert verdict is not None and verdict.kind == NEVER_LEARNED
     assert "\\boxed{}" in verdict.message and "too easy" in verdict.message
 
 
@@ -782,7 +835,7 @@ def test_huge_numbers_are_ignored_not_raised() -> None:
     assert (step.step, step.epoch, step.loss, step.avg_reward) == (1, None, None, 0.5)
     assert (step.total_step_time_s, step.phase_times_s, step.e2e_tokens_per_s_per_gpu) == (None, {}, None)
     assert follower.metrics.checkpoints == []
-    assert f"P:  50%|█ | {digits}/{digits}9"[:4000] in lines[-1]  # not a bar NeMo RL could draw: shown as it is
+    assert f"P:  50%|█ | {digits}/{digits}9"[:2000] in lines[-1]  # not a bar NeMo RL could draw: shown as it is
 
 
 def test_lines_longer_than_the_parse_limit_are_shown_not_parsed() -> None:
@@ -932,7 +985,7 @@ def test_fuzz_the_follower_never_raises(seed: int) -> None:
     follower.flush()
     assert follower.feed(None) == [] and follower.feed_full_log(b"bytes") == []  # type: ignore[arg-type]
     json.dumps(follower.metrics.to_dict())
-    follower.metrics.summary_text()
+    summary_text(follower.metrics.summary())
     check_zero_learning(follower.metrics.steps, 1)
 
 

@@ -36,6 +36,7 @@ EXPECTED_MESSAGES = {
     ".yaml file inside include/: the scheme is http, not https",
     "secrets.connections": "the Hugging Face token may be read only from a connection this deployment allows for it "
     "(huggingface_default)",
+    "nemo.dataset-has-a-step": "the training split has 7473 examples, fewer than one batch of 8192 prompts",
     "nemo.world-size": "generation takes 2 of 2 nodes, leaving none for training",
     "nemo.dtensor-tp-divides": "DTensor TP 16 x CP 1 = 16 does not divide the 8 training GPUs",
     "nemo.vllm-tp-divides": "vLLM TP 16 x PP 1 does not divide the 8 generation GPUs",

@@ -20,7 +20,7 @@ import pytest
 
 from nemo_rl_gke.metrics import LogFollower
 from nemo_rl_gke.redaction import MAX_HOLD_CHARS, MIN_PARTIAL_AT_END, PIECE_CHARS, StreamRedactor
-from nemo_rl_gke.triggers.rayjob import RayJobTrigger
+from nemo_rl_gke.triggers.rayjob import TAIL_LINE_MAX_BYTES, RayJobTrigger
 from tests.triggers.scripted_api import scripted_api
 
 TOKEN = "hf_PRINTEDsecret0123456789"
@@ -358,7 +358,7 @@ def assert_masked(event: dict, lines: list[str]) -> None:
     assert leaks(json.dumps(event, ensure_ascii=False)) == [], event
 
 
-FILLER = "x" * 3990  # the trigger's follower cuts display lines at 4000 characters: inside the token
+FILLER = "x" * 1990  # the trigger's follower cuts display lines at 2000 characters: inside the token
 TRIGGER_CASES: dict[str, tuple[list[str], str]] = {
     "split by a newline": (["token is hf_PRINTED\nsecret0123456789 end\n"], "token is ***"),
     "split by a carriage return": (["token is hf_PRINTED\rsecret0123456789 end\n"], "token is ***"),
@@ -375,7 +375,8 @@ def test_trigger_masks_split_tokens_in_logged_lines_and_the_event(name: str, mon
     event, lines = run_trigger(polls, SUCCEEDED, monkeypatch)
     assert event["status"] == "success", event
     assert_masked(event, lines)
-    assert any(shown in line for line in event["tail"]), event["tail"]
+    # The event's tail lines are clipped shorter still (the event is logged as one line).
+    assert any(shown[:TAIL_LINE_MAX_BYTES] in line for line in event["tail"]), event["tail"]
     assert any(shown in line for line in lines), lines
 
 
@@ -383,7 +384,7 @@ def test_trigger_masks_a_token_inside_the_wandb_url_of_the_metrics(monkeypatch: 
     log = f"wandb: 🚀 View run at https://wandb.ai/team/nemo-rl/runs/k3x9?api_key={TOKEN}\nstep\n"
     event, lines = run_trigger([log], SUCCEEDED, monkeypatch)
     assert_masked(event, lines)
-    assert event["metrics"]["wandb_url"] == "https://wandb.ai/team/nemo-rl/runs/k3x9?api_key=***"
+    assert event["summary"]["wandb_url"] == "https://wandb.ai/team/nemo-rl/runs/k3x9?api_key=***"
 
 
 def test_trigger_masks_a_split_token_in_ray_s_message(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -428,7 +429,7 @@ def test_the_trigger_yields_one_event_even_when_building_it_fails(monkeypatch: p
             trigger._log = Recorder()  # type: ignore[assignment]
             await trigger._load_secrets()
             monkeypatch.setattr(trigger, "_load_secrets", _noop)
-            monkeypatch.setattr(trigger.follower.metrics, "to_dict", broken)
+            monkeypatch.setattr(trigger.follower.metrics, "summary", broken)
             return [e.payload async for e in trigger.run()]
 
     [event] = asyncio.run(asyncio.wait_for(follow(), 30))

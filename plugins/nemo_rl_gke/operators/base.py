@@ -8,7 +8,7 @@ Imported while the DAG file is parsed: the hooks and clients are imported on fir
 from __future__ import annotations
 
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -33,6 +33,21 @@ DEFERRAL_BACKSTOP_S = 600
 # A step holds its group's lease until its longest wait would end, plus this much, so a live run never loses it to
 # a takeover; a crashed run's lease expires that much after its last step would have ended.
 LEASE_MARGIN_S = 600
+
+
+def iso_now() -> str:
+    """Now as an ISO-8601 UTC time, the form every time in XCom takes."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def epoch_of(value: Any) -> float | None:
+    """Epoch seconds of an ISO-8601 time from XCom (None for a missing or unreadable one)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value).timestamp()
+    except ValueError:
+        return None
 
 
 def pull(context: Context, task_id: str, key: str = RETURN) -> Any:
@@ -98,7 +113,7 @@ class StepOperator(BaseOperator):
         sure the run still holds its group's lease before a step that creates or deletes anything."""
         started = getattr(context["ti"], "start_date", None)
         if started is not None:
-            context["ti"].xcom_push(key=STARTED_AT, value=started.timestamp())
+            context["ti"].xcom_push(key=STARTED_AT, value=started.astimezone(UTC).isoformat(timespec="milliseconds"))
         provisioning = self.step in topology.provisioning()
         if provisioning:
             stop = self.run_spec(context).stop_after

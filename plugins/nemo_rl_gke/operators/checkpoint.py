@@ -27,8 +27,17 @@ if TYPE_CHECKING:
 VALIDATOR = Path(__file__).resolve().parents[1] / "checkpoints.py"
 
 
-def expectation(spec: RunSpec) -> dict[str, Any]:
-    """What the submitted run must have produced: the final step, one shard per training rank, its config."""
+def final_step(context: Context, spec: RunSpec) -> int:
+    """The step whose checkpoint the run validates and exports: where the job stopped after converging, or the last
+    step (``max_steps``, or the epoch cap below it) for a job that ran to its end."""
+    waited = pull(context, WAIT) or {}
+    step = waited.get("final_step")
+    return int(step) if step is not None else spec.final_step
+
+
+def expectation(spec: RunSpec, step: int) -> dict[str, Any]:
+    """What the submitted run must have produced: the checkpoint of ``step``, one shard per training rank, its
+    config."""
     from nemo_rl_gke.nemo_rules import layout
     from nemo_rl_gke.recipes import load_recipe
 
@@ -41,7 +50,7 @@ def expectation(spec: RunSpec) -> dict[str, Any]:
         "cluster.gpus_per_node",
     )
     return {
-        "step": spec.final_step,
+        "step": step,
         "training_ranks": layout(config).train_gpus,
         "config": {k: config[k] for k in keys if k in config},
     }
@@ -69,9 +78,10 @@ class ValidateCheckpointOperator(StepOperator):
         # /data is the Lustre mount on GKE; the sandbox sets SANDBOX_DATA_DIR to the directory standing in for it.
         rest = spec.checkpoint_dir.removeprefix("/data")
         target = f'"${{SANDBOX_DATA_DIR:-/data}}"{shlex.quote(rest)}'
+        expected = expectation(spec, final_step(context, spec))
         request = JobRequest(
             submission_id=f"{submitted['submission_id']}-validate",
-            entrypoint=f"python checkpoints.py validate {target} --expect {shlex.quote(json.dumps(expectation(spec)))}",
+            entrypoint=f"python checkpoints.py validate {target} --expect {shlex.quote(json.dumps(expected))}",
             env_vars={},
             secrets=(),
             working_dir_files=(str(VALIDATOR),),
@@ -137,7 +147,8 @@ class ExportCheckpointOperator(StepOperator):
 
     def _request_id(self, context: Context, spec: RunSpec) -> str:
         # Stable per run and step: a retried export reuses the operation it started instead of copying twice.
-        return str(uuid.uuid5(uuid.NAMESPACE_URL, f"{context['dag'].dag_id}/{context['run_id']}/{spec.final_step}"))
+        step = final_step(context, spec)
+        return str(uuid.uuid5(uuid.NAMESPACE_URL, f"{context['dag'].dag_id}/{context['run_id']}/{step}"))
 
     def execute(self, context: Context) -> None:
         """Start the export and defer on its operation."""
@@ -147,8 +158,9 @@ class ExportCheckpointOperator(StepOperator):
         from nemo_rl_gke.triggers.operations import OperationTrigger
 
         spec = self.run_spec(context)
-        uri = spec.export_uri(context["dag"].dag_id, context["run_id"], spec.final_step)
-        source = spec.checkpoint_lustre_path(spec.final_step)
+        step = final_step(context, spec)
+        uri = spec.export_uri(context["dag"].dag_id, context["run_id"], step)
+        source = spec.checkpoint_lustre_path(step)
         request = lustre_v1.ExportDataRequest(
             name=spec.lustre_path,
             lustre_path=lustre_v1.LustrePath(path=source),
@@ -175,21 +187,22 @@ class ExportCheckpointOperator(StepOperator):
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Publish the Asset event, or fail saying where the checkpoint still is."""
         spec = self.run_spec(context)
-        uri = spec.export_uri(context["dag"].dag_id, context["run_id"], spec.final_step)
-        source = spec.checkpoint_lustre_path(spec.final_step)
+        step = final_step(context, spec)
+        uri = spec.export_uri(context["dag"].dag_id, context["run_id"], step)
+        source = spec.checkpoint_lustre_path(step)
         if event.get("status") != "success":
             raise AirflowFailException(
                 f"the export of the checkpoint to {uri} failed: {event.get('message')}. The checkpoint is still on "
-                f"Lustre instance {spec.lustre_name} at {source} ({spec.checkpoint_dir}/step_{spec.final_step} in "
+                f"Lustre instance {spec.lustre_name} at {source} ({spec.checkpoint_dir}/step_{step} in "
                 "the pods); teardown keeps that instance. Export it by hand (gcloud lustre instances export-data), or "
                 f"let a later run's teardown delete it: release_checkpoint_of_run='{context['dag'].dag_id}/"
                 f"{context['run_id']}' in its conf."
             )
         report = pull(context, CHECK_CHECKPOINT, CHECKPOINT_REPORT) or {}
         summary = pull(context, WAIT, JOB_SUMMARY) or {}
-        extra = {"uri": uri, "step": spec.final_step, "metrics": summary, "shards": report.get("shards", {})}
+        extra = {"uri": uri, "step": step, "metrics": summary, "shards": report.get("shards", {})}
         for outlet in self.outlets:
             context["outlet_events"][outlet].extra = extra
-        self.log.info("Checkpoint step %s exported to %s", spec.final_step, uri)
+        self.log.info("Checkpoint step %s exported to %s", step, uri)
         self.unmark(context, spec)
-        return {"action": outcomes.EXPORTED, "uri": uri, "step": spec.final_step}
+        return {"action": outcomes.EXPORTED, "uri": uri, "step": step}

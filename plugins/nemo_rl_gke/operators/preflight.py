@@ -46,7 +46,9 @@ class ValidateConfOperator(StepOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         """Validate the run's conf; return the full spec as a JSON conf."""
         from nemo_rl_gke.findings import format_findings
+        from nemo_rl_gke.nemo_rules import step_budget
         from nemo_rl_gke.preflight import check_conf
+        from nemo_rl_gke.recipes import load_recipe
 
         spec, findings = check_conf(run_conf(context), self.deployment)
         if spec is None:
@@ -62,6 +64,15 @@ class ValidateConfOperator(StepOperator):
             spec.gpu_type,
             spec.mode,
         )
+        budget = step_budget(spec, load_recipe(spec.recipe))
+        if budget is None:
+            self.log.info(
+                "Training: max_steps=%d (the recipe's dataset size is unknown: no epoch cap computed)", spec.max_steps
+            )
+        elif budget.capped:
+            self.log.warning("Training: %s", budget.explain())
+        else:
+            self.log.info("Training: %s", budget.explain())
         return spec.to_conf()
 
 

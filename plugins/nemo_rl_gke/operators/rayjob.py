@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 
-from nemo_rl_gke.operators.base import StepOperator, pull
+from nemo_rl_gke.operators.base import StepOperator, epoch_of, iso_now, pull
 from nemo_rl_gke.topology import JOB_STEPS, JOB_SUMMARY, LUSTRE, SUBMIT
 
 if TYPE_CHECKING:
@@ -76,33 +76,39 @@ class SubmitRayJobOperator(StepOperator):
         address, headers = dashboard(spec, self.hook, self.deployment)
         self.log.info("Ray dashboard of RayCluster %s via %s", spec.raycluster_name, address.via)
         self.log.info("Job %s: %s", request.submission_id, request.entrypoint.splitlines()[-1])
-        self.mark_checkpoint_pending(context, spec)
+        mark_checkpoint_pending(self, context, spec, spec.final_step)
         submission = submit_once(request, address.url, headers, secrets, verify=address.verify())
-        return {**submission.to_dict(), "dashboard": address.url, "submitted_at": time.time()}
+        return {**submission.to_dict(), "dashboard": address.url, "submitted_at": iso_now()}
 
-    def mark_checkpoint_pending(self, context: Context, spec: RunSpec) -> None:
-        """Mark the run's Lustre instance, before the job writes a checkpoint on it: until an export copies it, every
-        later run's teardown and the sweeper keep the instance (the mark lives on the instance, not in this run)."""
-        from nemo_rl_gke.gcp.resources import resources
-        from nemo_rl_gke.ownership import PendingCheckpoint
 
-        owner = self.identity(context, spec)
-        lustre = resources(spec, owner)[LUSTRE]
-        actual = lustre.get(self.hook)
-        if actual is None or not lustre.owned(actual):
-            # An adopted instance is never deleted by this package: there is nothing to guard, and it stays as it is.
-            self.log.info("%s is not this group's: no checkpoint mark needed", lustre.label)
-            return
-        lustre.mark(self.hook, PendingCheckpoint(owner.run, spec.final_step, spec.checkpoint_dir))  # type: ignore[attr-defined]
-        self.log.info("Marked %s: it holds run %s's checkpoint until an export copies it", lustre.label, owner.run)
+def mark_checkpoint_pending(operator: StepOperator, context: Context, spec: RunSpec, step: int) -> None:
+    """Mark the run's Lustre instance with the checkpoint it will hold (before the job writes it): until an export
+    copies it, every later run's teardown and the sweeper keep the instance (the mark lives on the instance)."""
+    from nemo_rl_gke.gcp.resources import resources
+    from nemo_rl_gke.ownership import PendingCheckpoint
+
+    owner = operator.identity(context, spec)
+    lustre = resources(spec, owner)[LUSTRE]
+    actual = lustre.get(operator.hook)
+    if actual is None or not lustre.owned(actual):
+        # An adopted instance is never deleted by this package: there is nothing to guard, and it stays as it is.
+        operator.log.info("%s is not this group's: no checkpoint mark needed", lustre.label)
+        return
+    lustre.mark(operator.hook, PendingCheckpoint(owner.run, step, spec.checkpoint_dir))  # type: ignore[attr-defined]
+    operator.log.info(
+        "Marked %s: it holds run %s's checkpoint (step %s) until an export copies it", lustre.label, owner.run, step
+    )
 
 
 class RayJobSensor(StepOperator):
     """Waits, deferred, for the GRPO job to end; streams its log into the task log and its metrics into XCom.
 
     Fails with Ray's message, the error type, the exit code and the driver's last lines when the job fails or is
-    stopped; stops the job and fails when the zero-learning guard fires or the job timeout passes. XCom: ``steps``
-    (one row per training step), ``summary`` and the return value (status and summary).
+    stopped; stops the job and fails when the zero-learning guard finds a run that never learned (or collapsed) or
+    the job timeout passes. A run that converged is stopped after its next checkpoint save and succeeds with that
+    checkpoint. XCom: ``steps`` (one row per training step, read from the job's log when the wait ends),
+    ``summary`` and the return value (status, summary, ``final_step`` the checkpoint step to validate and export,
+    ``converged_at``).
     """
 
     ui_color = "#f3e8fb"
@@ -125,25 +131,64 @@ class RayJobSensor(StepOperator):
             submission_id=submitted["submission_id"],
             needs_token=address.needs_token,
             # The job's clock started at submission: a re-deferral or a retry keeps that deadline.
-            started_at=float(submitted.get("submitted_at") or time.time()),
+            started_at=epoch_of(submitted.get("submitted_at")) or time.time(),
             zero_learning_steps=spec.zero_learning_steps if spec.zero_learning_guard else 0,
             secret_conn_ids=[secret.conn_id for secret in job_secrets(spec, self.deployment)],
             ca_pem=address.ca_pem,
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
-        """Push the per-step table and the summary; fail with the full story unless the job succeeded."""
-        from nemo_rl_gke.metrics import RunMetrics
+        """Push the per-step table and the summary; succeed (converged or done) or fail with the full story."""
+        from nemo_rl_gke.metrics import summary_text
 
-        metrics = RunMetrics.from_dict(event.get("metrics") or {})
-        steps = [s.to_dict() for s in metrics.completed_steps]
-        summary = metrics.summary()
-        context["ti"].xcom_push(key=JOB_STEPS, value=steps)
+        spec = self.run_spec(context)
+        summary = event.get("summary") or {}
+        context["ti"].xcom_push(key=JOB_STEPS, value=self.step_table(spec, str(event.get("submission_id"))))
         context["ti"].xcom_push(key=JOB_SUMMARY, value=summary)
-        self.log.info("Training summary:\n%s", metrics.summary_text())
+        self.log.info("Training summary: %s", summary_text(summary))
         status = event.get("status")
+        guard = event.get("guard") or {}
+        result = {"status": event.get("job_status"), "submission_id": event.get("submission_id"), **summary}
+        if status == "converged":
+            step = int(event["final_step"])
+            self.log.info(
+                "Converged at step %s: checkpoint step %s is the one validated and exported",
+                guard.get("decided_at"),
+                step,
+            )
+            mark_checkpoint_pending(self, context, spec, step)
+            return {**result, "final_step": step, "converged_at": guard.get("decided_at")}
         if status == "success":
-            return {"status": event.get("job_status"), "submission_id": event.get("submission_id"), **summary}
+            final = event.get("final_step")
+            return {**result, "final_step": int(final) if final is not None else spec.final_step, "converged_at": None}
         tail = "\n".join(event.get("tail") or [])
         message = f"{event.get('message', 'no message')}\nLast lines of the driver log:\n{tail}"
         raise AirflowFailException(message)
+
+    def step_table(self, spec: RunSpec, submission_id: str) -> list[dict[str, Any]]:
+        """One row per completed step, parsed from the job's whole log (the trigger event carries only a summary,
+        so it stays small whatever the job's length); empty, with a warning, when the log cannot be read."""
+        from airflow.sdk import BaseHook
+
+        from nemo_rl_gke.metrics import LogFollower
+        from nemo_rl_gke.rayjobs import job_secrets
+        from nemo_rl_gke.raysubmit import job_log
+        from nemo_rl_gke.redaction import StreamRedactor
+
+        try:
+            address, headers = dashboard(spec, self.hook, self.deployment)
+            text = job_log(address.url, headers, submission_id, verify=address.verify())
+        except Exception as exc:  # the table is a convenience: the run's outcome does not depend on it
+            self.log.warning("The per-step table could not be read from job %s's log: %s", submission_id, exc)
+            return []
+        # The table holds only numbers and names from the log (timer and worker-group names): mask the job's secrets.
+        secrets = []
+        for secret in job_secrets(spec, self.deployment):
+            try:
+                secrets.append(BaseHook.get_connection(secret.conn_id).password or "")
+            except Exception:
+                continue
+        follower = LogFollower(redactor=StreamRedactor([s for s in secrets if s]))
+        follower.feed_full_log(text)
+        follower.flush()
+        return [s.to_dict() for s in follower.metrics.completed_steps]

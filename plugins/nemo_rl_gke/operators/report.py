@@ -14,7 +14,7 @@ from typing import Any
 from airflow.sdk import Context
 
 from nemo_rl_gke import topology
-from nemo_rl_gke.operators.base import StepOperator, pull
+from nemo_rl_gke.operators.base import StepOperator, epoch_of, pull
 from nemo_rl_gke.topology import EXPORT, JOB_SUMMARY, REPORT_TEXT, STARTED_AT, VALIDATE, WAIT
 
 
@@ -41,7 +41,7 @@ class RunReportOperator(StepOperator):
         timings = []
         for task_id in task_ids:
             crumb = crumbs.get(task_id, {})
-            start, duration = starts.get(task_id), crumb.get("duration")
+            start, duration = epoch_of(starts.get(task_id)), crumb.get("duration")
             end = start + float(duration) if start is not None and duration is not None else None
             timings.append(TaskTiming(task_id, str(crumb.get("state") or "none"), start, end))
         teardown = {}

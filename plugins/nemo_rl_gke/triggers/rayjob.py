@@ -2,14 +2,18 @@
 
 It polls the Jobs REST API (``GET /api/jobs/{id}`` and ``/api/jobs/{id}/logs``) with aiohttp only, writes each new
 driver-log line into the task log as it arrives (vLLM progress bars collapsed), parses NeMo RL's step metrics, and
-ends with exactly one event::
+ends with exactly one event, small whatever the job's length (Airflow logs it as one line)::
 
-    {"status": "success" | "failed" | "stopped" | "zero_learning" | "timeout" | "error", "message": str,
-     "submission_id": str, "job_status": str, "metrics": RunMetrics dict, "tail": [last driver-log lines]}
+    {"status": "success" | "failed" | "stopped" | "zero_learning" | "converged" | "timeout" | "error",
+     "message": str, "submission_id": str, "job_status": str, "summary": RunMetrics.summary(),
+     "final_step": last checkpoint saved | None, "guard": {"kind", "decided_at", "k"} | None,
+     "tail": [last driver-log lines]}
 
-The guard and the timeout stop the job before the event is sent. Marking the deferred task failed or success in the
-UI (or clearing it) calls :meth:`on_kill`, which stops the job too. The Google token for the API server's service
-proxy is fetched here, never passed in: trigger kwargs are stored in the metadata DB.
+The per-step table is not in it: the sensor reads it from the job's log when it resumes. The guard stops a job
+that never learned (or collapsed) at once; a job that converged runs to its next checkpoint save and is stopped
+then ("converged", a success). The timeout stops the job before the event is sent. Marking the deferred task
+failed or success in the UI (or clearing it) calls :meth:`on_kill`, which stops the job too. The Google token for
+the API server's service proxy is fetched here, never passed in: trigger kwargs are stored in the metadata DB.
 
 Every deferred task shares the triggerer's event loop, so the per-poll work on the driver log (it can be megabytes:
 decoding, redacting, splitting, parsing, logging) runs in a worker thread; what stays on the loop is HTTP and
@@ -31,13 +35,17 @@ from airflow.providers.common.compat.connection import get_async_connection
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from nemo_rl_gke.gcp.async_hooks import GcpAsyncHook
-from nemo_rl_gke.metrics import LogFollower, ZeroLearningVerdict, check_zero_learning
+from nemo_rl_gke.metrics import LogFollower, ZeroLearningVerdict, check_zero_learning, saved_after
 from nemo_rl_gke.redaction import StreamRedactor
 from nemo_rl_gke.triggers.operations import backoff_delay
 
 CLASSPATH = "nemo_rl_gke.triggers.rayjob.RayJobTrigger"
 TERMINAL = {"SUCCEEDED": "success", "FAILED": "failed", "STOPPED": "stopped"}
 TAIL_LINES = 30
+# The event is logged as one line, and its tail ends up in the task's failure message: both stay under 8 KB (UTF-8).
+TAIL_MAX_BYTES = 2500
+TAIL_LINE_MAX_BYTES = 300
+MESSAGE_MAX_BYTES = 2500
 STOP_TIMEOUT_S = 30.0
 
 
@@ -83,6 +91,7 @@ class RayJobTrigger(BaseTrigger):
         self.zero_learning_steps = int(zero_learning_steps)
         self.secret_conn_ids = list(secret_conn_ids)
         self.ca_pem = ca_pem
+        self._converged_logged = False
         # Replaced once the secret values are loaded in run(): values never reach __init__, kwargs or the DB.
         self._redactor = StreamRedactor(())
         self.follower = LogFollower(redactor=self._redactor)
@@ -150,19 +159,25 @@ class RayJobTrigger(BaseTrigger):
             return response.status, await response.read()
 
     # --- the log (worker thread) ------------------------------------------------------------------------------------
-    def _take_logs(self, status: int, body: bytes) -> ZeroLearningVerdict | None:
+    def _take_logs(self, status: int, body: bytes) -> tuple[ZeroLearningVerdict | None, int | None]:
         """Feed a logs answer to the follower, log the new lines, and check the guard. Runs in a worker thread.
 
-        The lines are redacted already (the follower redacts before it splits); they are logged from this thread
-        because asyncio.to_thread copies the context the triggerer binds the task's log to.
+        Returns the guard's verdict and, for a converged run, the checkpoint saved since it converged (None until
+        that save has finished). Both are derived from the whole log each time, so a restarted triggerer decides the
+        same. The lines are redacted already (the follower redacts before it splits); they are logged from this
+        thread because asyncio.to_thread copies the context the triggerer binds the task's log to.
         """
         text = _log_text(status, body)
         if text is not None:
             for line in self.follower.feed_full_log(text):
                 self.log.info("[ray job] %s", line)
         if self.zero_learning_steps <= 0:
-            return None
-        return check_zero_learning(self.follower.metrics.completed_steps, self.zero_learning_steps)
+            return None, None
+        steps = self.follower.metrics.steps
+        verdict = check_zero_learning(steps, self.zero_learning_steps)
+        if verdict is None or verdict.stops_now:
+            return verdict, None
+        return verdict, saved_after(steps, verdict.decided_index)
 
     def _flush_logs(self) -> None:
         """End of the log: the held-back text, the unterminated line and unfinished bars. Runs in a worker thread."""
@@ -179,25 +194,47 @@ class RayJobTrigger(BaseTrigger):
                 f"stopping it failed ({type(exc).__name__}: {exc}); stop it by hand: ray job stop {self.submission_id}"
             )
         stopped = isinstance(body, dict) and body.get("stopped")
-        return "it was stopped" if status == 200 and stopped else f"the stop request answered HTTP {status}: {body}"
+        if status == 200 and stopped:
+            return "the job was stopped"
+        return f"the stop request answered HTTP {status}: {str(body)[:300]}"
 
     # --- events -----------------------------------------------------------------------------------------------------
-    async def _event(self, status: str, message: str, job_status: str) -> TriggerEvent:
-        """The one event, built in a worker thread: its metrics grow with the log (a dict per step, all redacted)."""
-        return await asyncio.to_thread(self._build_event, status, message, job_status)
+    async def _event(
+        self,
+        status: str,
+        message: str,
+        job_status: str,
+        verdict: ZeroLearningVerdict | None = None,
+        final_step: int | None = None,
+    ) -> TriggerEvent:
+        """The one event, built in a worker thread (the summary walks every parsed step)."""
+        return await asyncio.to_thread(self._build_event, status, message, job_status, verdict, final_step)
 
-    def _build_event(self, status: str, message: str, job_status: str) -> TriggerEvent:
-        # Ray's message (with the job's last log lines in it) is masked here; the tail and metrics were built from
+    def _build_event(
+        self,
+        status: str,
+        message: str,
+        job_status: str,
+        verdict: ZeroLearningVerdict | None,
+        final_step: int | None,
+    ) -> TriggerEvent:
+        # Ray's message (with the job's last log lines in it) is masked here; the tail and summary were built from
         # masked text and are masked again only as a second line of defence.
         redact = self._redactor
+        metrics = self.follower.metrics
+        checkpoints = metrics.checkpoints
         return TriggerEvent(
             {
                 "status": status,
-                "message": redact.redact(message),
+                "message": _clip(redact.redact(message), MESSAGE_MAX_BYTES),
                 "submission_id": self.submission_id,
-                "job_status": redact.redact(job_status),
-                "metrics": redact.redact_value(self.follower.metrics.to_dict()),
-                "tail": [redact.redact(line) for line in self.follower.tail(TAIL_LINES)],
+                "job_status": _clip(redact.redact(job_status), 100),
+                "summary": redact.redact_value(metrics.summary()),
+                "final_step": final_step if final_step is not None else (checkpoints[-1] if checkpoints else None),
+                "guard": (
+                    {"kind": verdict.kind, "decided_at": verdict.decided_at, "k": verdict.k} if verdict else None
+                ),
+                "tail": _bounded_tail([redact.redact(line) for line in self.follower.tail(TAIL_LINES)]),
             }
         )
 
@@ -217,7 +254,9 @@ class RayJobTrigger(BaseTrigger):
                         "message": f"following Ray job {self.submission_id} failed: {type(exc).__name__}",
                         "submission_id": self.submission_id,
                         "job_status": "UNKNOWN",
-                        "metrics": {},
+                        "summary": {},
+                        "final_step": None,
+                        "guard": None,
                         "tail": [],
                     }
                 )
@@ -242,7 +281,7 @@ class RayJobTrigger(BaseTrigger):
                         )
                     job_status = str(info.get("status", "UNKNOWN"))
                     log_status, body = await self._get_bytes(session, gcp, f"/api/jobs/{self.submission_id}/logs")
-                    verdict = await asyncio.to_thread(self._take_logs, log_status, body)
+                    verdict, saved = await asyncio.to_thread(self._take_logs, log_status, body)
                     failures = 0
                 except (aiohttp.ClientError, TimeoutError, OSError) as exc:
                     failures += 1
@@ -256,12 +295,22 @@ class RayJobTrigger(BaseTrigger):
                 else:
                     if job_status in TERMINAL:
                         await asyncio.to_thread(self._flush_logs)
-                        return await self._event(TERMINAL[job_status], _end_message(info), job_status)
-                    if verdict is not None:
+                        return await self._event(TERMINAL[job_status], _end_message(info), job_status, verdict)
+                    if verdict is not None and verdict.stops_now:
                         outcome = await self._stop(session, gcp)
-                        return await self._event(
-                            "zero_learning", f"{verdict.message} The job was stopped: {outcome}.", job_status
+                        message = f"{verdict.message} Ray job {self.submission_id}: {outcome}."
+                        return await self._event("zero_learning", message, job_status, verdict)
+                    if saved is not None:
+                        assert verdict is not None
+                        outcome = await self._stop(session, gcp)
+                        message = (
+                            f"Converged at step {verdict.decided_at}; checkpoint step {saved} is saved. "
+                            f"Ray job {self.submission_id}: {outcome}."
                         )
+                        return await self._event("converged", message, job_status, verdict, saved)
+                    if verdict is not None and not self._converged_logged:
+                        self._converged_logged = True
+                        self.log.info("%s Waiting for the next checkpoint save.", verdict.message)
                 remaining = self.started_at + self.timeout - time.time()
                 if remaining <= 0:
                     outcome = await self._stop(session, gcp)
@@ -275,6 +324,28 @@ class RayJobTrigger(BaseTrigger):
         async with GcpAsyncHook(self.gcp_conn_id) as gcp, self._session(timeout) as session:
             outcome = await self._stop(session, gcp)
         self.log.warning("The task was killed: Ray job %s: %s", self.submission_id, outcome)
+
+
+def _clip(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` UTF-8 bytes (never inside a character), saying how much was left out."""
+    data = text.encode("utf-8", "replace")
+    if len(data) <= limit:
+        return text
+    kept = data[:limit].decode("utf-8", "ignore")
+    return f"{kept}… [{len(text) - len(kept)} more chars]"
+
+
+def _bounded_tail(lines: list[str]) -> list[str]:
+    """The last lines, each clipped, as many as fit in :data:`TAIL_MAX_BYTES` (newest kept)."""
+    out: list[str] = []
+    size = 0
+    for line in reversed(lines):
+        clipped = _clip(line, TAIL_LINE_MAX_BYTES)
+        size += len(clipped.encode("utf-8", "replace")) + 1
+        if size > TAIL_MAX_BYTES:
+            break
+        out.append(clipped)
+    return out[::-1]
 
 
 def _log_text(status: int, body: bytes) -> str | None:
