@@ -121,7 +121,7 @@ MAX_SHOWN = 200
 
 _STEP_RE = re.compile(r"(?:(tmp|old)_)?step_(\d+)", re.ASCII)
 _SHARD_RE = re.compile(r"__(\d+)_(\d+)\.distcp", re.ASCII)
-_EXPECT_KEYS = ("step", "training_ranks", "config")
+_EXPECT_KEYS = ("step", "training_ranks", "config", "stopped")
 # Every file is opened without following a symlink in its last component (directories are walked the same way) and
 # without blocking on a FIFO; fstat then says whether it is a regular file.
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -141,12 +141,15 @@ class Expectation:
     training ranks, i.e. DCP shards per directory (default: not checked, but shards must be ranks 0..n-1), and
     ``config`` maps dotted config.yaml keys to values, e.g. ``{"policy.model_name": "google/gemma-3-27b-it",
     "grpo.max_num_steps": 20, "policy.dtensor_cfg.tensor_parallel_size": 4, "cluster.num_nodes": 2,
-    "cluster.gpus_per_node": 8, "policy.generation.colocated.enabled": true}``.
+    "cluster.gpus_per_node": 8, "policy.generation.colocated.enabled": true}``. ``stopped`` says the job was stopped
+    on purpose once ``step`` was saved (it converged): a later save the stop cut short (``tmp_step_N``, N > step)
+    is what the stop left behind, noted rather than a problem.
     """
 
     step: int | None = None
     training_ranks: int | None = None
     config: Mapping[str, Any] = field(default_factory=dict)
+    stopped: bool = False
 
     def __post_init__(self) -> None:
         for name, minimum in (("step", 0), ("training_ranks", 1)):
@@ -155,6 +158,8 @@ class Expectation:
                 raise ExpectationError(f"{name} must be an integer >= {minimum}, not {value!r}")
         if not isinstance(self.config, Mapping) or not all(isinstance(k, str) and k for k in self.config):
             raise ExpectationError(f"config must map dotted config.yaml keys to values, not {self.config!r}")
+        if not isinstance(self.stopped, bool) or (self.stopped and self.step is None):
+            raise ExpectationError(f"stopped must be true or false, and true only with a step, not {self.stopped!r}")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | Expectation | None) -> Expectation:
@@ -180,11 +185,21 @@ class Expectation:
                 f"unknown expectation key(s) {', '.join(sorted(unknown))}: use {', '.join(_EXPECT_KEYS)} "
                 "or dotted config.yaml keys such as policy.model_name"
             )
-        return cls(step=data.get("step"), training_ranks=data.get("training_ranks"), config=config)
+        return cls(
+            step=data.get("step"),
+            training_ranks=data.get("training_ranks"),
+            config=config,
+            stopped=data.get("stopped", False),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form, recorded in the report."""
-        return {"step": self.step, "training_ranks": self.training_ranks, "config": dict(self.config)}
+        return {
+            "step": self.step,
+            "training_ranks": self.training_ranks,
+            "config": dict(self.config),
+            "stopped": self.stopped,
+        }
 
 
 @dataclass(frozen=True)
@@ -230,6 +245,7 @@ class Report:
     files: list[FileRecord] = field(default_factory=list)
     tensors: int = 0
     training_info: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def valid(self) -> bool:
@@ -255,6 +271,7 @@ class Report:
             "tensors": self.tensors,
             "total_bytes": self.total_bytes,
             "training_info": self.training_info,
+            "notes": list(self.notes),
             "expect": self.expect.to_dict(),
         }
 
@@ -269,6 +286,7 @@ class Report:
         shards = ", ".join(f"{part} {self.shards[part]}" for part in DCP_PARTS)
         lines.append(f"step {self.step}; shards: {shards}; {self.tensors} tensors; {self.total_bytes} shard bytes")
         lines += [f"  {f.sha256}  {f.size:>12}  {f.path}" for f in self.files]
+        lines += [f"note: {note}" for note in self.notes]
         return "\n".join(lines)
 
 
@@ -625,6 +643,9 @@ class _Validator:
         final = expected if expected is not None else (steps[-1] if steps else None)
 
         for n in tmps:
+            if self.expect.stopped and final is not None and n > final:
+                self.report.notes.append(f"tmp_step_{n}: the save the stop after step {final} cut short")
+                continue
             if n not in steps and (n == final or not steps):
                 reason = (
                     f"the save of step {n} did not finish: tmp_step_{n} was never renamed to step_{n} "

@@ -779,6 +779,12 @@ def check_zero_learning(steps: Sequence[StepMetrics], k: int) -> ZeroLearningVer
     )
 
 
+def last_finished_save(steps: Sequence[StepMetrics]) -> int | None:
+    """The global step of the last checkpoint whose save finished (a later step started), else None."""
+    finished = [s.checkpoint_step for s in steps[:-1] if s.checkpoint_step is not None]
+    return finished[-1] if finished else None
+
+
 def saved_after(steps: Sequence[StepMetrics], index: int) -> int | None:
     """The global step of the first checkpoint saved during ``steps[index:]`` whose save has finished, else None.
 

@@ -360,11 +360,16 @@ class RunReport:
     def _training_text(self) -> list[str]:
         if self.training_summary is None:
             return ["Training", "  no training ran", ""]
-        keys = [k for k in _TRAINING_KEYS if k in self.training_summary]
-        keys += [k for k in self.training_summary if k not in _TRAINING_KEYS]
+        summary = {k: v for k, v in self.training_summary.items() if k not in ("converged_at", "final_step")}
+        keys = [k for k in _TRAINING_KEYS if k in summary]
+        keys += [k for k in summary if k not in _TRAINING_KEYS]
         width = max([0, *(len(k) for k in keys)])
         lines = ["Training"]
-        lines += [f"  {k:<{width}}  {_value_text(self.training_summary[k])}" for k in keys]
+        converged = self.training_summary.get("converged_at")
+        if converged:
+            final = self.training_summary.get("final_step")
+            lines.append(f"  converged at step {converged}: the job was stopped after saving step {final}")
+        lines += [f"  {k:<{width}}  {_value_text(summary[k])}" for k in keys]
         return [*lines, ""]
 
     def _teardown_text(self) -> list[str]:

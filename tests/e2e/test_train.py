@@ -9,6 +9,7 @@ import json
 import os
 import re
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,11 @@ def test_the_local_recipe_trains_validates_exports_and_cleans_up(sandbox: Sandbo
     after = sandbox.full_inventory()
     assert after["resources"] == [] and after["kubernetes"] == [] and after["ray_heads"] == []
 
+    # Times in XCom are ISO-8601; no log line is over 8 KB (the job's event is a summary, not every step).
+    assert datetime.fromisoformat(xcom[(t.SUBMIT, "return_value")]["submitted_at"]).tzinfo is not None
+    assert datetime.fromisoformat(xcom[(t.WAIT, t.STARTED_AT)]).tzinfo is not None
+    assert max(len(line.encode()) for line in result.output.splitlines()) < 8192
+
     # The test tokens appear nowhere: not in the task logs, not in XCom, not in rendered fields.
     from airflow.models.renderedtifields import RenderedTaskInstanceFields
     from airflow.models.xcom import XComModel
@@ -105,12 +111,45 @@ def test_the_local_recipe_trains_validates_exports_and_cleans_up(sandbox: Sandbo
         if path.is_file():
             text = path.read_text(errors="replace")
             assert HF_TEST_TOKEN not in text and WANDB_TEST_KEY not in text, path
+            assert max((len(line.encode()) for line in text.splitlines()), default=0) < 8192, path
     assert HF_TEST_TOKEN not in result.output
     with create_session() as session:
         stored = json.dumps([XComModel.deserialize_value(x) for x in session.query(XComModel).all()], default=str)
         rendered = json.dumps([r.rendered_fields for r in session.query(RenderedTaskInstanceFields).all()], default=str)
     for secret in (HF_TEST_TOKEN, WANDB_TEST_KEY):
         assert secret not in stored and secret not in rendered
+
+
+# Learns fast on one-digit sums, reaches reward 1.0 at step 6 and stays there; saves every 5 steps (seed 42).
+CONVERGING = {
+    "max_steps": 40,
+    "zero_learning_steps": 3,
+    "extra_overrides": [
+        "data.max_number=1",
+        "data.distractor_prob=0",
+        "policy.optimizer.lr=0.03",
+        "checkpointing.save_period=5",
+    ],
+}
+
+
+def test_a_run_that_converged_stops_at_its_next_save_and_exports_that_checkpoint(
+    sandbox: SandboxProcess, env: dict[str, str]
+) -> None:
+    result = run_cli(CONVERGING, env)
+    assert result.state == "success", result.output[-3000:]
+    xcom = _xcom()
+    # Three steps at reward 1.0 after steps that learned: converged at step 8; the job ran on to its save at step
+    # 10, was stopped when step 11 began, and that checkpoint was validated and exported.
+    waited = xcom[(t.WAIT, "return_value")]
+    assert (waited["converged_at"], waited["final_step"]) == ("8/40", 10)
+    assert [s["step"] for s in xcom[(t.WAIT, "steps")]][-1] < 40
+    assert xcom[(t.CHECK_CHECKPOINT, "report")]["step"] == 10
+    exported = xcom[(t.EXPORT, "return_value")]
+    assert exported["step"] == 10 and exported["uri"].endswith("/step_10/")
+    assert "converged at step 8/40" in result.output
+    assert "converged at step 8/40: the job was stopped after saving step 10" in xcom[("report", "text")]
+    assert sandbox.full_inventory()["resources"] == []
 
 
 def test_a_failing_job_fails_the_run_with_the_driver_last_lines_and_teardown_runs(

@@ -258,7 +258,7 @@ def test_good_multi_rank_checkpoint_is_valid(ckpt: Path) -> None:
     assert (record.size, record.sha256) == (meta.stat().st_size, hashlib.sha256(meta.read_bytes()).hexdigest())
     data = json.loads(json.dumps(report.to_dict()))
     assert data["valid"] is True and data["problems"] == [] and data["total_bytes"] == report.total_bytes
-    assert data["expect"] == EXPECT
+    assert data["expect"] == {**EXPECT, "stopped": False} and data["notes"] == []
 
 
 @pytest.mark.usefixtures("no_plain_unpickling")
@@ -349,6 +349,27 @@ def test_leftover_tmp_step_next_to_a_good_step_is_rejected(ckpt: Path) -> None:
         "finish, so the run did not end cleanly"
     ]
     assert report.step == STEP  # the finished step is still checked and reported
+
+
+def test_a_job_stopped_after_its_save_may_leave_a_later_save_unfinished(ckpt: Path) -> None:
+    # A converged job is stopped once step N is saved; the stop can cut the next save short. Only with "stopped".
+    tmp = ckpt / f"tmp_step_{STEP + 5}"
+    tmp.mkdir()
+    report = validate_checkpoint(ckpt, {**EXPECT, "stopped": True})
+    assert report.valid and report.step == STEP
+    assert report.notes == [f"tmp_step_{STEP + 5}: the save the stop after step {STEP} cut short"]
+    assert f"note: tmp_step_{STEP + 5}" in report.to_text()
+    # An unfinished save of the expected step itself is still a problem, stopped or not.
+    step_path(ckpt).rename(ckpt / f"tmp_step_{STEP}")
+    assert "did not finish" in reasons(validate_checkpoint(ckpt, {**EXPECT, "stopped": True}), "step")[0]
+
+
+@pytest.mark.parametrize("stopped", ["yes", 1, None])
+def test_stopped_must_be_a_bool(stopped: object) -> None:
+    with pytest.raises(ExpectationError, match="stopped must be true or false"):
+        Expectation.from_dict({"step": 3, "stopped": stopped})
+    with pytest.raises(ExpectationError, match="true only with a step"):
+        Expectation.from_dict({"stopped": True})
 
 
 def test_expected_step_missing(ckpt: Path) -> None:

@@ -25,6 +25,7 @@ from nemo_rl_gke.metrics import (
     StepMetrics,
     ZeroLearningVerdict,
     check_zero_learning,
+    last_finished_save,
     new_log_text,
     saved_after,
     summary_text,
@@ -683,6 +684,11 @@ def test_saved_after_waits_for_the_save_to_finish() -> None:
     # The save line of step 4 is printed; the save is done only when step 5 starts.
     assert saved_after(steps[:4], verdict.decided_index) is None
     assert saved_after(steps, verdict.decided_index) == 4
+    # The stop may land later than asked: the newest save that finished is what the job left.
+    steps.append(StepMetrics(step=6, total_steps=5, loss=0.01, avg_reward=1.0))
+    steps[4].checkpoint_step = 5
+    assert last_finished_save(steps) == 5 and last_finished_save(steps[:5]) == 4
+    assert last_finished_save(steps_with([0.5])) is None
     # A save before the decision does not count: the steps since it would be lost.
     early = steps_with([0.4, 1.0, 1.0, 1.0])
     early[1].checkpoint_step = 2

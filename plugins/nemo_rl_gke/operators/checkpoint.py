@@ -35,9 +35,9 @@ def final_step(context: Context, spec: RunSpec) -> int:
     return int(step) if step is not None else spec.final_step
 
 
-def expectation(spec: RunSpec, step: int) -> dict[str, Any]:
+def expectation(spec: RunSpec, step: int, *, stopped: bool = False) -> dict[str, Any]:
     """What the submitted run must have produced: the checkpoint of ``step``, one shard per training rank, its
-    config."""
+    config; ``stopped`` when the job was stopped after that save (it converged)."""
     from nemo_rl_gke.nemo_rules import layout
     from nemo_rl_gke.recipes import load_recipe
 
@@ -51,6 +51,7 @@ def expectation(spec: RunSpec, step: int) -> dict[str, Any]:
     )
     return {
         "step": step,
+        "stopped": stopped,
         "training_ranks": layout(config).train_gpus,
         "config": {k: config[k] for k in keys if k in config},
     }
@@ -78,7 +79,8 @@ class ValidateCheckpointOperator(StepOperator):
         # /data is the Lustre mount on GKE; the sandbox sets SANDBOX_DATA_DIR to the directory standing in for it.
         rest = spec.checkpoint_dir.removeprefix("/data")
         target = f'"${{SANDBOX_DATA_DIR:-/data}}"{shlex.quote(rest)}'
-        expected = expectation(spec, final_step(context, spec))
+        converged = (pull(context, WAIT) or {}).get("converged_at") is not None
+        expected = expectation(spec, final_step(context, spec), stopped=converged)
         request = JobRequest(
             submission_id=f"{submitted['submission_id']}-validate",
             entrypoint=f"python checkpoints.py validate {target} --expect {shlex.quote(json.dumps(expected))}",

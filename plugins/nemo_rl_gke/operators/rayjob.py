@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from nemo_rl_gke.deployment import Deployment
     from nemo_rl_gke.gcp.hooks import GcpHook
     from nemo_rl_gke.kube.access import DashboardAddress
+    from nemo_rl_gke.metrics import RunMetrics
     from nemo_rl_gke.spec import RunSpec
 
 
@@ -139,25 +140,26 @@ class RayJobSensor(StepOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Push the per-step table and the summary; succeed (converged or done) or fail with the full story."""
-        from nemo_rl_gke.metrics import summary_text
+        from nemo_rl_gke.metrics import last_finished_save, summary_text
 
         spec = self.run_spec(context)
         summary = event.get("summary") or {}
-        context["ti"].xcom_push(key=JOB_STEPS, value=self.step_table(spec, str(event.get("submission_id"))))
+        log = self.read_job_log(spec, str(event.get("submission_id")))
+        steps = [s.to_dict() for s in log.completed_steps] if log is not None else []
+        context["ti"].xcom_push(key=JOB_STEPS, value=steps)
         context["ti"].xcom_push(key=JOB_SUMMARY, value=summary)
         self.log.info("Training summary: %s", summary_text(summary))
         status = event.get("status")
         guard = event.get("guard") or {}
         result = {"status": event.get("job_status"), "submission_id": event.get("submission_id"), **summary}
         if status == "converged":
-            step = int(event["final_step"])
-            self.log.info(
-                "Converged at step %s: checkpoint step %s is the one validated and exported",
-                guard.get("decided_at"),
-                step,
-            )
+            # The stop can land after the job saved once more: the newest save that finished is the final one.
+            later = last_finished_save(log.steps) if log is not None else None
+            step = max(int(event["final_step"]), later or 0)
+            converged = guard.get("decided_at")
+            self.log.info("Converged at step %s: checkpoint step %s is the one validated and exported", converged, step)
             mark_checkpoint_pending(self, context, spec, step)
-            return {**result, "final_step": step, "converged_at": guard.get("decided_at")}
+            return {**result, "final_step": step, "converged_at": converged}
         if status == "success":
             final = event.get("final_step")
             return {**result, "final_step": int(final) if final is not None else spec.final_step, "converged_at": None}
@@ -165,9 +167,9 @@ class RayJobSensor(StepOperator):
         message = f"{event.get('message', 'no message')}\nLast lines of the driver log:\n{tail}"
         raise AirflowFailException(message)
 
-    def step_table(self, spec: RunSpec, submission_id: str) -> list[dict[str, Any]]:
-        """One row per completed step, parsed from the job's whole log (the trigger event carries only a summary,
-        so it stays small whatever the job's length); empty, with a warning, when the log cannot be read."""
+    def read_job_log(self, spec: RunSpec, submission_id: str) -> RunMetrics | None:
+        """The metrics of the job's whole log (the trigger event carries only a summary, so it stays small whatever
+        the job's length); None, with a warning, when the log cannot be read."""
         from airflow.sdk import BaseHook
 
         from nemo_rl_gke.metrics import LogFollower
@@ -180,7 +182,7 @@ class RayJobSensor(StepOperator):
             text = job_log(address.url, headers, submission_id, verify=address.verify())
         except Exception as exc:  # the table is a convenience: the run's outcome does not depend on it
             self.log.warning("The per-step table could not be read from job %s's log: %s", submission_id, exc)
-            return []
+            return None
         # The table holds only numbers and names from the log (timer and worker-group names): mask the job's secrets.
         secrets = []
         for secret in job_secrets(spec, self.deployment):
@@ -191,4 +193,4 @@ class RayJobSensor(StepOperator):
         follower = LogFollower(redactor=StreamRedactor([s for s in secrets if s]))
         follower.feed_full_log(text)
         follower.flush()
-        return [s.to_dict() for s in follower.metrics.completed_steps]
+        return follower.metrics

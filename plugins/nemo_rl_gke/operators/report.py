@@ -18,6 +18,15 @@ from nemo_rl_gke.operators.base import StepOperator, epoch_of, pull
 from nemo_rl_gke.topology import EXPORT, JOB_SUMMARY, REPORT_TEXT, STARTED_AT, VALIDATE, WAIT
 
 
+def _training(context: Context) -> dict[str, Any] | None:
+    """The job's summary, with where it converged and the step its checkpoint is from (None: no job ran)."""
+    summary = pull(context, WAIT, JOB_SUMMARY)
+    if summary is None:
+        return None
+    waited = pull(context, WAIT) or {}
+    return {**summary, **{k: waited[k] for k in ("converged_at", "final_step") if waited.get(k) is not None}}
+
+
 class RunReportOperator(StepOperator):
     """Builds the run report from the run's tasks and their XComs; always runs, after teardown."""
 
@@ -62,7 +71,7 @@ class RunReportOperator(StepOperator):
                 now=time.time(),
                 gpu_hour_price_usd=spec.gpu_hour_price_usd,
                 teardown_policy=spec.teardown_policy,
-                training_summary=pull(context, WAIT, JOB_SUMMARY),
+                training_summary=_training(context),
                 checkpoint_uri=exported.get("uri"),
                 teardown_actions=teardown,
             ),
