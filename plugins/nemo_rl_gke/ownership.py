@@ -116,7 +116,7 @@ def owner_from_description(description: Any) -> Owner | None:
         return None
     try:
         record = json.loads(description[len(DESCRIPTION_PREFIX) :])
-    except ValueError:
+    except (ValueError, RecursionError):  # anyone who can edit the resource writes its description
         return None
     if not isinstance(record, dict) or sorted(record) != sorted(RECORD_FIELDS):
         return None
@@ -158,12 +158,33 @@ class Lease:
 
     @classmethod
     def from_value(cls, value: Any) -> Lease | None:
-        """The record in a metadata value, or None when it is not one (someone else's key, a broken write)."""
+        """The record in a metadata value, or None when it is not one (someone else's key, a broken write, a field
+        of the wrong type: anyone with the project's metadata rights can write one)."""
         try:
             record = json.loads(value)
-            return cls(**record) if isinstance(record, dict) else None
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, RecursionError):
             return None
+        if not isinstance(record, dict) or set(record) != set(_LEASE_TYPES):
+            return None
+        for key, types in _LEASE_TYPES.items():
+            if not isinstance(record[key], types) or isinstance(record[key], bool) is not (types is bool):
+                return None
+        if record["state"] not in (HELD, FREE):
+            return None
+        return cls(**record)
+
+
+# Each field of a stored lease and the JSON types it may have.
+_LEASE_TYPES: dict[str, Any] = {
+    "group": str,
+    "deployment": str,
+    "run": str,
+    "state": str,
+    "acquired_at": (int, float),
+    "expires_at": (int, float),
+    "released_at": (int, float, type(None)),
+    "warm": bool,
+}
 
 
 # A Lustre instance that holds a checkpoint not yet exported says so itself (FACTS §15: labels and description).
@@ -205,7 +226,7 @@ class PendingCheckpoint:
         if isinstance(description, str) and description.startswith(CHECKPOINT_PREFIX):
             try:
                 record = json.loads(description[len(CHECKPOINT_PREFIX) :])
-            except ValueError:
+            except (ValueError, RecursionError):
                 record = None
         if isinstance(record, dict) and isinstance(record.get("run"), str) and isinstance(record.get("step"), int):
             mark = cls(record["run"], record["step"], str(record.get("path", "")))
