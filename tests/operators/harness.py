@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Any
 
@@ -21,7 +23,7 @@ from sandbox.testing import SandboxProcess
 
 from nemo_rl_gke import topology
 from nemo_rl_gke.dag_factory import OPERATORS
-from nemo_rl_gke.deployment import Deployment
+from nemo_rl_gke.deployment import DEFAULT_DEPLOYMENT_ID
 from nemo_rl_gke.gcp.resources import Resource, resources
 from nemo_rl_gke.ownership import Owner
 from nemo_rl_gke.preflight import check_conf
@@ -32,13 +34,15 @@ REGION, ZONE = "us-central1", "us-central1-b"  # a RoCE zone of the sandbox
 POLL = 0.05
 DAG_ID = "nemo_rl_grpo_gke"
 _run_numbers = itertools.count(1)
+DEPLOYMENT_ENV = "AIRFLOW__NEMO_RL_GKE__DEPLOYMENT_ID"
 
 
 class Run:
-    """One DAG run: its id, and its XComs as the steps push and pull them."""
+    """One DAG run: its id, the deployment (Airflow) it runs in, and its XComs as the steps push and pull them."""
 
-    def __init__(self, conf: dict[str, Any], run_id: str) -> None:
+    def __init__(self, conf: dict[str, Any], run_id: str, deployment: str = DEFAULT_DEPLOYMENT_ID) -> None:
         self.run_id = run_id
+        self.deployment = deployment
         self.xcom: dict[tuple[str, str], Any] = {(VALIDATE, RETURN): conf}
 
     @property
@@ -48,8 +52,8 @@ class Run:
 
     @property
     def owner(self) -> Owner:
-        """The run's identity, as its operators build it (the default deployment)."""
-        return Owner(Deployment().deployment_id, self.spec.group_id, f"{DAG_ID}/{self.run_id}")
+        """The run's identity, as its operators build it."""
+        return Owner(self.deployment, self.spec.group_id, f"{DAG_ID}/{self.run_id}")
 
     def resources(self) -> dict[str, Resource]:
         """The run's GCP resources, judged as the run's own."""
@@ -76,14 +80,14 @@ class TaskInstance:
         self.run.xcom[(self.task_id, key)] = value
 
 
-def start_run(project: str, *, lease: bool = True, **conf: Any) -> Run:
-    """A run whose validate task accepted this conf (validated for real) in ``project``, and that took its group's
-    lease as the DAG's lease step does (``lease=False`` leaves that to the test)."""
+def start_run(project: str, *, lease: bool = True, deployment: str = DEFAULT_DEPLOYMENT_ID, **conf: Any) -> Run:
+    """A run of ``deployment`` whose validate task accepted this conf (validated for real) in ``project``, and that
+    took its group's lease as the DAG's lease step does (``lease=False`` leaves that to the test)."""
     raw = {"project": project, "region": REGION, "zone": ZONE, "reservation": "gpu-res", "poll_interval_s": POLL}
     raw.update(conf)
     spec, findings = check_conf(raw)
     assert spec is not None, findings
-    run = Run(spec.to_conf(), f"manual__test-{next(_run_numbers)}")
+    run = Run(spec.to_conf(), f"manual__test-{next(_run_numbers)}", deployment)
     if lease:
         run_step(run, LEASE)
     return run
@@ -106,6 +110,25 @@ def trigger_events(trigger: Any, timeout: float = 60.0) -> list[dict[str, Any]]:
 def run_step(run: Run, task_id: str) -> tuple[Any, TaskDeferred | None]:
     """One try of a step: pre_execute, execute; on a deferral its trigger's event and execute_complete on a fresh
     operator. Its return value lands in the run's XCom. A skip returns ("skipped", None)."""
+    with _deployment(run.deployment):
+        return _run_step(run, task_id)
+
+
+@contextmanager
+def _deployment(deployment_id: str) -> Iterator[None]:
+    """The Airflow config of the run's deployment while its step runs (operators read it at run time)."""
+    before = os.environ.get(DEPLOYMENT_ENV)
+    os.environ[DEPLOYMENT_ENV] = deployment_id
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(DEPLOYMENT_ENV, None)
+        else:
+            os.environ[DEPLOYMENT_ENV] = before
+
+
+def _run_step(run: Run, task_id: str) -> tuple[Any, TaskDeferred | None]:
     context = run.context(task_id)
     task = operator(task_id)
     deferred: TaskDeferred | None = None

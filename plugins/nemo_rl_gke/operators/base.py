@@ -139,9 +139,9 @@ class StepOperator(BaseOperator):
             raise AirflowFailException(str(exc)) from exc
 
     def keep(self, context: Context, result: dict[str, Any], reason: str) -> NoReturn:
-        """End a teardown step that keeps what it would delete: its result in XCom, the task skipped, so the grid
-        shows it apart from a deletion (the run's state is not affected)."""
-        context["ti"].xcom_push(key=RETURN, value=result)
+        """End a teardown step that keeps what it would delete: its result and why in XCom, the task skipped, so the
+        grid shows it apart from a deletion (the run's state is not affected)."""
+        context["ti"].xcom_push(key=RETURN, value={**result, "reason": reason})
         self.log.warning("Kept (%s): %s", result.get("action"), reason)
         raise AirflowSkipException(f"{result.get('action')}: {reason}")
 

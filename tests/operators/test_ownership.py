@@ -1,0 +1,198 @@
+"""Runs that share a project: two deployments, two run groups, a held lease, a pending checkpoint, a shared peering.
+
+Each scenario drives the real operators step by step against the sandbox (tests/operators/harness.py), with the
+steps each scenario is about: the whole-DAG wiring of lease, teardown and release is covered by tests/e2e.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import AirflowFailException
+from sandbox.testing import SandboxProcess, start_sandbox
+
+from nemo_rl_gke import outcomes
+from nemo_rl_gke import topology as t
+from nemo_rl_gke.gcp.lease import read_lease
+from nemo_rl_gke.operators.rayjob import mark_checkpoint_pending
+from tests.operators.harness import (
+    DAG_ID,
+    Run,
+    gcp_conn,
+    operator,
+    project_resources,
+    run_step,
+    start_run,
+)
+
+__all__ = ["gcp_conn"]
+pytestmark = pytest.mark.usefixtures("gcp_conn")
+_projects = itertools.count(1)
+LUSTRE_CHAIN = [t.NET, t.PEERING_RANGE, t.PEERING, t.LUSTRE]
+LUSTRE_TEARDOWN = [t.DELETE_LUSTRE, t.DELETE_PEERING, t.DELETE_PEERING_RANGE, t.DELETE_NET]
+# A second group on the same VPC: other Lustre and cluster names (so another range), the network adopted.
+SECOND_GROUP = {"lustre_name": "nemo-rl-lustre-b", "cluster_name": "nemo-rl-cluster-b", "adopt_existing": True}
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxProcess]:
+    with start_sandbox(tmp_path_factory.mktemp("ownership-sandbox"), latency_scale=0.0) as running:
+        yield running
+
+
+@pytest.fixture
+def project(sandbox: SandboxProcess) -> Iterator[str]:
+    """A project of the test's own; no fault outlives the test."""
+    yield f"owners-{next(_projects):03d}"
+    sandbox.clear_faults()
+
+
+def _hook() -> Any:
+    from nemo_rl_gke.gcp.hooks import GcpHook
+
+    return GcpHook()
+
+
+def _steps(run: Run, task_ids: list[str]) -> dict[str, str]:
+    """Run each step once; the action each one reports."""
+    return {task_id: run_step(run, task_id)[0]["action"] for task_id in task_ids}
+
+
+def _writes_since(sandbox: SandboxProcess, seq: int) -> list[str]:
+    return [f"{c['method']} {c['path']}" for c in sandbox.calls(since=seq) if c["method"] != "GET"]
+
+
+def _last_seq(sandbox: SandboxProcess) -> int:
+    calls = sandbox.calls()
+    return calls[-1]["seq"] if calls else 0
+
+
+def test_another_deployment_with_the_same_names_waits_for_the_lease_then_never_touches_what_it_finds(
+    sandbox: SandboxProcess, project: str
+) -> None:
+    team_a = start_run(project, deployment="team-a", teardown_policy=t.KEEP_ALL)
+    assert _steps(team_a, [t.NET]) == {t.NET: outcomes.CREATED}
+
+    # Same names from another Airflow: the group's lease is held, so it fails at once, naming the holder, and
+    # writes nothing at all.
+    seq = _last_seq(sandbox)
+    team_b = start_run(project, deployment="team-b", lease=False)
+    with pytest.raises(AirflowFailException) as held:
+        run_step(team_b, t.LEASE)
+    assert f"held by run {DAG_ID}/{team_a.run_id} of deployment team-a" in str(held.value)
+    assert "Nothing was touched" in str(held.value) and "lease_held=wait" in str(held.value)
+    assert _writes_since(sandbox, seq) == []
+
+    # Team A keeps its network and lets go of the lease (warm: it kept something).
+    assert _steps(team_a, [t.DELETE_NET, t.RELEASE_LEASE]) == {
+        t.DELETE_NET: outcomes.KEPT_BY_POLICY,
+        t.RELEASE_LEASE: "released",
+    }
+    lease = read_lease(_hook(), project, team_a.owner.group)
+    assert lease is not None and lease.warm and not lease.held_at(time.time())
+
+    # Now team B gets the lease, but the network is team A's: refused, and its teardown keeps it.
+    assert run_step(team_b, t.LEASE)[0]["outcome"] == "acquired"
+    with pytest.raises(AirflowFailException, match="deployment team-a"):
+        run_step(team_b, t.NET)
+    assert _steps(team_b, [t.DELETE_NET, t.RELEASE_LEASE])[t.DELETE_NET] == outcomes.KEPT_UNOWNED
+    assert set(project_resources(sandbox, project)) == {"nemo-rl-net"}
+
+    # Team A's next run reuses it and deletes it.
+    again = start_run(project, deployment="team-a")
+    assert _steps(again, [t.NET, t.DELETE_NET, t.RELEASE_LEASE]) == {
+        t.NET: outcomes.EXISTS,
+        t.DELETE_NET: outcomes.DELETED,
+        t.RELEASE_LEASE: "released",
+    }
+    assert project_resources(sandbox, project) == {}
+
+
+def test_two_groups_share_the_vpc_s_peering_connection_and_each_tears_down_only_its_range(
+    sandbox: SandboxProcess, project: str
+) -> None:
+    first = start_run(project)
+    assert set(_steps(first, [t.NET, t.PEERING_RANGE, t.PEERING]).values()) == {outcomes.CREATED}
+    # Another group in the same deployment runs side by side: its own lease, the VPC adopted, its own range added
+    # to the VPC's one Service Networking connection.
+    second = start_run(project, **SECOND_GROUP)
+    assert second.owner.group != first.owner.group
+    assert _steps(second, [t.NET, t.PEERING_RANGE, t.PEERING]) == {
+        t.NET: outcomes.ADOPTED,
+        t.PEERING_RANGE: outcomes.CREATED,
+        t.PEERING: outcomes.CREATED,
+    }
+    connection = first.resources()[t.PEERING]
+    ranges = set(connection.get(_hook())["reservedPeeringRanges"])
+    assert ranges == {first.spec.peering_range, second.spec.peering_range}
+
+    # The second group's teardown takes only its own range out of the connection, and keeps the adopted VPC.
+    assert _steps(second, [t.DELETE_PEERING, t.DELETE_PEERING_RANGE, t.DELETE_NET]) == {
+        t.DELETE_PEERING: outcomes.DELETED,
+        t.DELETE_PEERING_RANGE: outcomes.DELETED,
+        t.DELETE_NET: outcomes.KEPT_UNOWNED,
+    }
+    assert connection.get(_hook())["reservedPeeringRanges"] == [first.spec.peering_range]
+    # The first group's teardown removes the last range, so the connection goes with it.
+    assert set(_steps(first, [t.DELETE_PEERING, t.DELETE_PEERING_RANGE, t.DELETE_NET]).values()) == {outcomes.DELETED}
+    assert project_resources(sandbox, project) == {}
+
+
+def test_a_pending_checkpoint_survives_the_next_runs_failure_and_teardown_until_its_run_is_named(
+    sandbox: SandboxProcess, project: str
+) -> None:
+    trained = start_run(project)
+    assert set(_steps(trained, LUSTRE_CHAIN).values()) == {outcomes.CREATED}
+    # What the submit step does before the job writes its first checkpoint; the export then failed.
+    mark_checkpoint_pending(operator(t.SUBMIT), trained.context(t.SUBMIT), trained.spec, 20)
+    kept = _steps(trained, [*LUSTRE_TEARDOWN, t.RELEASE_LEASE])
+    assert kept[t.DELETE_LUSTRE] == outcomes.KEPT_FOR_CHECKPOINT
+    assert {kept[k] for k in LUSTRE_TEARDOWN[1:]} == {outcomes.KEPT_FOR_LUSTRE}
+
+    # Tomorrow's run of the group fails after finding Lustre; accepting the loss of *its own* checkpoint does not
+    # release yesterday's.
+    tomorrow = start_run(project, accept_checkpoint_loss=True)
+    assert _steps(tomorrow, LUSTRE_CHAIN)[t.LUSTRE] == outcomes.EXISTS
+    result, _ = run_step(tomorrow, t.DELETE_LUSTRE)
+    assert result["action"] == outcomes.KEPT_FOR_CHECKPOINT
+    assert f"release_checkpoint_of_run='{DAG_ID}/{trained.run_id}'" in result["reason"]
+    _steps(tomorrow, [*LUSTRE_TEARDOWN[1:], t.RELEASE_LEASE])
+    assert "nemo-rl-lustre" in project_resources(sandbox, project)
+
+    # Naming the run releases it: that run's teardown deletes it all.
+    release = start_run(project, release_checkpoint_of_run=f"{DAG_ID}/{trained.run_id}")
+    _steps(release, LUSTRE_CHAIN)
+    assert set(_steps(release, LUSTRE_TEARDOWN).values()) == {outcomes.DELETED}
+    assert project_resources(sandbox, project) == {}
+
+
+def test_a_run_that_waits_for_a_held_group_takes_it_when_the_holder_lets_go(
+    sandbox: SandboxProcess, project: str
+) -> None:
+    holder = start_run(project)
+    waiter = start_run(project, lease=False, lease_held="wait", lease_wait_s=60)
+    seq = _last_seq(sandbox)
+    release = threading.Timer(1.0, run_step, args=(holder, t.RELEASE_LEASE))
+    release.start()
+    try:
+        result, deferred = run_step(waiter, t.LEASE)
+    finally:
+        release.join()
+    assert deferred is not None and result["outcome"] == "acquired"
+    # While it waited it wrote nothing but the lease it took in the end.
+    assert [w for w in _writes_since(sandbox, seq) if "setCommonInstanceMetadata" not in w] == []
+    lease = read_lease(_hook(), project, waiter.owner.group)
+    assert lease is not None and lease.holds(waiter.owner)
+
+
+def test_a_held_group_skips_the_run_when_the_conf_says_skip(sandbox: SandboxProcess, project: str) -> None:
+    start_run(project)
+    skipper = start_run(project, lease=False, lease_held="skip")
+    seq = _last_seq(sandbox)
+    assert run_step(skipper, t.LEASE) == ("skipped", None)
+    assert _writes_since(sandbox, seq) == []
