@@ -9,10 +9,4 @@ from __future__ import annotations
 from nemo_rl_gke.dag_factory import build_dag
 from nemo_rl_gke.docs import DAG_DESCRIPTION, DAG_DOC_MD
 
-dag = build_dag(
-    "nemo_rl_grpo_gke",
-    description=DAG_DESCRIPTION,
-    doc_md=DAG_DOC_MD,
-    # Every run of one conf uses the same resource names, so two at once would fight over them.
-    max_active_runs=1,
-)
+dag = build_dag("nemo_rl_grpo_gke", description=DAG_DESCRIPTION, doc_md=DAG_DOC_MD)

@@ -66,6 +66,10 @@ def _step_kwargs(step: topology.Step) -> dict[str, Any]:
     return kwargs
 
 
+# How many runs of one DAG may be active at once (each holds a lease on its own run group, and its GPUs).
+MAX_ACTIVE_RUNS = 4
+
+
 def build_dag(
     dag_id: str,
     *,
@@ -81,6 +85,9 @@ def build_dag(
 
     ``param_defaults`` overrides the trigger form's defaults (a schedule's partial conf); ``dag_kwargs`` go to DAG.
     """
+    # Runs of one run group queue on its lease (on the cloud side, so across Airflows too); runs of different
+    # groups go side by side, up to this many at once per DAG.
+    dag_kwargs.setdefault("max_active_runs", MAX_ACTIVE_RUNS)
     with DAG(
         dag_id=dag_id,
         description=description,

@@ -7,6 +7,7 @@ import ast
 import pytest
 
 from nemo_rl_gke import topology
+from nemo_rl_gke.dag_factory import MAX_ACTIVE_RUNS
 from nemo_rl_gke.preflight import check_conf
 from nemo_rl_gke.spec import param_schema, spec_fields
 from tests.dags.guard import parse_dag_folder
@@ -37,7 +38,7 @@ def test_tags_retries_docs_and_concurrency(dagbag, dag_id: str) -> None:
     dag = dagbag.dags[dag_id]
     assert {"nemo-rl", "grpo", "gke"} <= set(dag.tags)
     assert dag.doc_md and "NeMo RL GRPO on GKE" in dag.doc_md
-    assert dag.max_active_runs == 1 and dag.catchup is False
+    assert dag.max_active_runs == MAX_ACTIVE_RUNS > 1 and dag.catchup is False
     assert dag.default_args["retries"] >= 1
     # Validation is deterministic: retrying a bad conf cannot help.
     assert dag.get_task(topology.VALIDATE).retries == 0
