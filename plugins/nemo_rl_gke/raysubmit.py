@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -90,9 +91,7 @@ def submit_once(
     ``verify`` is the TLS check of an https ``address``: True (the system's CAs) or a CA bundle path, e.g.
     :meth:`~nemo_rl_gke.kube.access.DashboardAddress.verify` for the cluster's own CA. It is never switched off.
     """
-    from ray.job_submission import JobSubmissionClient
-
-    client = JobSubmissionClient(address=address, headers=dict(headers), verify=verify or True)
+    client = ray_client(address, headers, verify)
     existing = _status(client, request.submission_id)
     if existing is not None:
         log.info("Ray job %s already exists (%s): adopting it, not submitting again", request.submission_id, existing)
@@ -122,18 +121,26 @@ def submit_once(
 def job_log(address: str, headers: Mapping[str, str], submission_id: str, verify: bool | str = True) -> str:
     """The job's whole driver log, as Ray keeps it (``GET /api/jobs/{id}/logs``); TLS verified as in
     :func:`submit_once`."""
+    return str(ray_client(address, headers, verify).get_job_logs(submission_id))
+
+
+def ray_client(address: str, headers: Mapping[str, str], verify: bool | str = True) -> Any:
+    """A Ray Jobs client for ``address``, its SDK's log records routed as :func:`route_ray_logs` says."""
     from ray.job_submission import JobSubmissionClient
 
-    client = JobSubmissionClient(address=address, headers=dict(headers), verify=verify or True)
-    return str(client.get_job_logs(submission_id))
+    route_ray_logs()
+    return JobSubmissionClient(address=address, headers=dict(headers), verify=verify or True)
 
 
-def _status(client: Any, submission_id: str) -> str | None:
-    try:
-        status = client.get_job_status(submission_id)
-    except RuntimeError as exc:
-        if "does not exist" in str(exc) or "404" in str(exc) or "Not Found" in str(exc):
-            return None
-        raise
-    # JobStatus is a str Enum: its value is the bare name ('RUNNING'), its str() is not.
-    return str(getattr(status, "value", status))
+def route_ray_logs() -> None:
+    """Send the Ray SDK's log records through Python logging at their own level.
+
+    Importing Ray gives its ``ray`` logger a handler of its own on stderr, which the Airflow task runner records as
+    errors (red in the UI, whatever the level): the handler goes, and the records reach the task log as what they
+    are (``INFO Uploading package ...``).
+    """
+    ray_logger = logging.getLogger("ray")
+    for handler in list(ray_logger.handlers):
+        if isinstance(handler, logging.StreamHandler) and handler.stream in (sys.stderr, sys.stdout):
+            ray_logger.removeHandler(handler)
+    ray_logger.propagate = True

@@ -110,14 +110,12 @@ class ValidateCheckpointOperator(StepOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Read the report from the job log; fail with every problem it lists."""
-        from ray.job_submission import JobSubmissionClient
-
         from nemo_rl_gke.checkpoints import find_report
+        from nemo_rl_gke.raysubmit import job_log
 
         spec = self.run_spec(context)
         address, headers = dashboard(spec, self.hook, self.deployment)
-        client = JobSubmissionClient(address=address.url, headers=headers, verify=address.verify())
-        logs = client.get_job_logs(event["submission_id"])
+        logs = job_log(address.url, headers, event["submission_id"], verify=address.verify())
         report = find_report(logs)
         if report is None:
             tail = "\n".join(event.get("tail") or [])
