@@ -144,3 +144,14 @@ def route_ray_logs() -> None:
         if isinstance(handler, logging.StreamHandler) and handler.stream in (sys.stderr, sys.stdout):
             ray_logger.removeHandler(handler)
     ray_logger.propagate = True
+
+
+def _status(client: Any, submission_id: str) -> str | None:
+    try:
+        status = client.get_job_status(submission_id)
+    except RuntimeError as exc:
+        if "does not exist" in str(exc) or "404" in str(exc) or "Not Found" in str(exc):
+            return None
+        raise
+    # JobStatus is a str Enum: its value is the bare name ('RUNNING'), its str() is not.
+    return str(getattr(status, "value", status))
