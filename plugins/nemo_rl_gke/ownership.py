@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 MANAGED_BY_KEY = "managed-by"
@@ -133,6 +133,8 @@ class Lease:
 
     :param state: ``held`` by ``run`` until ``expires_at``, or ``free`` since ``released_at`` (``run`` the last).
     :param warm: the last run kept the group's resources (a warm group the sweeper may delete once idle).
+    :param names: the conf values that name the group's resources (``RunSpec.group_names``): what the sweeper
+        rebuilds the group's resources from when no run will tear them down.
     """
 
     group: str
@@ -143,6 +145,7 @@ class Lease:
     expires_at: float
     released_at: float | None = None
     warm: bool = False
+    names: dict[str, str] = field(default_factory=dict)
 
     def held_at(self, now: float) -> bool:
         """Whether a run holds it now (held, not expired)."""
@@ -171,6 +174,8 @@ class Lease:
                 return None
         if record["state"] not in (HELD, FREE):
             return None
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in record["names"].items()):
+            return None
         return cls(**record)
 
 
@@ -184,6 +189,7 @@ _LEASE_TYPES: dict[str, Any] = {
     "expires_at": (int, float),
     "released_at": (int, float, type(None)),
     "warm": bool,
+    "names": dict,
 }
 
 

@@ -40,6 +40,21 @@ SECTION_WAITING = "Waiting and timeouts"
 NAME_MAX = 63
 CIDR_MAX = len("255.255.255.255/32")
 BATCH_MAX = 65_536
+# The conf parameters whose values name a run group's resources: equal values, one group.
+GROUP_NAME_PARAMS = (
+    "project",
+    "region",
+    "zone",
+    "network",
+    "gvnic_prefix",
+    "rdma_prefix",
+    "lustre_name",
+    "cluster_name",
+    "node_pool_name",
+    "namespace",
+    "ksa_name",
+    "raycluster_name",
+)
 TP_MAX = 512  # 64 nodes of 8 GPUs
 POLL_MIN_S = 0.05  # faster polling only spins the triggerer's event loop
 HOUR = 3600
@@ -843,22 +858,13 @@ class RunSpec:
     def group_id(self) -> str:
         """The run group: every resource this conf's names describe. Two confs with the same names are one group
         (they would fight over the same resources); the id is the cluster name and a digest of every name."""
-        names = (
-            self.project,
-            self.region,
-            self.zone,
-            self.network,
-            self.gvnic_prefix,
-            self.rdma_prefix,
-            self.lustre_name,
-            self.cluster_name,
-            self.node_pool_name,
-            self.namespace,
-            self.ksa_name,
-            self.raycluster_name,
-        )
-        digest = hashlib.sha256("\0".join(names).encode()).hexdigest()[:8]
+        digest = hashlib.sha256("\0".join(self.group_names.values()).encode()).hexdigest()[:8]
         return f"{self.cluster_name}-{digest}"
+
+    @property
+    def group_names(self) -> dict[str, str]:
+        """The conf values that name the group's resources (recorded with its lease, so the sweeper can find them)."""
+        return {name: str(getattr(self, name)) for name in GROUP_NAME_PARAMS}
 
     @property
     def final_step(self) -> int:

@@ -95,6 +95,8 @@ def test_another_deployment_with_the_same_names_waits_for_the_lease_then_never_t
     }
     lease = read_lease(_hook(), project, team_a.owner.group)
     assert lease is not None and lease.warm and not lease.held_at(time.time())
+    # The record names the group's resources: what a sweeper rebuilds them from when no run will tear them down.
+    assert lease.names == team_a.spec.group_names and lease.names["network"] == "nemo-rl-net"
 
     # Now team B gets the lease, but the network is team A's: refused, and its teardown keeps it.
     assert run_step(team_b, t.LEASE)[0]["outcome"] == "acquired"

@@ -100,6 +100,8 @@ def test_a_lease_round_trips_and_says_who_holds_it_until_when() -> None:
         json.dumps(_lease(warm="yes")),
         json.dumps(_lease(state="borrowed")),
         json.dumps(_lease(extra=1)),
+        json.dumps(_lease(names={"network": 1})),
+        json.dumps(_lease(names=["network"])),
         json.dumps({k: v for k, v in _lease().items() if k != "run"}),
         None,
     ],

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -127,8 +127,17 @@ def _wait(hook: GcpHook, project: str, name: str) -> None:
         time.sleep(0.5)
 
 
-def acquire(hook: GcpHook, project: str, owner: Owner, ttl_s: float, now: float | None = None) -> tuple[str, Lease]:
-    """Take the group's lease for ``owner``'s run for ``ttl_s`` seconds.
+def acquire(
+    hook: GcpHook,
+    project: str,
+    owner: Owner,
+    ttl_s: float,
+    *,
+    now: float | None = None,
+    names: Mapping[str, str] | None = None,
+) -> tuple[str, Lease]:
+    """Take the group's lease for ``owner``'s run for ``ttl_s`` seconds, recording the group's ``names`` (else the
+    names the record had).
 
     Returns ``("acquired", lease)`` for a free group, ``("renewed", lease)`` when this run already holds it, or
     ``("taken-over", previous)`` when it took over an expired lease. Raises :class:`LeaseHeldError` when another run
@@ -141,7 +150,8 @@ def acquire(hook: GcpHook, project: str, owner: Owner, ttl_s: float, now: float 
             raise LeaseHeldError(lease)
         acquired = lease.acquired_at if lease is not None and lease.holds(owner) else at
         warm = lease.warm if lease is not None else False
-        return Lease(owner.group, owner.deployment, owner.run, HELD, acquired, at + ttl_s, None, warm)
+        recorded = dict(names) if names is not None else (dict(lease.names) if lease is not None else {})
+        return Lease(owner.group, owner.deployment, owner.run, HELD, acquired, at + ttl_s, None, warm, recorded)
 
     before, after = _update(hook, project, owner.group, take)
     assert after is not None

@@ -37,7 +37,7 @@ class TakeLeaseOperator(StepOperator):
         owner = self.identity(context, spec)
         ttl = float(getattr(spec, FIRST_HOLD_PARAM)) + DEFERRAL_BACKSTOP_S + LEASE_MARGIN_S
         try:
-            outcome, _ = acquire(self.hook, spec.project, owner, ttl)
+            outcome, _ = acquire(self.hook, spec.project, owner, ttl, names=spec.group_names)
         except LeaseHeldError as exc:
             message = f"{exc}. Nothing was touched."
             if spec.lease_held == "skip":
