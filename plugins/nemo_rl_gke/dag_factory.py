@@ -13,8 +13,8 @@ from airflow.sdk import DAG, Asset, BaseOperator, TaskGroup, TriggerRule, cross_
 
 from nemo_rl_gke import topology
 from nemo_rl_gke.dag_params import build_params
-from nemo_rl_gke.operators.checkpoint import ExportCheckpointOperator, ValidateCheckpointOperator
-from nemo_rl_gke.operators.gcp import DeleteGcpResourceOperator, EnsureGcpResourceOperator
+from nemo_rl_gke.operators.checkpoint import ExportCheckpointOperator, ResumeOperator, ValidateCheckpointOperator
+from nemo_rl_gke.operators.gcp import DeleteGcpResourceOperator, EnsureGcpResourceOperator, ScaleGpuPoolOperator
 from nemo_rl_gke.operators.kube import ApplyKubeObjectsOperator, DeleteKubeObjectsOperator
 from nemo_rl_gke.operators.lease import ReleaseLeaseOperator, TakeLeaseOperator
 from nemo_rl_gke.operators.preflight import (
@@ -35,12 +35,14 @@ OPERATORS: dict[Op, type[BaseOperator]] = {
     Op.PREFLIGHT_LIVE: PreflightLiveOperator,
     Op.ENSURE_GCP: EnsureGcpResourceOperator,
     Op.APPLY_KUBE: ApplyKubeObjectsOperator,
+    Op.RESUME: ResumeOperator,
     Op.SUBMIT_JOB: SubmitRayJobOperator,
     Op.FOLLOW_JOB: RayJobSensor,
     Op.VALIDATE_CHECKPOINT: ValidateCheckpointOperator,
     Op.EXPORT_CHECKPOINT: ExportCheckpointOperator,
     Op.DELETE_KUBE: DeleteKubeObjectsOperator,
     Op.DELETE_GCP: DeleteGcpResourceOperator,
+    Op.SCALE_POOL: ScaleGpuPoolOperator,
     Op.RELEASE_LEASE: ReleaseLeaseOperator,
     Op.REPORT: RunReportOperator,
 }
@@ -48,7 +50,7 @@ DEFAULT_ARGS: dict[str, Any] = {"owner": "ml-platform", "retries": 2, "retry_del
 TAGS = ["nemo-rl", "grpo", "gke", "gpu"]
 
 
-def _step_kwargs(step: topology.Step) -> dict[str, Any]:
+def _step_kwargs(step: topology.Step, dag_id: str) -> dict[str, Any]:
     """What the topology says about a task beyond its operator: retries, delay, docs, outlets."""
     kwargs: dict[str, Any] = {"step": step.task_id, "doc_md": step.doc}
     if step.retries is not None:
@@ -58,7 +60,9 @@ def _step_kwargs(step: topology.Step) -> dict[str, Any]:
         # A failed deletion is retried soon, then less often: a dependent still going away usually clears quickly.
         kwargs["retry_exponential_backoff"] = step.op is Op.DELETE_GCP
     if step.outlets:
-        kwargs["outlets"] = [Asset(name=name) for name in step.outlets]
+        kwargs["outlets"] = [Asset(name=name.format(dag_id=dag_id)) for name in step.outlets]
+    if step.inlets:
+        kwargs["inlets"] = [Asset(name=name.format(dag_id=dag_id)) for name in step.inlets]
     if step in topology.provisioning() and len(step.needs) > 1:
         # As all_success, but a step whose upstreams mix skipped (past stop_after) and failed ones is upstream_failed,
         # never skipped: a skip must not hide a failure from the run's state. (One upstream: the same as all_success.)
@@ -105,7 +109,7 @@ def build_dag(
             group = None
             if step.group is not None:
                 group = groups.get(step.group) or groups.setdefault(step.group, TaskGroup(step.group))
-            tasks[step.task_id] = OPERATORS[step.op](task_group=group, **_step_kwargs(step))
+            tasks[step.task_id] = OPERATORS[step.op](task_group=group, **_step_kwargs(step, dag_id))
         for step in topology.STEPS.values():
             for need in step.needs:
                 tasks[need] >> tasks[step.task_id]

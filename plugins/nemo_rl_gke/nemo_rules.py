@@ -7,6 +7,7 @@ it checks what NeMo RL will actually run.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -209,6 +210,35 @@ def dataset_has_a_step(spec: RunSpec, recipe: Recipe) -> Iterator[Violation]:
             f"the training split has {budget.train_examples} examples, fewer than one batch of "
             f"{budget.prompts_per_step} prompts: NeMo RL drops the partial batch and trains no step",
             f"use num_prompts_per_step <= {budget.train_examples}",
+        )
+
+
+@rule(
+    "nemo.step-budget",
+    NEMO,
+    "A run's step budget fits the recipe dataset's epoch cap",
+    example={"resume": "latest", "steps_per_run": 500},
+    counter_example={"resume": "latest", "steps_per_run": 20},
+)
+def step_budget_fits(spec: RunSpec, recipe: Recipe) -> Iterator[Violation]:
+    """NeMo RL stops at the epoch cap whatever max_num_steps says: a budget beyond it would be cut silently."""
+    if spec.steps_per_run and spec.resume != "latest":
+        yield Violation(
+            ("steps_per_run", "resume"),
+            spec.steps_per_run,
+            "a step budget counts from the resumed step, and resume is 'none'",
+            "set resume=latest, or steps_per_run=0 and max_steps to the steps wanted",
+        )
+        return
+    if not spec.steps_per_run:
+        return
+    budget = step_budget(dataclasses.replace(spec, max_steps=spec.steps_per_run), recipe)
+    if budget is not None and budget.capped:
+        yield Violation(
+            ("steps_per_run",),
+            spec.steps_per_run,
+            f"even from step 0 the recipe's epoch cap ends the job first: {budget.explain()}",
+            f"use steps_per_run <= {budget.epoch_cap}, or raise grpo.max_num_epochs in extra_overrides",
         )
 
 

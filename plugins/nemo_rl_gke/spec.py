@@ -410,8 +410,27 @@ class RunSpec:
         10,
         section=SECTION_TRAINING,
         title="Max steps",
-        description="grpo.max_num_steps.",
+        description="grpo.max_num_steps. With resume=latest and a steps_per_run budget it is set at run time to the "
+        "resumed step plus the budget.",
         minimum=1,
+        maximum=1_000_000,
+    )
+    resume: str = _param(
+        "none",
+        section=SECTION_TRAINING,
+        title="Resume",
+        description="latest: continue from the newest checkpoint this DAG exported (its lineage): from Lustre when "
+        "it was kept warm, else imported from Cloud Storage into the new Lustre before the job starts. none: start "
+        "from checkpoint_dir as it is (NeMo RL still resumes from a step_N already there).",
+        enum=["none", "latest"],
+    )
+    steps_per_run: int = _param(
+        0,
+        section=SECTION_TRAINING,
+        title="Steps per run",
+        description="With resume=latest: train this many steps past the resumed step (max_steps becomes resumed "
+        "step + budget). 0: max_steps as given.",
+        minimum=0,
         maximum=1_000_000,
     )
     num_prompts_per_step: int = _param(

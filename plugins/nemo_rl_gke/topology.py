@@ -33,6 +33,8 @@ class Op(StrEnum):
     DELETE_KUBE = "delete-kube"
     DELETE_GCP = "delete-gcp"
     RELEASE_LEASE = "release-lease"
+    RESUME = "resume"
+    SCALE_POOL = "scale-pool"
     REPORT = "report"
 
 
@@ -49,6 +51,8 @@ CHECKPOINT = "checkpoint"
 TEARDOWN = "teardown"
 REPORT = "report"
 STAGES: tuple[str, ...] = (PREFLIGHT, NETWORK, STORAGE, CLUSTER, KUBE, TRAIN, CHECKPOINT, TEARDOWN, REPORT)
+# The stages that see the max_steps the resume step set (the job, its checkpoint, the report).
+RESUMED_STAGES = frozenset({TRAIN, CHECKPOINT, REPORT})
 # Where a run may stop (the conf's stop_after): the provisioning stages after it are skipped, teardown still runs.
 # Storage and cluster run side by side, so "cluster" is the first stop that has all the infrastructure.
 STOP_POINTS: tuple[str, ...] = (CLUSTER, KUBE, TRAIN, CHECKPOINT)
@@ -110,12 +114,14 @@ NETWORK_MAPPING = "kube.network-mapping"
 LUSTRE_STORAGE = "kube.lustre-storage"
 RAYCLUSTER = "kube.raycluster"
 
+RESUME = "train.resume"
 SUBMIT = "train.submit"
 WAIT = "train.wait"
 CHECK_CHECKPOINT = "checkpoint.validate"
 EXPORT = "checkpoint.export"
 
 DELETE_RAYCLUSTER = "teardown.delete-raycluster"
+SCALE_POOL = "teardown.scale-pool"
 DELETE_KUBE_OBJECTS = "teardown.delete-kube-objects"
 DELETE_LUSTRE = "teardown.delete-lustre"
 DELETE_PEERING = "teardown.delete-peering"
@@ -132,7 +138,14 @@ RELEASE_LEASE = "teardown.release-lease"
 RUN_REPORT = "report"
 
 # Every exported checkpoint is an event on this Asset (its extra holds the URI, step, metrics and shards).
-CHECKPOINT_ASSET = "nemo_rl_grpo_gke_checkpoint"
+# Each DAG publishes its exported checkpoints on an Asset of its own, so a schedule's lineage is its events alone.
+CHECKPOINT_ASSET = "{dag_id}_checkpoint"
+
+
+def checkpoint_asset(dag_id: str) -> str:
+    """The name of the Asset a DAG's exported checkpoints are published on."""
+    return CHECKPOINT_ASSET.format(dag_id=dag_id)
+
 
 _RECORDS = (RETURN, STARTED_AT, PENDING)
 _DELETES_EVERYTHING = frozenset({DELETE_ALL})
@@ -158,6 +171,8 @@ class Step:
         resource lives in one of those networks, so a leak anywhere makes one of them fail).
     :param timeout_param: the conf parameter bounding one wait of this step (default: its stage's).
     :param doc: what it does, for the task's docs.
+    :param outlets: Assets it publishes an event on, ``inlets`` Assets whose events it reads (names, with
+        ``{dag_id}`` filled in by the DAG factory).
     """
 
     task_id: str
@@ -174,6 +189,7 @@ class Step:
     timeout_param: str | None = None
     doc: str = ""
     outlets: tuple[str, ...] = field(default=())
+    inlets: tuple[str, ...] = field(default=())
 
     @property
     def group(self) -> str | None:
@@ -189,7 +205,7 @@ class Step:
     @property
     def is_teardown(self) -> bool:
         """Whether the step cleans up (it runs after any failure, as an Airflow teardown task)."""
-        return self.op in (Op.DELETE_GCP, Op.DELETE_KUBE, Op.RELEASE_LEASE)
+        return self.op in (Op.DELETE_GCP, Op.DELETE_KUBE, Op.SCALE_POOL, Op.RELEASE_LEASE)
 
     @property
     def wait_timeout_param(self) -> str | None:
@@ -250,8 +266,12 @@ _STEPS: tuple[Step, ...] = (
          teardown=DELETE_RAYCLUSTER, deleted_under=_DELETED_UNLESS_KEPT,
          doc="The KubeRay RayCluster and its service account, waited on until ready."),
     # --- train -----------------------------------------------------------------------------------------------
+    # Continual training (resume=latest): the lineage's newest checkpoint, imported from Cloud Storage into a new
+    # Lustre before the job starts; it sets this run's max_steps to the resumed step plus the step budget.
+    Step(RESUME, Op.RESUME, TRAIN, (LUSTRE,), retries=1, timeout_param="storage_timeout_s", inlets=(CHECKPOINT_ASSET,),
+         doc="Finds the checkpoint to continue from (resume=latest) and imports it into Lustre if needed."),
     # The submission id comes from the DAG run, so a retried submit adopts the job instead of starting another.
-    Step(SUBMIT, Op.SUBMIT_JOB, TRAIN, (RAYCLUSTER,), doc="Submits the GRPO job once (Ray Jobs API)."),
+    Step(SUBMIT, Op.SUBMIT_JOB, TRAIN, (RAYCLUSTER, RESUME), doc="Submits the GRPO job once (Ray Jobs API)."),
     # A failed or stopped job, the guard and the timeout fail without retry; a lost trigger is retried.
     Step(WAIT, Op.FOLLOW_JOB, TRAIN, (SUBMIT,), produces=(*_RECORDS, JOB_STEPS, JOB_SUMMARY), retries=1,
          doc="Follows the job, deferred: its log into the task log, its step metrics into XCom."),
@@ -264,6 +284,9 @@ _STEPS: tuple[Step, ...] = (
     # The RayCluster first (it holds the GPU nodes), then the other objects, then the infrastructure.
     Step(DELETE_RAYCLUSTER, Op.DELETE_KUBE, TEARDOWN, deletes=(RAYCLUSTER,), retries=3, retry_delay_s=5,
          doc="Deletes the RayCluster and waits until KubeRay removed it."),
+    # A warm cluster (keep_cluster_and_storage) keeps no GPU node between runs: its pool goes to 0 nodes.
+    Step(SCALE_POOL, Op.SCALE_POOL, TEARDOWN, (DELETE_RAYCLUSTER,), retries=3, retry_delay_s=5,
+         doc="Scales the GPU pool of a cluster kept warm to 0 nodes (nothing to do when the cluster goes)."),
     Step(DELETE_KUBE_OBJECTS, Op.DELETE_KUBE, TEARDOWN, (DELETE_RAYCLUSTER,),
          deletes=(LUSTRE_STORAGE, NETWORK_MAPPING, NCCL_INSTALLER), retries=3, retry_delay_s=5,
          doc="Deletes the other Kubernetes objects."),
@@ -285,7 +308,7 @@ _STEPS: tuple[Step, ...] = (
     _delete(DELETE_NET, NET, (DELETE_PEERING_RANGE, DELETE_CLUSTER), counts_for_run_state=True,
             doc="Deletes the main network, last."),
     # After every other teardown step; it runs whenever the lease was taken, so no failure keeps the group held.
-    Step(RELEASE_LEASE, Op.RELEASE_LEASE, TEARDOWN, (DELETE_RAYCLUSTER, DELETE_KUBE_OBJECTS, DELETE_LUSTRE,
+    Step(RELEASE_LEASE, Op.RELEASE_LEASE, TEARDOWN, (DELETE_RAYCLUSTER, SCALE_POOL, DELETE_KUBE_OBJECTS, DELETE_LUSTRE,
          DELETE_PEERING, DELETE_PEERING_RANGE, DELETE_CLUSTER, DELETE_GVNIC_FW, DELETE_GVNIC_SUB, *DELETE_RDMA_SUBS,
          DELETE_GVNIC_NET, DELETE_RDMA_NET, DELETE_NET), retries=3, retry_delay_s=5,
          doc="Frees the run group's lease (recording whether its resources were kept warm)."),

@@ -81,7 +81,7 @@ def test_the_local_recipe_trains_validates_exports_and_cleans_up(sandbox: Sandbo
         event = (
             session.query(AssetEvent)
             .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
-            .filter(AssetModel.name == "nemo_rl_grpo_gke_checkpoint")
+            .filter(AssetModel.name == t.checkpoint_asset("nemo_rl_grpo_gke"))
             .order_by(AssetEvent.id.desc())
             .first()
         )

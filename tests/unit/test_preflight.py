@@ -37,6 +37,7 @@ EXPECTED_MESSAGES = {
     "secrets.connections": "the Hugging Face token may be read only from a connection this deployment allows for it "
     "(huggingface_default)",
     "nemo.dataset-has-a-step": "the training split has 7473 examples, fewer than one batch of 8192 prompts",
+    "nemo.step-budget": "even from step 0 the recipe's epoch cap ends the job first: 467 steps, not max_steps=500",
     "nemo.world-size": "generation takes 2 of 2 nodes, leaving none for training",
     "nemo.dtensor-tp-divides": "DTensor TP 16 x CP 1 = 16 does not divide the 8 training GPUs",
     "nemo.vllm-tp-divides": "vLLM TP 16 x PP 1 does not divide the 8 generation GPUs",

@@ -7,6 +7,7 @@ Imported while the DAG file is parsed: the hooks and clients are imported on fir
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
@@ -90,10 +91,16 @@ class StepOperator(BaseOperator):
         return load_deployment()
 
     def run_spec(self, context: Context) -> RunSpec:
-        """The RunSpec the validate task accepted: the one source of names."""
+        """The RunSpec the validate task accepted: the one source of names. From the training on, ``max_steps`` is
+        the one the resume step set (resumed step + budget), when it set one."""
         from nemo_rl_gke.spec import RunSpec
 
-        return RunSpec.from_conf(pull(context, VALIDATE))
+        spec = RunSpec.from_conf(pull(context, VALIDATE))
+        if self.step.stage in topology.RESUMED_STAGES and self.step_id != topology.RESUME:
+            resumed = pull(context, topology.RESUME) or {}
+            if resumed.get("max_steps") and resumed["max_steps"] != spec.max_steps:
+                spec = dataclasses.replace(spec, max_steps=int(resumed["max_steps"]))
+        return spec
 
     def identity(self, context: Context, spec: RunSpec) -> Owner:
         """This run's identity: the deployment, the run group of the spec's names, and ``dag_id/run_id``."""
@@ -119,7 +126,7 @@ class StepOperator(BaseOperator):
             stop = self.run_spec(context).stop_after
             if self.step in tuple(topology.after(stop)):
                 raise AirflowSkipException(f"stop_after={stop}: the run stops before the {self.step.stage} stage")
-        if provisioning or self.step.op in (topology.Op.DELETE_GCP, topology.Op.DELETE_KUBE):
+        if provisioning or self.step.op in (topology.Op.DELETE_GCP, topology.Op.DELETE_KUBE, topology.Op.SCALE_POOL):
             self.hold_lease(context)
 
     def hold_lease(self, context: Context) -> None:

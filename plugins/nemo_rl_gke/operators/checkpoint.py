@@ -18,7 +18,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from nemo_rl_gke import outcomes
 from nemo_rl_gke.operators.base import StepOperator, pull
 from nemo_rl_gke.operators.rayjob import dashboard
-from nemo_rl_gke.topology import CHECK_CHECKPOINT, CHECKPOINT_REPORT, JOB_SUMMARY, LUSTRE, SUBMIT, WAIT
+from nemo_rl_gke.topology import CHECK_CHECKPOINT, CHECKPOINT_REPORT, JOB_SUMMARY, LUSTRE, RESUME, SUBMIT, WAIT
 
 if TYPE_CHECKING:
     from nemo_rl_gke.spec import RunSpec
@@ -200,9 +200,133 @@ class ExportCheckpointOperator(StepOperator):
             )
         report = pull(context, CHECK_CHECKPOINT, CHECKPOINT_REPORT) or {}
         summary = pull(context, WAIT, JOB_SUMMARY) or {}
-        extra = {"uri": uri, "step": step, "metrics": summary, "shards": report.get("shards", {})}
+        # The checkpoint this run continued from: following parents walks a schedule's lineage night by night.
+        parent = (pull(context, RESUME) or {}).get("parent") or {}
+        extra = {
+            "uri": uri,
+            "step": step,
+            "metrics": summary,
+            "shards": report.get("shards", {}),
+            "parent": parent.get("uri"),
+            "parent_step": parent.get("step"),
+        }
         for outlet in self.outlets:
             context["outlet_events"][outlet].extra = extra
         self.log.info("Checkpoint step %s exported to %s", step, uri)
         self.unmark(context, spec)
         return {"action": outcomes.EXPORTED, "uri": uri, "step": step}
+
+
+# How many of the lineage's latest checkpoints the resume step reads (the report shows them).
+LINEAGE_SHOWN = 30
+
+
+class ResumeOperator(StepOperator):
+    """Continual training (``resume=latest``): the checkpoint to continue from, in Lustre before the job starts.
+
+    The lineage is this DAG's exported checkpoints (events on its Asset). Lustre kept warm still holds the newest
+    one; a new Lustre gets it imported from Cloud Storage with Lustre's ``importData`` (deferred). ``max_steps``
+    becomes the resumed step plus ``steps_per_run``, refused when the recipe's epoch cap would cut it. Returns
+    ``{"action", "resumed_from", "max_steps", "parent", "lineage"}``; with ``resume=none`` it changes nothing.
+    """
+
+    ui_color = "#fff3d6"
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        """Work out where the job resumes; import the checkpoint into a new Lustre, deferred."""
+        from nemo_rl_gke.gcp.operations import LONGRUNNING, OperationRef
+        from nemo_rl_gke.triggers.operations import OperationTrigger
+
+        spec = self.run_spec(context)
+        if spec.resume != "latest":
+            return {"action": outcomes.NOT_NEEDED, "resumed_from": None, "max_steps": spec.max_steps,
+                    "parent": None, "lineage": []}  # fmt: skip
+        lineage = self.lineage(context)
+        parent = lineage[-1] if lineage else None
+        start = int(parent["step"]) if parent else 0
+        max_steps = start + spec.steps_per_run if spec.steps_per_run else spec.max_steps
+        self.check_budget(spec, start, max_steps)
+        result = {"resumed_from": None, "max_steps": max_steps, "parent": parent, "lineage": lineage}
+        if parent is None:
+            self.log.info("No checkpoint in this DAG's lineage yet: training from scratch to step %d", max_steps)
+            return {**result, "action": outcomes.NOT_NEEDED}
+        lustre_action = (pull(context, LUSTRE) or {}).get("action")
+        if lustre_action != outcomes.CREATED:
+            # Kept warm (exists) or adopted: the lineage's newest checkpoint is still on it, where NeMo RL resumes.
+            self.log.info("Resuming from step %d on the warm Lustre, training to step %d", start, max_steps)
+            return {**result, "action": "warm", "resumed_from": {"step": start, "source": "lustre"}}
+        target = spec.checkpoint_lustre_path(start)
+        request = self.import_request(context, spec, parent["uri"], target, start)
+        operation = self.hook.call(self.hook.lustre_client.import_data, request=request, what=f"import {target}")
+        ref = OperationRef("lustre", f"/v1/{operation.operation.name}", LONGRUNNING, f"import {parent['uri']}")
+        what = f"import of {parent['uri']} into Lustre {spec.lustre_name}:{target} (operation {ref.path})"
+        pending = {**result, "action": outcomes.IMPORTED, "resumed_from": {"step": start, "source": parent["uri"]}}
+        self.defer_until(context, spec, OperationTrigger, what=what, pending=pending, operation=ref.to_dict())
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        """The import finished: resume from it; or fail saying what to do."""
+        result = self.pending(context)
+        if event.get("status") != "success":
+            raise AirflowFailException(
+                f"importing checkpoint {result['parent']['uri']} into Lustre failed: {event.get('message')}. The job "
+                "was not started. Check that the object still exists and the Lustre service agent can read the "
+                "bucket, then clear this task; or trigger with resume=none to start over."
+            )
+        self.log.info("Imported step %s; training to step %d", result["resumed_from"]["step"], result["max_steps"])
+        return dict(result)
+
+    def lineage(self, context: Context) -> list[dict[str, Any]]:
+        """This DAG's latest exported checkpoints, oldest first: run, step, URI, parent and the night's rewards."""
+        events = context["inlet_events"][self.inlets[0]].ascending(False).limit(LINEAGE_SHOWN)
+        found = []
+        for event in reversed(list(events)):
+            extra = event.extra or {}
+            if not isinstance(extra.get("uri"), str) or not isinstance(extra.get("step"), int):
+                continue  # an event some other producer wrote: not one of ours
+            metrics = extra.get("metrics") or {}
+            found.append(
+                {
+                    "run": f"{event.source_dag_id}/{event.source_run_id}",
+                    "step": extra["step"],
+                    "uri": extra["uri"],
+                    "parent": extra.get("parent"),
+                    "first_reward": metrics.get("first_reward"),
+                    "last_reward": metrics.get("last_reward"),
+                }
+            )
+        return found
+
+    def check_budget(self, spec: RunSpec, start: int, max_steps: int) -> None:
+        """Refuse a run that would train nothing, or that the recipe dataset's epoch cap would cut."""
+        import dataclasses
+
+        from nemo_rl_gke.nemo_rules import step_budget
+        from nemo_rl_gke.recipes import load_recipe
+
+        if max_steps <= start:
+            raise AirflowFailException(
+                f"max_steps={max_steps} is not past the resumed step {start}: NeMo RL would exit at once. Fix: set "
+                "steps_per_run (the steps to train past the resumed step) or a larger max_steps."
+            )
+        budget = step_budget(dataclasses.replace(spec, max_steps=max_steps), load_recipe(spec.recipe))
+        if budget is None:
+            self.log.info("Resumed at step %d + budget %d = max_steps %d", start, max_steps - start, max_steps)
+            return
+        if budget.capped:
+            raise AirflowFailException(
+                f"resumed step {start} + steps_per_run {spec.steps_per_run} = {max_steps}, but the recipe's epoch cap "
+                f"ends the job first: {budget.explain()}. Nothing was started."
+            )
+        self.log.info("Resumed at step %d + budget %d = %s", start, max_steps - start, budget.explain())
+
+    def import_request(self, context: Context, spec: RunSpec, uri: str, target: str, step: int) -> Any:
+        """Lustre's importData request; its id is stable per run and step, so a retry reuses the operation."""
+        from google.cloud import lustre_v1
+
+        request_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{context['dag'].dag_id}/{context['run_id']}/import/{step}"))
+        return lustre_v1.ImportDataRequest(
+            name=spec.lustre_path,
+            gcs_path=lustre_v1.GcsPath(uri=uri),
+            lustre_path=lustre_v1.LustrePath(path=target),
+            request_id=request_id,
+        )

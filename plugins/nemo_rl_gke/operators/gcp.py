@@ -215,3 +215,47 @@ class DeleteGcpResourceOperator(_ResourceStep):
             raise AirflowException(f"{self.describe(resource)} still exists after its delete operation finished")
         # Retryable on purpose: a delete refused while a dependent is still going away succeeds on a later try.
         raise AirflowException(self.event_failure(resource, event))
+
+
+class ScaleGpuPoolOperator(_ResourceStep):
+    """Scales the GPU pool of a cluster kept warm (``keep_cluster_and_storage``) to 0 nodes, deferred on the resize.
+
+    The RayCluster is gone by then, so nothing runs on the pool: its nodes would only bill until the autoscaler
+    noticed. Under ``delete_all`` the pool goes with its cluster (``not-needed``); under ``keep_all`` it is kept as it
+    is (skipped, ``kept-by-policy``). Returns ``{"key", "name", "action"}``.
+    """
+
+    ui_color = "#fbe9e3"
+
+    @property
+    def resource_key(self) -> str:
+        """The GPU node pool."""
+        return topology.NODE_POOL
+
+    def execute(self, context: Context) -> dict[str, str]:
+        """Resize the pool to 0 when the policy keeps the cluster warm and the pool is this run group's."""
+        spec = self.run_spec(context)
+        pool = self.resource(context, spec)
+        if spec.teardown_policy == topology.DELETE_ALL:
+            return self.result(pool, outcomes.NOT_NEEDED)
+        if spec.teardown_policy != topology.KEEP_WARM:
+            self.keep(context, self.result(pool, outcomes.KEPT_BY_POLICY), f"teardown_policy={spec.teardown_policy}")
+        actual = pool.get(self.hook)
+        if actual is None:
+            return self.result(pool, outcomes.ABSENT)
+        if not pool.owned(actual):
+            self.keep(context, self.result(pool, outcomes.KEPT_UNOWNED), "not this run group's: never resized")
+        operation = pool.scale_to_zero(self.hook)  # type: ignore[attr-defined]
+        if operation is None:
+            return self.result(pool, outcomes.ABSENT)
+        self.wait_on(context, spec, operation, pool, outcomes.SCALED_TO_ZERO)
+        return self.result(pool, outcomes.SCALED_TO_ZERO)
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, str]:
+        """Resume after the resize: done, or fail (retryable) with the operation's story."""
+        spec = self.run_spec(context)
+        pool = self.resource(context, spec)
+        if event.get("status") != "success":
+            raise AirflowException(self.event_failure(pool, event))
+        self.log.info("%s: scaled to 0 nodes; the cluster stays warm for the next run", self.describe(pool))
+        return self.result(pool, outcomes.SCALED_TO_ZERO)

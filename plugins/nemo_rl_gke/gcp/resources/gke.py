@@ -134,3 +134,14 @@ class GkeNodePool(_GkeResource):
         """The nodes' resource labels (node pools have no labels of their own)."""
         config = actual.get("config") or {}
         return owner_from_labels(config.get("resourceLabels"))
+
+    def scale_to_zero(self, hook: GcpHook) -> OperationRef | None:
+        """``setSize`` to 0 nodes: a cluster kept warm bills no GPU node until the next run scales it up (the pool
+        autoscales from 0 when the RayCluster's pods ask for GPUs). ``None`` when the pool is gone."""
+        from google.cloud import container_v1
+
+        request = container_v1.SetNodePoolSizeRequest(name=self.target_path, node_count=0)
+        operation = absent_on_404(
+            lambda: hook.call(hook.container_client.set_node_pool_size, request=request, what=f"scale {self.label}")
+        )
+        return None if operation is None else self._operation(operation)
