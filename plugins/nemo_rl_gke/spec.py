@@ -161,6 +161,7 @@ class RunSpec:
     )
     machine_type: str = _param(
         "",
+        type=["null", "string"],
         section=SECTION_GPU,
         title="GPU machine type (override)",
         description="Leave empty to derive it from the GPU type. If set, it must be the GPU type's machine type.",
@@ -254,6 +255,7 @@ class RunSpec:
     )
     peering_range_address: str = _param(
         "",
+        type=["null", "string"],
         section=SECTION_NETWORK,
         title="Peering range start address",
         description="First address of the private-services range for Lustre; empty lets Google pick a free /N.",
@@ -373,6 +375,7 @@ class RunSpec:
     # --- Training ------------------------------------------------------------------------------------------
     image_tag: str = _param(
         "",
+        type=["null", "string"],
         section=SECTION_TRAINING,
         title="NeMo RL image tag (override)",
         description="Leave empty to use the recipe's pinned image. Otherwise the recipe's release or a variant of "
@@ -455,6 +458,7 @@ class RunSpec:
     )
     extra_overrides: tuple[str, ...] = _param(
         (),
+        type=["null", "array"],
         section=SECTION_TRAINING,
         title="Extra NeMo RL overrides",
         description="More Hydra overrides for the recipe's config, e.g. policy.optimizer.kwargs.lr=1e-6. "
@@ -493,6 +497,7 @@ class RunSpec:
     )
     wandb_project: str = _param(
         "",
+        type=["null", "string"],
         section=SECTION_LOGGING,
         title="W&B project",
         description="logger.wandb.project; empty keeps the recipe's project.",
@@ -585,6 +590,7 @@ class RunSpec:
     # --- Checkpoint export and teardown --------------------------------------------------------------------
     export_bucket: str = _param(
         "",
+        type=["null", "string"],
         section=SECTION_TEARDOWN,
         title="Checkpoint export bucket",
         description="Cloud Storage bucket the validated checkpoint is exported to before Lustre is deleted; "
