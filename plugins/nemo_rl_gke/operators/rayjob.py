@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 
+from nemo_rl_gke.links import JOB_LINKS, WAIT_LINKS
 from nemo_rl_gke.operators.base import StepOperator, pull
 from nemo_rl_gke.topology import JOB_STEPS, JOB_SUMMARY, SUBMIT
 
@@ -40,6 +41,7 @@ class SubmitRayJobOperator(StepOperator):
     ``{"submission_id", "action": "submitted" | "adopted", "status", "dashboard"}``.
     """
 
+    operator_extra_links = JOB_LINKS
     ui_color = "#f3e8fb"
 
     def execute(self, context: Context) -> dict[str, Any]:
@@ -88,6 +90,7 @@ class RayJobSensor(StepOperator):
     (one row per training step), ``summary`` and the return value (status and summary).
     """
 
+    operator_extra_links = WAIT_LINKS
     ui_color = "#f3e8fb"
 
     def execute(self, context: Context) -> None:
