@@ -174,3 +174,12 @@ def test_no_task_id_is_written_outside_the_topology() -> None:
     # The check itself can fail: it finds each kind of literal it is meant to find.
     planted = ast.parse(f'pull(x, "{topology.WAIT}"); a = {{("report", "text"): 1}}; f(task_ids="plan"); "storage."')
     assert sorted(n.value for n in _task_id_literals(planted)) == ["plan", "report", "storage.", topology.WAIT]
+
+
+def test_every_task_group_says_what_it_does_and_what_to_do_when_it_fails(dagbag) -> None:
+    dag = dagbag.dags["nemo_rl_grpo_gke"]
+    groups = {step.group for step in topology.STEPS.values() if step.group}
+    for name in groups:
+        group = dag.task_group_dict[name]
+        assert group.tooltip and group.doc_md, name
+        assert "**If it fails**" in group.doc_md, name
