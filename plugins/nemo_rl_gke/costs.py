@@ -52,6 +52,7 @@ _KINDS: dict[str, tuple[str, str]] = {
     topology.GVNIC_SUB: ("subnet", "gvnic_subnet"),
     topology.GVNIC_FW: ("firewall rule", "gvnic_firewall"),
     topology.RDMA_NET: ("VPC network (RDMA)", "rdma_network"),
+    **{sub: ("subnet (RDMA)", "") for sub in topology.RDMA_SUBS},
     topology.PEERING_RANGE: ("peering range", "peering_range"),
     topology.PEERING: ("Service Networking peering", "network"),
     topology.LUSTRE: ("Managed Lustre instance", "lustre_name"),
@@ -146,10 +147,18 @@ def still_running(
         elif teardown and states.get(teardown) in _DELETING:
             state = "being deleted"
         kind, attr = _KINDS.get(task_id, (task_id, ""))
-        name = str(made.get("name") or (getattr(spec, attr) if attr else task_id))
+        name = str(made.get("name") or _spec_name(spec, task_id, attr))
         price, basis = hourly_cost(task_id, spec)
         found.append(RunningResource(task_id, kind, name, state, price, basis))
-    return found
+    # What costs most first: the banner is read top down.
+    return sorted(found, key=lambda r: -(r.usd_per_hour or 0.0))
+
+
+def _spec_name(spec: RunSpec, task_id: str, attr: str) -> str:
+    """The resource's name as the RunSpec derives it (when its step has not reported one)."""
+    if task_id in topology.RDMA_SUBS:
+        return spec.rdma_subnets[topology.RDMA_SUBS.index(task_id)]
+    return str(getattr(spec, attr)) if attr else task_id
 
 
 def total_per_hour(resources: list[RunningResource]) -> float:

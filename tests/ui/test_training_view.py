@@ -98,7 +98,12 @@ def test_the_banner_lists_what_is_up_and_drops_what_teardown_deleted() -> None:
     # Mid-run: everything made so far is up, nothing torn down yet.
     tasks = _tasks(**{s.task_id: "none" for s in topology.teardown_steps()})
     running = costs.still_running(spec, {t: s.state for t, s in tasks.items()}, results)
-    assert [r.task_id for r in running] == [*(s.task_id for s in topology.gcp_resources()), topology.RAYCLUSTER]
+    assert sorted(r.task_id for r in running) == sorted(
+        [*(s.task_id for s in topology.gcp_resources()), topology.RAYCLUSTER]
+    )
+    # Most expensive first: the GPU pool, then the cluster, then Lustre; the free ones after them.
+    assert [r.task_id for r in running][:3] == [topology.NODE_POOL, topology.GKE_CLUSTER, topology.LUSTRE]
+    assert all("." not in r.kind for r in running), "every resource has a kind for people"
     assert {r.state for r in running} == {"up"}
     pool = next(r for r in running if r.task_id == topology.NODE_POOL)
     assert pool.usd_per_hour == 2 * 8 * costs.gpu_price(spec) and pool.name == f"n-{topology.NODE_POOL}"
@@ -109,8 +114,8 @@ def test_the_banner_lists_what_is_up_and_drops_what_teardown_deleted() -> None:
     results[topology.DELETE_PEERING] = {"action": outcomes.KEPT_FOR_LUSTRE}
     left = costs.still_running(spec, {t: "success" for t in tasks}, results)
     assert [(r.task_id, r.state) for r in left] == [
-        (topology.PEERING, f"kept ({outcomes.KEPT_FOR_LUSTRE})"),
         (topology.LUSTRE, f"kept ({outcomes.KEPT_FOR_CHECKPOINT})"),
+        (topology.PEERING, f"kept ({outcomes.KEPT_FOR_LUSTRE})"),
     ]
     assert costs.total_per_hour(left) == costs.hourly_cost(topology.LUSTRE, spec)[0] > 0
 

@@ -145,6 +145,7 @@ function render(view) {
   setText("updated", view.generated_at);
   document.body.setAttribute("data-points", view.points);
   document.body.setAttribute("data-run-state", view.run_state);
+  document.body.setAttribute("data-wait-state", p.state);
 }
 
 async function poll() {
