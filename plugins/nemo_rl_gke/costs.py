@@ -74,8 +74,11 @@ class RunningResource:
     basis: str
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form."""
-        return asdict(self)
+        """JSON-able form (the price rounded to a cent's hundredth: it is an estimate)."""
+        data = asdict(self)
+        if self.usd_per_hour is not None:
+            data["usd_per_hour"] = round(self.usd_per_hour, 4)
+        return data
 
 
 def gpu_price(spec: RunSpec) -> float | None:

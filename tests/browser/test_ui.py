@@ -31,7 +31,7 @@ from tests.browser.stack import (
 pytestmark = [pytest.mark.airflow, pytest.mark.browser]
 # Enough steps to watch the curves grow; the local recipe's rewards reach 1.0 for several steps in a row before
 # that, which the zero-learning guard would (rightly) stop, so it is off for this run.
-WATCH_STEPS = 60
+WATCH_STEPS = 100
 RUN_TIMEOUT_S = 420
 
 
@@ -96,8 +96,10 @@ def test_the_training_view_follows_the_job_and_the_links_lead_out(stack: Stack, 
     # While train.wait is deferred: every step parsed so far is one point of each curve.
     view = page.context.new_page()
     view.goto(view_url(airflow, run_id))
+    # The job's first steps take a while to reach the log (Ray starts the driver): a generous bound, not a timing test.
     view.wait_for_function(
-        "() => document.body.dataset.waitState === 'deferred' && Number(document.body.dataset.points) > 2"
+        "() => document.body.dataset.waitState === 'deferred' && Number(document.body.dataset.points) > 2",
+        timeout=RUN_TIMEOUT_S * 1000,
     )
     shown = _shown(view)
     assert shown["waitState"] == "deferred"
