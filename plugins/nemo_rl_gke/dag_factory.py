@@ -17,6 +17,7 @@ from nemo_rl_gke.docs import GROUP_DOCS
 from nemo_rl_gke.operators.checkpoint import ExportCheckpointOperator, ValidateCheckpointOperator
 from nemo_rl_gke.operators.gcp import DeleteGcpResourceOperator, EnsureGcpResourceOperator
 from nemo_rl_gke.operators.kube import ApplyKubeObjectsOperator, DeleteKubeObjectsOperator
+from nemo_rl_gke.operators.lease import ReleaseLeaseOperator, TakeLeaseOperator
 from nemo_rl_gke.operators.preflight import (
     ApplyGateOperator,
     PlanOperator,
@@ -31,6 +32,7 @@ OPERATORS: dict[Op, type[BaseOperator]] = {
     Op.VALIDATE_CONF: ValidateConfOperator,
     Op.PLAN: PlanOperator,
     Op.APPLY_GATE: ApplyGateOperator,
+    Op.TAKE_LEASE: TakeLeaseOperator,
     Op.PREFLIGHT_LIVE: PreflightLiveOperator,
     Op.ENSURE_GCP: EnsureGcpResourceOperator,
     Op.APPLY_KUBE: ApplyKubeObjectsOperator,
@@ -40,6 +42,7 @@ OPERATORS: dict[Op, type[BaseOperator]] = {
     Op.EXPORT_CHECKPOINT: ExportCheckpointOperator,
     Op.DELETE_KUBE: DeleteKubeObjectsOperator,
     Op.DELETE_GCP: DeleteGcpResourceOperator,
+    Op.RELEASE_LEASE: ReleaseLeaseOperator,
     Op.REPORT: RunReportOperator,
 }
 DEFAULT_ARGS: dict[str, Any] = {"owner": "ml-platform", "retries": 2, "retry_delay": timedelta(seconds=30)}

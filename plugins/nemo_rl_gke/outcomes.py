@@ -9,9 +9,11 @@ DELETED = "deleted"
 ABSENT = "absent"  # nothing to delete (already gone: 404 counts as done)
 EXPORTED = "exported"
 KEPT_BY_POLICY = "kept-by-policy"
-KEPT_UNOWNED = "kept-unowned"
+KEPT_UNOWNED = "kept-unowned"  # another deployment's or group's, or adopted: never deleted
+KEPT_UNUSED = "kept-unused"  # ours, but this run refused it or never reached it: left for the run that uses it
+KEPT_LEASE_LOST = "kept-lease-lost"  # the run no longer holds its group's lease: it deletes nothing
 KEPT_FOR_CHECKPOINT = "kept-for-checkpoint"
 KEPT_FOR_LUSTRE = "kept-for-lustre"
 # After these the resource is gone.
 GONE = frozenset({DELETED, ABSENT})
-KEPT = frozenset({KEPT_BY_POLICY, KEPT_UNOWNED, KEPT_FOR_CHECKPOINT, KEPT_FOR_LUSTRE})
+KEPT = frozenset({KEPT_BY_POLICY, KEPT_UNOWNED, KEPT_UNUSED, KEPT_LEASE_LOST, KEPT_FOR_CHECKPOINT, KEPT_FOR_LUSTRE})

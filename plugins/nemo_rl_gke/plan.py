@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from nemo_rl_gke import topology
+from nemo_rl_gke.ownership import PLANNED_RUN, Owner, lease_key
 from nemo_rl_gke.rayjobs import RUN_ID_PLACEHOLDER, JobRequest, job_request
 from nemo_rl_gke.recipes import load_recipe
 
@@ -49,6 +50,7 @@ class Plan:
 
     spec: RunSpec
     dag_id: str
+    owner: Owner
     requests: tuple[PlannedRequest, ...]
     manifests: tuple[Manifest, ...]
     installer_source: str
@@ -67,6 +69,13 @@ class Plan:
                 "image": recipe.image_for(self.spec),
             },
             "conf": self.spec.to_conf(),
+            "identity": {
+                "deployment": self.owner.deployment,
+                "group": self.owner.group,
+                "labels": self.owner.labels,
+                "description": self.owner.description,
+                "lease": {"metadata_key": lease_key(self.owner.group), "on_held": self.spec.lease_held},
+            },
             "gcp_requests": [{"stage": p.stage, **p.request.to_dict()} for p in self.requests],
             "manifests": [{"source": m.template, "object": m.obj} for m in self.manifests],
             "nccl_installer_source": self.installer_source,
@@ -86,6 +95,13 @@ class Plan:
             f"{spec.worker_replicas} x {spec.effective_machine_type} "
             f"({spec.gpus_per_node} x {spec.gpu.accelerator_type}) in {spec.zone}, project {spec.project}",
             "Nothing has been created yet. In apply mode the run makes these calls, in this order.",
+            "",
+            f"0. Identity: deployment {self.owner.deployment}, run group {self.owner.group}",
+            f"   lease: taken before anything is created, as project metadata item {lease_key(self.owner.group)};"
+            f" if another run holds it: {spec.lease_held}",
+            f"   labels (where the API has them): {json.dumps(self.owner.labels)}",
+            f"   description record (elsewhere): {self.owner.description}",
+            "   teardown deletes only what carries this deployment and group and this run used or created",
             "",
             f"1. Google Cloud requests ({len(self.requests)}); storage and cluster run side by side once the main "
             "network exists",
@@ -129,21 +145,21 @@ class Plan:
         return "\n".join(out) + "\n"
 
 
-def gcp_requests(spec: RunSpec) -> list[PlannedRequest]:
+def gcp_requests(spec: RunSpec, owner: Owner) -> list[PlannedRequest]:
     """Provisioning requests in the topology's creation order, each tagged with its stage."""
     from nemo_rl_gke.gcp.resources import resources
 
-    return [PlannedRequest(r.stage, request) for r in resources(spec).values() for request in r.planned]
+    return [PlannedRequest(r.stage, request) for r in resources(spec, owner).values() for request in r.planned]
 
 
-def teardown_steps(spec: RunSpec, manifests: list[Manifest]) -> list[TeardownStep]:
+def teardown_steps(spec: RunSpec, manifests: list[Manifest], owner: Owner) -> list[TeardownStep]:
     """Deletions in the topology's teardown order (FACTS §4): the RayCluster, the other Kubernetes objects (each
     group in reverse apply order), Lustre, peering, range, cluster, firewall, subnets, networks. Lustre goes only
     after the checkpoint export succeeded, unless loss is accepted."""
     from nemo_rl_gke.gcp.resources import resources
     from nemo_rl_gke.kube.manifests import TEMPLATES
 
-    found = resources(spec)
+    found = resources(spec, owner)
     lustre_note = (
         "even if the export failed: accept_checkpoint_loss is true"
         if spec.accept_checkpoint_loss
@@ -173,18 +189,24 @@ def build_plan(
 ) -> Plan:
     """The plan of a validated spec for one DAG run (the run id fixes the Ray submission id).
 
-    ``deployment`` resolves which connections the job's secrets come from (None: the defaults).
+    ``deployment`` resolves which connections the job's secrets come from and whose resources the run owns (None:
+    the defaults).
     """
+    from nemo_rl_gke.deployment import Deployment
     from nemo_rl_gke.kube.manifests import render_manifests
 
+    deployment = deployment or Deployment()
+    run = PLANNED_RUN if run_id == RUN_ID_PLACEHOLDER else f"{dag_id}/{run_id}"
+    owner = Owner(deployment.deployment_id, spec.group_id, run)
     recipe = load_recipe(spec.recipe)
-    manifests = render_manifests(spec, recipe.image_for(spec))
+    manifests = render_manifests(spec, recipe.image_for(spec), owner)
     return Plan(
         spec=spec,
         dag_id=dag_id,
-        requests=tuple(gcp_requests(spec)),
+        owner=owner,
+        requests=tuple(gcp_requests(spec, owner)),
         manifests=tuple(manifests),
         installer_source=spec.nccl_installer_source,
         job=job_request(spec, recipe, dag_id, run_id, deployment),
-        teardown=tuple(teardown_steps(spec, manifests)),
+        teardown=tuple(teardown_steps(spec, manifests, owner)),
     )

@@ -23,13 +23,6 @@ from nemo_rl_gke.findings import CREDENTIAL_VALUE, REDACTED, ConfError, Finding,
 from nemo_rl_gke.paths import recipe_names
 from nemo_rl_gke.topology import CHECKPOINT, POLICIES, RDMA_SUBNET_COUNT, STOP_POINTS
 
-OWNER_LABEL_KEY = "managed-by"
-OWNER_LABEL_VALUE = "airflow-nemo-rl-gke"
-# Networks, subnets and firewalls have no labels in the Compute API; their description carries the marker.
-OWNER_DESCRIPTION = (
-    f"{OWNER_LABEL_KEY}={OWNER_LABEL_VALUE}: created by the nemo_rl_grpo_gke DAG, deleted by its teardown"
-)
-
 SECTION_RUN = "Run"
 SECTION_LOCATION = "Project and location"
 SECTION_GPU = "GPU nodes"
@@ -123,6 +116,23 @@ class RunSpec:
         "RayCluster), train (and the GRPO job) or checkpoint (everything: validate and export too). Later stages are "
         "skipped; teardown runs as always.",
         enum=list(STOP_POINTS),
+    )
+    lease_held: str = _param(
+        "fail",
+        section=SECTION_RUN,
+        title="When another run holds the group",
+        description="What a run does when another run (of any Airflow) holds its run group's lease, i.e. works on "
+        "resources of the same names: fail at once naming the holder, wait (without a worker slot) up to "
+        "lease_wait_s for it to finish, or skip the run.",
+        enum=["fail", "wait", "skip"],
+    )
+    lease_wait_s: int = _param(
+        3600,
+        section=SECTION_RUN,
+        title="Longest wait for the group (s)",
+        description="With lease_held=wait: how long to wait for the other run to release the group.",
+        minimum=1,
+        maximum=12 * HOUR,
     )
     # --- Project and location ------------------------------------------------------------------------------
     project: str = _param(
@@ -609,7 +619,17 @@ class RunSpec:
         False,
         section=SECTION_TEARDOWN,
         title="Accept checkpoint loss",
-        description="Allow teardown to delete Lustre even when the checkpoint export did not succeed.",
+        description="Allow teardown to delete Lustre even when this run's checkpoint export did not succeed. It "
+        "releases only this run's own checkpoint: one another run left pending needs release_checkpoint_of_run.",
+    )
+    release_checkpoint_of_run: str = _param(
+        "",
+        section=SECTION_TEARDOWN,
+        title="Release the pending checkpoint of run",
+        description="dag_id/run_id of the run whose unexported checkpoint keeps Lustre (the teardown message and the "
+        "instance's labels name it). Naming it lets this run's teardown delete Lustre and that checkpoint with it.",
+        maxLength=500,
+        pattern=r"^([A-Za-z0-9_.:+-]{1,250}/[A-Za-z0-9_.:+-]{1,250})?$",
     )
     gpu_hour_price_usd: float = _param(
         0.0,
@@ -826,9 +846,25 @@ class RunSpec:
 
     # --- Ownership ---------------------------------------------------------------------------------------------
     @property
-    def labels(self) -> dict[str, str]:
-        """Labels on every resource that has them: the ownership marker and the deployment it belongs to."""
-        return {OWNER_LABEL_KEY: OWNER_LABEL_VALUE, "nemo-rl-deployment": self.cluster_name}
+    def group_id(self) -> str:
+        """The run group: every resource this conf's names describe. Two confs with the same names are one group
+        (they would fight over the same resources); the id is the cluster name and a digest of every name."""
+        names = (
+            self.project,
+            self.region,
+            self.zone,
+            self.network,
+            self.gvnic_prefix,
+            self.rdma_prefix,
+            self.lustre_name,
+            self.cluster_name,
+            self.node_pool_name,
+            self.namespace,
+            self.ksa_name,
+            self.raycluster_name,
+        )
+        digest = hashlib.sha256("\0".join(names).encode()).hexdigest()[:8]
+        return f"{self.cluster_name}-{digest}"
 
     @property
     def final_step(self) -> int:

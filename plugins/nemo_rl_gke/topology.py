@@ -22,6 +22,7 @@ class Op(StrEnum):
     VALIDATE_CONF = "validate-conf"
     PLAN = "plan"
     APPLY_GATE = "apply-gate"
+    TAKE_LEASE = "take-lease"
     PREFLIGHT_LIVE = "preflight-live"
     ENSURE_GCP = "ensure-gcp"
     APPLY_KUBE = "apply-kube"
@@ -31,6 +32,7 @@ class Op(StrEnum):
     EXPORT_CHECKPOINT = "export-checkpoint"
     DELETE_KUBE = "delete-kube"
     DELETE_GCP = "delete-gcp"
+    RELEASE_LEASE = "release-lease"
     REPORT = "report"
 
 
@@ -87,6 +89,7 @@ REPORT_TEXT = "text"
 VALIDATE = "validate"
 PLAN = "plan"
 APPLY_GATE = "apply_gate"
+LEASE = "lease"
 PREFLIGHT_LIVE = "preflight_live"
 
 NET = "network.net"
@@ -124,6 +127,7 @@ DELETE_RDMA_SUBS: tuple[str, ...] = tuple(f"teardown.delete-rdma-sub-{n}" for n 
 DELETE_GVNIC_NET = "teardown.delete-gvnic-net"
 DELETE_RDMA_NET = "teardown.delete-rdma-net"
 DELETE_NET = "teardown.delete-net"
+RELEASE_LEASE = "teardown.release-lease"
 
 RUN_REPORT = "report"
 
@@ -184,8 +188,8 @@ class Step:
 
     @property
     def is_teardown(self) -> bool:
-        """Whether the step deletes things (it runs after any failure, as an Airflow teardown task)."""
-        return self.op in (Op.DELETE_GCP, Op.DELETE_KUBE)
+        """Whether the step cleans up (it runs after any failure, as an Airflow teardown task)."""
+        return self.op in (Op.DELETE_GCP, Op.DELETE_KUBE, Op.RELEASE_LEASE)
 
     @property
     def wait_timeout_param(self) -> str | None:
@@ -210,7 +214,11 @@ _STEPS: tuple[Step, ...] = (
          doc="Every GCP request, Kubernetes manifest and the Ray job, in order (secrets redacted)."),
     Step(APPLY_GATE, Op.APPLY_GATE, PREFLIGHT, (PLAN,), retries=0,
          doc="Ends a plan-mode run here: it skips itself and everything after it."),
-    Step(PREFLIGHT_LIVE, Op.PREFLIGHT_LIVE, PREFLIGHT, (APPLY_GATE,), produces=(*_RECORDS, FINDINGS), retries=1,
+    # Before anything is created the run takes its group's lease (cloud-side, seen by every Airflow); another
+    # holder fails it (or skips, or waits: the conf's lease_held). A retry would meet the same holder.
+    Step(LEASE, Op.TAKE_LEASE, PREFLIGHT, (APPLY_GATE,), retries=0, timeout_param="lease_wait_s",
+         doc="Takes the run group's lease, so no other run creates or deletes the group's resources meanwhile."),
+    Step(PREFLIGHT_LIVE, Op.PREFLIGHT_LIVE, PREFLIGHT, (LEASE,), produces=(*_RECORDS, FINDINGS), retries=1,
          doc="Live checks before anything is created: reservation, RoCE profile, APIs, quota, secrets."),
     # --- network -----------------------------------------------------------------------------------------------
     _ensure(NET, NETWORK, (PREFLIGHT_LIVE,), DELETE_NET, "The main VPC (auto subnets): cluster and Lustre."),
@@ -276,6 +284,11 @@ _STEPS: tuple[Step, ...] = (
     _delete(DELETE_RDMA_NET, RDMA_NET, DELETE_RDMA_SUBS, counts_for_run_state=True, doc="Deletes the RDMA network."),
     _delete(DELETE_NET, NET, (DELETE_PEERING_RANGE, DELETE_CLUSTER), counts_for_run_state=True,
             doc="Deletes the main network, last."),
+    # After every other teardown step; it runs whenever the lease was taken, so no failure keeps the group held.
+    Step(RELEASE_LEASE, Op.RELEASE_LEASE, TEARDOWN, (DELETE_RAYCLUSTER, DELETE_KUBE_OBJECTS, DELETE_LUSTRE,
+         DELETE_PEERING, DELETE_PEERING_RANGE, DELETE_CLUSTER, DELETE_GVNIC_FW, DELETE_GVNIC_SUB, *DELETE_RDMA_SUBS,
+         DELETE_GVNIC_NET, DELETE_RDMA_NET, DELETE_NET), retries=3, retry_delay_s=5,
+         doc="Frees the run group's lease (recording whether its resources were kept warm)."),
     # --- the last task: whenever the conf was valid, after teardown; it never decides the run's state -------
     Step(RUN_REPORT, Op.REPORT, REPORT, produces=(*_RECORDS, REPORT_TEXT), retries=0,
          doc="Stage times, critical path, GPU node-hours and cost, training, checkpoint and teardown."),
@@ -351,7 +364,7 @@ def upstream(task_id: str) -> tuple[str, ...]:
         return (*(s.task_id for s in teardown_steps()), VALIDATE)
     if this.is_teardown:
         roots = () if this.needs else tuple(s.task_id for s in provisioning())
-        return (*this.needs, *roots, PREFLIGHT_LIVE)
+        return (*this.needs, *roots, setup_of(task_id))
     return this.needs
 
 
@@ -361,10 +374,13 @@ def edges() -> set[tuple[str, str]]:
 
 
 def setup_of(task_id: str) -> str | None:
-    """The setup task a teardown task belongs to: teardown needs the live preflight, the report a valid conf."""
+    """The setup task a teardown task belongs to: deletions need the live preflight, the lease's release the lease,
+    the report a valid conf."""
     this = step(task_id)
     if this.op is Op.REPORT:
         return VALIDATE
+    if this.op is Op.RELEASE_LEASE:
+        return LEASE
     return PREFLIGHT_LIVE if this.is_teardown else None
 
 

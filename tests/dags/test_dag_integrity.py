@@ -12,6 +12,7 @@ from nemo_rl_gke.dag_params import FORM_OPEN_SECTION, form_fields, form_section
 from nemo_rl_gke.preflight import check_conf
 from nemo_rl_gke.spec import param_schema, spec_fields
 from tests.dags.guard import parse_dag_folder
+from tests.owners import owner_of
 from tests.paths import ROOT
 
 DAG_IDS = ["nemo_rl_grpo_gke"]
@@ -133,7 +134,7 @@ def test_teardown_tasks_are_teardowns_of_preflight_live(dagbag) -> None:
     from nemo_rl_gke.gcp.resources import resources
     from nemo_rl_gke.spec import RunSpec
 
-    registry = resources(RunSpec())
+    registry = resources(RunSpec(), owner_of(RunSpec()))
     assert [s.task_id for s in topology.gcp_resources()] == list(registry)
     deleted = {target for t in topology.teardown_steps() for target in t.deletes}
     assert set(registry) - deleted == {topology.NODE_POOL}

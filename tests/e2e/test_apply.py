@@ -22,10 +22,11 @@ from nemo_rl_gke.gcp.resources import resources
 from nemo_rl_gke.spec import RunSpec
 from tests.e2e.harness import INFRA_ONLY, run_in_process
 from tests.faults import create_match, delete_match
+from tests.owners import owner_of
 
 pytestmark = pytest.mark.airflow
 SPEC = RunSpec()
-REGISTRY = resources(SPEC)
+REGISTRY = resources(SPEC, owner_of(SPEC))
 KEYS = list(REGISTRY)
 DELETES = [s.task_id for s in t.teardown_steps() if s.op is t.Op.DELETE_GCP]
 SKIPPED = [s.task_id for s in t.after(t.CLUSTER)]

@@ -11,10 +11,11 @@ from nemo_rl_gke import topology as t
 from nemo_rl_gke.gcp.resources import resources
 from nemo_rl_gke.gcp.resources.drift import normalize_ref, same_ref
 from nemo_rl_gke.gcp.resources.peering import PEERING_RANGE_FIELD
-from nemo_rl_gke.spec import OWNER_DESCRIPTION, RunSpec
+from nemo_rl_gke.spec import RunSpec
+from tests.owners import owner_of
 
 SPEC = RunSpec.from_conf({"project": "my-project", "region": "us-east5", "zone": "us-east5-b"})
-FOUND = resources(SPEC)
+FOUND = resources(SPEC, owner_of(SPEC))
 NET_URL = "projects/my-project/global/networks/nemo-rl-net"
 
 
@@ -150,12 +151,8 @@ def test_the_peering_is_ours_through_its_range() -> None:
 
     theirs_range = {**ours_range, "labels": {}, "description": ""}
     assert not peering.owned({**connection, PEERING_RANGE_FIELD: theirs_range})
-
-    other = {"reservedPeeringRanges": ["someone-elses-range"], PEERING_RANGE_FIELD: ours_range}
-    assert not peering.owned(other)
-    assert peering.drift(other) == [
-        'reservedPeeringRanges: expected to include "nemo-rl-lustre-range", found ["someone-elses-range"]'
-    ]
+    other_group = {**ours_range, "description": ours_range["description"].replace(SPEC.group_id, "other-group")}
+    assert not peering.owned({**connection, PEERING_RANGE_FIELD: other_group})
 
 
 def test_states_decide_ready_failed_and_deleting() -> None:
@@ -167,4 +164,4 @@ def test_states_decide_ready_failed_and_deleting() -> None:
     assert FOUND[t.PEERING_RANGE].ready({"status": "RESERVED"}) and not FOUND[t.PEERING_RANGE].ready(
         {"status": "RESERVING"}
     )
-    assert FOUND[t.NET].owned({"description": OWNER_DESCRIPTION})
+    assert FOUND[t.NET].owned({"description": owner_of(SPEC).description})

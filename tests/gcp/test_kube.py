@@ -34,6 +34,7 @@ from nemo_rl_gke.kube.raycluster import diagnose
 from nemo_rl_gke.spec import RunSpec
 from nemo_rl_gke.triggers.raycluster import CLASSPATH, RayClusterTrigger
 from tests.gcp.conftest import ensure_done
+from tests.owners import owner_of
 
 pytestmark = pytest.mark.airflow
 
@@ -41,7 +42,7 @@ pytestmark = pytest.mark.airflow
 @pytest.fixture
 def cluster_spec(spec: RunSpec, hook: GcpHook) -> RunSpec:
     """A running GKE cluster and a ready Lustre instance (with its network and peering) in the test's project."""
-    found = resources(spec)
+    found = resources(spec, owner_of(spec))
     for key in (t.NET, t.GKE_CLUSTER, t.PEERING_RANGE, t.PEERING, t.LUSTRE):
         ensure_done(found[key], hook)
     return spec
@@ -106,11 +107,11 @@ def test_apply_creates_then_reapply_changes_nothing_and_delete_treats_404_as_don
     kube = _kube(cluster_spec, hook)
     address = lustre_ip(cluster_spec, hook)
     objects = [
-        *group_objects(cluster_spec, t.NCCL_INSTALLER),
-        *group_objects(cluster_spec, t.NETWORK_MAPPING),
-        *group_objects(cluster_spec, t.LUSTRE_STORAGE, lustre_address=address),
+        *group_objects(cluster_spec, t.NCCL_INSTALLER, owner_of(cluster_spec)),
+        *group_objects(cluster_spec, t.NETWORK_MAPPING, owner_of(cluster_spec)),
+        *group_objects(cluster_spec, t.LUSTRE_STORAGE, owner_of(cluster_spec), lustre_address=address),
     ]
-    first = apply_objects(kube, objects, adopt=False)
+    first = apply_objects(kube, objects, owner_of(cluster_spec), adopt=False)
     assert {r.action for r in first} == {"created"} and len(first) == len(objects) == 21
     pv = kube.get(ObjectRef("v1", "PersistentVolume", cluster_spec.lustre_pv))
     assert pv is not None and pv["spec"]["csi"]["volumeAttributes"]["ip"] == address
@@ -118,18 +119,18 @@ def test_apply_creates_then_reapply_changes_nothing_and_delete_treats_404_as_don
     pvc = kube.get(ObjectRef("v1", "PersistentVolumeClaim", cluster_spec.lustre_pvc, cluster_spec.namespace))
     assert pvc is not None and pvc["status"]["phase"] == "Bound"
 
-    second = apply_objects(kube, objects, adopt=False)
+    second = apply_objects(kube, objects, owner_of(cluster_spec), adopt=False)
     assert {r.action for r in second} == {"unchanged"}
     assert [r.resource_version for r in second] == [r.resource_version for r in first]
 
     changed = copy.deepcopy(objects)
     changed[1]["spec"]["deviceMode"] = "RDMA"
-    third = apply_objects(kube, changed, adopt=False)
+    third = apply_objects(kube, changed, owner_of(cluster_spec), adopt=False)
     assert [r.action for r in third].count("configured") == 1
 
-    deleted = delete_objects(kube, objects)
+    deleted = delete_objects(kube, objects, owner_of(cluster_spec))
     assert {r.action for r in deleted} == {"deleted"}
-    assert {r.action for r in delete_objects(kube, objects)} == {"absent"}
+    assert {r.action for r in delete_objects(kube, objects, owner_of(cluster_spec))} == {"absent"}
     assert sandbox.full_inventory()["kubernetes"] == []
 
 
@@ -137,22 +138,22 @@ def test_an_unowned_object_is_refused_adopted_on_request_and_never_deleted(
     cluster_spec: RunSpec, hook: GcpHook
 ) -> None:
     kube = _kube(cluster_spec, hook)
-    ours = group_objects(cluster_spec, t.NETWORK_MAPPING)[:1]
+    ours = group_objects(cluster_spec, t.NETWORK_MAPPING, owner_of(cluster_spec))[:1]
     foreign = copy.deepcopy(ours[0])
     foreign["metadata"]["labels"] = {"team": "someone-else"}
     kube.apply(foreign)
     with pytest.raises(NotOwnedObjectError, match="adopt_existing=true"):
-        apply_objects(kube, ours, adopt=False)
-    assert [r.action for r in apply_objects(kube, ours, adopt=True)] == ["adopted"]
-    assert [r.action for r in delete_objects(kube, ours)] == ["kept-unowned"]
+        apply_objects(kube, ours, owner_of(cluster_spec), adopt=False)
+    assert [r.action for r in apply_objects(kube, ours, owner_of(cluster_spec), adopt=True)] == ["adopted"]
+    assert [r.action for r in delete_objects(kube, ours, owner_of(cluster_spec))] == ["kept-unowned"]
     assert kube.get(ObjectRef.of(ours[0])) is not None
 
 
 def test_manifests_are_validated_at_apply_time(cluster_spec: RunSpec, hook: GcpHook) -> None:
-    bad = group_objects(cluster_spec, t.NETWORK_MAPPING)[:1]
+    bad = group_objects(cluster_spec, t.NETWORK_MAPPING, owner_of(cluster_spec))[:1]
     bad[0]["spec"]["deviceMode"] = 7
     with pytest.raises(InvalidManifestError, match="deviceMode"):
-        apply_objects(_kube(cluster_spec, hook), bad, adopt=False)
+        apply_objects(_kube(cluster_spec, hook), bad, owner_of(cluster_spec), adopt=False)
 
 
 def test_api_errors_are_kubernetes_status_errors(cluster_spec: RunSpec, hook: GcpHook) -> None:
@@ -168,9 +169,11 @@ def test_a_raycluster_runs_a_real_ray_reachable_through_the_service_proxy_and_st
     cluster_spec: RunSpec, hook: GcpHook, sandbox: SandboxProcess
 ) -> None:
     kube = _kube(cluster_spec, hook)
-    storage = group_objects(cluster_spec, t.LUSTRE_STORAGE, lustre_address=lustre_ip(cluster_spec, hook))
-    raycluster = group_objects(cluster_spec, t.RAYCLUSTER)
-    apply_objects(kube, [*storage, *raycluster], adopt=False)
+    storage = group_objects(
+        cluster_spec, t.LUSTRE_STORAGE, owner_of(cluster_spec), lustre_address=lustre_ip(cluster_spec, hook)
+    )
+    raycluster = group_objects(cluster_spec, t.RAYCLUSTER, owner_of(cluster_spec))
+    apply_objects(kube, [*storage, *raycluster], owner_of(cluster_spec), adopt=False)
     try:
         # Still waiting: the head takes seconds to start, and a short run of the trigger yields nothing.
         with pytest.raises(TimeoutError):
@@ -188,7 +191,7 @@ def test_a_raycluster_runs_a_real_ray_reachable_through_the_service_proxy_and_st
         with urllib.request.urlopen(request, timeout=30) as response:
             assert json.loads(response.read())["ray_version"] == "2.60.0"
     finally:
-        results = delete_objects(kube, [*storage, *raycluster])
+        results = delete_objects(kube, [*storage, *raycluster], owner_of(cluster_spec))
     assert any(r.action == "deleted" and r.ref.kind == "RayCluster" for r in results)
     assert asyncio.run(_first_event(_trigger(cluster_spec, "deleted")))["status"] == "success"
     assert _ray_heads(sandbox) == [] and not pid_alive(heads[0]["pid"])
@@ -203,13 +206,13 @@ def test_a_raycluster_that_never_gets_ready_times_out_naming_the_condition_and_t
         message="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
     )
     kube = _kube(cluster_spec, hook)
-    raycluster = group_objects(cluster_spec, t.RAYCLUSTER)
+    raycluster = group_objects(cluster_spec, t.RAYCLUSTER, owner_of(cluster_spec))
     try:
-        apply_objects(kube, raycluster, adopt=False)
+        apply_objects(kube, raycluster, owner_of(cluster_spec), adopt=False)
         event = asyncio.run(_first_event(_trigger(cluster_spec, timeout=1.5)))
     finally:
         sandbox.clear_faults()
-        delete_objects(kube, raycluster)
+        delete_objects(kube, raycluster, owner_of(cluster_spec))
     assert event["status"] == "timeout"
     message = event["message"]
     assert "missing HeadPodReady (False, HeadPodNotReady)" in message
@@ -286,14 +289,17 @@ def test_diagnose_reads_image_pull_errors_and_missing_pods() -> None:
 
 def test_deleting_the_gke_cluster_stops_its_ray(cluster_spec: RunSpec, hook: GcpHook, sandbox: SandboxProcess) -> None:
     kube = _kube(cluster_spec, hook)
-    storage = group_objects(cluster_spec, t.LUSTRE_STORAGE, lustre_address=lustre_ip(cluster_spec, hook))
-    apply_objects(kube, [*storage, *group_objects(cluster_spec, t.RAYCLUSTER)], adopt=False)
+    storage = group_objects(
+        cluster_spec, t.LUSTRE_STORAGE, owner_of(cluster_spec), lustre_address=lustre_ip(cluster_spec, hook)
+    )
+    objects = [*storage, *group_objects(cluster_spec, t.RAYCLUSTER, owner_of(cluster_spec))]
+    apply_objects(kube, objects, owner_of(cluster_spec), adopt=False)
     assert asyncio.run(_first_event(_trigger(cluster_spec)))["status"] == "success"
     pid = _ray_heads(sandbox)[0]["pid"]
     from nemo_rl_gke.gcp.resources import delete_resource
     from tests.gcp.conftest import wait_for
 
-    outcome = delete_resource(resources(cluster_spec)[t.GKE_CLUSTER], hook)
+    outcome = delete_resource(resources(cluster_spec, owner_of(cluster_spec))[t.GKE_CLUSTER], hook, used=True)
     assert outcome.operation is not None
     wait_for(hook, outcome.operation)
     deadline = time.monotonic() + 30

@@ -26,6 +26,7 @@ from nemo_rl_gke.spec import RunSpec
 from nemo_rl_gke.triggers.raycluster import RayClusterTrigger
 from nemo_rl_gke.triggers.rayjob import CLASSPATH, RayJobTrigger
 from tests.gcp.conftest import FAST_RETRY, ZONE, ensure_done
+from tests.owners import owner_of
 
 pytestmark = pytest.mark.airflow
 RAY_PROJECT = "rayjob-tests"
@@ -80,21 +81,21 @@ def ray_spec(ray_hook: GcpHook) -> Iterator[RunSpec]:
     module submits its own jobs to (distinct submission ids keep them apart)."""
     spec = RunSpec.from_conf({"project": RAY_PROJECT, "region": "us-central1", "zone": ZONE})
     hook = ray_hook
-    found = resources(spec)
+    found = resources(spec, owner_of(spec))
     for key in (t.NET, t.GKE_CLUSTER, t.PEERING_RANGE, t.PEERING, t.LUSTRE):
         ensure_done(found[key], hook)
     kube = KubeHook(spec, hook)
     objects = [
-        *group_objects(spec, t.LUSTRE_STORAGE, lustre_address=lustre_ip(spec, hook)),
-        *group_objects(spec, t.RAYCLUSTER),
+        *group_objects(spec, t.LUSTRE_STORAGE, owner_of(spec), lustre_address=lustre_ip(spec, hook)),
+        *group_objects(spec, t.RAYCLUSTER, owner_of(spec)),
     ]
-    apply_objects(kube, objects, adopt=False)
+    apply_objects(kube, objects, owner_of(spec), adopt=False)
     ready = RayClusterTrigger(
         cluster_path=spec.cluster_path, namespace=spec.namespace, name=spec.raycluster_name, poll_interval=0.2
     )
     assert asyncio.run(_first(ready))["status"] == "success"
     yield spec
-    delete_objects(kube, objects)
+    delete_objects(kube, objects, owner_of(spec))
 
 
 async def _first(trigger: Any, timeout: float = 150.0) -> dict[str, Any]:

@@ -24,7 +24,6 @@ from nemo_rl_gke.gcp.resources import (
     ensure,
     resources,
 )
-from nemo_rl_gke.gcp.resources.ownership import OWNER_MARKER
 from nemo_rl_gke.spec import RunSpec
 from tests.gcp.conftest import (
     FAST_RETRY,
@@ -37,6 +36,7 @@ from tests.gcp.conftest import (
     wait_for,
     wait_raw_compute,
 )
+from tests.owners import owner_of
 
 CREATION_ORDER = [s.task_id for s in t.gcp_resources()]
 # The deletions in the topology's teardown order; the node pool goes with its cluster.
@@ -62,7 +62,7 @@ def _cluster_create_fault(sandbox: SandboxProcess, spec: RunSpec, outcome: str) 
 
 
 def _provision(hook: GcpHook, spec: RunSpec, keys: list[str]) -> None:
-    found = resources(spec)
+    found = resources(spec, owner_of(spec))
     for key in keys:
         ensure_done(found[key], hook)
 
@@ -81,7 +81,7 @@ def test_the_hook_reaches_the_sandbox_through_the_connection(hook: GcpHook, proj
 # ---------------------------------------------------------------------------------------------------------------------
 def test_provision_reensure_and_teardown_every_resource(sandbox: SandboxProcess, hook: GcpHook, spec: RunSpec) -> None:
     _seed_reservation(sandbox, spec)
-    found = resources(spec)
+    found = resources(spec, owner_of(spec))
     assert list(found) == CREATION_ORDER
 
     # 1. Every resource is created, in creation order, each with an operation of its family's shape.
@@ -115,7 +115,7 @@ def test_provision_reensure_and_teardown_every_resource(sandbox: SandboxProcess,
     # 3. Teardown in FACTS §4 order deletes everything; the node pool goes with its cluster.
     assert set(TEARDOWN_ORDER) == set(CREATION_ORDER) - {t.NODE_POOL}
     for key in TEARDOWN_ORDER:
-        result = delete_resource(found[key], hook)
+        result = delete_resource(found[key], hook, used=True)
         assert result.action == "deleted", key
         assert result.operation is not None, key
         status = wait_for(hook, result.operation)
@@ -125,13 +125,13 @@ def test_provision_reensure_and_teardown_every_resource(sandbox: SandboxProcess,
     # 4. Deleting again: everything is absent (404 counts as done), nothing is sent.
     since = last_seq(sandbox)
     for key in [*TEARDOWN_ORDER, t.NODE_POOL]:
-        assert delete_resource(found[key], hook).action == "absent", key
+        assert delete_resource(found[key], hook, used=True).action == "absent", key
     assert [c for c in sandbox.calls(since) if c["method"] != "GET"] == []
 
 
 def test_delete_of_missing_resources_is_absent(sandbox: SandboxProcess, hook: GcpHook, spec: RunSpec) -> None:
-    for key, resource in resources(spec).items():
-        assert delete_resource(resource, hook).action == "absent", key
+    for key, resource in resources(spec, owner_of(spec)).items():
+        assert delete_resource(resource, hook, used=True).action == "absent", key
         # The raw delete of a missing resource answers 404, which counts as done.
         if key != t.PEERING:
             assert resource.delete(hook) is None, key
@@ -147,7 +147,7 @@ def test_unowned_network_is_refused_adopted_on_request_and_never_deleted(
     # What `gcloud compute networks create NET --subnet-mode=auto` makes: no description, Google's defaults.
     theirs = compute_v1.Network(name=spec.network, auto_create_subnetworks=True)
     wait_raw_compute(sandbox, spec.project, raw.insert_unary(project=spec.project, network_resource=theirs))
-    net = resources(spec)[t.NET]
+    net = resources(spec, owner_of(spec))[t.NET]
 
     since = last_seq(sandbox)
     with pytest.raises(NotOwnedError) as refused:
@@ -155,7 +155,7 @@ def test_unowned_network_is_refused_adopted_on_request_and_never_deleted(
     message = str(refused.value)
     assert f"network {spec.network}" in message
     assert "adopt_existing=true" in message
-    assert OWNER_MARKER in message
+    assert "no owner record of this package in its description" in message
     assert not refused.value.retryable
     assert [c for c in api_calls(sandbox, spec.project, since) if c["method"] != "GET"] == []
 
@@ -163,7 +163,7 @@ def test_unowned_network_is_refused_adopted_on_request_and_never_deleted(
     assert adopted.action == "adopted"
     assert adopted.operation is None
 
-    assert delete_resource(net, hook).action == "kept-unowned"
+    assert delete_resource(net, hook, used=True).action == "kept-unowned"
     assert raw.get(project=spec.project, network=spec.network).name == spec.network
     assert [c for c in api_calls(sandbox, spec.project, since) if c["method"] == "DELETE"] == []
 
@@ -172,7 +172,7 @@ def test_drift_is_refused_with_the_field_named_and_never_retried(
     sandbox: SandboxProcess, hook: GcpHook, spec: RunSpec
 ) -> None:
     _provision(hook, spec, [t.GVNIC_NET])
-    subnet = resources(spec)[t.GVNIC_SUB]
+    subnet = resources(spec, owner_of(spec))[t.GVNIC_SUB]
     # Our own subnet from an earlier run with another range: owned, but not what this conf asks for.
     other = compute_v1.Subnetwork(subnet.request.message)
     other.ip_cidr_range = "10.10.0.0/24"
@@ -197,7 +197,7 @@ def test_unowned_and_drifted_subnet_is_refused_as_unowned_then_as_drift(
     sandbox: SandboxProcess, hook: GcpHook, spec: RunSpec
 ) -> None:
     _provision(hook, spec, [t.RDMA_NET])
-    subnet = resources(spec)[t.RDMA_SUBS[3]]
+    subnet = resources(spec, owner_of(spec))[t.RDMA_SUBS[3]]
     theirs = compute_v1.Subnetwork(subnet.request.message)
     theirs.description = ""
     theirs.ip_cidr_range = "10.20.0.0/24"
@@ -221,7 +221,7 @@ def test_transient_error_on_create_is_retried(
 ) -> None:
     path = f"/projects/{spec.project}/global/networks$"
     sandbox.add_fault({"method": "POST", "path": path}, status=status)
-    result = ensure_done(resources(spec)[t.NET], hook)
+    result = ensure_done(resources(spec, owner_of(spec))[t.NET], hook)
     assert result.action == "created"
     posts = [c for c in api_calls(sandbox, spec.project) if c["method"] == "POST"]
     assert [c["status"] for c in posts] == [status, 200], dump(posts)
@@ -241,7 +241,7 @@ def test_transient_errors_are_retried_a_bounded_number_of_times(
 ) -> None:
     sandbox.add_fault({"method": "POST", "path": f"/projects/{spec.project}/global/networks$"}, status=503, times=None)
     with pytest.raises(api_exceptions.ServiceUnavailable):
-        ensure(resources(spec)[t.NET], hook, adopt_existing=False)
+        ensure(resources(spec, owner_of(spec))[t.NET], hook, adopt_existing=False)
     posts = [c for c in api_calls(sandbox, spec.project) if c["method"] == "POST"]
     assert len(posts) == FAST_RETRY.attempts
 
@@ -252,7 +252,7 @@ def test_permanent_error_is_not_retried(
 ) -> None:
     sandbox.add_fault({"method": "POST", "path": f"/projects/{spec.project}/global/networks$"}, status=status)
     with pytest.raises(error):
-        ensure(resources(spec)[t.NET], hook, adopt_existing=False)
+        ensure(resources(spec, owner_of(spec))[t.NET], hook, adopt_existing=False)
     posts = [c for c in api_calls(sandbox, spec.project) if c["method"] == "POST"]
     assert [c["status"] for c in posts] == [status]
 
@@ -262,7 +262,7 @@ def test_a_create_answered_409_is_read_back_as_ours(
 ) -> None:
     # A concurrent run (or a create that went through before a dropped connection) made it between our get and
     # our create: the create answers 409, ensure reads it back, and it carries our marker.
-    net = resources(spec)[t.NET]
+    net = resources(spec, owner_of(spec))[t.NET]
     ensure_done(net, hook)
     real_get = type(net).get
     reads: list[str] = []
@@ -286,7 +286,7 @@ def test_failed_operation_leaves_a_failed_resource_that_ensure_refuses(
     sandbox.add_fault(
         {"method": "POST", "path": f"/projects/{spec.project}/locations/[^/]+/clusters$"}, operation="error"
     )
-    cluster = resources(spec)[t.GKE_CLUSTER]
+    cluster = resources(spec, owner_of(spec))[t.GKE_CLUSTER]
     result = ensure(cluster, hook, adopt_existing=False)
     assert result.operation is not None
     assert wait_for(hook, result.operation).failed
@@ -295,7 +295,7 @@ def test_failed_operation_leaves_a_failed_resource_that_ensure_refuses(
     with pytest.raises(ResourceFailedError, match="ERROR"):
         ensure(cluster, hook, adopt_existing=False)
     # Teardown still removes it: it is ours.
-    deleted = delete_resource(cluster, hook)
+    deleted = delete_resource(cluster, hook, used=True)
     assert deleted.action == "deleted"
     assert not wait_for(hook, deleted.operation).failed  # type: ignore[arg-type]
     assert cluster.get(hook) is None
@@ -311,7 +311,7 @@ def test_cluster_still_provisioning_is_waited_on_through_its_listed_operation(
     sandbox.add_fault(
         {"method": "POST", "path": f"/projects/{spec.project}/locations/[^/]+/clusters$"}, operation="hang"
     )
-    cluster = resources(spec)[t.GKE_CLUSTER]
+    cluster = resources(spec, owner_of(spec))[t.GKE_CLUSTER]
     first = ensure(cluster, hook, adopt_existing=False)
     assert first.action == "created" and first.operation is not None
     actual = cluster.get(hook)
@@ -330,7 +330,7 @@ def test_still_provisioning_without_a_listed_operation_is_not_ready(
     sandbox.add_fault(
         {"method": "POST", "path": f"/projects/{spec.project}/locations/[^/]+/clusters$"}, operation="hang"
     )
-    cluster = resources(spec)[t.GKE_CLUSTER]
+    cluster = resources(spec, owner_of(spec))[t.GKE_CLUSTER]
     ensure(cluster, hook, adopt_existing=False)
 
     def not_served(**kwargs: object) -> None:
@@ -349,7 +349,7 @@ def test_lustre_still_creating_is_waited_on_through_its_listed_operation(
     sandbox.add_fault(
         {"method": "POST", "path": f"/projects/{spec.project}/locations/{ZONE}/instances$"}, operation="hang"
     )
-    lustre = resources(spec)[t.LUSTRE]
+    lustre = resources(spec, owner_of(spec))[t.LUSTRE]
     first = ensure(lustre, hook, adopt_existing=False)
     assert first.operation is not None
     actual = lustre.get(hook)

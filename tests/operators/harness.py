@@ -9,8 +9,10 @@ trigger runs to its event, and ``execute_complete`` is called on a fresh operato
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -19,22 +21,43 @@ from sandbox.testing import SandboxProcess
 
 from nemo_rl_gke import topology
 from nemo_rl_gke.dag_factory import OPERATORS
+from nemo_rl_gke.deployment import Deployment
+from nemo_rl_gke.gcp.resources import Resource, resources
+from nemo_rl_gke.ownership import Owner
 from nemo_rl_gke.preflight import check_conf
-from nemo_rl_gke.topology import RETURN, VALIDATE
+from nemo_rl_gke.spec import RunSpec
+from nemo_rl_gke.topology import LEASE, RETURN, VALIDATE
 
 REGION, ZONE = "us-central1", "us-central1-b"  # a RoCE zone of the sandbox
 POLL = 0.05
+DAG_ID = "nemo_rl_grpo_gke"
+_run_numbers = itertools.count(1)
 
 
 class Run:
-    """The XComs of one DAG run, as the steps push and pull them."""
+    """One DAG run: its id, and its XComs as the steps push and pull them."""
 
-    def __init__(self, conf: dict[str, Any]) -> None:
+    def __init__(self, conf: dict[str, Any], run_id: str) -> None:
+        self.run_id = run_id
         self.xcom: dict[tuple[str, str], Any] = {(VALIDATE, RETURN): conf}
+
+    @property
+    def spec(self) -> RunSpec:
+        """The spec its validate task accepted."""
+        return RunSpec.from_conf(self.xcom[(VALIDATE, RETURN)])
+
+    @property
+    def owner(self) -> Owner:
+        """The run's identity, as its operators build it (the default deployment)."""
+        return Owner(Deployment().deployment_id, self.spec.group_id, f"{DAG_ID}/{self.run_id}")
+
+    def resources(self) -> dict[str, Resource]:
+        """The run's GCP resources, judged as the run's own."""
+        return resources(self.spec, self.owner)
 
     def context(self, task_id: str) -> dict[str, Any]:
         """The context a task instance of ``task_id`` gets."""
-        return {"ti": TaskInstance(self, task_id)}
+        return {"ti": TaskInstance(self, task_id), "dag": SimpleNamespace(dag_id=DAG_ID), "run_id": self.run_id}
 
 
 class TaskInstance:
@@ -53,13 +76,17 @@ class TaskInstance:
         self.run.xcom[(self.task_id, key)] = value
 
 
-def start_run(project: str, **conf: Any) -> Run:
-    """A run whose validate task accepted this conf (validated for real) in ``project``."""
+def start_run(project: str, *, lease: bool = True, **conf: Any) -> Run:
+    """A run whose validate task accepted this conf (validated for real) in ``project``, and that took its group's
+    lease as the DAG's lease step does (``lease=False`` leaves that to the test)."""
     raw = {"project": project, "region": REGION, "zone": ZONE, "reservation": "gpu-res", "poll_interval_s": POLL}
     raw.update(conf)
     spec, findings = check_conf(raw)
     assert spec is not None, findings
-    return Run(spec.to_conf())
+    run = Run(spec.to_conf(), f"manual__test-{next(_run_numbers)}")
+    if lease:
+        run_step(run, LEASE)
+    return run
 
 
 def operator(task_id: str) -> Any:
@@ -86,7 +113,8 @@ def run_step(run: Run, task_id: str) -> tuple[Any, TaskDeferred | None]:
         task.pre_execute(context)
         result = task.execute(context)
     except AirflowSkipException:
-        return "skipped", None
+        # A teardown step that keeps what it would delete ends skipped with its result in XCom.
+        return run.xcom.get((task_id, RETURN), "skipped"), None
     except TaskDeferred as exc:
         deferred = exc
         events = trigger_events(exc.trigger)

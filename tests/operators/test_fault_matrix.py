@@ -17,7 +17,6 @@ from sandbox.testing import SandboxProcess, start_sandbox
 
 from nemo_rl_gke import outcomes
 from nemo_rl_gke import topology as t
-from nemo_rl_gke.gcp.resources import resources
 from nemo_rl_gke.spec import RunSpec
 from tests.faults import create_match, delete_match
 from tests.operators.harness import ZONE, Run, gcp_conn, project_resources, run_step, start_run
@@ -75,11 +74,11 @@ def test_a_refused_create_fails_its_task_at_once_and_teardown_removes_the_rest(
 ) -> None:
     spec = RunSpec.from_conf(run.xcom[(t.VALIDATE, t.RETURN)])
     _provision(run, sorted(t.requires(key)))
-    sandbox.add_fault(create_match(resources(spec)[key]), status=400, message="injected: invalid request")
+    sandbox.add_fault(create_match(run.resources()[key]), status=400, message="injected: invalid request")
     with pytest.raises(AirflowFailException, match="injected: invalid request"):
         run_step(run, key)
     assert [f["fired"] for f in sandbox.faults()] == [1]
-    assert resources(spec)[key].name not in project_resources(sandbox, spec.project)
+    assert run.resources()[key].name not in project_resources(sandbox, spec.project)
     _teardown_leaves_nothing(sandbox, run, spec.project)
 
 
@@ -89,7 +88,7 @@ def test_an_operation_that_ends_in_error_fails_its_task_at_once_and_teardown_rem
 ) -> None:
     spec = RunSpec.from_conf(run.xcom[(t.VALIDATE, t.RETURN)])
     _provision(run, sorted(t.requires(key)))
-    sandbox.add_fault(create_match(resources(spec)[key]), operation="error", message="injected: operation failed")
+    sandbox.add_fault(create_match(run.resources()[key]), operation="error", message="injected: operation failed")
     with pytest.raises(AirflowFailException) as failure:
         run_step(run, key)
     assert "injected: operation failed" in str(failure.value) and "last state DONE" in str(failure.value)
@@ -101,10 +100,9 @@ def test_an_operation_that_ends_in_error_fails_its_task_at_once_and_teardown_rem
 def test_a_refused_delete_fails_retryably_and_the_retry_deletes(
     sandbox: SandboxProcess, run: Run, teardown: str
 ) -> None:
-    spec = RunSpec.from_conf(run.xcom[(t.VALIDATE, t.RETURN)])
     (key,) = t.step(teardown).deletes
     _provision(run, sorted({key, *t.requires(key)}))
-    sandbox.add_fault(delete_match(resources(spec)[key]), status=400, message="injected: delete refused")
+    sandbox.add_fault(delete_match(run.resources()[key]), status=400, message="injected: delete refused")
     for step in t.teardown_steps():
         if step.task_id != teardown:
             run_step(run, step.task_id)

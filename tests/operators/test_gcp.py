@@ -181,7 +181,7 @@ def test_unowned_resource_fails_fast_and_survives_teardown(sandbox: SandboxProce
         {"name": "nemo-rl-net", "autoCreateSubnetworks": True, "description": "the platform team's"},
     )
     run = start_run(project)
-    with pytest.raises(AirflowFailException, match="not created by this DAG"):
+    with pytest.raises(AirflowFailException, match=r"not this run group's"):
         run_step(run, t.NET)
 
     since = len(sandbox.calls())

@@ -12,10 +12,29 @@ from google.cloud import compute_v1, container_v1, lustre_v1
 from googleapiclient.discovery import build
 from sandbox.testing import SandboxProcess, sandbox_fixture
 
+from nemo_rl_gke import topology as t
+from nemo_rl_gke.gcp.api import ApiRequest
+from nemo_rl_gke.gcp.resources import resources
 from nemo_rl_gke.spec import RunSpec
+from tests.owners import owner_of
 
 PROJECT, REGION, ZONE, RESERVATION = "my-project", "us-central1", "us-central1-b", "my-res"
 SPEC = RunSpec.from_conf({"project": PROJECT, "region": REGION, "zone": ZONE, "reservation": RESERVATION})
+OWNER = owner_of(SPEC)
+
+
+def network_requests(spec: RunSpec) -> list[ApiRequest]:
+    """The network stage's creates, in the topology's order (from the registry, as the plan lists them)."""
+    return [r.request for r in resources(spec, owner_of(spec)).values() if r.stage == t.NETWORK]
+
+
+def network_delete_requests(spec: RunSpec) -> list[ApiRequest]:
+    """The network stage's deletes, in the topology's teardown order."""
+    found = resources(spec, owner_of(spec))
+    order = [target for s in t.teardown_steps() for target in s.deletes if target in found]
+    return [found[k].delete_request for k in order if found[k].stage == t.NETWORK]
+
+
 SEED = {
     "reservations": [
         {"project": PROJECT, "zone": ZONE, "name": RESERVATION, "machine_type": SPEC.effective_machine_type, "count": 2}

@@ -10,9 +10,9 @@ from typing import Any
 from google.api_core.future.polling import DEFAULT_POLLING
 from google.cloud import compute_v1
 
-from nemo_rl_gke.gcp import gke, lustre, networks, peering
+from nemo_rl_gke.gcp import gke, lustre, peering
 from nemo_rl_gke.gcp.api import ApiRequest
-from tests.sandbox.conftest import SPEC, Clients
+from tests.sandbox.conftest import OWNER, SPEC, Clients, network_requests
 
 # api-core polls long-running operations every second at first; the sandbox is faster than that.
 FAST_POLLING = DEFAULT_POLLING.with_delay(initial=0.02, maximum=0.1, multiplier=1.5)
@@ -45,7 +45,7 @@ def insert_compute(clients: Clients, request: ApiRequest) -> compute_v1.Operatio
 
 def create_networks(clients: Clients) -> None:
     """Every network, subnet and firewall of the plan (instant sandbox)."""
-    for request in networks.network_requests(SPEC):
+    for request in network_requests(SPEC):
         assert insert_compute(clients, request).done(), request.resource
 
 
@@ -55,7 +55,7 @@ def project_number(clients: Clients) -> str:
 
 def create_peering(clients: Clients) -> str:
     """The peering range and the Service Networking connection; returns the project number."""
-    assert insert_compute(clients, peering.peering_range_request(SPEC)).done()
+    assert insert_compute(clients, peering.peering_range_request(SPEC, OWNER)).done()
     number = project_number(clients)
     request = peering.connection_create_request(SPEC, number)
     operation = (
@@ -70,7 +70,7 @@ def create_peering(clients: Clients) -> str:
 
 
 def create_lustre(clients: Clients) -> Any:
-    request = lustre.lustre_create_request(SPEC)
+    request = lustre.lustre_create_request(SPEC, OWNER)
     operation = clients.lustre.create_instance(
         parent=SPEC.lustre_parent, instance_id=SPEC.lustre_name, instance=request.message
     )
@@ -78,11 +78,11 @@ def create_lustre(clients: Clients) -> Any:
 
 
 def create_cluster(clients: Clients) -> Any:
-    return clients.gke.create_cluster(request=gke.cluster_create_request(SPEC).message)
+    return clients.gke.create_cluster(request=gke.cluster_create_request(SPEC, OWNER).message)
 
 
 def create_node_pool(clients: Clients) -> Any:
-    return clients.gke.create_node_pool(request=gke.node_pool_create_request(SPEC).message)
+    return clients.gke.create_node_pool(request=gke.node_pool_create_request(SPEC, OWNER).message)
 
 
 def operation_name(operation_id: str) -> str:

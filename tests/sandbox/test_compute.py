@@ -12,18 +12,26 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1
 
 from nemo_rl_gke.gcp import networks, peering
-from nemo_rl_gke.spec import OWNER_DESCRIPTION
-from tests.sandbox.conftest import PROJECT, REGION, RESERVATION, SPEC, ZONE
+from tests.sandbox.conftest import (
+    OWNER,
+    PROJECT,
+    REGION,
+    RESERVATION,
+    SPEC,
+    ZONE,
+    network_delete_requests,
+    network_requests,
+)
 from tests.sandbox.helpers import create_cluster, create_networks, create_node_pool, insert_compute, raw
 
 P = f"/compute/v1/projects/{PROJECT}"
 
 
 def test_every_network_request_of_the_plan_succeeds(clients, sandbox):
-    for request in networks.network_requests(SPEC):
+    for request in network_requests(SPEC):
         operation = insert_compute(clients, request)
         assert operation.done() and not operation.error_code, request.resource
-    assert insert_compute(clients, peering.peering_range_request(SPEC)).done()
+    assert insert_compute(clients, peering.peering_range_request(SPEC, OWNER)).done()
 
     rdma = clients.networks.get(project=PROJECT, network=SPEC.rdma_network)
     assert rdma.network_profile.endswith(f"/global/networkProfiles/{ZONE}-vpc-roce")
@@ -42,16 +50,16 @@ def test_every_network_request_of_the_plan_succeeds(clients, sandbox):
     assert firewall.priority == 1000
     address = clients.addresses.get(project=PROJECT, address=SPEC.peering_range)
     assert (address.purpose, address.prefix_length, address.status) == ("VPC_PEERING", 20, "RESERVED")
-    assert address.labels == SPEC.labels
+    assert dict(address.labels) == {}  # an address takes labels only through setLabels (FACTS §15)
     names = {n.name for n in clients.networks.list(project=PROJECT)}
     assert names == {SPEC.network, SPEC.gvnic_network, SPEC.rdma_network}
-    assert {i["description"] for i in sandbox.inventory()} == {OWNER_DESCRIPTION}
+    assert {i["description"] for i in sandbox.inventory()} == {OWNER.description}
 
 
 def test_responses_parse_strictly_into_the_message_types(clients, sandbox):
     """Everything the sandbox answers is valid for the real message type, unknown fields rejected."""
     create_networks(clients)
-    insert_compute(clients, peering.peering_range_request(SPEC))
+    insert_compute(clients, peering.peering_range_request(SPEC, OWNER))
     paths = {
         compute_v1.Network: f"{P}/global/networks/{SPEC.network}",
         compute_v1.Subnetwork: f"{P}/regions/{REGION}/subnetworks/{SPEC.gvnic_subnet}",
@@ -70,7 +78,7 @@ def test_responses_parse_strictly_into_the_message_types(clients, sandbox):
 
 
 def test_repeat_insert_is_409_and_missing_is_404(clients, sandbox):
-    request = networks.main_network_request(SPEC)
+    request = networks.main_network_request(SPEC, OWNER)
     insert_compute(clients, request)
     with pytest.raises(exceptions.Conflict) as conflict:
         insert_compute(clients, request)
@@ -134,7 +142,7 @@ def test_network_in_use_cannot_be_deleted(clients, sandbox):
     assert in_use.value.errors[0]["reason"] == "resourceInUseByAnotherResource"
     assert SPEC.gvnic_network in in_use.value.message
     # The order FACTS §4 gives works: firewall, subnets, then networks.
-    for request in networks.network_delete_requests(SPEC):
+    for request in network_delete_requests(SPEC):
         kind, name = request.path.rsplit("/", 2)[-2:]
         if kind == "firewalls":
             operation = clients.firewalls.delete(project=PROJECT, firewall=name)
@@ -184,14 +192,14 @@ def test_network_profiles_and_reservations(clients, sandbox):
 def test_an_operation_runs_for_its_latency_then_is_done(clients, sandbox):
     sandbox.set_latency(scale=1.0, seconds={"compute.networks.insert": 0.6, "compute.subnetworks.insert": 0.3})
     started = time.monotonic()
-    operation = insert_compute(clients, networks.gvnic_network_request(SPEC))
+    operation = insert_compute(clients, networks.gvnic_network_request(SPEC, OWNER))
     assert operation.status in (compute_v1.Operation.Status.PENDING, compute_v1.Operation.Status.RUNNING)
     polled = clients.global_operations.get(project=PROJECT, operation=operation.name)
     assert polled.status != compute_v1.Operation.Status.DONE
     # Readable while it is created, but nothing may refer to it yet.
     assert clients.networks.get(project=PROJECT, network=SPEC.gvnic_network).name == SPEC.gvnic_network
     with pytest.raises(exceptions.BadRequest) as not_ready:
-        insert_compute(clients, networks.gvnic_subnet_request(SPEC))
+        insert_compute(clients, networks.gvnic_subnet_request(SPEC, OWNER))
     assert not_ready.value.errors[0]["reason"] == "resourceNotReady"
     assert [i["state"] for i in sandbox.inventory()] == ["CREATING"]
 
@@ -199,7 +207,7 @@ def test_an_operation_runs_for_its_latency_then_is_done(clients, sandbox):
     assert waited.status == compute_v1.Operation.Status.DONE
     assert 0.5 <= time.monotonic() - started < 5
     assert waited.progress == 100 and waited.end_time
-    subnet_op = insert_compute(clients, networks.gvnic_subnet_request(SPEC))
+    subnet_op = insert_compute(clients, networks.gvnic_subnet_request(SPEC, OWNER))
     assert subnet_op.status != compute_v1.Operation.Status.DONE
     time.sleep(0.35)
     region_op = clients.region_operations.get(project=PROJECT, region=REGION, operation=subnet_op.name)

@@ -10,7 +10,7 @@ from google.api_core import exceptions
 from google.cloud import container_v1
 
 from nemo_rl_gke.gcp import gke
-from tests.sandbox.conftest import PROJECT, REGION, SPEC
+from tests.sandbox.conftest import OWNER, PROJECT, REGION, SPEC
 from tests.sandbox.helpers import create_cluster, create_networks, create_node_pool, operation_name, raw
 
 Status = container_v1.Cluster.Status
@@ -30,7 +30,7 @@ def test_cluster_and_gpu_pool_of_the_plan_succeed(clients, sandbox):
     # The URL of the cluster's Kubernetes API on the sandbox (real GKE reports an IP served over HTTPS).
     assert cluster.endpoint == f"{sandbox.url}/kube/{cluster.id}"
     assert cluster.master_auth.cluster_ca_certificate == ""
-    assert cluster.resource_labels == SPEC.labels
+    assert cluster.resource_labels == OWNER.labels
     assert cluster.network_config.enable_multi_networking
     assert cluster.addons_config.lustre_csi_driver_config.enable_legacy_lustre_port
     assert [p.name for p in cluster.node_pools] == ["default-pool", SPEC.node_pool_name]
@@ -66,7 +66,7 @@ def test_repeat_create_is_409_missing_is_404(clients, sandbox):
 
 def test_misspelt_field_is_400(clients, sandbox):
     create_networks(clients)
-    body = gke.cluster_create_request(SPEC).body
+    body = gke.cluster_create_request(SPEC, OWNER).body
     body["cluster"]["addonsConfig"]["rayOperatorConfig"] = {"enable": True}
     status, answer = raw(sandbox.url, "POST", f"/v1/{SPEC.cluster_parent}/clusters", body)
     assert status == 400
@@ -86,7 +86,7 @@ def test_misspelt_field_is_400(clients, sandbox):
 )
 def test_cluster_rules(clients, sandbox, change, message):
     create_networks(clients)
-    body = gke.cluster_create_request(SPEC).body
+    body = gke.cluster_create_request(SPEC, OWNER).body
     change(body["cluster"])
     status, answer = raw(sandbox.url, "POST", f"/v1/{SPEC.cluster_parent}/clusters", body)
     assert status == 400, answer
@@ -105,7 +105,7 @@ def test_cluster_rules(clients, sandbox, change, message):
 def test_node_pool_rules(clients, sandbox, change, message):
     create_networks(clients)
     create_cluster(clients)
-    body = gke.node_pool_create_request(SPEC).body
+    body = gke.node_pool_create_request(SPEC, OWNER).body
     change(body["nodePool"])
     status, answer = raw(sandbox.url, "POST", f"/v1/{SPEC.cluster_path}/nodePools", body)
     assert status == 400, answer

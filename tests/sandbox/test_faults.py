@@ -8,7 +8,7 @@ from google.cloud import compute_v1, container_v1, lustre_v1
 from googleapiclient.errors import HttpError
 
 from nemo_rl_gke.gcp import lustre, networks, peering
-from tests.sandbox.conftest import PROJECT, SPEC
+from tests.sandbox.conftest import OWNER, PROJECT, SPEC
 from tests.sandbox.helpers import (
     FAST_POLLING,
     create_cluster,
@@ -25,11 +25,11 @@ NETWORKS = {"method": "POST", "path": "/global/networks$"}
 
 def test_the_nth_matching_call_fails_with_the_status(clients, sandbox):
     fault = sandbox.add_fault(NETWORKS, nth=2, status=503)
-    insert_compute(clients, networks.main_network_request(SPEC))
+    insert_compute(clients, networks.main_network_request(SPEC, OWNER))
     with pytest.raises(exceptions.ServiceUnavailable) as failed:
-        insert_compute(clients, networks.gvnic_network_request(SPEC))
+        insert_compute(clients, networks.gvnic_network_request(SPEC, OWNER))
     assert fault["id"] in failed.value.message
-    insert_compute(clients, networks.rdma_network_request(SPEC))
+    insert_compute(clients, networks.rdma_network_request(SPEC, OWNER))
     [state] = sandbox.faults()
     assert (state["seen"], state["fired"]) == (3, 1)
     # The failed call changed nothing; the log shows it with its fault.
@@ -40,7 +40,7 @@ def test_the_nth_matching_call_fails_with_the_status(clients, sandbox):
 
 
 def test_a_status_fault_can_hit_the_wait_and_repeat(clients, sandbox):
-    operation = insert_compute(clients, networks.main_network_request(SPEC))
+    operation = insert_compute(clients, networks.main_network_request(SPEC, OWNER))
     sandbox.add_fault({"method": "GET", "path": "/global/operations/"}, status=429, times=2)
     for _ in range(2):
         with pytest.raises(exceptions.TooManyRequests):
@@ -55,7 +55,7 @@ def test_a_status_fault_can_hit_the_wait_and_repeat(clients, sandbox):
 
 def test_a_compute_operation_ends_in_error(clients, sandbox):
     sandbox.add_fault(NETWORKS, operation="error", message="quota exceeded")
-    operation = insert_compute(clients, networks.main_network_request(SPEC))
+    operation = insert_compute(clients, networks.main_network_request(SPEC, OWNER))
     assert operation.done()
     assert operation.http_error_status_code == 500 and operation.error.errors[0].message == "quota exceeded"
     # The ExtendedOperation raises it (without polling: the operation is already DONE).
@@ -64,7 +64,7 @@ def test_a_compute_operation_ends_in_error(clients, sandbox):
     polled = clients.global_operations.get(project=PROJECT, operation=operation.name)
     assert polled.status == compute_v1.Operation.Status.DONE and polled.http_error_status_code == 500
     assert sandbox.inventory() == []  # a failed insert leaves nothing behind
-    assert insert_compute(clients, networks.main_network_request(SPEC)).done()  # the fault fired once
+    assert insert_compute(clients, networks.main_network_request(SPEC, OWNER)).done()  # the fault fired once
 
 
 def test_a_gke_operation_ends_in_error_and_leaves_an_error_cluster(clients, sandbox):
@@ -80,7 +80,7 @@ def test_a_gke_operation_ends_in_error_and_leaves_an_error_cluster(clients, sand
 
 def test_a_lustre_and_a_peering_operation_end_in_error(clients, sandbox):
     create_networks(clients)
-    assert insert_compute(clients, peering.peering_range_request(SPEC)).done()
+    assert insert_compute(clients, peering.peering_range_request(SPEC, OWNER)).done()
     sandbox.add_fault({"path": "/connections$", "method": "POST"}, operation="error")
     number = project_number(clients)
     connections = clients.discovery("servicenetworking").services().connections()
@@ -93,7 +93,9 @@ def test_a_lustre_and_a_peering_operation_end_in_error(clients, sandbox):
     assert "error" not in create_peering_ok
     sandbox.add_fault({"path": "/instances$"}, operation="error")
     operation = clients.lustre.create_instance(
-        parent=SPEC.lustre_parent, instance_id=SPEC.lustre_name, instance=lustre.lustre_create_request(SPEC).message
+        parent=SPEC.lustre_parent,
+        instance_id=SPEC.lustre_name,
+        instance=lustre.lustre_create_request(SPEC, OWNER).message,
     )
     with pytest.raises(exceptions.InternalServerError):
         operation.result(timeout=10, polling=FAST_POLLING)
@@ -105,7 +107,9 @@ def test_a_hanging_operation_never_finishes_until_a_delete_supersedes_it(clients
     create_peering(clients)
     sandbox.add_fault({"path": "/instances$"}, operation="hang")
     operation = clients.lustre.create_instance(
-        parent=SPEC.lustre_parent, instance_id=SPEC.lustre_name, instance=lustre.lustre_create_request(SPEC).message
+        parent=SPEC.lustre_parent,
+        instance_id=SPEC.lustre_name,
+        instance=lustre.lustre_create_request(SPEC, OWNER).message,
     )
     with pytest.raises(TimeoutError):
         operation.result(timeout=0.3, polling=FAST_POLLING)
@@ -131,11 +135,11 @@ def test_a_hanging_cluster_create_turns_error_when_deleted(clients, sandbox):
 
 
 def test_operation_faults_count_only_calls_that_start_an_operation(clients, sandbox):
-    insert_compute(clients, networks.main_network_request(SPEC))
+    insert_compute(clients, networks.main_network_request(SPEC, OWNER))
     sandbox.add_fault(NETWORKS, operation="error")
     with pytest.raises(exceptions.Conflict):
-        insert_compute(clients, networks.main_network_request(SPEC))  # 409: no operation, the fault waits
-    assert insert_compute(clients, networks.gvnic_network_request(SPEC)).error_code == 500
+        insert_compute(clients, networks.main_network_request(SPEC, OWNER))  # 409: no operation, the fault waits
+    assert insert_compute(clients, networks.gvnic_network_request(SPEC, OWNER)).error_code == 500
 
 
 @pytest.mark.parametrize(

@@ -3,9 +3,17 @@ sandbox, and its teardown, in the order FACTS §4 gives, deletes all of it."""
 
 from __future__ import annotations
 
-from nemo_rl_gke.gcp import gke, lustre, networks, peering
+import json
+from typing import Any
+from urllib.parse import quote
+
+from nemo_rl_gke import topology as t
+from nemo_rl_gke.gcp import peering
+from nemo_rl_gke.gcp.api import ApiRequest
+from nemo_rl_gke.gcp.resources import resources
+from nemo_rl_gke.ownership import PLANNED_RUN, run_label
 from nemo_rl_gke.plan import build_plan
-from tests.sandbox.conftest import SPEC
+from tests.sandbox.conftest import OWNER, SPEC
 from tests.sandbox.helpers import project_number, raw
 
 
@@ -21,31 +29,32 @@ def test_every_planned_request_has_a_route(sandbox):
 
 def test_the_printed_plan_provisions_and_tears_down_everything(clients, sandbox):
     number = project_number(clients)
-    creates = [
-        *networks.network_requests(SPEC),
-        *peering.peering_requests(SPEC, number),
-        lustre.lustre_create_request(SPEC),
-        *gke.gke_requests(SPEC),
-    ]
+
+    def with_number(request: ApiRequest) -> tuple[str, str, Any]:
+        # What the run fills in at run time: the project number, and the creating run's digest in labels.
+        text = json.dumps(request.body).replace(peering.PROJECT_NUMBER_PLACEHOLDER, number)
+        text = text.replace(run_label(PLANNED_RUN), run_label("nemo_rl_grpo_gke/manual__replay"))
+        path = request.path.replace(peering.PROJECT_NUMBER_PLACEHOLDER, number)
+        return request.http_method, path.replace(quote(peering.PROJECT_NUMBER_PLACEHOLDER), number), json.loads(text)
+
+    creates = [planned.request for planned in build_plan(SPEC).requests]
     for request in creates:
-        status, answer = raw(sandbox.url, request.http_method, request.path, request.body)
+        status, answer = raw(sandbox.url, *with_number(request))
         assert status == 200, (request.resource, answer)
         assert "error" not in answer, (request.resource, answer)
     kinds = [i["kind"] for i in sandbox.inventory()]
     assert kinds.count("compute.subnetwork") == 9 and kinds.count("container.nodePool") == 2
     assert {"lustre.instance", "servicenetworking.connection", "compute.address"} <= set(kinds)
 
+    found = resources(SPEC, OWNER)
     deletes = [
-        lustre.lustre_delete_request(SPEC),
-        *peering.peering_delete_requests(SPEC, number),
-        *gke.gke_delete_requests(SPEC),
-        *networks.network_delete_requests(SPEC),
+        found[target].delete_request for step in t.teardown_steps() for target in step.deletes if target in found
     ]
     for request in deletes:
-        status, answer = raw(sandbox.url, request.http_method, request.path, request.body)
+        status, answer = raw(sandbox.url, *with_number(request))
         assert status == 200, (request.resource, answer)
         assert "error" not in answer, (request.resource, answer)
     assert sandbox.inventory() == []
     # 404 is what a repeated teardown sees.
     for request in deletes:
-        assert raw(sandbox.url, request.http_method, request.path, request.body)[0] == 404, request.resource
+        assert raw(sandbox.url, *with_number(request))[0] == 404, request.resource

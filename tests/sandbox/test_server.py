@@ -14,7 +14,7 @@ from google.cloud import compute_v1
 from sandbox.testing import REPO_ROOT, SandboxError, request_json, start_sandbox
 
 from nemo_rl_gke.gcp import networks
-from tests.sandbox.conftest import PROJECT, SEED, SPEC, Clients
+from tests.sandbox.conftest import OWNER, PROJECT, SEED, SPEC, Clients
 from tests.sandbox.helpers import insert_compute, raw
 
 LOOPBACK_HEX = "0100007F"  # 127.0.0.1 as /proc/net/tcp writes it
@@ -57,8 +57,8 @@ def test_a_restarted_sandbox_keeps_its_resources_and_operations(tmp_path):
     with start_sandbox(state, latency_scale=1.0, seed=SEED) as first:
         first.set_latency(seconds={"compute.networks.insert": 0.0, "compute.subnetworks.insert": 1.5})
         clients = Clients(first.url)
-        insert_compute(clients, networks.gvnic_network_request(SPEC))
-        pending = insert_compute(clients, networks.gvnic_subnet_request(SPEC))
+        insert_compute(clients, networks.gvnic_network_request(SPEC, OWNER))
+        pending = insert_compute(clients, networks.gvnic_subnet_request(SPEC, OWNER))
         assert pending.status != compute_v1.Operation.Status.DONE
         before = first.inventory()
         assert first.stop() == 0  # SIGTERM: a clean exit
@@ -89,11 +89,11 @@ def test_unknown_paths_and_methods_answer_googles_404(sandbox):
 
 
 def test_inventory_shows_owner_markers_and_resources_without_them(clients, sandbox):
-    insert_compute(clients, networks.main_network_request(SPEC))
+    insert_compute(clients, networks.main_network_request(SPEC, OWNER))
     foreign = {"name": "someone-elses", "autoCreateSubnetworks": False}
     assert raw(sandbox.url, "POST", f"/compute/v1/projects/{PROJECT}/global/networks", foreign)[0] == 200
     items = {i["name"]: i for i in sandbox.inventory()}
-    assert items[SPEC.network]["description"].startswith("managed-by=airflow-nemo-rl-gke")
+    assert items[SPEC.network]["description"] == OWNER.description
     assert items["someone-elses"]["description"] == "" and items["someone-elses"]["labels"] == {}
     assert {i["kind"] for i in items.values()} == {"compute.network"}
     assert items[SPEC.network]["path"] == f"projects/{PROJECT}/global/networks/{SPEC.network}"
@@ -126,7 +126,7 @@ def test_admin_seed_services_and_latency(clients, sandbox):
 
 def test_concurrent_requests_are_served_while_a_wait_is_pending(clients, sandbox):
     sandbox.set_latency(scale=1.0, seconds={"compute.networks.insert": 1.0, "compute.firewalls.insert": 0.0})
-    slow = insert_compute(clients, networks.gvnic_network_request(SPEC))
+    slow = insert_compute(clients, networks.gvnic_network_request(SPEC, OWNER))
     waited: list[float] = []
 
     def wait() -> None:

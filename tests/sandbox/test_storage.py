@@ -14,7 +14,7 @@ from google.longrunning import operations_pb2
 from googleapiclient.errors import HttpError
 
 from nemo_rl_gke.gcp import gke, lustre, peering
-from tests.sandbox.conftest import PROJECT, SPEC, ZONE
+from tests.sandbox.conftest import OWNER, PROJECT, SPEC, ZONE
 from tests.sandbox.helpers import (
     FAST_POLLING,
     create_lustre,
@@ -32,7 +32,7 @@ def _connections(clients):
 
 def test_peering_requests_of_the_plan_succeed(clients, sandbox):
     create_networks(clients)
-    assert insert_compute(clients, peering.peering_range_request(SPEC)).done()
+    assert insert_compute(clients, peering.peering_range_request(SPEC, OWNER)).done()
     number = project_number(clients)
     listed = _connections(clients).list(parent=peering.SERVICE_PARENT, network=SPEC.consumer_network_path(number))
     assert listed.execute().get("connections", []) == []
@@ -88,7 +88,7 @@ def test_lustre_create_get_list_delete(clients, sandbox):
     assert filesystem == SPEC.lustre_filesystem
     address = clients.addresses.get(project=PROJECT, address=SPEC.peering_range)
     assert ip.startswith(address.address.rsplit(".", 2)[0])
-    assert instance.capacity_gib == SPEC.lustre_capacity_gib and instance.labels == SPEC.labels
+    assert instance.capacity_gib == SPEC.lustre_capacity_gib and instance.labels == OWNER.labels
     assert clients.lustre.get_instance(name=SPEC.lustre_path).state == lustre_v1.Instance.State.ACTIVE
     assert [i.name for i in clients.lustre.list_instances(parent=SPEC.lustre_parent)] == [SPEC.lustre_path]
     _, body = raw(sandbox.url, "GET", f"/v1/{SPEC.lustre_path}")
@@ -124,7 +124,9 @@ def test_lustre_create_runs_for_its_latency(clients, sandbox):
     create_peering(clients)
     sandbox.set_latency(scale=1.0, seconds={"lustre.instances.create": 0.5})
     operation = clients.lustre.create_instance(
-        parent=SPEC.lustre_parent, instance_id=SPEC.lustre_name, instance=lustre.lustre_create_request(SPEC).message
+        parent=SPEC.lustre_parent,
+        instance_id=SPEC.lustre_name,
+        instance=lustre.lustre_create_request(SPEC, OWNER).message,
     )
     assert not operation.done()
     assert clients.lustre.get_instance(name=SPEC.lustre_path).state == lustre_v1.Instance.State.CREATING
@@ -146,7 +148,7 @@ def test_lustre_create_runs_for_its_latency(clients, sandbox):
 def test_lustre_rules(clients, sandbox, query, change, message):
     create_networks(clients)
     create_peering(clients)
-    body = {**lustre.lustre_create_request(SPEC).body, **change}
+    body = {**lustre.lustre_create_request(SPEC, OWNER).body, **change}
     status, answer = raw(sandbox.url, "POST", f"/v1/{SPEC.lustre_parent}/instances?{query}", body)
     assert status == 400, answer
     assert message in answer["error"]["message"]
@@ -239,10 +241,12 @@ def test_both_clients_list_the_operations_of_their_location(clients, sandbox):
     create_peering(clients)
     sandbox.set_latency(scale=1.0, seconds={"lustre.instances.create": 5.0, "container.clusters.create": 5.0})
     clients.lustre.create_instance(
-        parent=SPEC.lustre_parent, instance_id=SPEC.lustre_name, instance=lustre.lustre_create_request(SPEC).message
+        parent=SPEC.lustre_parent,
+        instance_id=SPEC.lustre_name,
+        instance=lustre.lustre_create_request(SPEC, OWNER).message,
     )
     # A zonal cluster, so both services have an operation in the same location.
-    zonal = gke.cluster_create_request(SPEC).message
+    zonal = gke.cluster_create_request(SPEC, OWNER).message
     zonal.parent = SPEC.lustre_parent
     cluster_op = clients.gke.create_cluster(request=zonal)
     lustre_ops = clients.lustre.list_operations(request=operations_pb2.ListOperationsRequest(name=SPEC.lustre_parent))

@@ -30,6 +30,7 @@ from nemo_rl_gke.triggers.operations import (
     OperationTrigger,
     backoff_delay,
 )
+from tests.owners import owner_of
 from tests.paths import ROOT
 from tests.triggers.scripted_api import scripted_api
 
@@ -424,7 +425,7 @@ def test_waits_on_the_sandboxs_real_operations(monkeypatch: pytest.MonkeyPatch, 
     with start_sandbox(tmp_path / "sandbox", latency_scale=0.001) as sandbox:
         use_conn(monkeypatch, {"is_anonymous": True, "api_endpoint": sandbox.url, "project": "trigger-test"})
         hook = GcpHook(gcp_conn_id=CONN_ID)
-        found = resources(spec)
+        found = resources(spec, owner_of(spec))
         shapes = set()
         for key in (t.NET, t.GKE_CLUSTER, t.PEERING_RANGE, t.PEERING, t.LUSTRE):
             operation = ensure(found[key], hook, adopt_existing=False).operation

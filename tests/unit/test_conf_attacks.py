@@ -29,6 +29,7 @@ from nemo_rl_gke.deployment import ConnectionNotAllowedError, Deployment
 from nemo_rl_gke.findings import ConfError, Finding
 from nemo_rl_gke.kube.access import ClusterAccess, EndpointNotAllowedError, dashboard_address
 from nemo_rl_gke.kube.manifests import ManifestSourceError, fetch_installer, load_nccl_installer
+from nemo_rl_gke.ownership import Owner
 from nemo_rl_gke.preflight import check_conf
 from nemo_rl_gke.rayjobs import JobRequest, SecretEnv, job_request, job_secrets
 from nemo_rl_gke.raysubmit import resolve_secrets
@@ -260,7 +261,8 @@ def test_a_file_outside_include_is_never_read_nor_quoted(tmp_path: Path) -> None
     spec, findings = check_conf({"nccl_installer_source": str(canary)})
     assert spec is None and _ids(findings) == ["kube.nccl-installer-source"]
     with pytest.raises(ManifestSourceError) as refused:
-        load_nccl_installer(RunSpec.from_conf({"nccl_installer_source": str(canary)}))
+        spec = RunSpec.from_conf({"nccl_installer_source": str(canary)})
+        load_nccl_installer(spec, Owner("dep-a", spec.group_id, "d/r"))
     assert "CANARY-FILE-CONTENT" not in str(refused.value) + str(findings[0])
 
 
@@ -311,7 +313,7 @@ def test_installer_redirects_must_stay_https_and_on_the_allowlist(
     assert "SECRET-BODY" not in str(error.value)
     spec = RunSpec.from_conf({"nccl_installer_source": f"{secure.url}/ok/junk.yaml"})
     with pytest.raises(ManifestSourceError, match="not valid YAML at line") as junk:
-        load_nccl_installer(spec, deployment, context=client_context)
+        load_nccl_installer(spec, Owner("dep-a", spec.group_id, "d/r"), deployment, context=client_context)
     assert "JUNK-CONTENT" not in str(junk.value)
 
 

@@ -419,7 +419,7 @@ def plan_problems(spec: RunSpec) -> list[str]:
     for manifest in plan.manifests:
         found = _manifest_problems(json.dumps(manifest.obj, sort_keys=True))
         problems += [f"manifest {manifest.kind} {manifest.name}: {p}" for p in found]
-    for label, value in spec.labels.items():
+    for label, value in plan.owner.labels.items():
         if not LABEL.fullmatch(label) or not LABEL_VALUE.fullmatch(value):
             problems.append(f"label {label}={value!r}")
     step = spec.final_step

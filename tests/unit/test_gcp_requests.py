@@ -16,31 +16,29 @@ from urllib.parse import unquote
 import pytest
 from google.cloud import compute_v1, container_v1, lustre_v1
 
+from nemo_rl_gke import topology as t
 from nemo_rl_gke.gcp import api
 from nemo_rl_gke.gcp.api import ApiRequest, DiscoveryMismatchError, discovery_request, message_body
 from nemo_rl_gke.gcp.gke import (
     GKE_DEFAULT_SCOPES,
     cluster_create_request,
     cluster_delete_request,
-    gke_delete_requests,
-    gke_requests,
     node_pool_create_request,
     node_pool_delete_request,
 )
 from nemo_rl_gke.gcp.lustre import lustre_create_request, lustre_delete_request
-from nemo_rl_gke.gcp.networks import network_delete_requests, network_requests
 from nemo_rl_gke.gcp.peering import (
     PROJECT_NUMBER_PLACEHOLDER,
     connection_create_request,
     connection_delete_request,
     connection_list_request,
-    peering_delete_requests,
     peering_range_delete_request,
     peering_range_request,
-    peering_requests,
     project_request,
 )
-from nemo_rl_gke.spec import OWNER_DESCRIPTION, RunSpec
+from nemo_rl_gke.gcp.resources import resources
+from nemo_rl_gke.ownership import Owner
+from nemo_rl_gke.spec import RunSpec
 
 # The tutorial's run (its names are RunSpec's defaults) in a concrete project and location.
 P, R, Z = "my-project", "us-east5", "us-east5-b"
@@ -51,9 +49,24 @@ NET, GVNIC_NET, GVNIC_SUB, FIREWALL = "nemo-rl-net", "nemo-rl-gvnic-net", "nemo-
 RDMA_NET = "nemo-rl-rdma-net"
 RDMA_SUBS = [f"nemo-rl-rdma-sub-{n}" for n in range(8)]
 RANGE, CLUSTER, POOL, LUSTRE = "nemo-rl-lustre-range", "nemo-rl-cluster", "gpu-pool", "nemo-rl-lustre"
-LABELS = {"managed-by": "airflow-nemo-rl-gke", "nemo-rl-deployment": CLUSTER}
-# Networks, subnets and firewalls cannot carry labels: the description is our ownership marker. gcloud sends none.
-OURS_DESCRIPTION = {"description": OWNER_DESCRIPTION}
+# The run's identity: its deployment, its run group and the run that creates things.
+OWNER = Owner("dep-a", SPEC.group_id, "nemo_rl_grpo_gke/manual__test")
+LABELS = OWNER.labels
+# Networks, subnets, firewalls and addresses take no labels at insert: the owner's description record marks them.
+# gcloud sends none.
+OURS_DESCRIPTION = {"description": OWNER.description}
+
+
+def network_requests(spec: RunSpec) -> list[ApiRequest]:
+    """The network stage's creates, in the topology's order (from the registry, as the plan lists them)."""
+    return [r.request for r in resources(spec, OWNER).values() if r.stage == t.NETWORK]
+
+
+def network_delete_requests(spec: RunSpec) -> list[ApiRequest]:
+    """The network stage's deletes, in the topology's teardown order."""
+    found = resources(spec, OWNER)
+    order = [target for s in t.teardown_steps() for target in s.deletes if target in found]
+    return [found[k].delete_request for k in order if found[k].stage == t.NETWORK]
 
 
 def _by_resource(requests: list[ApiRequest]) -> dict[str, ApiRequest]:
@@ -197,11 +210,11 @@ GCLOUD_RANGE = {
 }
 # Addresses take labels; we also set the description, which Compute documents as settable on create (labels are
 # documented as "setLabels only", so the description keeps the marker even if an insert dropped them).
-OURS_RANGE = {"labels": LABELS, **OURS_DESCRIPTION}
+OURS_RANGE = OURS_DESCRIPTION
 
 
 def test_peering_range_is_gclouds_plus_ownership() -> None:
-    request = peering_range_request(SPEC)
+    request = peering_range_request(SPEC, OWNER)
     assert (request.service, request.method, request.http_method) == ("compute", "globalAddresses.insert", "POST")
     assert request.path == f"/compute/v1/projects/{P}/global/addresses"
     assert request.body == {**GCLOUD_RANGE, **OURS_RANGE}
@@ -210,7 +223,7 @@ def test_peering_range_is_gclouds_plus_ownership() -> None:
 
 def test_peering_range_with_a_start_address() -> None:
     spec = RunSpec.from_conf({"project": P, "peering_range_address": "10.90.0.0", "peering_prefix_length": 22})
-    body = peering_range_request(spec).body
+    body = peering_range_request(spec, OWNER).body
     # as `--addresses=10.90.0.0 --prefix-length=22` would send (ipVersion stays: gcloud drops it only with --addresses,
     # and the API's default for a global address is IPV4 anyway)
     assert body == {**GCLOUD_RANGE, **OURS_RANGE, "address": "10.90.0.0", "prefixLength": 22}
@@ -281,17 +294,19 @@ def test_project_number_is_a_placeholder_offline() -> None:
 
 
 def test_peering_chain_and_its_teardown() -> None:
-    assert [r.method for r in peering_requests(SPEC, PN)] == [
+    found = resources(SPEC, OWNER)
+    planned = [*found[t.PEERING_RANGE].planned, *found[t.PEERING].planned]
+    assert [r.method for r in planned] == [
         "globalAddresses.insert",
         "projects.get",
         "services.connections.list",
         "services.connections.create",
     ]
     # FACTS §4: the connection goes before the range it uses.
-    assert peering_delete_requests(SPEC, PN) == [
-        connection_delete_request(SPEC, PN),
-        peering_range_delete_request(SPEC),
-    ]
+    teardown = [target for s in t.teardown_steps() for target in s.deletes]
+    assert teardown.index(t.PEERING) < teardown.index(t.PEERING_RANGE)
+    assert found[t.PEERING].delete_request == connection_delete_request(SPEC)
+    assert found[t.PEERING_RANGE].delete_request == peering_range_delete_request(SPEC)
     delete = peering_range_delete_request(SPEC)
     assert (delete.method, delete.http_method, delete.path, delete.body) == (
         "globalAddresses.delete",
@@ -316,7 +331,7 @@ GCLOUD_LUSTRE = {
 
 
 def test_lustre_create_is_gclouds_plus_labels() -> None:
-    request = lustre_create_request(SPEC)
+    request = lustre_create_request(SPEC, OWNER)
     assert (request.service, request.method, request.http_method) == (
         "lustre",
         "projects.locations.instances.create",
@@ -397,7 +412,7 @@ def test_gke_default_scopes_are_gclouds_list() -> None:
 
 
 def test_cluster_create_is_gclouds_plus_resource_labels() -> None:
-    request = cluster_create_request(SPEC)
+    request = cluster_create_request(SPEC, OWNER)
     assert (request.service, request.method, request.http_method) == (
         "container",
         "projects.locations.clusters.create",
@@ -418,7 +433,7 @@ def test_cluster_create_follows_the_default_pool_conf() -> None:
             "system_max_nodes": 3,
         }
     )
-    (pool,) = cluster_create_request(spec).body["cluster"]["nodePools"]
+    (pool,) = cluster_create_request(spec, OWNER).body["cluster"]["nodePools"]
     assert pool["config"]["machineType"] == "n2-standard-16"
     assert pool["initialNodeCount"] == 2
     # minNodeCount 0 is proto3's zero value, and gcloud (apitools) would send 0 explicitly; the server reads both alike.
@@ -479,7 +494,7 @@ def test_node_pool_create_is_gclouds_plus_resource_labels(
     conf: dict[str, Any], machine_type: str, accelerator: str
 ) -> None:
     spec = RunSpec.from_conf({"project": P, "region": R, "zone": Z, "reservation": "my-res", **conf})
-    request = node_pool_create_request(spec)
+    request = node_pool_create_request(spec, OWNER)
     assert (request.service, request.method, request.http_method) == (
         "container",
         "projects.locations.clusters.nodePools.create",
@@ -493,18 +508,20 @@ def test_node_pool_create_is_gclouds_plus_resource_labels(
 
 def test_node_pool_max_nodes_is_a_total() -> None:
     spec = RunSpec.from_conf({"worker_replicas": 4, "gpu_pool_max_nodes": 4})
-    autoscaling = node_pool_create_request(spec).body["nodePool"]["autoscaling"]
+    autoscaling = node_pool_create_request(spec, OWNER).body["nodePool"]["autoscaling"]
     # total_* and per-zone fields cannot be mixed (FACTS §4)
     assert autoscaling == {"enabled": True, "totalMaxNodeCount": 4}
 
 
 def test_gke_chain_and_its_teardown() -> None:
-    assert [r.method for r in gke_requests(SPEC)] == [
+    found = resources(SPEC, OWNER)
+    assert [found[k].request.method for k in (t.GKE_CLUSTER, t.NODE_POOL)] == [
         "projects.locations.clusters.create",
         "projects.locations.clusters.nodePools.create",
     ]
-    # The cluster delete takes its node pools with it.
-    assert gke_delete_requests(SPEC) == [cluster_delete_request(SPEC)]
+    # The cluster delete takes its node pools with it: the pool has no teardown step.
+    assert t.step(t.NODE_POOL).teardown is None
+    assert found[t.GKE_CLUSTER].delete_request == cluster_delete_request(SPEC)
     deletes = (cluster_delete_request(SPEC), node_pool_delete_request(SPEC))
     assert [(r.method, r.http_method, r.path, r.body) for r in deletes] == [
         ("projects.locations.clusters.delete", "DELETE", f"/v1/projects/{P}/locations/{R}/clusters/{CLUSTER}", None),
@@ -521,16 +538,15 @@ def test_gke_chain_and_its_teardown() -> None:
 # Typed bodies and message_body
 # =====================================================================================================================
 def _all_requests(spec: RunSpec, project_number: str = PN) -> list[ApiRequest]:
+    # Every create and delete of the registry; the peering's with the project number it sends at run time.
+    found = {k: r for k, r in resources(spec, OWNER).items() if k != t.PEERING}
     return [
-        *network_requests(spec),
-        *peering_requests(spec, project_number),
-        lustre_create_request(spec),
-        *gke_requests(spec),
-        node_pool_delete_request(spec),
-        *gke_delete_requests(spec),
-        lustre_delete_request(spec),
-        *peering_delete_requests(spec, project_number),
-        *network_delete_requests(spec),
+        *(r.request for r in found.values()),
+        project_request(spec),
+        connection_list_request(spec, project_number),
+        connection_create_request(spec, project_number),
+        *(r.delete_request for r in found.values()),
+        connection_delete_request(spec, project_number),
     ]
 
 
@@ -626,7 +642,7 @@ def _explicit(request_: ApiRequest) -> tuple[str, ...]:
 
 
 def test_api_request_to_dict_and_equality_leave_the_message_out() -> None:
-    request = lustre_create_request(SPEC)
+    request = lustre_create_request(SPEC, OWNER)
     assert set(request.to_dict()) == {"service", "method", "http_method", "path", "body", "resource"}
     json.dumps([r.to_dict() for r in _all_requests(SPEC)])  # the whole plan is JSON
     assert request == ApiRequest(**request.to_dict())  # the message does not take part in equality

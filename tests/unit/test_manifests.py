@@ -28,7 +28,8 @@ from nemo_rl_gke.kube.manifests import (
     render_template,
 )
 from nemo_rl_gke.kube.validation import KUBERNETES_SCHEMA_VERSION, available_schema_versions, validate_manifest
-from nemo_rl_gke.spec import OWNER_LABEL_KEY, OWNER_LABEL_VALUE, RunSpec
+from nemo_rl_gke.ownership import MANAGED_BY, MANAGED_BY_KEY, Owner
+from nemo_rl_gke.spec import RunSpec
 
 IMAGE = "nvcr.io/nvidia/nemo-rl:v0.5.0"
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "nccl-rdma-installer.yaml"
@@ -66,8 +67,16 @@ TUNER = {
 ACCELERATOR = {"b200": "nvidia-b200", "h200": "nvidia-h200-141gb"}
 
 
+def owner_of(spec: RunSpec) -> Owner:
+    """The identity a run of ``spec`` stamps on its objects."""
+    return Owner("dep-a", spec.group_id, "nemo_rl_grpo_gke/manual__test")
+
+
+OWNER = owner_of(RunSpec())
+
+
 def _objects(spec: RunSpec, **kwargs: Any) -> list[dict[str, Any]]:
-    return [m.obj for m in render_manifests(spec, IMAGE, **kwargs)]
+    return [m.obj for m in render_manifests(spec, IMAGE, owner_of(spec), **kwargs)]
 
 
 def _one(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
@@ -103,7 +112,7 @@ def _mount_sources(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 # --- order and validity ------------------------------------------------------------------------------------------
 def test_apply_order_with_the_bundled_installer() -> None:
-    kinds = [m.kind for m in render_manifests(TUTORIAL, IMAGE)]
+    kinds = [m.kind for m in render_manifests(TUTORIAL, IMAGE, owner_of(TUTORIAL))]
     assert kinds == [
         "DaemonSet",
         *["GKENetworkParamSet", "Network"] * 9,
@@ -121,7 +130,7 @@ def test_external_installer_is_not_rendered_nor_fetched_at_plan_time(monkeypatch
     monkeypatch.setattr(manifests_module.urllib.request, "urlopen", no_network)
     monkeypatch.setattr(manifests_module.urllib.request, "build_opener", no_network)
     spec = RunSpec.from_conf({"nccl_installer_source": "https://example.com/nccl-rdma-installer.yaml"})
-    kinds = [m.kind for m in render_manifests(spec, IMAGE)]
+    kinds = [m.kind for m in render_manifests(spec, IMAGE, owner_of(spec))]
     assert "DaemonSet" not in kinds
     assert kinds[0] == "GKENetworkParamSet"
     assert kinds[-1] == "RayCluster"
@@ -129,7 +138,7 @@ def test_external_installer_is_not_rendered_nor_fetched_at_plan_time(monkeypatch
 
 @pytest.mark.parametrize("spec", SPECS.values(), ids=SPECS.keys())
 def test_every_rendered_object_validates(spec: RunSpec) -> None:
-    for manifest in render_manifests(spec, IMAGE, lustre_ip="10.90.0.5"):
+    for manifest in render_manifests(spec, IMAGE, owner_of(spec), lustre_ip="10.90.0.5"):
         assert validate_manifest(manifest.obj) == [], manifest.name
 
 
@@ -137,12 +146,12 @@ def test_every_rendered_object_validates(spec: RunSpec) -> None:
 def test_every_object_carries_the_ownership_labels(spec: RunSpec) -> None:
     for obj in _objects(spec):
         labels = obj["metadata"]["labels"]
-        assert labels[OWNER_LABEL_KEY] == OWNER_LABEL_VALUE
-        assert spec.labels.items() <= labels.items()
+        assert labels[MANAGED_BY_KEY] == MANAGED_BY
+        assert owner_of(spec).labels.items() <= labels.items()
 
 
 def test_manifest_accessors() -> None:
-    manifests = render_manifests(TUTORIAL, IMAGE)
+    manifests = render_manifests(TUTORIAL, IMAGE, owner_of(TUTORIAL))
     pvc = next(m for m in manifests if m.kind == "PersistentVolumeClaim")
     assert (pvc.template, pvc.api_version, pvc.name, pvc.namespace) == (
         "lustre-storage.yaml.j2",
@@ -350,7 +359,7 @@ def test_data_is_the_same_pvc_on_head_and_workers() -> None:
 # --- NCCL installer ----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("spec", SPECS.values(), ids=SPECS.keys())
 def test_bundled_installer_targets_the_gpu_nodes(spec: RunSpec) -> None:
-    (daemonset,) = load_nccl_installer(spec)
+    (daemonset,) = load_nccl_installer(spec, owner_of(spec))
     assert (daemonset["kind"], daemonset["metadata"]["name"], daemonset["metadata"]["namespace"]) == (
         "DaemonSet",
         "nccl-rdma-installer",
@@ -371,7 +380,7 @@ def test_bundled_installer_targets_the_gpu_nodes(spec: RunSpec) -> None:
 
 
 def test_bundled_installer_is_the_one_render_manifests_applies() -> None:
-    assert load_nccl_installer(TUTORIAL) == [_objects(TUTORIAL)[0]]
+    assert load_nccl_installer(TUTORIAL, owner_of(TUTORIAL)) == [_objects(TUTORIAL)[0]]
 
 
 @pytest.fixture
@@ -388,12 +397,12 @@ def include_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_installer_from_a_file_inside_include(include_dir: Path, relative: bool) -> None:
     source = "manifests/nccl.yaml" if relative else str(include_dir / "manifests" / "nccl.yaml")
     spec = RunSpec.from_conf({"nccl_installer_source": source})
-    (daemonset,) = load_nccl_installer(spec)
+    (daemonset,) = load_nccl_installer(spec, owner_of(spec))
     assert daemonset["kind"] == "DaemonSet"
     assert daemonset["spec"]["template"]["spec"]["initContainers"][0]["command"][-1] == "echo fixture installer"
     labels = daemonset["metadata"]["labels"]
     assert labels["k8s-app"] == "nccl-rdma-installer", "the file's own labels are kept"
-    assert spec.labels.items() <= labels.items(), "and the run's ownership labels are added"
+    assert owner_of(spec).labels.items() <= labels.items(), "and the run's ownership labels are added"
     assert validate_manifest(daemonset) == []
 
 
@@ -408,7 +417,7 @@ def test_installer_from_an_allowed_https_url_is_fetched_with_a_timeout(monkeypat
     monkeypatch.setattr(manifests_module.urllib.request, "build_opener", lambda *handlers: FakeOpener())
     url = "https://example.com/gpudirect-rdma/nccl-rdma-installer.yaml"
     deployment = Deployment(nccl_installer_allowlist=("https://example.com/gpudirect-rdma/",))
-    (daemonset,) = load_nccl_installer(RunSpec.from_conf({"nccl_installer_source": url}), deployment)
+    (daemonset,) = load_nccl_installer(RunSpec.from_conf({"nccl_installer_source": url}), OWNER, deployment)
     assert daemonset["metadata"]["name"] == "nccl-rdma-installer"
     assert calls == [(url, manifests_module.NCCL_FETCH_TIMEOUT_S)]
 
@@ -429,26 +438,26 @@ def test_installer_from_an_allowed_https_url_is_fetched_with_a_timeout(monkeypat
 )
 def test_bad_installer_source_raises(source: str) -> None:
     with pytest.raises(ManifestSourceError, match="nccl_installer_source"):
-        load_nccl_installer(RunSpec.from_conf({"nccl_installer_source": source}))
+        load_nccl_installer(RunSpec.from_conf({"nccl_installer_source": source}), OWNER)
 
 
 def test_missing_or_non_manifest_installer_file_raises_without_quoting_it(include_dir: Path) -> None:
     with pytest.raises(ManifestSourceError, match="no such file inside include/"):
-        load_nccl_installer(RunSpec.from_conf({"nccl_installer_source": "absent.yaml"}))
+        load_nccl_installer(RunSpec.from_conf({"nccl_installer_source": "absent.yaml"}), OWNER)
     (include_dir / "list.yaml").write_text("- just-a-secret-line\n- a list\n")
     with pytest.raises(ManifestSourceError, match="Kubernetes object") as not_objects:
-        load_nccl_installer(RunSpec.from_conf({"nccl_installer_source": "list.yaml"}))
+        load_nccl_installer(RunSpec.from_conf({"nccl_installer_source": "list.yaml"}), OWNER)
     assert "just-a-secret-line" not in str(not_objects.value)
     (include_dir / "broken.yaml").write_text("root:x:0:0:root:/root:/bin/bash\n  : [\n")
     with pytest.raises(ManifestSourceError, match="not valid YAML at line") as broken:
-        load_nccl_installer(RunSpec.from_conf({"nccl_installer_source": "broken.yaml"}))
+        load_nccl_installer(RunSpec.from_conf({"nccl_installer_source": "broken.yaml"}), OWNER)
     assert "root:x" not in str(broken.value)
     (include_dir / "empty.yaml").write_text("# nothing\n")
     with pytest.raises(ManifestSourceError, match="no Kubernetes object"):
-        load_nccl_installer(RunSpec.from_conf({"nccl_installer_source": "empty.yaml"}))
+        load_nccl_installer(RunSpec.from_conf({"nccl_installer_source": "empty.yaml"}), OWNER)
     (include_dir / "bomb.yaml").write_text("a: &a [x, x]\nb: &b [*a, *a]\napiVersion: v1\nkind: ConfigMap\n")
     with pytest.raises(ManifestSourceError, match="aliases"):
-        load_nccl_installer(RunSpec.from_conf({"nccl_installer_source": "bomb.yaml"}))
+        load_nccl_installer(RunSpec.from_conf({"nccl_installer_source": "bomb.yaml"}), OWNER)
 
 
 def test_a_symlink_out_of_include_is_refused(include_dir: Path, tmp_path: Path) -> None:
@@ -456,7 +465,7 @@ def test_a_symlink_out_of_include_is_refused(include_dir: Path, tmp_path: Path) 
     outside.write_bytes(FIXTURE.read_bytes())
     (include_dir / "manifests" / "link.yaml").symlink_to(outside)
     with pytest.raises(ManifestSourceError, match="must be inside include/"):
-        load_nccl_installer(RunSpec.from_conf({"nccl_installer_source": "manifests/link.yaml"}))
+        load_nccl_installer(RunSpec.from_conf({"nccl_installer_source": "manifests/link.yaml"}), OWNER)
 
 
 # --- validation rejects what the API server would ----------------------------------------------------------------
@@ -517,12 +526,12 @@ BROKEN: dict[str, tuple[Callable[[list[dict[str, Any]]], dict[str, Any]], Callab
     "uppercase name": (_first("ServiceAccount"), lambda o: o["metadata"].update(name="Generic-KSA"), "DNS-1123"),
     "no ownership label": (
         _first("ServiceAccount"),
-        lambda o: o["metadata"]["labels"].pop(OWNER_LABEL_KEY),
-        OWNER_LABEL_KEY,
+        lambda o: o["metadata"]["labels"].pop(MANAGED_BY_KEY),
+        MANAGED_BY_KEY,
     ),
     "foreign owner": (
         _first("PersistentVolume"),
-        lambda o: o["metadata"]["labels"].update({OWNER_LABEL_KEY: "x"}),
+        lambda o: o["metadata"]["labels"].update({MANAGED_BY_KEY: "x"}),
         "ownership",
     ),
     "unknown custom kind": (_first("RayCluster"), lambda o: o.update(kind="RayJob"), "no schema"),
@@ -551,14 +560,14 @@ def test_odd_strings_stay_single_scalars() -> None:
     # validate refuses these (control characters, names), so the spec is built around it: the templates must still
     # keep each one a single scalar.
     spec = dataclasses.replace(TUTORIAL, namespace=odd_namespace, ksa_name="a: b", lustre_filesystem="x\ny: z")
-    objects = [m.obj for m in render_manifests(spec, odd_image, lustre_ip='1.2.3.4"\nfoo: bar')]
+    objects = [m.obj for m in render_manifests(spec, odd_image, owner_of(spec), lustre_ip='1.2.3.4"\nfoo: bar')]
     assert [o["kind"] for o in objects] == [o["kind"] for o in _objects(TUTORIAL)]
     assert _one(objects, "PersistentVolumeClaim")["metadata"]["namespace"] == odd_namespace
     assert _one(objects, "RayCluster")["metadata"]["namespace"] == odd_namespace
     assert _one(objects, "ServiceAccount")["metadata"] == {
         "name": "a: b",
         "namespace": odd_namespace,
-        "labels": spec.labels,
+        "labels": owner_of(spec).labels,
     }
     pv = _one(objects, "PersistentVolume")
     assert pv["spec"]["claimRef"]["namespace"] == odd_namespace
@@ -574,7 +583,7 @@ def test_odd_strings_stay_single_scalars() -> None:
 # --- the template environment ------------------------------------------------------------------------------------
 def test_a_missing_template_variable_fails_instead_of_rendering_empty() -> None:
     with pytest.raises(jinja2.UndefinedError):
-        render_template("raycluster.yaml.j2", spec=TUTORIAL)  # no image
+        render_template("raycluster.yaml.j2", spec=TUTORIAL, owner=OWNER)  # no image
 
 
 def test_rendered_yaml_round_trips() -> None:

@@ -15,6 +15,7 @@ from google.cloud import container_v1
 from nemo_rl_gke.gcp.api import ApiRequest, message_body
 
 if TYPE_CHECKING:
+    from nemo_rl_gke.ownership import Owner
     from nemo_rl_gke.spec import RunSpec
 
 SERVICE = "container"
@@ -42,7 +43,7 @@ def _upgrade_settings() -> container_v1.NodePool.UpgradeSettings:
     return container_v1.NodePool.UpgradeSettings(max_surge=1)
 
 
-def cluster_create_request(spec: RunSpec) -> ApiRequest:
+def cluster_create_request(spec: RunSpec, owner: Owner) -> ApiRequest:
     """Create the regional cluster with its default pool (``gcloud container clusters create`` of the tutorial).
 
     The default pool's node counts are per zone of the region, as gcloud's --num-nodes/--min-nodes/--max-nodes are.
@@ -79,7 +80,7 @@ def cluster_create_request(spec: RunSpec) -> ApiRequest:
             ),
             workload_identity_config=container_v1.WorkloadIdentityConfig(workload_pool=spec.workload_pool),
             node_pools=[default_pool],
-            resource_labels=spec.labels,
+            resource_labels=owner.labels,
         ),
     )
     return ApiRequest(
@@ -96,7 +97,7 @@ def cluster_create_request(spec: RunSpec) -> ApiRequest:
     )
 
 
-def node_pool_create_request(spec: RunSpec) -> ApiRequest:
+def node_pool_create_request(spec: RunSpec, owner: Owner) -> ApiRequest:
     """Create the GPU node pool in the zone (``gcloud container node-pools create gpu-pool`` of the tutorial).
 
     It starts empty and autoscales up to ``gpu_pool_max_nodes`` in total (the total_* fields; they cannot be mixed
@@ -135,7 +136,7 @@ def node_pool_create_request(spec: RunSpec) -> ApiRequest:
                     key=RESERVATION_KEY,
                     values=[spec.reservation],
                 ),
-                resource_labels=spec.labels,
+                resource_labels=owner.labels,
             ),
             management=_management(),
             # Bare names, as gcloud passes --additional-node-network through (gcloud.md §7).
@@ -153,11 +154,6 @@ def node_pool_create_request(spec: RunSpec) -> ApiRequest:
         resource=f"GKE node pool {spec.node_pool_name}",
         message=request,
     )
-
-
-def gke_requests(spec: RunSpec) -> list[ApiRequest]:
-    """The cluster chain, in order: the cluster, then the GPU pool (which also needs the gVNIC and RDMA subnets)."""
-    return [cluster_create_request(spec), node_pool_create_request(spec)]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -185,8 +181,3 @@ def node_pool_delete_request(spec: RunSpec) -> ApiRequest:
         body=None,
         resource=f"GKE node pool {spec.node_pool_name}",
     )
-
-
-def gke_delete_requests(spec: RunSpec) -> list[ApiRequest]:
-    """GKE teardown: the cluster delete alone, since its node pools go with it."""
-    return [cluster_delete_request(spec)]

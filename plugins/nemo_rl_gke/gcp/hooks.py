@@ -66,6 +66,7 @@ COMPUTE_CLIENTS: dict[str, type] = {
     "regions": compute_v1.RegionsClient,
     "global_operations": compute_v1.GlobalOperationsClient,
     "region_operations": compute_v1.RegionOperationsClient,
+    "projects": compute_v1.ProjectsClient,
 }
 
 

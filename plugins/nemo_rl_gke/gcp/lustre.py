@@ -13,17 +13,18 @@ from google.cloud import lustre_v1
 from nemo_rl_gke.gcp.api import ApiRequest, message_body, with_query
 
 if TYPE_CHECKING:
+    from nemo_rl_gke.ownership import Owner
     from nemo_rl_gke.spec import RunSpec
 
 SERVICE = "lustre"
 API_PREFIX = "/v1/"
 
 
-def lustre_create_request(spec: RunSpec) -> ApiRequest:
+def lustre_create_request(spec: RunSpec, owner: Owner) -> ApiRequest:
     """Create the instance (``lustre instances create L --gke-support-enabled ...``).
 
     The body is the Instance itself; its ID is the ``instanceId`` query parameter. ``network`` is the relative path
-    gcloud resolves ``--network`` to. The labels are our ownership marker; gcloud sends none.
+    gcloud resolves ``--network`` to. The labels are the owner's (deployment, group, creating run); gcloud sends none.
     """
     instance = lustre_v1.Instance(
         filesystem=spec.lustre_filesystem,
@@ -32,7 +33,7 @@ def lustre_create_request(spec: RunSpec) -> ApiRequest:
         network=spec.network_path(spec.network),
         # The tutorial passes it; the API now calls it deprecated and unneeded for GKE, and still accepts it.
         gke_support_enabled=True,
-        labels=spec.labels,
+        labels=owner.labels,
     )
     return ApiRequest(
         service=SERVICE,

@@ -2,8 +2,8 @@
 
 Three networks (gcloud.md §1-3, FACTS §4): the main network NET (auto subnets: the cluster and Lustre live on it), the
 gVNIC network (one subnet, one internal firewall rule) and the RDMA network (RoCE network profile, eight subnets, one
-per GPU NIC). None of them can carry labels, so each carries :data:`OWNER_DESCRIPTION`; gcloud sends no description,
-and that marker is what lets teardown and adoption tell our resources from anyone else's.
+per GPU NIC). None of them can carry labels, so each carries its owner's exact description record (FACTS §15);
+gcloud sends no description, and that record is what lets teardown and adoption tell a group's resources apart.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 from google.cloud import compute_v1
 
 from nemo_rl_gke.gcp.api import ApiRequest, collection_path, compute_url, message_body
-from nemo_rl_gke.spec import OWNER_DESCRIPTION
 
 if TYPE_CHECKING:
+    from nemo_rl_gke.ownership import Owner
     from nemo_rl_gke.spec import RunSpec
 
 SERVICE = "compute"
@@ -45,10 +45,10 @@ def _insert(
     )
 
 
-def _network(spec: RunSpec, name: str, *, auto_subnets: bool, **extra: object) -> ApiRequest:
+def _network(spec: RunSpec, owner: Owner, name: str, *, auto_subnets: bool, **extra: object) -> ApiRequest:
     network = compute_v1.Network(
         name=name,
-        description=OWNER_DESCRIPTION,
+        description=owner.description,
         auto_create_subnetworks=auto_subnets,
         routing_config=compute_v1.NetworkRoutingConfig(routing_mode=ROUTING_MODE),
         **extra,
@@ -56,29 +56,30 @@ def _network(spec: RunSpec, name: str, *, auto_subnets: bool, **extra: object) -
     return _insert(f"network {name}", "networks", spec.network_path(name), network)
 
 
-def main_network_request(spec: RunSpec) -> ApiRequest:
+def main_network_request(spec: RunSpec, owner: Owner) -> ApiRequest:
     """Create NET, the auto-mode network of the cluster and of Lustre (``networks create NET --subnet-mode=auto``).
 
     Unlike gcloud (which sends no MTU unless --mtu is given) the MTU is always sent: the default 1460 is the API's own
     default, and 8896 speeds up Lustre clients.
     """
-    return _network(spec, spec.network, auto_subnets=True, mtu=spec.net_mtu)
+    return _network(spec, owner, spec.network, auto_subnets=True, mtu=spec.net_mtu)
 
 
-def gvnic_network_request(spec: RunSpec) -> ApiRequest:
+def gvnic_network_request(spec: RunSpec, owner: Owner) -> ApiRequest:
     """Create the gVNIC network (``networks create {prefix}-net --subnet-mode=custom``)."""
-    return _network(spec, spec.gvnic_network, auto_subnets=False)
+    return _network(spec, owner, spec.gvnic_network, auto_subnets=False)
 
 
-def rdma_network_request(spec: RunSpec) -> ApiRequest:
+def rdma_network_request(spec: RunSpec, owner: Owner) -> ApiRequest:
     """Create the RDMA network on the zone's RoCE profile (``--network-profile={zone}-vpc-roce``, custom subnets)."""
-    return _network(spec, spec.rdma_network, auto_subnets=False, network_profile=compute_url(spec.network_profile_path))
+    profile = compute_url(spec.network_profile_path)
+    return _network(spec, owner, spec.rdma_network, auto_subnets=False, network_profile=profile)
 
 
-def _subnet(spec: RunSpec, name: str, network: str, cidr: str) -> ApiRequest:
+def _subnet(spec: RunSpec, owner: Owner, name: str, network: str, cidr: str) -> ApiRequest:
     subnet = compute_v1.Subnetwork(
         name=name,
-        description=OWNER_DESCRIPTION,
+        description=owner.description,
         network=compute_url(spec.network_path(network)),
         ip_cidr_range=cidr,
         # gcloud always sends its --enable-private-ip-google-access flag, false by default (gcloud.md §2).
@@ -87,24 +88,24 @@ def _subnet(spec: RunSpec, name: str, network: str, cidr: str) -> ApiRequest:
     return _insert(f"subnet {name}", "subnetworks", spec.subnet_path(name), subnet)
 
 
-def gvnic_subnet_request(spec: RunSpec) -> ApiRequest:
+def gvnic_subnet_request(spec: RunSpec, owner: Owner) -> ApiRequest:
     """Create the gVNIC subnet in the region (``subnets create {prefix}-sub --range=192.168.0.0/24``)."""
-    return _subnet(spec, spec.gvnic_subnet, spec.gvnic_network, spec.gvnic_subnet_cidr)
+    return _subnet(spec, owner, spec.gvnic_subnet, spec.gvnic_network, spec.gvnic_subnet_cidr)
 
 
-def rdma_subnet_requests(spec: RunSpec) -> list[ApiRequest]:
+def rdma_subnet_requests(spec: RunSpec, owner: Owner) -> list[ApiRequest]:
     """Create the eight RDMA subnets, in NIC order (``subnets create {prefix}-sub-N --range=192.168.N+1.0/24``)."""
     return [
-        _subnet(spec, name, spec.rdma_network, cidr)
+        _subnet(spec, owner, name, spec.rdma_network, cidr)
         for name, cidr in zip(spec.rdma_subnets, spec.rdma_subnet_cidrs, strict=True)
     ]
 
 
-def gvnic_firewall_request(spec: RunSpec) -> ApiRequest:
+def gvnic_firewall_request(spec: RunSpec, owner: Owner) -> ApiRequest:
     """Allow tcp, udp and icmp inside the gVNIC network (``firewall-rules create {prefix}-internal --action=ALLOW``)."""
     firewall = compute_v1.Firewall(
         name=spec.gvnic_firewall,
-        description=OWNER_DESCRIPTION,
+        description=owner.description,
         network=compute_url(spec.network_path(spec.gvnic_network)),
         # gcloud always sends a direction: INGRESS unless --direction says otherwise (gcloud.md §3).
         direction=compute_v1.Firewall.Direction.INGRESS.name,
@@ -114,18 +115,6 @@ def gvnic_firewall_request(spec: RunSpec) -> ApiRequest:
         source_ranges=[spec.firewall_source_range],
     )
     return _insert(f"firewall {spec.gvnic_firewall}", "firewalls", spec.firewall_path(spec.gvnic_firewall), firewall)
-
-
-def network_requests(spec: RunSpec) -> list[ApiRequest]:
-    """Every network, subnet and firewall request, in creation order (a resource after the network it needs)."""
-    return [
-        main_network_request(spec),
-        gvnic_network_request(spec),
-        gvnic_subnet_request(spec),
-        gvnic_firewall_request(spec),
-        rdma_network_request(spec),
-        *rdma_subnet_requests(spec),
-    ]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -155,19 +144,3 @@ def subnet_delete_request(spec: RunSpec, name: str) -> ApiRequest:
 def firewall_delete_request(spec: RunSpec, name: str) -> ApiRequest:
     """Delete one firewall rule of this run."""
     return _delete("firewalls", "firewall", spec.firewall_path(name))
-
-
-def network_delete_requests(spec: RunSpec) -> list[ApiRequest]:
-    """Every network delete, in the order that works (FACTS §4): firewall, then subnets, then networks.
-
-    A network still used by a firewall rule or subnet answers 400 resourceInUseByAnotherResource, so the networks go
-    last. NET must also outlive the cluster, Lustre and the peering, which the teardown deletes before these.
-    """
-    return [
-        firewall_delete_request(spec, spec.gvnic_firewall),
-        subnet_delete_request(spec, spec.gvnic_subnet),
-        *(subnet_delete_request(spec, name) for name in spec.rdma_subnets),
-        network_delete_request(spec, spec.gvnic_network),
-        network_delete_request(spec, spec.rdma_network),
-        network_delete_request(spec, spec.network),
-    ]

@@ -22,9 +22,9 @@ from nemo_rl_gke.gcp.api import (
     discovery_request,
     message_body,
 )
-from nemo_rl_gke.spec import OWNER_DESCRIPTION
 
 if TYPE_CHECKING:
+    from nemo_rl_gke.ownership import Owner
     from nemo_rl_gke.spec import RunSpec
 
 PROJECT_NUMBER_PLACEHOLDER = "<PROJECT_NUMBER>"
@@ -32,21 +32,25 @@ PEERING_SERVICE = "servicenetworking.googleapis.com"
 SERVICE_PARENT = f"services/{PEERING_SERVICE}"
 # "-" stands for "the connection of this consumer network", which deleteConnection names in its body (gcloud.md §5).
 ANY_CONNECTION = f"{SERVICE_PARENT}/connections/-"
+# One connection per (network, service), named after the service; also the name of its VPC peering (FACTS §13).
+PEERING_NAME = "servicenetworking-googleapis-com"
+CONNECTION_NAME = f"{SERVICE_PARENT}/connections/{PEERING_NAME}"
+RANGES_MASK = "reservedPeeringRanges"
 SERVICE_NETWORKING = ("servicenetworking", "v1")
 RESOURCE_MANAGER = ("cloudresourcemanager", "v1")
 
 
-def peering_range_request(spec: RunSpec) -> ApiRequest:
+def peering_range_request(spec: RunSpec, owner: Owner) -> ApiRequest:
     """Reserve the global range peered to the Lustre service (``addresses create --global --purpose=VPC_PEERING``).
 
     gcloud sends ``addressType: INTERNAL`` and ``ipVersion: IPV4`` without being asked (gcloud.md §4); so do we. The
     start address is sent only when the conf gives one; otherwise Google picks a free block of the prefix length.
-    Labels and the description are our ownership marker; gcloud sends neither.
+    The description is the owner's record (an address takes labels only through setLabels, FACTS §15); gcloud sends
+    none.
     """
     address = compute_v1.Address(
         name=spec.peering_range,
-        description=OWNER_DESCRIPTION,
-        labels=spec.labels,
+        description=owner.description,
         purpose=compute_v1.Address.Purpose.VPC_PEERING.name,
         address_type=compute_v1.Address.AddressType.INTERNAL.name,
         ip_version=compute_v1.Address.IpVersion.IPV4.name,
@@ -98,16 +102,6 @@ def connection_create_request(spec: RunSpec, project_number: str = PROJECT_NUMBE
     )
 
 
-def peering_requests(spec: RunSpec, project_number: str = PROJECT_NUMBER_PLACEHOLDER) -> list[ApiRequest]:
-    """The storage chain's networking, in order: range, project number, existing connections, connection."""
-    return [
-        peering_range_request(spec),
-        project_request(spec),
-        connection_list_request(spec, project_number),
-        connection_create_request(spec, project_number),
-    ]
-
-
 # ---------------------------------------------------------------------------------------------------------------------
 # Teardown
 # ---------------------------------------------------------------------------------------------------------------------
@@ -122,6 +116,18 @@ def connection_delete_request(spec: RunSpec, project_number: str = PROJECT_NUMBE
     )
 
 
+def connection_ranges_request(spec: RunSpec, project_number: str, ranges: list[str]) -> ApiRequest:
+    """Set the connection's reserved ranges to ``ranges`` (``connections.patch``, FACTS §13): how a run group adds its
+    range to a connection another group made, and takes only its own out again. Dropping a range needs ``force``."""
+    return discovery_request(
+        *SERVICE_NETWORKING,
+        "services.connections.patch",
+        resource=f"peering connection {spec.network} -> {PEERING_SERVICE}",
+        params={"name": CONNECTION_NAME, "updateMask": RANGES_MASK, "force": "true"},
+        body={"network": spec.consumer_network_path(project_number), "reservedPeeringRanges": list(ranges)},
+    )
+
+
 def peering_range_delete_request(spec: RunSpec) -> ApiRequest:
     """Release the reserved range (only once the peering that uses it is gone)."""
     return ApiRequest(
@@ -132,8 +138,3 @@ def peering_range_delete_request(spec: RunSpec) -> ApiRequest:
         body=None,
         resource=f"global address {spec.peering_range}",
     )
-
-
-def peering_delete_requests(spec: RunSpec, project_number: str = PROJECT_NUMBER_PLACEHOLDER) -> list[ApiRequest]:
-    """Peering teardown in the order that works (FACTS §4): the connection, then its range."""
-    return [connection_delete_request(spec, project_number), peering_range_delete_request(spec)]

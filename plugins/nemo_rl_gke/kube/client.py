@@ -104,8 +104,9 @@ class KubeHook:
     def access(self) -> ClusterAccess:
         """Endpoint and CA of the cluster; raises ClusterUnreachableError when it is missing or not running."""
         from nemo_rl_gke.gcp.resources import resources
+        from nemo_rl_gke.ownership import reader
 
-        cluster = resources(self.spec)[GKE_CLUSTER]
+        cluster = resources(self.spec, reader())[GKE_CLUSTER]
         return ClusterAccess.from_cluster(
             cluster.get(self.gcp_hook), cluster.label, google_endpoint=self.gcp_hook.endpoint("container")
         )

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from nemo_rl_gke import paths
 from nemo_rl_gke.deployment import Deployment
+from nemo_rl_gke.ownership import Owner
 from nemo_rl_gke.paths import MANIFESTS_DIR
-from nemo_rl_gke.spec import OWNER_LABEL_KEY
 from nemo_rl_gke.topology import LUSTRE_STORAGE, NCCL_INSTALLER, NETWORK_MAPPING, RAYCLUSTER
 
 if TYPE_CHECKING:
@@ -140,7 +140,7 @@ def _parse_documents(text: str, source: str, *, untrusted: bool = False) -> list
     return documents
 
 
-def render_manifests(spec: RunSpec, image: str, lustre_ip: str = LUSTRE_IP_PLACEHOLDER) -> list[Manifest]:
+def render_manifests(spec: RunSpec, image: str, owner: Owner, lustre_ip: str = LUSTRE_IP_PLACEHOLDER) -> list[Manifest]:
     """Every Kubernetes object of the run, in apply order.
 
     The order is: the NCCL RDMA installer (only when ``spec.nccl_installer_source`` is ``bundled``; other sources are
@@ -150,21 +150,14 @@ def render_manifests(spec: RunSpec, image: str, lustre_ip: str = LUSTRE_IP_PLACE
     ``image`` is the NeMo RL image resolved from the recipe. ``lustre_ip`` is the address part of the Lustre
     instance's mountPoint; plan mode leaves the placeholder.
     """
+    # Each group's template in apply order, with what it needs besides the spec and the owner.
+    needs: dict[str, dict[str, str]] = {LUSTRE_STORAGE: {"lustre_ip": lustre_ip}, RAYCLUSTER: {"image": image}}
     manifests: list[Manifest] = []
-    if spec.nccl_installer_source == "bundled":
-        manifests += [
-            Manifest(NCCL_INSTALLER_TEMPLATE, obj) for obj in render_template(NCCL_INSTALLER_TEMPLATE, spec=spec)
-        ]
-    manifests += [
-        Manifest(NETWORK_MAPPING_TEMPLATE, obj) for obj in render_template(NETWORK_MAPPING_TEMPLATE, spec=spec)
-    ]
-    manifests += [
-        Manifest(LUSTRE_STORAGE_TEMPLATE, obj)
-        for obj in render_template(LUSTRE_STORAGE_TEMPLATE, spec=spec, lustre_ip=lustre_ip)
-    ]
-    manifests += [
-        Manifest(RAYCLUSTER_TEMPLATE, obj) for obj in render_template(RAYCLUSTER_TEMPLATE, spec=spec, image=image)
-    ]
+    for group, template in TEMPLATES.items():
+        if group == NCCL_INSTALLER and spec.nccl_installer_source != "bundled":
+            continue  # read at apply time from its source
+        objects = render_template(template, spec=spec, owner=owner, **needs.get(group, {}))
+        manifests += [Manifest(template, obj) for obj in objects]
     return manifests
 
 
@@ -262,6 +255,7 @@ def fetch_installer(
 
 def load_nccl_installer(
     spec: RunSpec,
+    owner: Owner,
     deployment: Deployment | None = None,
     *,
     timeout: float = NCCL_FETCH_TIMEOUT_S,
@@ -278,7 +272,7 @@ def load_nccl_installer(
     deployment = deployment or Deployment()
     source = spec.nccl_installer_source
     if source == "bundled":
-        return render_template(NCCL_INSTALLER_TEMPLATE, spec=spec)
+        return render_template(NCCL_INSTALLER_TEMPLATE, spec=spec, owner=owner)
     problem = installer_source_problem(source, deployment)
     if problem:
         raise ManifestSourceError(f"nccl_installer_source is not allowed: {problem}")
@@ -297,12 +291,11 @@ def load_nccl_installer(
     objects = _parse_documents(text, label, untrusted=True)
     if not objects:
         raise ManifestSourceError(f"{label}: no Kubernetes object in it")
-    return [_with_labels(obj, spec.labels) for obj in objects]
+    return [_with_labels(obj, owner.labels) for obj in objects]
 
 
 def _with_labels(obj: dict[str, Any], labels: dict[str, str]) -> dict[str, Any]:
     metadata = dict(obj.get("metadata") or {})
-    own = {key: value for key, value in labels.items() if key != OWNER_LABEL_KEY}
-    # The ownership marker wins over whatever the file says; the file's other labels are kept.
-    metadata["labels"] = {**own, **(metadata.get("labels") or {}), OWNER_LABEL_KEY: labels[OWNER_LABEL_KEY]}
+    # The owner's labels win over whatever the file says; the file's other labels are kept.
+    metadata["labels"] = {**(metadata.get("labels") or {}), **labels}
     return {**obj, "metadata": metadata}

@@ -22,7 +22,7 @@ from nemo_rl_gke.kube.manifests import (
     load_nccl_installer,
     render_template,
 )
-from nemo_rl_gke.spec import OWNER_LABEL_KEY, OWNER_LABEL_VALUE
+from nemo_rl_gke.ownership import RUN_KEY, Owner, owner_from_labels
 from nemo_rl_gke.topology import LUSTRE, LUSTRE_STORAGE, NCCL_INSTALLER, NETWORK_MAPPING, RAYCLUSTER, kube_groups
 
 if TYPE_CHECKING:
@@ -59,8 +59,9 @@ class ObjectResult:
 def lustre_ip(spec: RunSpec, gcp: GcpHook) -> str:
     """The Lustre instance's IP: the address part of its mountPoint (``IP@tcp:/filesystem``)."""
     from nemo_rl_gke.gcp.resources import resources
+    from nemo_rl_gke.ownership import reader
 
-    instance = resources(spec)[LUSTRE].get(gcp)
+    instance = resources(spec, reader())[LUSTRE].get(gcp)
     mount_point = str((instance or {}).get("mountPoint") or "")
     if "@" not in mount_point:
         raise RuntimeError(f"Lustre instance {spec.lustre_name} reports no mountPoint yet ({mount_point!r})")
@@ -70,34 +71,48 @@ def lustre_ip(spec: RunSpec, gcp: GcpHook) -> str:
 def group_objects(
     spec: RunSpec,
     group: str,
+    owner: Owner,
     *,
     lustre_address: str = LUSTRE_IP_PLACEHOLDER,
     deployment: Deployment | None = None,
 ) -> list[dict[str, Any]]:
     """The objects of one group. For deletion only the identities matter, so the IP may stay a placeholder.
 
-    ``deployment`` judges where the NCCL installer may come from (None: the defaults).
+    ``owner`` labels every object; ``deployment`` judges where the NCCL installer may come from (None: defaults).
     """
     from nemo_rl_gke.recipes import load_recipe
 
     if group == NCCL_INSTALLER:
-        return load_nccl_installer(spec, deployment)
+        return load_nccl_installer(spec, owner, deployment)
     if group == NETWORK_MAPPING:
-        return render_template(NETWORK_MAPPING_TEMPLATE, spec=spec)
+        return render_template(NETWORK_MAPPING_TEMPLATE, spec=spec, owner=owner)
     if group == LUSTRE_STORAGE:
-        return render_template(LUSTRE_STORAGE_TEMPLATE, spec=spec, lustre_ip=lustre_address)
+        return render_template(LUSTRE_STORAGE_TEMPLATE, spec=spec, owner=owner, lustre_ip=lustre_address)
     if group == RAYCLUSTER:
         image = load_recipe(spec.recipe).image_for(spec)
-        return render_template(RAYCLUSTER_TEMPLATE, spec=spec, image=image)
+        return render_template(RAYCLUSTER_TEMPLATE, spec=spec, owner=owner, image=image)
     raise ValueError(f"unknown Kubernetes object group {group!r}; one of {', '.join(GROUPS)}")
 
 
-def _owned(obj: dict[str, Any]) -> bool:
-    return (obj.get("metadata", {}).get("labels") or {}).get(OWNER_LABEL_KEY) == OWNER_LABEL_VALUE
+def _recorded_owner(obj: dict[str, Any]) -> Owner | None:
+    return owner_from_labels(obj.get("metadata", {}).get("labels"))
 
 
-def apply_objects(kube: KubeHook, objects: list[dict[str, Any]], *, adopt: bool) -> list[ObjectResult]:
-    """Validate and server-side apply each object in order; unchanged objects keep their resourceVersion."""
+def _keep_creator(obj: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
+    """The object with the creating run's label of the version in the cluster: re-applying never rewrites who
+    created it (and an unchanged object stays unchanged, resourceVersion included)."""
+    created_by = (before.get("metadata", {}).get("labels") or {}).get(RUN_KEY)
+    if not created_by:
+        return obj
+    metadata = {**obj["metadata"], "labels": {**obj["metadata"].get("labels", {}), RUN_KEY: created_by}}
+    return {**obj, "metadata": metadata}
+
+
+def apply_objects(kube: KubeHook, objects: list[dict[str, Any]], owner: Owner, *, adopt: bool) -> list[ObjectResult]:
+    """Validate and server-side apply each object in order; unchanged objects keep their resourceVersion.
+
+    An object of another deployment or run group is refused, or with ``adopt`` used as it is and never changed.
+    """
     from nemo_rl_gke.kube.validation import validate_manifest
 
     for obj in objects:
@@ -108,19 +123,21 @@ def apply_objects(kube: KubeHook, objects: list[dict[str, Any]], *, adopt: bool)
     for obj in objects:
         ref = ObjectRef.of(obj)
         before = kube.get(ref)
-        if before is not None and not _owned(before):
+        if before is not None and not owner.owns(_recorded_owner(before)):
             if not adopt:
+                found = _recorded_owner(before)
                 raise NotOwnedObjectError(
-                    f"{ref} exists in the cluster but was not created by this DAG (no {OWNER_LABEL_KEY}="
-                    f"{OWNER_LABEL_VALUE} label). Fix: delete or rename it, or set adopt_existing=true to use it "
-                    "as it is (teardown will then leave it in place)."
+                    f"{ref} exists in the cluster but is not this run group's ({owner}): "
+                    f"{f'it belongs to {found}' if found else 'its labels name no owner of this package'}. Fix: "
+                    "delete or rename it, or set adopt_existing=true to use it as it is (teardown will then leave "
+                    "it in place)."
                 )
             # Adopted means used as it is: applying would stamp our labels on it, and teardown would then delete it.
             version = str(before.get("metadata", {}).get("resourceVersion", ""))
             log.info("%s: adopted as it is (resourceVersion %s)", ref, version)
             results.append(ObjectResult(ref, "adopted", version))
             continue
-        after = kube.apply(obj)
+        after = kube.apply(obj if before is None else _keep_creator(obj, before))
         version = str(after.get("metadata", {}).get("resourceVersion", ""))
         if before is None:
             action = "created"
@@ -133,16 +150,17 @@ def apply_objects(kube: KubeHook, objects: list[dict[str, Any]], *, adopt: bool)
     return results
 
 
-def delete_objects(kube: KubeHook, objects: list[dict[str, Any]]) -> list[ObjectResult]:
-    """Delete each object in reverse apply order; 404 is done, and an object we did not make is kept."""
+def delete_objects(kube: KubeHook, objects: list[dict[str, Any]], owner: Owner) -> list[ObjectResult]:
+    """Delete each object in reverse apply order; 404 is done, and an object of another deployment or group is
+    kept."""
     results = []
     for obj in reversed(objects):
         ref = ObjectRef.of(obj)
         actual = kube.get(ref)
         if actual is None:
             results.append(ObjectResult(ref, "absent"))
-        elif not _owned(actual):
-            log.warning("%s was not created by this DAG: keeping it", ref)
+        elif not owner.owns(_recorded_owner(actual)):
+            log.warning("%s is not this run group's (%s): keeping it", ref, _recorded_owner(actual))
             results.append(ObjectResult(ref, "kept-unowned"))
         else:
             results.append(ObjectResult(ref, "deleted" if kube.delete(ref) else "absent"))

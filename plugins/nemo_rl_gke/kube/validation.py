@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from nemo_rl_gke.spec import OWNER_LABEL_KEY, OWNER_LABEL_VALUE
+from nemo_rl_gke.ownership import MANAGED_BY, MANAGED_BY_KEY
 
 # Oldest Kubernetes minor this package expects GKE to run. Core v1 / apps/v1 fields are never removed, so an object
 # valid against it is accepted by newer API servers too.
@@ -299,9 +299,9 @@ def _label_problems(metadata: dict[str, Any]) -> Iterator[str]:
             yield f"metadata.labels: {key!r} is not a valid label key"
         if not isinstance(value, str) or not LABEL_VALUE.fullmatch(value):
             yield f"metadata.labels.{key}: {value!r} is not a valid label value"
-    if labels.get(OWNER_LABEL_KEY) != OWNER_LABEL_VALUE:
+    if labels.get(MANAGED_BY_KEY) != MANAGED_BY:
         yield (
-            f"metadata.labels.{OWNER_LABEL_KEY}: must be {OWNER_LABEL_VALUE!r}, the ownership marker teardown and "
+            f"metadata.labels.{MANAGED_BY_KEY}: must be {MANAGED_BY!r}, the ownership marker teardown and "
             "adoption rely on"
         )
 

@@ -1,5 +1,6 @@
-"""What every operator of a run shares, by composition: its step in the topology, the validated spec, the GCP hook,
-the start time the run report needs, the run's stop stage, and the one way to hand a wait to the triggerer.
+"""What every operator of a run shares, by composition: its step in the topology, the validated spec, the run's
+identity (deployment, group, run) and the lease that lets it act on the group, the GCP hook, the start time the run
+report needs, the run's stop stage, the one way to hand a wait to the triggerer, and the one way to keep a resource.
 
 Imported while the DAG file is parsed: the hooks and clients are imported on first use only.
 """
@@ -12,7 +13,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow.sdk import BaseOperator, Context
-from airflow.sdk.exceptions import AirflowSkipException
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from nemo_rl_gke import topology
 from nemo_rl_gke.topology import PENDING, RETURN, STARTED_AT, VALIDATE, Step
@@ -22,12 +23,16 @@ if TYPE_CHECKING:
 
     from nemo_rl_gke.deployment import Deployment
     from nemo_rl_gke.gcp.hooks import GcpHook
+    from nemo_rl_gke.ownership import Owner
     from nemo_rl_gke.spec import RunSpec
 
 DEFAULT_GCP_CONN_ID = "google_cloud_default"
 # The trigger enforces the wait's timeout and says what timed out; Airflow's own deferral timeout is only a backstop
 # for a trigger that never fires at all, so it is set a little later than the trigger's deadline.
 DEFERRAL_BACKSTOP_S = 600
+# A step holds its group's lease until its longest wait would end, plus this much, so a live run never loses it to
+# a takeover; a crashed run's lease expires that much after its last step would have ended.
+LEASE_MARGIN_S = 600
 
 
 def pull(context: Context, task_id: str, key: str = RETURN) -> Any:
@@ -75,6 +80,12 @@ class StepOperator(BaseOperator):
 
         return RunSpec.from_conf(pull(context, VALIDATE))
 
+    def identity(self, context: Context, spec: RunSpec) -> Owner:
+        """This run's identity: the deployment, the run group of the spec's names, and ``dag_id/run_id``."""
+        from nemo_rl_gke.ownership import Owner
+
+        return Owner(self.deployment.deployment_id, spec.group_id, f"{context['dag'].dag_id}/{context['run_id']}")
+
     def timeout_s(self, spec: RunSpec) -> float:
         """How long one wait of this step may take (the conf parameter its stage or the step names)."""
         param = self.step.wait_timeout_param
@@ -83,14 +94,18 @@ class StepOperator(BaseOperator):
         return float(getattr(spec, param))
 
     def pre_execute(self, context: Context) -> None:
-        """Record when this try started (for the run report), and skip a step past the conf's ``stop_after``."""
+        """Record when this try started (for the run report), skip a step past the conf's ``stop_after``, and make
+        sure the run still holds its group's lease before a step that creates or deletes anything."""
         started = getattr(context["ti"], "start_date", None)
         if started is not None:
             context["ti"].xcom_push(key=STARTED_AT, value=started.timestamp())
-        if self.step in topology.provisioning():
+        provisioning = self.step in topology.provisioning()
+        if provisioning:
             stop = self.run_spec(context).stop_after
             if self.step in tuple(topology.after(stop)):
                 raise AirflowSkipException(f"stop_after={stop}: the run stops before the {self.step.stage} stage")
+        if provisioning or self.step.op in (topology.Op.DELETE_GCP, topology.Op.DELETE_KUBE):
+            self.hold_lease(context)
         self.persist_links(context)
 
     def persist_links(self, context: Context) -> None:
@@ -109,6 +124,29 @@ class StepOperator(BaseOperator):
                     context["ti"].xcom_push(key=link.xcom_key, value=url)
         except Exception:
             self.log.warning("Could not build the extra links of %s", self.step_id, exc_info=True)
+
+    def hold_lease(self, context: Context) -> None:
+        """Push the lease's expiry past this step's longest wait; a run that lost it acts on nothing more."""
+        from nemo_rl_gke.gcp.lease import LeaseLostError, renew
+
+        spec = self.run_spec(context)
+        timeout = self.timeout_s(spec) if self.step.wait_timeout_param else 0.0
+        until = time.time() + timeout + DEFERRAL_BACKSTOP_S + LEASE_MARGIN_S
+        try:
+            renew(self.hook, spec.project, self.identity(context, spec), until)
+        except LeaseLostError as exc:
+            if self.step.is_teardown:
+                from nemo_rl_gke.outcomes import KEPT_LEASE_LOST
+
+                self.keep(context, {"action": KEPT_LEASE_LOST}, f"nothing deleted: {exc}")
+            raise AirflowFailException(str(exc)) from exc
+
+    def keep(self, context: Context, result: dict[str, Any], reason: str) -> NoReturn:
+        """End a teardown step that keeps what it would delete: its result in XCom, the task skipped, so the grid
+        shows it apart from a deletion (the run's state is not affected)."""
+        context["ti"].xcom_push(key=RETURN, value=result)
+        self.log.warning("Kept (%s): %s", result.get("action"), reason)
+        raise AirflowSkipException(f"{result.get('action')}: {reason}")
 
     def defer_until(
         self,

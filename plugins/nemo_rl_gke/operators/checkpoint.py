@@ -19,7 +19,7 @@ from nemo_rl_gke import outcomes
 from nemo_rl_gke.links import EXPORT_LINKS
 from nemo_rl_gke.operators.base import StepOperator, pull
 from nemo_rl_gke.operators.rayjob import dashboard
-from nemo_rl_gke.topology import CHECK_CHECKPOINT, CHECKPOINT_REPORT, JOB_SUMMARY, SUBMIT, WAIT
+from nemo_rl_gke.topology import CHECK_CHECKPOINT, CHECKPOINT_REPORT, JOB_SUMMARY, LUSTRE, SUBMIT, WAIT
 
 if TYPE_CHECKING:
     from nemo_rl_gke.spec import RunSpec
@@ -162,6 +162,18 @@ class ExportCheckpointOperator(StepOperator):
         what = f"export of Lustre {spec.lustre_name}:{source} to {uri} (operation {ref.path})"
         self.defer_until(context, spec, OperationTrigger, what=what, operation=ref.to_dict())
 
+    def unmark(self, context: Context, spec: RunSpec) -> None:
+        """The checkpoint has a copy now: take this run's pending mark off Lustre (another run's mark stays)."""
+        from nemo_rl_gke.gcp.resources import resources
+
+        owner = self.identity(context, spec)
+        lustre = resources(spec, owner)[LUSTRE]
+        actual = lustre.get(self.hook)
+        pending = lustre.pending_checkpoint(actual) if actual is not None else None  # type: ignore[attr-defined]
+        if pending is not None and pending.belongs_to(owner.run):
+            lustre.mark(self.hook, None)  # type: ignore[attr-defined]
+            self.log.info("%s: the checkpoint mark of run %s is off", lustre.label, pending.run)
+
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Publish the Asset event, or fail saying where the checkpoint still is."""
         spec = self.run_spec(context)
@@ -180,4 +192,5 @@ class ExportCheckpointOperator(StepOperator):
         for outlet in self.outlets:
             context["outlet_events"][outlet].extra = extra
         self.log.info("Checkpoint step %s exported to %s", spec.final_step, uri)
+        self.unmark(context, spec)
         return {"action": outcomes.EXPORTED, "uri": uri, "step": spec.final_step}

@@ -20,6 +20,7 @@ from nemo_rl_gke.operators.base import StepOperator, pull
 if TYPE_CHECKING:
     from nemo_rl_gke.gcp.operations import OperationRef
     from nemo_rl_gke.gcp.resources import Resource
+    from nemo_rl_gke.gcp.resources.lustre import LustreInstance
     from nemo_rl_gke.spec import RunSpec
 
 
@@ -31,11 +32,11 @@ class _ResourceStep(StepOperator):
         """The task id of the step that makes the resource."""
         return self.step.deletes[0] if self.step.is_teardown else self.step_id
 
-    def resource(self, spec: RunSpec) -> Resource:
-        """This task's resource, from the registry."""
+    def resource(self, context: Context, spec: RunSpec) -> Resource:
+        """This task's resource, from the registry, judged as this run's."""
         from nemo_rl_gke.gcp.resources import resources
 
-        return resources(spec)[self.resource_key]
+        return resources(spec, self.identity(context, spec))[self.resource_key]
 
     def describe(self, resource: Resource) -> str:
         """How messages name the resource: kind, name and step."""
@@ -91,7 +92,7 @@ class EnsureGcpResourceOperator(_ResourceStep):
         from nemo_rl_gke.gcp.resources import DriftError, NotOwnedError, ResourceFailedError, ensure
 
         spec = self.run_spec(context)
-        resource = self.resource(spec)
+        resource = self.resource(context, spec)
         try:
             outcome = ensure(resource, self.hook, spec.adopt_existing)
         except (NotOwnedError, DriftError, ResourceFailedError) as exc:
@@ -110,7 +111,7 @@ class EnsureGcpResourceOperator(_ResourceStep):
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, str]:
         """Resume after the trigger: fail with the trigger's message, or check the resource is ready."""
         spec = self.run_spec(context)
-        resource = self.resource(spec)
+        resource = self.resource(context, spec)
         if event.get("status") == "success":
             return self.check_ready(resource, self.pending(context)["action"])
         message = self.event_failure(resource, event)
@@ -131,64 +132,82 @@ class EnsureGcpResourceOperator(_ResourceStep):
 
 
 class DeleteGcpResourceOperator(_ResourceStep):
-    """Deletes one GCP resource of the run, if the teardown policy lets it go and this DAG created it.
+    """Deletes one GCP resource of the run, if the teardown policy lets it go and it is this run's to delete.
 
-    The topology says which policies delete the resource. One without the ownership marker is logged and kept (DESIGN
-    rule 2); one that is already gone counts as deleted (404 is success). Lustre stays while it holds the only copy of
-    a checkpoint, and so does what it needs (peering, range, network). The wait on the delete operation is deferred
-    with the teardown timeout. Returns ``{"key", "name", "action"}`` with an :mod:`~nemo_rl_gke.outcomes` action.
+    Kept (the task ends skipped, its result in XCom, so the grid shows it apart from a deletion): by policy (the
+    topology says which policies delete what); another deployment's or group's resource, or an adopted one (DESIGN
+    rule 2); one of the group's that this run refused or never reached; Lustre while it holds a checkpoint that no
+    export has copied (marked on the instance itself), and what Lustre needs while it stays. One that is already gone
+    counts as deleted (404 is success). The wait on the delete operation is deferred with the teardown timeout.
+    Returns ``{"key", "name", "action"}`` with an :mod:`~nemo_rl_gke.outcomes` action.
     """
 
     ui_color = "#fbe9e3"
 
     def execute(self, context: Context) -> dict[str, str]:
-        """Delete the resource when the policy and ownership allow; defer on the delete operation."""
+        """Delete the resource when the policy, ownership and checkpoints allow; defer on the delete operation."""
         from nemo_rl_gke.gcp.resources import delete_resource
 
         spec = self.run_spec(context)
-        resource = self.resource(spec)
+        resource = self.resource(context, spec)
         if not topology.deletes_under(self.resource_key, spec.teardown_policy):
-            self.log.info("%s kept by teardown policy %s", self.describe(resource), spec.teardown_policy)
-            return self.result(resource, outcomes.KEPT_BY_POLICY)
+            self.keep(
+                context, self.result(resource, outcomes.KEPT_BY_POLICY), f"teardown_policy={spec.teardown_policy}"
+            )
         if self.resource_key == topology.LUSTRE:
-            reason = self.checkpoint_at_risk(context, spec)
+            reason = self.checkpoint_at_risk(context, spec, resource)  # type: ignore[arg-type]
             if reason:
-                self.log.warning("%s kept: %s", self.describe(resource), reason)
-                return self.result(resource, outcomes.KEPT_FOR_CHECKPOINT)
+                self.keep(context, self.result(resource, outcomes.KEPT_FOR_CHECKPOINT), reason)
         if self.resource_key in topology.requires(topology.LUSTRE):
-            lustre = pull(context, topology.teardown_of(topology.LUSTRE).task_id) or {}
-            if lustre.get("action") == outcomes.KEPT_FOR_CHECKPOINT:
-                self.log.warning(
-                    "%s kept: the Lustre instance kept for its checkpoint uses it", self.describe(resource)
-                )
-                return self.result(resource, outcomes.KEPT_FOR_LUSTRE)
-        outcome = delete_resource(resource, self.hook)
-        if outcome.action == outcomes.KEPT_UNOWNED:
-            self.log.warning("%s kept: not created by this DAG", self.describe(resource))
-        elif outcome.operation is not None:
+            lustre = self.resource_of(context, spec, topology.LUSTRE)
+            if lustre.get(self.hook) is not None:
+                reason = f"{lustre.label} still exists and needs it"
+                self.keep(context, self.result(resource, outcomes.KEPT_FOR_LUSTRE), reason)
+        ensured = pull(context, self.resource_key) or {}
+        used = ensured.get("action") in (outcomes.CREATED, outcomes.EXISTS)
+        outcome = delete_resource(resource, self.hook, used=used)
+        if outcome.action in outcomes.KEPT:
+            self.keep(context, self.result(resource, outcome.action), f"{self.describe(resource)}: {outcome.action}")
+        if outcome.operation is not None:
             self.wait_on(context, spec, outcome.operation, resource, outcome.action)
         self.log.info("%s: %s", self.describe(resource), outcome.action)
         return self.result(resource, outcome.action)
 
-    def checkpoint_at_risk(self, context: Context, spec: RunSpec) -> str:
-        """Why deleting Lustre now would lose the only copy of a checkpoint ('' when it would not, DESIGN rule 4)."""
-        if spec.accept_checkpoint_loss:
+    def resource_of(self, context: Context, spec: RunSpec, key: str) -> Resource:
+        """Another resource of the run, judged as this run's."""
+        from nemo_rl_gke.gcp.resources import resources
+
+        return resources(spec, self.identity(context, spec))[key]
+
+    def checkpoint_at_risk(self, context: Context, spec: RunSpec, lustre: LustreInstance) -> str:
+        """Why deleting Lustre now would lose the only copy of a checkpoint ('' when it would not, DESIGN rule 4).
+
+        The mark is on the instance, so it survives this run: any later run, and the sweeper, keep it too.
+        """
+        actual = lustre.get(self.hook)
+        pending = lustre.pending_checkpoint(actual) if actual is not None else None
+        if pending is None:
             return ""
-        exported = pull(context, topology.EXPORT) or {}
-        if exported.get("action") == outcomes.EXPORTED:
+        run = self.identity(context, spec).run
+        if pending.releasable_by(
+            run, accepts_own_loss=spec.accept_checkpoint_loss, release_run=spec.release_checkpoint_of_run
+        ):
+            self.log.warning(
+                "Deleting %s with the unexported checkpoint of run %s: released", lustre.label, pending.run
+            )
             return ""
-        if not pull(context, topology.SUBMIT):
-            return ""  # no job ran in this run, so nothing it wrote can be lost
+        where = pending.path or spec.checkpoint_dir
         return (
-            f"the checkpoint export did not succeed, so the only copy of {spec.checkpoint_dir} is on this instance "
-            f"(Lustre path {spec.checkpoint_dir.removeprefix('/data') or '/'}). Export it (gcloud lustre instances "
-            "export-data), then delete the instance, or re-run with accept_checkpoint_loss=true"
+            f"it holds the only copy of a checkpoint (run {pending.run}, step {pending.step}, {where}) that no "
+            f"export has copied. Export it (gcloud lustre instances export-data), or let teardown delete it: "
+            f"release_checkpoint_of_run={pending.run!r} in a later run's conf"
+            + (", or accept_checkpoint_loss=true in a re-run of this one" if pending.belongs_to(run) else "")
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, str]:
         """Resume after the trigger: done when the resource is gone, whatever the operation said."""
         spec = self.run_spec(context)
-        resource = self.resource(spec)
+        resource = self.resource(context, spec)
         # 404 is success: a delete operation that failed because the resource had already gone still leaves it gone.
         if resource.get(self.hook) is None:
             if event.get("status") != "success":

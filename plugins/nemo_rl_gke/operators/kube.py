@@ -68,12 +68,13 @@ class ApplyKubeObjectsOperator(_KubeStep):
         )
 
         spec = self.run_spec(context)
+        owner = self.identity(context, spec)
         # The PV names the Lustre instance by its IP, which exists only once Lustre does (it needs Lustre).
         address = lustre_ip(spec, self.hook) if topology.LUSTRE in self.step.needs else None
         where = {"lustre_address": address} if address else {}
-        objects = group_objects(spec, self.step_id, deployment=self.deployment, **where)
+        objects = group_objects(spec, self.step_id, owner, deployment=self.deployment, **where)
         try:
-            results = apply_objects(self.kube(spec), objects, adopt=spec.adopt_existing)
+            results = apply_objects(self.kube(spec), objects, owner, adopt=spec.adopt_existing)
         except (InvalidManifestError, NotOwnedObjectError) as exc:
             raise AirflowFailException(str(exc)) from exc
         except KubeApiError as exc:
@@ -109,17 +110,18 @@ class DeleteKubeObjectsOperator(_KubeStep):
         from nemo_rl_gke.kube.objects import delete_objects, group_objects
 
         spec = self.run_spec(context)
+        owner = self.identity(context, spec)
         groups = [g for g in self.step.deletes if topology.deletes_under(g, spec.teardown_policy)]
         if not groups:
-            self.log.info("%s kept by teardown policy %s", ", ".join(self.step.deletes), spec.teardown_policy)
-            return {"groups": list(self.step.deletes), "action": outcomes.KEPT_BY_POLICY, "objects": []}
+            result = {"groups": list(self.step.deletes), "action": outcomes.KEPT_BY_POLICY, "objects": []}
+            self.keep(context, result, f"teardown_policy={spec.teardown_policy}")
         kube = self.kube(spec)
         try:
             kube.access  # noqa: B018 - resolves the cluster first, so a missing one is told apart from API errors
         except ClusterUnreachableError as exc:
             from nemo_rl_gke.gcp.resources import resources
 
-            cluster = resources(spec)[topology.GKE_CLUSTER]
+            cluster = resources(spec, owner)[topology.GKE_CLUSTER]
             actual = cluster.get(self.hook)
             # A cluster that is gone took its objects along; one in ERROR has no API to reach them, and the
             # cluster's own teardown step takes them along. Anything else (still provisioning) may come back.
@@ -128,7 +130,9 @@ class DeleteKubeObjectsOperator(_KubeStep):
                 return {"groups": groups, "action": outcomes.ABSENT, "objects": []}
             raise AirflowException(f"cannot delete the {', '.join(groups)} objects yet: {exc}") from exc
         results = [
-            r for group in groups for r in delete_objects(kube, group_objects(spec, group, deployment=self.deployment))
+            r
+            for group in groups
+            for r in delete_objects(kube, group_objects(spec, group, owner, deployment=self.deployment), owner)
         ]
         result = {"groups": groups, "action": outcomes.DELETED, "objects": [r.to_dict() for r in results]}
         if any(r.action == outcomes.DELETED and r.ref.kind == "RayCluster" for r in results):

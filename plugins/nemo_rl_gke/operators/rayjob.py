@@ -15,7 +15,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from nemo_rl_gke.links import JOB_LINKS, WAIT_LINKS
 from nemo_rl_gke.operators.base import StepOperator, pull
-from nemo_rl_gke.topology import JOB_STEPS, JOB_SUMMARY, SUBMIT
+from nemo_rl_gke.topology import JOB_STEPS, JOB_SUMMARY, LUSTRE, SUBMIT
 
 if TYPE_CHECKING:
     from nemo_rl_gke.deployment import Deployment
@@ -78,8 +78,25 @@ class SubmitRayJobOperator(StepOperator):
         address, headers = dashboard(spec, self.hook, self.deployment)
         self.log.info("Ray dashboard of RayCluster %s via %s", spec.raycluster_name, address.via)
         self.log.info("Job %s: %s", request.submission_id, request.entrypoint.splitlines()[-1])
+        self.mark_checkpoint_pending(context, spec)
         submission = submit_once(request, address.url, headers, secrets, verify=address.verify())
         return {**submission.to_dict(), "dashboard": address.url, "submitted_at": time.time()}
+
+    def mark_checkpoint_pending(self, context: Context, spec: RunSpec) -> None:
+        """Mark the run's Lustre instance, before the job writes a checkpoint on it: until an export copies it, every
+        later run's teardown and the sweeper keep the instance (the mark lives on the instance, not in this run)."""
+        from nemo_rl_gke.gcp.resources import resources
+        from nemo_rl_gke.ownership import PendingCheckpoint
+
+        owner = self.identity(context, spec)
+        lustre = resources(spec, owner)[LUSTRE]
+        actual = lustre.get(self.hook)
+        if actual is None or not lustre.owned(actual):
+            # An adopted instance is never deleted by this package: there is nothing to guard, and it stays as it is.
+            self.log.info("%s is not this group's: no checkpoint mark needed", lustre.label)
+            return
+        lustre.mark(self.hook, PendingCheckpoint(owner.run, spec.final_step, spec.checkpoint_dir))  # type: ignore[attr-defined]
+        self.log.info("Marked %s: it holds run %s's checkpoint until an export copies it", lustre.label, owner.run)
 
 
 class RayJobSensor(StepOperator):

@@ -46,6 +46,8 @@ class RunReportOperator(StepOperator):
             timings.append(TaskTiming(task_id, str(crumb.get("state") or "none"), start, end))
         teardown = {}
         for step in topology.teardown_steps():
+            if not step.deletes:
+                continue  # the lease's release deletes nothing
             result = pull(context, step.task_id)
             if result:
                 teardown[step.task_id] = str(result.get("action"))

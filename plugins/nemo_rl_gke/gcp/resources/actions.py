@@ -6,7 +6,9 @@
   is waited on through the operation the API lists for it, so the caller defers on it exactly as on its own create.
   When the API shows no such operation the call raises :class:`NotReadyError` (the task's retry reads the resource
   again) rather than waiting here, since a sync wait would hold a worker slot (DESIGN rule 3).
-- delete: get; missing -> ``absent``; not ours -> ``kept-unowned`` (never deleted); else delete (404 counts as done).
+- delete: get; missing -> ``absent``; not this deployment's and group's -> ``kept-unowned`` (never deleted); ours but
+  neither used nor created by this run (a drift refusal, a step that never ran) -> ``kept-unused``; else delete (404
+  counts as done).
 
 Waiting is not done here: the operator defers on the returned :class:`~nemo_rl_gke.gcp.operations.OperationRef`.
 """
@@ -21,8 +23,7 @@ from nemo_rl_gke.gcp.hooks import is_conflict
 from nemo_rl_gke.gcp.operations import OperationRef
 from nemo_rl_gke.gcp.resources.base import Resource
 from nemo_rl_gke.gcp.resources.errors import DriftError, NotOwnedError, NotReadyError, ResourceFailedError
-from nemo_rl_gke.gcp.resources.ownership import OWNER_MARKER
-from nemo_rl_gke.outcomes import ABSENT, ADOPTED, CREATED, DELETED, EXISTS, KEPT_UNOWNED
+from nemo_rl_gke.outcomes import ABSENT, ADOPTED, CREATED, DELETED, EXISTS, KEPT_UNOWNED, KEPT_UNUSED
 
 if TYPE_CHECKING:
     from nemo_rl_gke.gcp.hooks import GcpHook
@@ -43,12 +44,13 @@ class ActionResult:
         return {"action": self.action, "operation": self.operation.to_dict() if self.operation else None}
 
 
-def _not_owned(resource: Resource) -> NotOwnedError:
+def _not_owned(resource: Resource, actual: dict[str, Any]) -> NotOwnedError:
+    found = resource.recorded_owner(actual)
+    whose = f"it belongs to {found}" if found else f"no owner record of this package in its {resource.marker_where}"
     return NotOwnedError(
-        f"{resource.label} ({resource.key}) already exists in project {resource.spec.project} but was not created by "
-        f"this DAG: it has no {OWNER_MARKER} {resource.marker_where}. This DAG never changes or deletes it. "
-        f"Fix: set adopt_existing=true in the conf to use it as it is, or change '{resource.name_param}' so that "
-        f"the run creates its own."
+        f"{resource.label} ({resource.key}) already exists in project {resource.spec.project} but is not this run "
+        f"group's ({resource.owner}): {whose}. This run never changes or deletes it. Fix: set adopt_existing=true "
+        f"in the conf to use it as it is, or change '{resource.name_param}' so that the run creates its own."
     )
 
 
@@ -110,7 +112,7 @@ def ensure(resource: Resource, hook: GcpHook, adopt_existing: bool) -> ActionRes
             return ActionResult(CREATED, operation)
     owned = resource.owned(actual)
     if not owned and not adopt_existing:
-        raise _not_owned(resource)
+        raise _not_owned(resource, actual)
     lines = resource.drift(actual)
     if lines:
         raise _drift(resource, lines)
@@ -119,18 +121,24 @@ def ensure(resource: Resource, hook: GcpHook, adopt_existing: bool) -> ActionRes
     return _existing(resource, hook, actual, action)
 
 
-def delete_resource(resource: Resource, hook: GcpHook) -> ActionResult:
-    """Delete ``resource`` if it is there and ours: ``deleted`` (with the operation), ``absent`` or ``kept-unowned``.
+def delete_resource(resource: Resource, hook: GcpHook, *, used: bool) -> ActionResult:
+    """Delete ``resource`` if it is there, ours, and this run used or created it: ``deleted`` (with the operation),
+    ``absent``, ``kept-unowned`` or ``kept-unused``.
 
-    An unowned resource is never deleted, whatever the conf says (DESIGN rule 2). A 404 at any step counts as done.
+    ``used`` says this run's ensure step took it as its own (created or exists). A resource of another deployment or
+    group, or an adopted one, is never deleted, whatever the conf says (DESIGN rule 2); one of ours that this run
+    refused (drift) or never reached is left for the run that uses it. A 404 at any step counts as done.
     """
     actual = resource.get(hook)
     if actual is None:
         log.info("%s: absent, nothing to delete", resource.label)
         return ActionResult(ABSENT)
     if not resource.owned(actual):
-        log.warning("%s was not created by this DAG: keeping it", resource.label)
+        log.warning("%s is not this run group's (%s): keeping it", resource.label, resource.recorded_owner(actual))
         return ActionResult(KEPT_UNOWNED)
+    if not used and not resource.created_by_this_run(actual):
+        log.warning("%s: this run neither used nor created it (refused, or never reached): keeping it", resource.label)
+        return ActionResult(KEPT_UNUSED)
     if resource.deleting(actual):
         operation = resource.pending_operation(hook, actual)
         if operation is None:

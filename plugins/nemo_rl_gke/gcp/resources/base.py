@@ -2,7 +2,8 @@
 
 Each :class:`Resource` knows one object of the run by its step's task id (``network.net``, ``storage.lustre``, ...):
 how to read it (``get``, ``None`` on 404), create it with the request the builders made, delete it, tell whether
-this package made it (``owned``), how it differs from the conf (``drift``) and whether it is usable (``ready``).
+who made it (``recorded_owner``: its deployment, run group and creating run), how it differs from the conf
+(``drift``) and whether it is usable (``ready``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from nemo_rl_gke.gcp.api import ApiRequest
     from nemo_rl_gke.gcp.hooks import GcpHook
     from nemo_rl_gke.gcp.operations import OperationRef
+    from nemo_rl_gke.ownership import Owner
     from nemo_rl_gke.spec import RunSpec
 
 log = logging.getLogger(__name__)
@@ -50,6 +52,7 @@ class Resource(ABC):
     """One Google Cloud object of the run: how to read, create, delete, own-check, drift-check and ready-check it.
 
     :param spec: the run's spec (every name and path comes from it).
+    :param owner: the run's identity: stamped on what it creates, compared with what it finds.
     :param key: the task id of the step that makes it (:mod:`nemo_rl_gke.topology`).
     :param name: the object's name in Google Cloud.
     :param name_param: the conf parameter the name comes from, named in error messages.
@@ -61,11 +64,13 @@ class Resource(ABC):
     checks: ClassVar[tuple[Check, ...]] = ()
     # Where the resource sits in its create body: the container bodies are whole Create*Request messages.
     body_root: ClassVar[str] = ""
-    marker_where: ClassVar[str] = "label"
+    # Where the owner record lives, for messages: labels where the API has them, else the description.
+    marker_where: ClassVar[str] = "labels"
 
     def __init__(
         self,
         spec: RunSpec,
+        owner: Owner,
         *,
         key: str,
         name: str,
@@ -74,6 +79,7 @@ class Resource(ABC):
         delete_request: ApiRequest,
     ) -> None:
         self.spec = spec
+        self.owner = owner
         self.key = key
         self.name = name
         self.name_param = name_param
@@ -111,8 +117,16 @@ class Resource(ABC):
         """Send the delete request; the operation to wait on, or ``None`` when the resource was already gone."""
 
     @abstractmethod
+    def recorded_owner(self, actual: dict[str, Any]) -> Owner | None:
+        """Who it says made it (deployment, group, creating run), or None: someone outside this package."""
+
     def owned(self, actual: dict[str, Any]) -> bool:
-        """Whether this package created it (the ownership marker is on it)."""
+        """Whether it belongs to this run's deployment and group (anything else is foreign, never deleted)."""
+        return self.owner.owns(self.recorded_owner(actual))
+
+    def created_by_this_run(self, actual: dict[str, Any]) -> bool:
+        """Whether this very run created it."""
+        return self.owned(actual) and self.owner.created(self.recorded_owner(actual))
 
     def drift(self, actual: dict[str, Any]) -> list[str]:
         """How the resource differs from the run conf, one ``"field: expected X, found Y"`` line per field."""

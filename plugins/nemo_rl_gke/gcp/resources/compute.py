@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from nemo_rl_gke.gcp.operations import COMPUTE, OperationRef
 from nemo_rl_gke.gcp.resources.base import Resource, absent_on_404, request_id
 from nemo_rl_gke.gcp.resources.drift import Check, as_int, message_dict
-from nemo_rl_gke.gcp.resources.ownership import has_owner_description, has_owner_label
+from nemo_rl_gke.ownership import Owner, owner_from_description
 
 if TYPE_CHECKING:
     from nemo_rl_gke.gcp.hooks import GcpHook
@@ -19,7 +19,7 @@ class _ComputeResource(Resource):
     client_name: ClassVar[str]
     field: ClassVar[str]  # the client's keyword for the name: network, subnetwork, firewall, address
     regional: ClassVar[bool] = False
-    marker_where = "description"
+    marker_where = "description"  # the only place Compute lets a record live
 
     def _scope(self) -> dict[str, str]:
         scope = {"project": self.spec.project}
@@ -60,9 +60,9 @@ class _ComputeResource(Resource):
         path = f"/compute/v1/projects/{self.spec.project}/{scope}/operations/{name.rsplit('/', 1)[-1]}"
         return OperationRef("compute", path, COMPUTE, self.label)
 
-    def owned(self, actual: dict[str, Any]) -> bool:
-        """The description marker (Compute networks, subnets and firewalls have no labels)."""
-        return has_owner_description(actual.get("description")) or has_owner_label(actual.get("labels"))
+    def recorded_owner(self, actual: dict[str, Any]) -> Owner | None:
+        """The description record (Compute networks, subnets, firewalls and addresses take no labels at insert)."""
+        return owner_from_description(actual.get("description"))
 
 
 class Network(_ComputeResource):
@@ -121,7 +121,6 @@ class GlobalAddress(_ComputeResource):
     kind = "global address"
     client_name = "global_addresses"
     field = "address"
-    marker_where = "label"
     checks = (
         Check("purpose"),
         Check("addressType", default="EXTERNAL"),
@@ -129,11 +128,6 @@ class GlobalAddress(_ComputeResource):
         Check("network", ref=True),
         Check("address"),
     )
-
-    def owned(self, actual: dict[str, Any]) -> bool:
-        """The labels (addresses have them), or the description marker we also set."""
-        return has_owner_label(actual.get("labels")) or has_owner_description(actual.get("description"))
-
     state_field = "status"  # RESERVING, RESERVED or IN_USE
 
     def ready(self, actual: dict[str, Any]) -> bool:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from nemo_rl_gke.gcp.operations import CONTAINER, OperationRef
 from nemo_rl_gke.gcp.resources.base import Resource, absent_on_404, list_operations
 from nemo_rl_gke.gcp.resources.drift import Check, after_project, as_int, last_part, message_dict, normalize_ref
-from nemo_rl_gke.gcp.resources.ownership import has_owner_label
+from nemo_rl_gke.ownership import Owner, owner_from_labels
 
 if TYPE_CHECKING:
     from nemo_rl_gke.gcp.hooks import GcpHook
@@ -88,9 +88,9 @@ class GkeCluster(_GkeResource):
         """The cluster's path."""
         return self.spec.cluster_path
 
-    def owned(self, actual: dict[str, Any]) -> bool:
+    def recorded_owner(self, actual: dict[str, Any]) -> Owner | None:
         """The cluster's resource labels."""
-        return has_owner_label(actual.get("resourceLabels"))
+        return owner_from_labels(actual.get("resourceLabels"))
 
 
 def _accelerators(value: Any) -> list[list[Any]]:
@@ -130,7 +130,7 @@ class GkeNodePool(_GkeResource):
         """The pool's path."""
         return self.spec.node_pool_path
 
-    def owned(self, actual: dict[str, Any]) -> bool:
+    def recorded_owner(self, actual: dict[str, Any]) -> Owner | None:
         """The nodes' resource labels (node pools have no labels of their own)."""
         config = actual.get("config") or {}
-        return has_owner_label(config.get("resourceLabels"))
+        return owner_from_labels(config.get("resourceLabels"))

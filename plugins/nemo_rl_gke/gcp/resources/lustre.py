@@ -1,4 +1,5 @@
-"""The Managed Lustre instance of a run, as a resource."""
+"""The Managed Lustre instance of a run, as a resource, and the mark it carries while it holds the only copy of a
+checkpoint (:class:`~nemo_rl_gke.ownership.PendingCheckpoint`, on the instance itself)."""
 
 from __future__ import annotations
 
@@ -6,14 +7,18 @@ from typing import TYPE_CHECKING, Any
 
 from google.cloud import lustre_v1
 from google.longrunning import operations_pb2
+from google.protobuf import field_mask_pb2
 
 from nemo_rl_gke.gcp.operations import LONGRUNNING, OperationRef
 from nemo_rl_gke.gcp.resources.base import Resource, absent_on_404, list_operations, request_id
 from nemo_rl_gke.gcp.resources.drift import Check, as_int, message_dict, same_ref
-from nemo_rl_gke.gcp.resources.ownership import has_owner_label
+from nemo_rl_gke.ownership import CHECKPOINT_RUN_KEY, CHECKPOINT_STEP_KEY, Owner, PendingCheckpoint, owner_from_labels
 
 if TYPE_CHECKING:
     from nemo_rl_gke.gcp.hooks import GcpHook
+
+# A labels-and-description update finishes in seconds; longer means the API is stuck, not slow.
+MARK_TIMEOUT_S = 120.0
 
 
 class LustreInstance(Resource):
@@ -56,9 +61,34 @@ class LustreInstance(Resource):
     def _operation(self, name: str) -> OperationRef:
         return OperationRef("lustre", f"/v1/{name}", LONGRUNNING, self.label)
 
-    def owned(self, actual: dict[str, Any]) -> bool:
+    def recorded_owner(self, actual: dict[str, Any]) -> Owner | None:
         """The labels."""
-        return has_owner_label(actual.get("labels"))
+        return owner_from_labels(actual.get("labels"))
+
+    def pending_checkpoint(self, actual: dict[str, Any]) -> PendingCheckpoint | None:
+        """The checkpoint this instance holds unexported, if it is marked."""
+        return PendingCheckpoint.on_instance(actual.get("labels"), actual.get("description"))
+
+    def mark(self, hook: GcpHook, pending: PendingCheckpoint | None) -> None:
+        """Put the pending-checkpoint mark on the instance (``None`` takes it off), keeping its other labels."""
+        actual = self.get(hook)
+        if actual is None:
+            raise RuntimeError(f"{self.label} does not exist: there is nothing to mark")
+        labels = {
+            k: v for k, v in (actual.get("labels") or {}).items() if k not in (CHECKPOINT_RUN_KEY, CHECKPOINT_STEP_KEY)
+        }
+        instance = lustre_v1.Instance(
+            name=self.spec.lustre_path,
+            labels={**labels, **(pending.labels if pending else {})},
+            description=pending.description if pending else "",
+        )
+        request = lustre_v1.UpdateInstanceRequest(
+            instance=instance,
+            update_mask=field_mask_pb2.FieldMask(paths=["labels", "description"]),
+            request_id=request_id(),
+        )
+        what = f"{'mark' if pending else 'unmark'} the checkpoint on {self.label}"
+        hook.call(hook.lustre_client.update_instance, request=request, what=what).result(timeout=MARK_TIMEOUT_S)
 
     state_field = "state"  # CREATING, ACTIVE, DELETING, ...
     ready_states = ("ACTIVE",)

@@ -2,47 +2,62 @@
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
-from nemo_rl_gke.gcp.operations import LONGRUNNING, OperationRef
+from google.cloud import compute_v1
+
+from nemo_rl_gke.gcp.operations import COMPUTE, LONGRUNNING, OperationRef
 from nemo_rl_gke.gcp.peering import (
     ANY_CONNECTION,
+    CONNECTION_NAME,
+    PEERING_NAME,
     PEERING_SERVICE,
     PROJECT_NUMBER_PLACEHOLDER,
+    RANGES_MASK,
     SERVICE_PARENT,
     connection_create_request,
     connection_delete_request,
     connection_list_request,
+    connection_ranges_request,
     project_request,
 )
 from nemo_rl_gke.gcp.resources.base import Resource, absent_on_404
 from nemo_rl_gke.gcp.resources.compute import GlobalAddress
-from nemo_rl_gke.gcp.resources.drift import show
 
 if TYPE_CHECKING:
     from nemo_rl_gke.gcp.api import ApiRequest
     from nemo_rl_gke.gcp.hooks import GcpHook
+    from nemo_rl_gke.ownership import Owner
     from nemo_rl_gke.spec import RunSpec
+
+log = logging.getLogger(__name__)
 
 # Where the connection's annotation of its peering range lives in the dict PeeringConnection.get returns.
 PEERING_RANGE_FIELD = "x-nemoRlPeeringRange"
+# What Service Networking answers while it still counts producer services on the connection (FACTS §13).
+PRODUCERS_IN_USE = "are still using this connection"
 
 
 class PeeringConnection(Resource):
-    """NET's Service Networking connection to the Lustre service, over the reserved range.
+    """This run group's share of NET's Service Networking connection to the Lustre service: its reserved range.
 
-    Service Networking names NET by project number (Cloud Resource Manager ``projects.get``, cached on the hook).
-    A connection has no labels or description: its ownership marker is the range it uses, which we own by label.
-    ``get`` therefore returns the connection with the range's own JSON under :data:`PEERING_RANGE_FIELD`.
+    There is one connection per network and service (FACTS §13), and run groups that share a network share it, each
+    with its own range. So this resource is the group's range *in* the connection: ``get`` finds the connection only
+    when our range is part of it (with the range's own JSON under :data:`PEERING_RANGE_FIELD`, whose description
+    record says who owns the share); ``create`` makes the connection, or adds our range to the one another group
+    made (``connections.patch``); ``delete`` takes only our range out again, and deletes the connection only when
+    no other range is left. Service Networking names NET by project number (``projects.get``, cached on the hook).
     A repeated create does not answer 409 but fails inside its operation, so ``get`` lists the connections first.
     """
 
     kind = "peering"
     marker_where = "reserved peering range"
 
-    def __init__(self, spec: RunSpec, *, key: str, peering_range: GlobalAddress) -> None:
+    def __init__(self, spec: RunSpec, owner: Owner, *, key: str, peering_range: GlobalAddress) -> None:
         super().__init__(
             spec,
+            owner,
             key=key,
             name=f"{spec.network}->{PEERING_SERVICE}",
             name_param="network",
@@ -56,50 +71,86 @@ class PeeringConnection(Resource):
         """The lookups Service Networking needs first (the project number, existing connections), then the create."""
         return [project_request(self.spec), connection_list_request(self.spec), self.request]
 
-    def get(self, hook: GcpHook) -> dict[str, Any] | None:
-        """NET's connection to the service (preferring one that uses our range), or ``None``."""
+    def connection(self, hook: GcpHook) -> dict[str, Any] | None:
+        """NET's connection to the service, whoever's ranges it holds, or ``None``."""
         number = hook.project_number(self.spec.project)
         connections = hook.servicenetworking.services().connections()
         listing = connections.list(parent=SERVICE_PARENT, network=self.spec.consumer_network_path(number))
         body = absent_on_404(lambda: hook.execute(listing, what=f"list {self.label}"))
         found = (body or {}).get("connections") or []
-        if not found:
+        return dict(found[0]) if found else None
+
+    def get(self, hook: GcpHook) -> dict[str, Any] | None:
+        """The connection when our range is part of it (annotated with the range), else ``None``."""
+        connection = self.connection(hook)
+        if connection is None or self.spec.peering_range not in (connection.get("reservedPeeringRanges") or []):
             return None
-        ours = [c for c in found if self.spec.peering_range in (c.get("reservedPeeringRanges") or [])]
-        connection = dict((ours or found)[0])
         connection[PEERING_RANGE_FIELD] = self.peering_range.get(hook)
         return connection
 
     def create(self, hook: GcpHook) -> OperationRef:
-        """``connections.create`` with the builder's body, for the real project number."""
+        """Create the connection over our range, or add our range to the one that exists."""
         number = hook.project_number(self.spec.project)
-        body = connection_create_request(self.spec, number).body
-        request = hook.servicenetworking.services().connections().create(parent=SERVICE_PARENT, body=body)
+        existing = self.connection(hook)
+        connections = hook.servicenetworking.services().connections()
+        if existing is None:
+            body = connection_create_request(self.spec, number).body
+            request = connections.create(parent=SERVICE_PARENT, body=body)
+        else:
+            ranges = [*(existing.get("reservedPeeringRanges") or []), self.spec.peering_range]
+            request = self._set_ranges(hook, number, ranges)
         operation = hook.execute(request, what=f"create {self.label}")
         return OperationRef("servicenetworking", f"/v1/{operation['name']}", LONGRUNNING, self.label)
 
+    def _set_ranges(self, hook: GcpHook, number: str, ranges: list[str]) -> Any:
+        body = connection_ranges_request(self.spec, number, ranges).body
+        connections = hook.servicenetworking.services().connections()
+        return connections.patch(name=CONNECTION_NAME, updateMask=RANGES_MASK, force=True, body=body)
+
     def delete(self, hook: GcpHook) -> OperationRef | None:
-        """``connections.deleteConnection`` of NET's connection; ``None`` when there was none."""
+        """Take our range out of the connection; delete the connection only when no other range is left.
+
+        When Service Networking refuses with "producer services are still using this connection", which can outlast
+        the instance (FACTS §13), the network's peering is removed instead (compute ``networks.removePeering``).
+        """
+        connection = self.get(hook)
+        if connection is None:
+            return None
         number = hook.project_number(self.spec.project)
+        others = [r for r in connection.get("reservedPeeringRanges") or [] if r != self.spec.peering_range]
+        if others:
+            operation = hook.execute(self._set_ranges(hook, number, others), what=f"release {self.label}")
+            return OperationRef("servicenetworking", f"/v1/{operation['name']}", LONGRUNNING, self.label)
         body = connection_delete_request(self.spec, number).body
         request = hook.servicenetworking.services().connections().deleteConnection(name=ANY_CONNECTION, body=body)
-        operation = absent_on_404(lambda: hook.execute(request, what=f"delete {self.label}"))
+        try:
+            operation = absent_on_404(lambda: hook.execute(request, what=f"delete {self.label}"))
+        except Exception as exc:
+            if PRODUCERS_IN_USE not in str(exc):
+                raise
+            return self._remove_peering(hook)
         if operation is None:
             return None
         return OperationRef("servicenetworking", f"/v1/{operation['name']}", LONGRUNNING, self.label)
 
-    def owned(self, actual: dict[str, Any]) -> bool:
-        """It uses our range, and the range carries our marker."""
-        peering_range = actual.get(PEERING_RANGE_FIELD)
-        return (
-            self.spec.peering_range in (actual.get("reservedPeeringRanges") or [])
-            and peering_range is not None
-            and self.peering_range.owned(peering_range)
+    def _remove_peering(self, hook: GcpHook) -> OperationRef:
+        log.warning("%s: Service Networking still sees producers on it; removing the network's peering", self.label)
+        request = compute_v1.NetworksRemovePeeringRequest(name=PEERING_NAME)
+        operation = hook.call(
+            hook.compute("networks").remove_peering_unary,
+            project=self.spec.project,
+            network=self.spec.network,
+            networks_remove_peering_request_resource=request,
+            what=f"remove the peering of {self.label}",
         )
+        path = f"/compute/v1/projects/{self.spec.project}/global/operations/{operation.name}"
+        return OperationRef("compute", path, COMPUTE, self.label)
+
+    def recorded_owner(self, actual: dict[str, Any]) -> Owner | None:
+        """Our share is owned by whoever owns our range (a connection has no labels or description)."""
+        peering_range = actual.get(PEERING_RANGE_FIELD)
+        return None if peering_range is None else self.peering_range.recorded_owner(peering_range)
 
     def drift(self, actual: dict[str, Any]) -> list[str]:
-        """The connection must include our range (Lustre gets its addresses from it)."""
-        ranges = actual.get("reservedPeeringRanges") or []
-        if self.spec.peering_range in ranges:
-            return []
-        return [f"reservedPeeringRanges: expected to include {show(self.spec.peering_range)}, found {show(ranges)}"]
+        """Nothing to compare: ``get`` finds the share only when our range is in the connection."""
+        return []

@@ -1,0 +1,206 @@
+"""A run group's lease: which run may create, change and delete the group's resources right now.
+
+The lease lives on the cloud side, so two Airflows, or a manual run and a scheduled one, see each other: it is an item
+of the project's common instance metadata (Compute ``projects.get`` / ``setCommonInstanceMetadata``), keyed by the
+group. Every write sends the metadata fingerprint it read, and Compute refuses a stale one (412), so two runs that
+read a free lease at the same moment cannot both take it: the loser reads again and finds the winner.
+
+A lease names its holder (deployment and run) and an expiry, which the run pushes forward as it works. An expired
+lease may be taken over (and the takeover is logged). Releasing it keeps the record, marked free: the group's
+resources may outlive the run (a warm cluster), and the next run, or the sweeper, reads when it was last used.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from google.cloud import compute_v1
+
+from nemo_rl_gke.gcp.hooks import http_status
+from nemo_rl_gke.ownership import FREE, HELD, LEASE_KEY_PREFIX, Lease, lease_key
+
+if TYPE_CHECKING:
+    from nemo_rl_gke.gcp.hooks import GcpHook
+    from nemo_rl_gke.ownership import Owner
+
+log = logging.getLogger(__name__)
+
+# Concurrent writers retry on a stale fingerprint; a handful of rounds settles even the 13 network tasks of a run.
+MAX_ROUNDS = 20
+# A write's operation is short (seconds); it is waited for so a read right after sees what was written.
+WRITE_WAIT_S = 60.0
+
+
+class LeaseError(RuntimeError):
+    """The lease cannot be read or written."""
+
+
+class LeaseHeldError(LeaseError):
+    """Another run holds the group's lease and it has not expired."""
+
+    def __init__(self, lease: Lease) -> None:
+        super().__init__(
+            f"run group {lease.group} is held by run {lease.run} of deployment {lease.deployment} since "
+            f"{_iso(lease.acquired_at)}, until {_iso(lease.expires_at)} unless it renews"
+        )
+        self.lease = lease
+
+
+class LeaseLostError(LeaseError):
+    """This run no longer holds its group's lease (it expired and another run took it, or it was released)."""
+
+
+def _iso(at: float | None) -> str:
+    return "-" if at is None else datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def read_lease(hook: GcpHook, project: str, group: str) -> Lease | None:
+    """The group's lease record, or None when there is none."""
+    items, _ = _read(hook, project)
+    return Lease.from_value(items.get(lease_key(group)))
+
+
+def leases(hook: GcpHook, project: str) -> list[Lease]:
+    """Every lease record in the project (for the sweeper and the report)."""
+    items, _ = _read(hook, project)
+    found = [Lease.from_value(v) for k, v in items.items() if k.startswith(LEASE_KEY_PREFIX)]
+    return [lease for lease in found if lease is not None]
+
+
+def _read(hook: GcpHook, project: str) -> tuple[dict[str, str], str]:
+    client = hook.compute("projects")
+    found = hook.call(client.get, project=project, what=f"read the metadata of project {project}")
+    metadata = found.common_instance_metadata
+    return {item.key: item.value for item in metadata.items}, metadata.fingerprint
+
+
+def _update(
+    hook: GcpHook, project: str, group: str, change: Callable[[Lease | None], Lease | None]
+) -> tuple[Lease | None, Lease | None]:
+    """Read the group's lease, write ``change(lease)`` unless it returns the lease unchanged; retried while another
+    writer got there first. Returns (the lease read, the lease now)."""
+    key = lease_key(group)
+    for _ in range(MAX_ROUNDS):
+        items, fingerprint = _read(hook, project)
+        before = Lease.from_value(items.get(key))
+        after = change(before)
+        if after == before:
+            return before, after
+        items = {k: v for k, v in items.items() if k != key}
+        if after is not None:
+            items[key] = after.to_value()
+        metadata = compute_v1.Metadata(
+            fingerprint=fingerprint, items=[compute_v1.Items(key=k, value=v) for k, v in items.items()]
+        )
+        try:
+            operation = hook.call(
+                hook.compute("projects").set_common_instance_metadata_unary,
+                project=project,
+                metadata_resource=metadata,
+                what=f"write the lease of group {group}",
+            )
+        except Exception as exc:
+            if http_status(exc) == 412:
+                continue  # someone wrote since we read: read again and decide again
+            raise
+        _wait(hook, project, operation.name)
+        return before, after
+    raise LeaseError(f"the lease of group {group} kept changing under {MAX_ROUNDS} attempts to write it")
+
+
+def _wait(hook: GcpHook, project: str, name: str) -> None:
+    deadline = time.monotonic() + WRITE_WAIT_S
+    client = hook.compute("global_operations")
+    while True:
+        operation = hook.call(client.get, project=project, operation=name, what=f"operation {name}")
+        if operation.status == compute_v1.Operation.Status.DONE:
+            if operation.error and operation.error.errors:
+                raise LeaseError(f"writing the lease failed: {operation.error.errors[0].message}")
+            return
+        if time.monotonic() > deadline:
+            raise LeaseError(f"writing the lease did not finish in {WRITE_WAIT_S:.0f}s (operation {name})")
+        time.sleep(0.5)
+
+
+def acquire(hook: GcpHook, project: str, owner: Owner, ttl_s: float, now: float | None = None) -> tuple[str, Lease]:
+    """Take the group's lease for ``owner``'s run for ``ttl_s`` seconds.
+
+    Returns ``("acquired", lease)`` for a free group, ``("renewed", lease)`` when this run already holds it, or
+    ``("taken-over", previous)`` when it took over an expired lease. Raises :class:`LeaseHeldError` when another run
+    holds it.
+    """
+    at = time.time() if now is None else now
+
+    def take(lease: Lease | None) -> Lease | None:
+        if lease is not None and lease.held_at(at) and not lease.holds(owner):
+            raise LeaseHeldError(lease)
+        acquired = lease.acquired_at if lease is not None and lease.holds(owner) else at
+        warm = lease.warm if lease is not None else False
+        return Lease(owner.group, owner.deployment, owner.run, HELD, acquired, at + ttl_s, None, warm)
+
+    before, after = _update(hook, project, owner.group, take)
+    assert after is not None
+    if before is not None and before.holds(owner):
+        return "renewed", after
+    if before is not None and before.state == HELD:
+        log.warning(
+            "Took over the expired lease of group %s from run %s of deployment %s (expired %s)",
+            owner.group,
+            before.run,
+            before.deployment,
+            _iso(before.expires_at),
+        )
+        return "taken-over", before
+    return "acquired", after
+
+
+def renew(hook: GcpHook, project: str, owner: Owner, until: float) -> Lease:
+    """Make sure this run holds the lease until at least ``until`` (writing only when it would expire sooner).
+
+    Raises :class:`LeaseLostError` when another run holds it, or it was released.
+    """
+
+    def extend(lease: Lease | None) -> Lease | None:
+        if lease is None or not lease.holds(owner):
+            holder = "nobody" if lease is None or lease.state != HELD else f"run {lease.run} of {lease.deployment}"
+            raise LeaseLostError(
+                f"this run ({owner.run}) no longer holds the lease of group {owner.group}: {holder} does"
+            )
+        return lease if lease.expires_at >= until else replace(lease, expires_at=until)
+
+    _, after = _update(hook, project, owner.group, extend)
+    assert after is not None
+    return after
+
+
+def release(hook: GcpHook, project: str, owner: Owner, *, warm: bool, now: float | None = None) -> Lease | None:
+    """Free the group's lease if this run holds it, recording whether the group's resources were kept (``warm``).
+
+    Returns the freed record, or None when this run did not hold it (then nothing is written).
+    """
+    at = time.time() if now is None else now
+
+    def free(lease: Lease | None) -> Lease | None:
+        if lease is None or not lease.holds(owner):
+            return lease
+        return replace(lease, state=FREE, released_at=at, expires_at=at, warm=warm)
+
+    before, after = _update(hook, project, owner.group, free)
+    return after if before is not None and before.holds(owner) else None
+
+
+def forget(hook: GcpHook, project: str, group: str, *, unless_held: bool = True, now: float | None = None) -> None:
+    """Remove a group's lease record (its resources are gone); a held, unexpired lease stays when ``unless_held``."""
+    at = time.time() if now is None else now
+
+    def drop(lease: Lease | None) -> Lease | None:
+        if lease is not None and unless_held and lease.held_at(at):
+            return lease
+        return None
+
+    _update(hook, project, group, drop)

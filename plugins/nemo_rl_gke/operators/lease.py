@@ -1,0 +1,91 @@
+"""Taking a run group's lease before anything is created, and freeing it after teardown.
+
+Thin glue: the lease itself lives in :mod:`nemo_rl_gke.gcp.lease`; a wait for another run to let go is a deferral to
+:class:`~nemo_rl_gke.triggers.lease.LeaseTrigger`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from airflow.sdk import Context
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from nemo_rl_gke import outcomes, topology
+from nemo_rl_gke.operators.base import DEFERRAL_BACKSTOP_S, LEASE_MARGIN_S, StepOperator, pull
+
+# The first hold covers the network stage; every later step pushes the expiry past its own longest wait.
+FIRST_HOLD_PARAM = "network_timeout_s"
+
+
+class TakeLeaseOperator(StepOperator):
+    """Takes the run group's lease; when another run holds it, fails naming the holder (``lease_held=fail``),
+    skips the run (``skip``), or waits deferred up to ``lease_wait_s`` (``wait``). Returns the lease taken."""
+
+    ui_color = "#e8f4ea"
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        """Take the lease, or decide what to do about its holder."""
+        return self._take(context, started_at=time.time())
+
+    def _take(self, context: Context, started_at: float) -> dict[str, Any]:
+        from nemo_rl_gke.gcp.lease import LeaseHeldError, acquire
+        from nemo_rl_gke.triggers.lease import LeaseTrigger
+
+        spec = self.run_spec(context)
+        owner = self.identity(context, spec)
+        ttl = float(getattr(spec, FIRST_HOLD_PARAM)) + DEFERRAL_BACKSTOP_S + LEASE_MARGIN_S
+        try:
+            outcome, _ = acquire(self.hook, spec.project, owner, ttl)
+        except LeaseHeldError as exc:
+            message = f"{exc}. Nothing was touched."
+            if spec.lease_held == "skip":
+                raise AirflowSkipException(f"lease_held=skip: {message}") from exc
+            if spec.lease_held == "wait":
+                self.defer_until(
+                    context,
+                    spec,
+                    LeaseTrigger,
+                    what=f"the lease of group {owner.group} ({exc})",
+                    pending={"started_at": started_at},
+                    project=spec.project,
+                    group=owner.group,
+                    started_at=started_at,
+                )
+            raise AirflowFailException(
+                f"{message} Fix: wait for that run to end, or trigger with lease_held=wait (up to lease_wait_s) or "
+                "lease_held=skip; if that run is gone for good its lease expires by itself and is then taken over."
+            ) from exc
+        self.log.info("Lease of group %s %s for run %s (%s)", owner.group, outcome, owner.run, owner)
+        return {"group": owner.group, "deployment": owner.deployment, "run": owner.run, "outcome": outcome}
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        """The holder let go (take it now, or wait again if another run was quicker), or the wait ran out."""
+        if event.get("status") != "success":
+            raise AirflowFailException(f"{event.get('message')}. Nothing was touched.")
+        return self._take(context, started_at=float(self.pending(context)["started_at"]))
+
+
+class ReleaseLeaseOperator(StepOperator):
+    """Frees the run group's lease after teardown, recording whether the group's resources were kept (warm)."""
+
+    ui_color = "#fbe9e3"
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        """Release the lease this run holds (a run that lost it releases nothing)."""
+        from nemo_rl_gke.gcp.lease import release
+
+        spec = self.run_spec(context)
+        owner = self.identity(context, spec)
+        kept = [
+            s.task_id
+            for s in topology.teardown_steps()
+            if s.task_id != self.step_id and (pull(context, s.task_id) or {}).get("action") in outcomes.KEPT
+        ]
+        freed = release(self.hook, spec.project, owner, warm=bool(kept))
+        if freed is None:
+            self.log.warning("Run %s did not hold the lease of group %s: nothing released", owner.run, owner.group)
+            return {"group": owner.group, "action": "not-held"}
+        self.log.info("Lease of group %s released%s", owner.group, f"; kept: {', '.join(kept)}" if kept else "")
+        return {"group": owner.group, "action": "released", "warm": bool(kept)}
