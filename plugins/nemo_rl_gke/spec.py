@@ -624,6 +624,7 @@ class RunSpec:
     )
     release_checkpoint_of_run: str = _param(
         "",
+        type=["null", "string"],
         section=SECTION_TEARDOWN,
         title="Release the pending checkpoint of run",
         description="dag_id/run_id of the run whose unexported checkpoint keeps Lustre (the teardown message and the "

@@ -71,7 +71,15 @@ def test_validate_is_stricter_than_the_form_where_json_schema_is_loose() -> None
     assert PARAMS["job_timeout_s"].schema["maximum"] == param_schema("job_timeout_s")["maximum"] == 14 * 86_400
 
 
-OPTIONAL = ["machine_type", "peering_range_address", "image_tag", "extra_overrides", "wandb_project", "export_bucket"]
+OPTIONAL = [
+    "machine_type",
+    "peering_range_address",
+    "image_tag",
+    "extra_overrides",
+    "wandb_project",
+    "export_bucket",
+    "release_checkpoint_of_run",
+]
 
 
 @pytest.mark.parametrize("name", OPTIONAL)
