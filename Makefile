@@ -10,7 +10,7 @@ AIRFLOW_ENV := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" AIRFLOW_HOME="$(CURDIR)/.airf
 	AIRFLOW__CORE__DAGS_FOLDER="$(CURDIR)/dags" AIRFLOW__CORE__PLUGINS_FOLDER="$(CURDIR)/plugins" \
 	AIRFLOW__CORE__LOAD_EXAMPLES=False AIRFLOW__CORE__PARALLELISM=4 PYTHONPATH="$(CURDIR)/plugins:$(CURDIR)"
 
-.PHONY: install test lint demo demo-plan plan docs bench-e2e clean
+.PHONY: install chromium test lint demo demo-plan plan docs bench-e2e bench-slots clean
 
 install: $(STAMP)
 
@@ -18,11 +18,17 @@ $(STAMP): requirements.txt requirements-dev.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements-dev.txt
+	@$(MAKE) --no-print-directory chromium
 	@rm -f $(VENV)/.installed-* && touch $@
+
+# The browser tests' Chromium: Debian's package (Playwright's own download cannot reach its host from here). Only when
+# it is missing; apt-get needs root, which CI and the developers' machines are.
+chromium:
+	@test -x /usr/bin/chromium || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
 
 # Two workers on this 2-core machine: most tests wait (on Airflow, the sandbox, Ray) rather than compute. A module's
 # tests stay on one worker: they share its sandbox and Ray head.
-test: $(STAMP)
+test: $(STAMP) chromium
 	$(PY) -m pytest -n auto --dist loadfile
 
 lint: $(STAMP)
@@ -41,6 +47,10 @@ bench-e2e: $(STAMP)
 	@mkdir -p .airflow
 	@$(AIRFLOW_ENV) airflow db migrate > .airflow/migrate.log 2>&1 || (cat .airflow/migrate.log; exit 1)
 	@$(AIRFLOW_ENV) $(PY) bench/e2e.py
+
+# Worker-slot seconds spent while waiting on a real scheduler and triggerer (target <= 0.02).
+bench-slots: $(STAMP)
+	@$(PY) bench/worker_slots.py
 
 # The tutorial's run in plan mode through the real DAG: validate -> plan, the plan printed at the end.
 demo-plan: $(STAMP)

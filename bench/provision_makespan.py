@@ -31,16 +31,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
-import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -51,7 +46,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "plugins"))
 
-from sandbox.testing import SandboxError, free_port, start_sandbox  # noqa: E402
+from bench.airflow_components import (  # noqa: E402
+    Airflow,
+    BenchError,
+    http_json,
+    start_airflow,
+    stop_airflow,
+    wait_for,
+    wait_ready,
+)
+from sandbox.testing import SandboxError, start_sandbox  # noqa: E402
 
 from nemo_rl_gke import topology as t  # noqa: E402
 
@@ -86,256 +90,9 @@ KIND = {
     t.GKE_CLUSTER: "container.clusters.create",
     t.NODE_POOL: "container.nodePools.create",
 }
-# Airflow settings a real deployment can use as well; nothing here skips work.
-# - PARALLELISM bounds the LocalExecutor's workers (enough for the 13 network tasks that start together).
-# - The scheduler's idle sleep and heartbeats pace its loop: shorter means smaller gaps between a task's end and its
-#   successor's start (or a fired trigger and the resumed task), for some scheduler CPU.
-# - mp_start_method=forkserver with mp_forkserver_preload (both new in Airflow 3.3): the LocalExecutor's workers are
-#   forked from a server that imported Airflow's task runner and the Google client libraries once, so each task
-#   process inherits them instead of spending ~2 s of CPU importing them, twice per deferred task (execute, then
-#   execute_complete). Only third-party and Airflow modules are preloaded, never the project's own code, so a
-#   plugins change needs no scheduler restart beyond what Airflow already asks for.
-# - [workers] min_heartbeat_interval is also how long a task's supervisor blocks in select(); seen here, a supervisor
-#   sometimes noticed its task process had exited only when that 5 s timeout ran out, which delays the executor's
-#   event for a deferral until after the trigger fired and the task resumed. Airflow 3.3 then marks the resumed try
-#   failed (state mismatch; apache/airflow#72716) and it is retried 30 s later. 1 s narrows that window and frees the
-#   worker slot sooner, for one Execution API heartbeat per running task per second.
-# - min_file_process_interval: the DAG file does not change during a run, so the dag processor re-parses it every
-#   5 minutes instead of every 30 s (each parse is ~2 s of CPU on this machine).
-PRELOAD = (
-    "airflow.executors.local_executor",
-    "airflow.sdk",
-    "airflow.sdk.execution_time.supervisor",
-    "airflow.sdk.execution_time.task_runner",
-    "airflow.dag_processing.bundles.manager",
-    "airflow.dag_processing.dagbag",
-    "airflow.providers.google.common.hooks.base_google",
-    "google.cloud.compute_v1",
-    "google.cloud.container_v1",
-    "google.cloud.lustre_v1",
-    "googleapiclient.discovery",
-)
-AIRFLOW_TUNING = {
-    "AIRFLOW__CORE__PARALLELISM": "24",
-    "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": "24",
-    "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
-    "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.2",
-    "AIRFLOW__SCHEDULER__JOB_HEARTBEAT_SEC": "1",
-    "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "1",
-    "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "300",
-    "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",
-    "AIRFLOW__SCHEDULER__MP_START_METHOD": "forkserver",
-    "AIRFLOW__CORE__MP_FORKSERVER_PRELOAD": ",".join(PRELOAD),
-}
 
 
-class BenchError(RuntimeError):
-    """Something the bench depends on did not start or answer in time."""
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# HTTP
-# ---------------------------------------------------------------------------------------------------------------------
-def http_json(
-    url: str, method: str = "GET", body: Any = None, token: str | None = None, timeout: float = 30.0
-) -> tuple[int, Any]:
-    """One JSON call to 127.0.0.1; returns (status, parsed body or text)."""
-    if not url.startswith(f"http://{HOST}:"):
-        raise BenchError(f"refusing to call {url}: the bench talks to {HOST} only")
-    data = None if body is None else json.dumps(body).encode()
-    headers = {"Content-Type": "application/json", "Accept": "application/json"}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    req = urllib.request.Request(url, data=data, method=method, headers=headers)
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as response:
-            status, text = response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        status, text = exc.code, exc.read().decode(errors="replace")
-    try:
-        return status, json.loads(text) if text else None
-    except ValueError:
-        return status, text
-
-
-def wait_for(what: str, check: Any, timeout: float, interval: float = 0.5) -> Any:
-    """Call ``check()`` until it returns something truthy; BenchError after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except (OSError, urllib.error.URLError) as exc:
-            last = None
-            error = exc
-        else:
-            error = None
-            if last:
-                return last
-        time.sleep(interval)
-    raise BenchError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last or error})")
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Airflow (the components of airflow standalone)
-# ---------------------------------------------------------------------------------------------------------------------
-@dataclass
-class Airflow:
-    """The running Airflow components, all in one session and process group led by ``process``."""
-
-    process: subprocess.Popen[bytes]
-    home: Path
-    port: int
-    log_dir: Path
-    token: str = ""
-
-    @property
-    def url(self) -> str:
-        return f"http://{HOST}:{self.port}"
-
-    def api(self, method: str, path: str, body: Any = None, expect: tuple[int, ...] = (200,)) -> Any:
-        status, answer = http_json(f"{self.url}{path}", method, body, self.token)
-        if status not in expect:
-            raise BenchError(f"{method} {path} -> {status}: {str(answer)[:800]}")
-        return answer
-
-    def log_tail(self, lines: int = 25) -> str:
-        parts = []
-        for name in ("components", "db-migrate", "scheduler", "triggerer", "dag-processor", "api-server"):
-            path = self.log_dir / f"{name}.log"
-            if path.exists():
-                text = path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:]
-                parts.append(f"--- {name}.log (last {lines} lines)\n" + "\n".join(text))
-        return "\n".join(parts)
-
-
-def session_pids(sid: int) -> list[int]:
-    """PIDs alive in session ``sid``: everything the bench's Airflow started (it is its own session), nothing else."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # Fields after the parenthesised command: state ppid pgrp session ...
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 3 and int(fields[3]) == sid and int(entry.name) != os.getpid():
-            pids.append(int(entry.name))
-    return pids
-
-
-def stop_airflow(airflow: Airflow, grace: float = 20.0) -> None:
-    """SIGTERM the Airflow process group, then SIGKILL whatever is left in its session."""
-    pid = airflow.process.pid
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and session_pids(pid):
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            airflow.process.wait(0.2)
-    # Task runners sit in process groups of their own (same session): the session catches them too.
-    for leftover in session_pids(pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(leftover, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        airflow.process.wait(5)
-
-
-def start_airflow(workdir: Path, sandbox_url: str) -> Airflow:
-    """What ``airflow standalone`` runs, in one new session (setsid) and process group, bound to 127.0.0.1 only.
-
-    ``airflow standalone`` itself cannot be used here: its scheduler and triggerer start the task log server on
-    0.0.0.0 / [::] (``[logging] worker_log_server_port``, no host setting) and it cannot pass ``--skip-serve-logs``.
-    So this runs its four components the way it does (LocalExecutor, SimpleAuthManager, after ``db migrate``), with
-    ``--skip-serve-logs`` (the logs are local files the API server reads anyway) and the API server on 127.0.0.1.
-    """
-    home = workdir / "airflow-home"
-    home.mkdir(parents=True)
-    port = free_port()
-    venv_bin = Path(sys.executable).parent
-    connection = {
-        "conn_type": "google_cloud_platform",
-        "extra": {"is_anonymous": True, "project": "nemo-rl-demo", "api_endpoint": sandbox_url},
-    }
-    env = {
-        **os.environ,
-        "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
-        "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
-        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-        "AIRFLOW__CORE__AUTH_MANAGER": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
-        "AIRFLOW__API__HOST": HOST,
-        "AIRFLOW__API__PORT": str(port),
-        # Tasks reach the Execution API through base_url, whose default is localhost:8080.
-        "AIRFLOW__API__BASE_URL": f"http://{HOST}:{port}",
-        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://{HOST}:{port}/execution/",
-        "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": json.dumps(connection),
-        # preflight_live checks the job's secrets exist; the bench measures provisioning, so placeholders do.
-        "AIRFLOW_CONN_HUGGINGFACE_DEFAULT": json.dumps({"conn_type": "generic", "password": "hf_bench_placeholder"}),
-        "AIRFLOW_CONN_WANDB_DEFAULT": json.dumps({"conn_type": "generic", "password": "wandb_bench_placeholder"}),
-        **AIRFLOW_TUNING,
-    }
-    env.pop("PYTHONPATH", None)
-    script = f"""
-set -e
-airflow db migrate > db-migrate.log 2>&1
-airflow scheduler --skip-serve-logs > scheduler.log 2>&1 &
-airflow triggerer --skip-serve-logs > triggerer.log 2>&1 &
-airflow dag-processor > dag-processor.log 2>&1 &
-airflow api-server --host {HOST} --port {port} > api-server.log 2>&1 &
-wait
-"""
-    log_path = workdir / "components.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            ["/bin/bash", "-c", script],
-            cwd=workdir,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,  # setsid: its own session and process group, stopped as one
-        )
-    return Airflow(process, home, port, workdir)
-
-
-def wait_ready(airflow: Airflow, timeout: float) -> None:
-    """Health of every component, a token, and the DAG parsed and unpaused, all within ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-
-    def healthy() -> bool:
-        if airflow.process.poll() is not None:
-            raise BenchError(f"the Airflow components exited with {airflow.process.returncode}")
-        status, body = http_json(f"{airflow.url}/api/v2/monitor/health", timeout=5)
-        if status != 200 or not isinstance(body, dict):
-            return False
-        parts = ("metadatabase", "scheduler", "triggerer", "dag_processor")
-        return all((body.get(p) or {}).get("status") == "healthy" for p in parts)
-
-    wait_for("Airflow health (scheduler, triggerer, dag processor)", healthy, deadline - time.monotonic())
-    password_file = airflow.home / "simple_auth_manager_passwords.json.generated"
-    password = json.loads(password_file.read_text())["admin"]
-    status, body = http_json(f"{airflow.url}/auth/token", "POST", {"username": "admin", "password": password})
-    if status not in {200, 201}:
-        raise BenchError(f"POST /auth/token -> {status}: {body}")
-    airflow.token = body["access_token"]
-
-    def dag_loaded() -> bool:
-        errors = airflow.api("GET", "/api/v2/importErrors")
-        if errors.get("total_entries"):
-            raise BenchError(f"import errors: {json.dumps(errors['import_errors'])[:2000]}")
-        status, _ = http_json(f"{airflow.url}/api/v2/dags/{DAG_ID}", token=airflow.token)
-        return status == 200
-
-    wait_for(f"DAG {DAG_ID} to be parsed", dag_loaded, max(deadline - time.monotonic(), 1.0))
-    airflow.api("PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": False})
-
-
+# Airflow's components, started and stopped the way the browser tests do (bench/airflow_components.py).
 def run_dag(airflow: Airflow, conf: dict[str, Any], timeout: float) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Trigger one run, wait until it ends (bounded), return it and its task instances."""
     run = airflow.api("POST", f"/api/v2/dags/{DAG_ID}/dagRuns", {"logical_date": None, "conf": conf})

@@ -13,6 +13,7 @@ from airflow.sdk import DAG, Asset, BaseOperator, TaskGroup, TriggerRule, cross_
 
 from nemo_rl_gke import topology
 from nemo_rl_gke.dag_params import build_params
+from nemo_rl_gke.docs import GROUP_DOCS
 from nemo_rl_gke.operators.checkpoint import ExportCheckpointOperator, ResumeOperator, ValidateCheckpointOperator
 from nemo_rl_gke.operators.gcp import DeleteGcpResourceOperator, EnsureGcpResourceOperator, ScaleGpuPoolOperator
 from nemo_rl_gke.operators.kube import ApplyKubeObjectsOperator, DeleteKubeObjectsOperator
@@ -70,6 +71,12 @@ def _step_kwargs(step: topology.Step, dag_id: str) -> dict[str, Any]:
     return kwargs
 
 
+def _group(name: str) -> TaskGroup:
+    """A task group with its tooltip and docs (what it does, what to do when it fails)."""
+    tooltip, doc = GROUP_DOCS[name]
+    return TaskGroup(name, tooltip=tooltip, doc_md=doc)
+
+
 # How many runs of one DAG may be active at once (each holds a lease on its own run group, and its GPUs).
 MAX_ACTIVE_RUNS = 4
 
@@ -108,7 +115,7 @@ def build_dag(
         for step in topology.STEPS.values():
             group = None
             if step.group is not None:
-                group = groups.get(step.group) or groups.setdefault(step.group, TaskGroup(step.group))
+                group = groups.get(step.group) or groups.setdefault(step.group, _group(step.group))
             tasks[step.task_id] = OPERATORS[step.op](task_group=group, **_step_kwargs(step, dag_id))
         for step in topology.STEPS.values():
             for need in step.needs:

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from nemo_rl_gke import topology
+
 DAG_DESCRIPTION = "GRPO fine-tune with NVIDIA NeMo RL on GKE: provision, train, validate and export, tear down"
 DAG_DOC_MD = """
 ### NeMo RL GRPO on GKE
@@ -32,6 +34,73 @@ settings), never from the conf itself; the conf may only pick among them. The de
 decides any other Ray dashboard endpoint and where an NCCL installer may be downloaded from.
 Docs: README.md, docs/conf-reference.md and docs/preflight-rules.md in the repository.
 """
+
+
+# Each task group's tooltip (what it does, in a line) and doc_md (what it does and what to do when it fails). Keyed by
+# the topology's group names, so a group the topology adds without docs fails the DAG-integrity test.
+GROUP_DOCS: dict[str, tuple[str, str]] = {
+    topology.NETWORK: (
+        "The three VPCs (main, gVNIC, RDMA), their subnets and the gVNIC firewall rule",
+        """Creates or adopts the main VPC (cluster and Lustre), the gVNIC VPC and subnet with its internal firewall
+rule, and the RDMA VPC on the zone's RoCE network profile with its eight subnets.
+
+**If it fails**: the task log names the resource, the API's answer and the operation. A name or range clash
+(`already exists`, not created by this DAG) needs another name in the conf, or `adopt_existing`; a missing RoCE
+profile means the zone has no A3 Ultra / A4 capacity. Teardown has already removed what was made: fix, re-trigger.""",
+    ),
+    topology.STORAGE: (
+        "The private-services range, the Service Networking peering and the Managed Lustre instance",
+        """Reserves the peering range on the main VPC, peers it with Service Networking, then creates Managed Lustre
+(tens of minutes, waited for in the triggerer: no worker slot is held).
+
+**If it fails**: a quota or capacity error is in the task log with the operation; a range overlap needs another
+`peering_range_address`. Lustre's tier and capacity rules are checked by `validate` before anything is made. A
+timeout (`storage_timeout_s`) is retried; teardown deletes what exists.""",
+    ),
+    topology.CLUSTER: (
+        "The regional GKE cluster and its GPU node pool on the reservation",
+        """Creates the GKE cluster (Ray operator and Lustre CSI add-ons, multi-networking) and the GPU pool with the
+gVNIC and RDMA NICs on the conf's reservation.
+
+**If it fails**: the pool needs the reservation in the zone with enough machines (`preflight_live` checks it) and
+the GPU quota; the task log has GKE's message. Operations already running are adopted by a retry, never doubled.""",
+    ),
+    topology.KUBE: (
+        "The NCCL RDMA installer, the network mapping, the Lustre PV/PVC and the RayCluster",
+        """Applies the Kubernetes objects server-side and waits for the RayCluster's HeadPodReady and
+RayClusterProvisioned conditions.
+
+**If it fails**: an image pull or an unschedulable pod shows in the RayCluster's events (the log quotes them);
+`kube_timeout_s` bounds the wait. Fix the cause and clear the task: applying again is idempotent.""",
+    ),
+    topology.TRAIN: (
+        "Submits the GRPO job once and follows it, deferred (the Training tab shows its curves)",
+        """`submit` sends the job to the RayCluster (exactly once per run); `wait` follows it in the triggerer,
+streams its log into the task log and its step metrics into XCom. The run's **Training** tab shows step N of M,
+the curves, ETA, cost so far and what is still running.
+
+**If it fails**: the task log ends with Ray's message, the driver's exit code and its last lines. The zero-learning
+guard stops a job whose rewards are all equal (see the message for the steps); a timeout stops it after
+`job_timeout_s`. Checkpoints already saved stay on Lustre, which teardown keeps until they are exported.""",
+    ),
+    topology.CHECKPOINT: (
+        "Validates the final checkpoint where it lives, then exports it to Cloud Storage",
+        """`validate` reads the checkpoint's metadata in the cluster (every tensor covered, every shard present);
+`export` copies it to `gs://` with Lustre's exportData and publishes the Asset event.
+
+**If it fails**: the checkpoint is still on Lustre (the log says where) and teardown keeps the instance. Export it
+by hand or re-run the export; `accept_checkpoint_loss=true` lets teardown delete it anyway.""",
+    ),
+    topology.TEARDOWN: (
+        "Deletes what this run created, in an order that works, per the teardown policy",
+        """Runs after any failure. Deletes the RayCluster, the other objects, Lustre (only once its checkpoint is
+exported), the peering and range, the cluster, then the subnets and networks; 404 counts as done.
+
+**If it fails**: the task log names what is left; the run fails only when a network could not be deleted (anything
+still inside one makes that fail). Clear the failed task to retry, or delete by hand what the run report lists.
+The Training tab's banner lists every resource still up with its cost per hour.""",
+    ),
+}
 
 
 def rules_markdown() -> str:

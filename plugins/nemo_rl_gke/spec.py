@@ -186,6 +186,7 @@ class RunSpec:
     )
     machine_type: str = _param(
         "",
+        type=["null", "string"],
         section=SECTION_GPU,
         title="GPU machine type (override)",
         description="Leave empty to derive it from the GPU type. If set, it must be the GPU type's machine type.",
@@ -279,6 +280,7 @@ class RunSpec:
     )
     peering_range_address: str = _param(
         "",
+        type=["null", "string"],
         section=SECTION_NETWORK,
         title="Peering range start address",
         description="First address of the private-services range for Lustre; empty lets Google pick a free /N.",
@@ -398,6 +400,7 @@ class RunSpec:
     # --- Training ------------------------------------------------------------------------------------------
     image_tag: str = _param(
         "",
+        type=["null", "string"],
         section=SECTION_TRAINING,
         title="NeMo RL image tag (override)",
         description="Leave empty to use the recipe's pinned image. Otherwise the recipe's release or a variant of "
@@ -499,6 +502,7 @@ class RunSpec:
     )
     extra_overrides: tuple[str, ...] = _param(
         (),
+        type=["null", "array"],
         section=SECTION_TRAINING,
         title="Extra NeMo RL overrides",
         description="More Hydra overrides for the recipe's config, e.g. policy.optimizer.kwargs.lr=1e-6. "
@@ -537,6 +541,7 @@ class RunSpec:
     )
     wandb_project: str = _param(
         "",
+        type=["null", "string"],
         section=SECTION_LOGGING,
         title="W&B project",
         description="logger.wandb.project; empty keeps the recipe's project.",
@@ -629,6 +634,7 @@ class RunSpec:
     # --- Checkpoint export and teardown --------------------------------------------------------------------
     export_bucket: str = _param(
         "",
+        type=["null", "string"],
         section=SECTION_TEARDOWN,
         title="Checkpoint export bucket",
         description="Cloud Storage bucket the validated checkpoint is exported to before Lustre is deleted; "
@@ -652,6 +658,7 @@ class RunSpec:
     )
     release_checkpoint_of_run: str = _param(
         "",
+        type=["null", "string"],
         section=SECTION_TEARDOWN,
         title="Release the pending checkpoint of run",
         description="dag_id/run_id of the run whose unexported checkpoint keeps Lustre (the teardown message and the "

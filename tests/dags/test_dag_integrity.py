@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import ast
+import json
 
 import pytest
 
 from nemo_rl_gke import topology
 from nemo_rl_gke.dag_factory import MAX_ACTIVE_RUNS
+from nemo_rl_gke.dag_params import FORM_OPEN_SECTION, form_fields, form_section
 from nemo_rl_gke.preflight import check_conf
 from nemo_rl_gke.spec import param_schema, spec_fields
 from tests.dags.guard import parse_dag_folder
@@ -53,13 +55,49 @@ def test_tags_retries_docs_and_concurrency(dagbag, dag_id: str) -> None:
 @pytest.mark.parametrize("dag_id", DAG_IDS)
 def test_every_param_is_a_runspec_field_and_back(dagbag, dag_id: str) -> None:
     dag = dagbag.dags[dag_id]
-    fields = [f.name for f in spec_fields()]
-    assert list(dag.params.keys()) == fields
+    # Every field once, in the form's order (sections a person changes first, each opening with its lead fields).
+    assert list(dag.params.keys()) == [f.name for f in form_fields()]
+    assert sorted(dag.params.keys()) == sorted(f.name for f in spec_fields())
     for f in spec_fields():
         param = dag.params.get_param(f.name)
         schema = param_schema(f.name)
         assert param.description == schema.pop("description")
-        assert param.schema == {**schema, "section": f.metadata["section"]}, f.name
+        assert param.schema == {**schema, "section": form_section(f)}, f.name
+
+
+@pytest.mark.parametrize("dag_id", DAG_IDS)
+def test_the_form_submits_with_its_defaults(dagbag, dag_id: str) -> None:
+    """FACTS §11: the form blocks Trigger while a field typed without "null" is null or ""; an optional field is
+    typed ["null", T] and starts as None."""
+    params = dagbag.dags[dag_id].params
+    for name in params:
+        param = params.get_param(name)
+        kinds = param.schema["type"] if isinstance(param.schema["type"], list) else [param.schema["type"]]
+        if "null" not in kinds:
+            assert param.value not in (None, ""), f"{name} is required by the form but has no default"
+        # What the form sends for a field left alone is accepted by Airflow's own validation.
+        param.resolve(param.value)
+    blank = {name for name in params if params.get_param(name).value is None}
+    assert blank >= {
+        "machine_type",
+        "peering_range_address",
+        "image_tag",
+        "extra_overrides",
+        "wandb_project",
+        "export_bucket",
+    }
+    # The first section is the one the form opens, and it holds what a person sets first.
+    first = params.get_param(next(iter(params)))
+    assert first.schema["section"] == FORM_OPEN_SECTION
+    assert list(params)[:3] == ["mode", "recipe", "stop_after"]
+
+
+@pytest.mark.parametrize("dag_id", DAG_IDS)
+def test_a_default_trigger_is_a_plan_of_the_tutorial_conf(dagbag, dag_id: str) -> None:
+    defaults = dagbag.dags[dag_id].params.dump()
+    tutorial = json.loads((ROOT / "include/conf/tutorial.json").read_text())
+    assert {key: defaults[key] for key in tutorial} == tutorial
+    assert defaults["mode"] == "plan"
 
 
 @pytest.mark.parametrize("dag_id", DAG_IDS)
@@ -145,3 +183,12 @@ def test_no_task_id_is_written_outside_the_topology() -> None:
     # The check itself can fail: it finds each kind of literal it is meant to find.
     planted = ast.parse(f'pull(x, "{topology.WAIT}"); a = {{("report", "text"): 1}}; f(task_ids="plan"); "storage."')
     assert sorted(n.value for n in _task_id_literals(planted)) == ["plan", "report", "storage.", topology.WAIT]
+
+
+def test_every_task_group_says_what_it_does_and_what_to_do_when_it_fails(dagbag) -> None:
+    dag = dagbag.dags["nemo_rl_grpo_gke"]
+    groups = {step.group for step in topology.STEPS.values() if step.group}
+    for name in groups:
+        group = dag.task_group_dict[name]
+        assert group.tooltip and group.doc_md, name
+        assert "**If it fails**" in group.doc_md, name

@@ -215,7 +215,7 @@ def _valid_value(rng: random.Random, key: str) -> Any:
     }
     if key in special:
         return special[key]()
-    kind = schema["type"]
+    kind = _kind(schema)
     if kind == "integer":
         low, high = schema.get("minimum", 0), schema.get("maximum", 10_000)
         return rng.choice([low, high, rng.randint(low, min(high, low + 64))])
@@ -267,7 +267,15 @@ KEYS = [f.name for f in spec_fields()]
 # distinct object costs a schema validation, so near-valid confs draw from these.
 _NAMES = random.Random(SEED)
 NAME_POOL = {key: ["a", *(_name(_NAMES, n) for n in (8, 8, 20, 40, 40, 63))] for key in KEYS}
-TEXT_KEYS = {key for key in KEYS if param_schema(key)["type"] in ("string", "array")}
+
+
+def _kind(schema: dict[str, Any]) -> str:
+    """The JSON type of a parameter; an optional one is typed ["null", T]."""
+    kinds = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+    return next(k for k in kinds if k != "null")
+
+
+TEXT_KEYS = {key for key in KEYS if _kind(param_schema(key)) in ("string", "array")}
 
 
 def _injected_keys(conf: Any) -> set[str]:

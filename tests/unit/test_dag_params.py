@@ -69,3 +69,58 @@ def test_validate_is_stricter_than_the_form_where_json_schema_is_loose() -> None
         assert _param_accepts(name, value), "Airflow's JSON Schema takes it"
         assert conf_findings({name: value}), "validate does not"
     assert PARAMS["job_timeout_s"].schema["maximum"] == param_schema("job_timeout_s")["maximum"] == 14 * 86_400
+
+
+OPTIONAL = [
+    "machine_type",
+    "peering_range_address",
+    "image_tag",
+    "extra_overrides",
+    "wandb_project",
+    "export_bucket",
+    "release_checkpoint_of_run",
+]
+
+
+@pytest.mark.parametrize("name", OPTIONAL)
+def test_an_optional_field_left_empty_submits_and_means_the_default(name: str) -> None:
+    # What the form sends for a blank field (null) and what an API caller may send ("" or []) all pass both checks.
+    empty = [] if "array" in PARAMS[name].schema["type"] else ""
+    for value in (None, empty):
+        assert _param_accepts(name, value), value
+        assert conf_findings({name: value}) == [], value
+    assert build_params()[name].value is None  # resolve() above changed PARAMS[name].value
+    from nemo_rl_gke.spec import RunSpec
+
+    assert getattr(RunSpec.from_conf({name: None}), name) == getattr(RunSpec(), name)
+
+
+def test_the_form_layout_names_only_real_fields_and_sections() -> None:
+    from nemo_rl_gke.dag_params import FORM_LEADS, FORM_SECTION_ORDER, form_fields
+
+    sections = {f.metadata["section"] for f in spec_fields()}
+    assert set(FORM_SECTION_ORDER) == sections
+    for section, leads in FORM_LEADS.items():
+        assert {f.name for f in spec_fields() if f.metadata["section"] == section} >= set(leads), section
+    assert sorted(f.name for f in form_fields()) == sorted(f.name for f in spec_fields())
+
+
+def test_the_form_can_flag_a_bad_value_on_its_field() -> None:
+    """Airflow's form marks a field itself only through its schema: a dropdown for an enum, a clamped number input
+    for minimum/maximum, maxLength on a text box, and "required" on a typed field left blank. Every parameter gives
+    it one of these, so a wrong value is caught at the field, not as a 400 after Trigger."""
+    unbounded = []
+    for name, param in PARAMS.items():
+        schema = param.schema
+        kinds = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+        if "enum" in schema or "boolean" in kinds:
+            continue
+        if {"integer", "number"} & set(kinds):
+            bounded = "maximum" in schema and ("minimum" in schema or "exclusiveMinimum" in schema)
+        elif "array" in kinds:
+            bounded = "maxItems" in schema and "maxLength" in schema.get("items", {})
+        else:
+            bounded = "maxLength" in schema
+        if not bounded:
+            unbounded.append(name)
+    assert unbounded == []

@@ -128,6 +128,24 @@ class StepOperator(BaseOperator):
                 raise AirflowSkipException(f"stop_after={stop}: the run stops before the {self.step.stage} stage")
         if provisioning or self.step.op in (topology.Op.DELETE_GCP, topology.Op.DELETE_KUBE, topology.Op.SCALE_POOL):
             self.hold_lease(context)
+        self.persist_links(context)
+
+    def persist_links(self, context: Context) -> None:
+        """Push this step's extra links (:mod:`nemo_rl_gke.links`) that the RunSpec already determines, so they show
+        while the task runs or is deferred. A link is a convenience: failing to build one never fails the task."""
+        from nemo_rl_gke.links import RunLink
+
+        links = [link for link in self.operator_extra_links if isinstance(link, RunLink) and self.step_id in link.steps]
+        if not links or self.step_id == VALIDATE:
+            return
+        try:
+            spec = self.run_spec(context)
+            for link in links:
+                url = link.early(spec, context)
+                if url:
+                    context["ti"].xcom_push(key=link.xcom_key, value=url)
+        except Exception:
+            self.log.warning("Could not build the extra links of %s", self.step_id, exc_info=True)
 
     def hold_lease(self, context: Context) -> None:
         """Push the lease's expiry past this step's longest wait; a run that lost it acts on nothing more."""

@@ -16,6 +16,7 @@ from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 
 from nemo_rl_gke import outcomes
+from nemo_rl_gke.links import EXPORT_LINKS
 from nemo_rl_gke.operators.base import StepOperator, pull
 from nemo_rl_gke.operators.rayjob import dashboard
 from nemo_rl_gke.topology import CHECK_CHECKPOINT, CHECKPOINT_REPORT, JOB_SUMMARY, LUSTRE, RESUME, SUBMIT, WAIT
@@ -143,6 +144,7 @@ class ExportCheckpointOperator(StepOperator):
     still is; teardown then keeps Lustre (unless the conf accepts the loss).
     """
 
+    operator_extra_links = EXPORT_LINKS
     ui_color = "#fff3d6"
 
     def _request_id(self, context: Context, spec: RunSpec) -> str:

@@ -14,6 +14,7 @@ from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from nemo_rl_gke import outcomes, topology
+from nemo_rl_gke.links import GCP_RESOURCE_LINKS
 from nemo_rl_gke.operators.base import StepOperator, pull
 
 if TYPE_CHECKING:
@@ -82,6 +83,7 @@ class EnsureGcpResourceOperator(_ResourceStep):
     which finds the resource and waits on its operation again, never duplicating it.
     """
 
+    operator_extra_links = GCP_RESOURCE_LINKS
     ui_color = "#e3f0fb"
 
     def execute(self, context: Context) -> dict[str, str]:

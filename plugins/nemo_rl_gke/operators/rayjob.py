@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 
+from nemo_rl_gke.links import JOB_LINKS, WAIT_LINKS
 from nemo_rl_gke.operators.base import StepOperator, epoch_of, iso_now, pull
 from nemo_rl_gke.topology import JOB_STEPS, JOB_SUMMARY, LUSTRE, SUBMIT
 
@@ -41,6 +42,7 @@ class SubmitRayJobOperator(StepOperator):
     ``{"submission_id", "action": "submitted" | "adopted", "status", "dashboard"}``.
     """
 
+    operator_extra_links = JOB_LINKS
     ui_color = "#f3e8fb"
 
     def execute(self, context: Context) -> dict[str, Any]:
@@ -112,6 +114,7 @@ class RayJobSensor(StepOperator):
     ``converged_at``).
     """
 
+    operator_extra_links = WAIT_LINKS
     ui_color = "#f3e8fb"
 
     def execute(self, context: Context) -> None:

@@ -1,0 +1,165 @@
+// The training view: polls training/data (same origin, the UI's cookie) and redraws. No library, no CDN: the API
+// server may have no internet. Every value from the run goes in through textContent or an SVG attribute, never
+// innerHTML: the log it comes from is the job's output, which is untrusted.
+"use strict";
+
+const SVG = "http://www.w3.org/2000/svg";
+const params = new URLSearchParams(window.location.search);
+const POLL_S = Math.max(1, Number(params.get("poll") || 5));
+const DATA_URL = "training/data?" + new URLSearchParams({ dag_id: params.get("dag_id") || "", run_id: params.get("run_id") || "" });
+const STATE_COLORS = {
+  success: "#38a169", failed: "#e53e3e", upstream_failed: "#ed8936", running: "#3182ce", deferred: "#805ad5",
+  queued: "#a0aec0", scheduled: "#a0aec0", skipped: "#cbd5e0", up_for_retry: "#d69e2e", none: "#e2e8f0",
+};
+
+function el(tag, attrs, text) {
+  const node = tag.startsWith("svg:") ? document.createElementNS(SVG, tag.slice(4)) : document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) node.setAttribute(key, String(value));
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  return node;
+}
+
+function setText(id, text) { document.getElementById(id).textContent = text === null || text === undefined ? "-" : String(text); }
+
+function duration(seconds) {
+  if (seconds === null || seconds === undefined) return "-";
+  const s = Math.round(seconds), h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60);
+  return h ? `${h} h ${m} min` : m ? `${m} min ${s % 60} s` : `${s} s`;
+}
+
+function safeHttps(url) {
+  try { const u = new URL(url); return u.protocol === "https:" ? u.href : null; } catch (e) { return null; }
+}
+
+function drawCurve(curve, points) {
+  const width = 360, height = 170, left = 46, right = 10, top = 8, bottom = 22;
+  const box = el("div", { class: "curve" });
+  box.appendChild(el("div", { class: "title" }, curve.title + (curve.unit ? ` (${curve.unit})` : "")));
+  const svg = el("svg:svg", { width, height, "data-curve": curve.key, "data-points": points.length });
+  svg.appendChild(el("svg:rect", { x: left, y: top, width: width - left - right, height: height - top - bottom, fill: "#f7fafc" }));
+  if (points.length) {
+    const xs = points.map((p) => p[0]), ys = points.map((p) => p[1]);
+    const x0 = Math.min(...xs), x1 = Math.max(...xs, x0 + 1);
+    let y0 = Math.min(...ys), y1 = Math.max(...ys);
+    if (y1 - y0 < 1e-9) { y0 -= 0.5; y1 += 0.5; }
+    const sx = (x) => left + ((x - x0) / (x1 - x0)) * (width - left - right);
+    const sy = (y) => top + (1 - (y - y0) / (y1 - y0)) * (height - top - bottom);
+    svg.appendChild(el("svg:polyline", { points: points.map((p) => `${sx(p[0]).toFixed(1)},${sy(p[1]).toFixed(1)}`).join(" "), fill: "none", stroke: "#3182ce", "stroke-width": 1.5 }));
+    for (const p of points) {
+      const dot = el("svg:circle", { class: "pt", cx: sx(p[0]).toFixed(1), cy: sy(p[1]).toFixed(1), r: 2, fill: "#2b6cb0" });
+      dot.appendChild(el("svg:title", {}, `step ${p[0]}: ${p[1]}`));
+      svg.appendChild(dot);
+    }
+    svg.appendChild(el("svg:text", { x: 2, y: top + 8 }, Number(y1.toPrecision(4))));
+    svg.appendChild(el("svg:text", { x: 2, y: height - bottom }, Number(y0.toPrecision(4))));
+    svg.appendChild(el("svg:text", { x: left, y: height - 6 }, `step ${x0}`));
+    svg.appendChild(el("svg:text", { x: width - right - 50, y: height - 6 }, `step ${x1}`));
+  } else {
+    svg.appendChild(el("svg:text", { x: left + 10, y: height / 2 }, "no points yet"));
+  }
+  box.appendChild(svg);
+  return box;
+}
+
+function drawTimeline(stages) {
+  const svg = document.getElementById("timeline");
+  svg.replaceChildren();
+  const rows = stages.filter((s) => s.offset_s !== null);
+  const width = 760, row = 20, label = 90, end = Math.max(1, ...rows.map((s) => s.offset_s + (s.duration_s || 0)));
+  svg.setAttribute("width", width);
+  svg.setAttribute("height", Math.max(1, stages.length) * row + 16);
+  stages.forEach((stage, i) => {
+    const y = i * row;
+    svg.appendChild(el("svg:text", { x: 0, y: y + 13 }, stage.name));
+    if (stage.offset_s === null) {
+      svg.appendChild(el("svg:text", { x: label, y: y + 13 }, `${stage.state} (not started)`));
+      return;
+    }
+    const scale = (width - label - 140) / end;
+    const x = label + stage.offset_s * scale, w = Math.max(2, (stage.duration_s || 0) * scale);
+    const bar = el("svg:rect", { x: x.toFixed(1), y: y + 3, width: w.toFixed(1), height: row - 6, rx: 3, fill: STATE_COLORS[stage.state] || "#718096", "data-stage": stage.name, "data-state": stage.state });
+    bar.appendChild(el("svg:title", {}, `${stage.name}: ${stage.state}, ${duration(stage.duration_s)} from +${duration(stage.offset_s)}`));
+    svg.appendChild(bar);
+    svg.appendChild(el("svg:text", { x: (x + w + 4).toFixed(1), y: y + 13 }, `${stage.state} ${duration(stage.duration_s)}`));
+  });
+  svg.appendChild(el("svg:text", { x: label, y: stages.length * row + 12 }, `0 to ${duration(end)} from the run's first task`));
+}
+
+function drawBanner(view) {
+  const banner = document.getElementById("banner");
+  const body = document.querySelector("#running tbody");
+  body.replaceChildren();
+  banner.hidden = view.running.length === 0;
+  const ended = ["success", "failed"].includes(view.run_state);
+  banner.classList.toggle("ended", ended);
+  const total = view.running_usd_per_hour ? `, about ${view.running_usd_per_hour.toFixed(2)} USD/h` : "";
+  setText("banner-title", `${ended ? "Left running after the run" : "Running now"}: ${view.running.length} cloud resource(s)${total}`);
+  for (const r of view.running) {
+    const row = el("tr", { "data-task": r.task_id });
+    for (const cell of [r.kind, r.name, r.state, r.usd_per_hour === null ? "unknown" : r.usd_per_hour.toFixed(2), r.basis]) row.appendChild(el("td", {}, cell));
+    body.appendChild(row);
+  }
+}
+
+function drawCheckpoints(list) {
+  const body = document.querySelector("#checkpoints tbody");
+  body.replaceChildren();
+  document.getElementById("no-checkpoints").hidden = list.length > 0;
+  for (const c of list) {
+    const row = el("tr", { "data-step": c.step });
+    row.appendChild(el("td", {}, c.step));
+    row.appendChild(el("td", {}, c.lustre || "-"));
+    row.appendChild(el("td", {}, c.exported || "not exported (yet)"));
+    body.appendChild(row);
+  }
+}
+
+function render(view) {
+  const state = document.getElementById("run-state");
+  state.textContent = view.run_state;
+  state.className = "state " + view.run_state;
+  setText("run-id", `${view.dag_id} / ${view.run_id}`);
+  setText("spec", view.spec ? `${view.spec.mode}, recipe ${view.spec.recipe}, ${view.spec.gpu}, ${view.spec.max_steps} steps, teardown ${view.spec.teardown_policy}, ${view.spec.project} / ${view.spec.zone}` : "conf not validated yet");
+  const p = view.progress;
+  setText("step", p.step ? `step ${p.step} of ${p.total_steps}` : p.state === "none" ? "not started" : p.state);
+  document.getElementById("bar-fill").style.width = `${p.percent || 0}%`;
+  setText("eta", p.eta_s !== null ? `ETA ${duration(p.eta_s)} (${p.eta_at}), train.wait ${p.state}` : `train.wait ${p.state}`);
+  setText("steps-parsed", view.points);
+  setText("step-time", p.mean_step_time_s !== null ? `mean step time ${p.mean_step_time_s} s (last steps)` : "");
+  if (view.cost) {
+    setText("node-hours", view.cost.gpu_node_hours);
+    setText("gpu-hours", `${view.cost.gpu_hours} GPU-hours of ${view.cost.gpu_type}${view.cost.pool_still_running ? ", pool still up" : ""}`);
+    setText("cost", view.cost.estimated_cost_usd === null ? "unknown" : `${view.cost.estimated_cost_usd.toFixed(2)} USD`);
+    setText("price", `${view.cost.price_per_gpu_hour_usd} USD per GPU-hour (${view.cost.price_source})`);
+  }
+  drawBanner(view);
+  drawTimeline(view.stages);
+  const curves = document.getElementById("curves");
+  curves.replaceChildren(...view.curves.map((c) => drawCurve(c, view.series[c.key] || [])));
+  curves.setAttribute("data-points", view.points);
+  const wandb = document.getElementById("wandb");
+  wandb.replaceChildren();
+  const url = view.wandb_url && safeHttps(view.wandb_url);
+  if (url) wandb.appendChild(el("a", { href: url, target: "_blank", rel: "noopener noreferrer" }, "W&B run"));
+  drawCheckpoints(view.checkpoints);
+  setText("updated", view.generated_at);
+  document.body.setAttribute("data-points", view.points);
+  document.body.setAttribute("data-run-state", view.run_state);
+  document.body.setAttribute("data-wait-state", p.state);
+}
+
+async function poll() {
+  try {
+    const response = await fetch(DATA_URL, { credentials: "same-origin", cache: "no-store" });
+    if (!response.ok) throw new Error(`HTTP ${response.status} from ${DATA_URL}`);
+    render(await response.json());
+    setText("error", "");
+  } catch (error) {
+    setText("error", String(error));
+  }
+  // Keep polling after the run ended too: its teardown and report still change what the banner shows.
+  window.setTimeout(poll, POLL_S * 1000);
+}
+
+setText("every", POLL_S);
+poll();

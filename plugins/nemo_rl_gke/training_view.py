@@ -1,0 +1,260 @@
+"""The training view's data: one JSON snapshot of a run, from what Airflow already has.
+
+Inputs are the run's task-instance states and times, its tasks' XComs (the validated conf, the job's submission and
+summary, the export, every teardown action) and the ``[ray job] ...`` lines the RayJobTrigger wrote into the
+``train.wait`` task log. The per-step metrics come from those lines, parsed by the same
+:class:`~nemo_rl_gke.metrics.RunMetrics` the trigger uses, so the curves show every step the log has so far, also
+while the task is deferred and its XCom is still empty.
+
+Pure and stdlib-only (the API server builds it on each poll of the page): :mod:`nemo_rl_gke.view_app` reads the
+inputs from the metadata DB and the task log; this module only computes. Nothing here reads a credential, and the
+app masks the job's secrets in the finished snapshot once more.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from nemo_rl_gke import costs, topology
+from nemo_rl_gke.metrics import RunMetrics, StepMetrics
+from nemo_rl_gke.report import RunInputs, TaskTiming, gpu_usage, summarize_stages
+
+# The trigger logs every driver-log line with this prefix (RayJobTrigger._take_logs).
+RAY_JOB_PREFIX = "[ray job] "
+# ETA from the mean of the last steps: early steps (compilation, warm-up) say little about the rest.
+ETA_WINDOW = 10
+# The curves the page draws: (key, title, unit).
+CURVES: tuple[tuple[str, str, str], ...] = (
+    ("reward", "Average reward", ""),
+    ("loss", "Loss", ""),
+    ("throughput", "E2E throughput", "tokens/s/GPU"),
+    ("validation", "Validation accuracy", ""),
+)
+_ENDED = frozenset({"success", "failed", "skipped", "upstream_failed", "removed"})
+
+
+@dataclass(frozen=True)
+class TaskState:
+    """One task instance of the run, as the view needs it (epoch seconds)."""
+
+    task_id: str
+    state: str
+    start: float | None = None
+    end: float | None = None
+    try_number: int = 0
+
+
+@dataclass(frozen=True)
+class ViewInputs:
+    """Everything one snapshot is built from.
+
+    :param results: each task's return-value XCom, by task id.
+    :param conf: the conf ``validate`` accepted (its return value), None before it ran or when it refused.
+    :param job_summary: ``train.wait``'s summary XCom (set when the job ended).
+    :param log_lines: the ``train.wait`` task log's messages, in order (only ``[ray job] `` lines are read).
+    """
+
+    dag_id: str
+    run_id: str
+    run_state: str
+    now: float
+    tasks: Mapping[str, TaskState]
+    results: Mapping[str, Any] = field(default_factory=dict)
+    conf: Mapping[str, Any] | None = None
+    job_summary: Mapping[str, Any] | None = None
+    log_lines: Sequence[str] = ()
+
+
+def parse_job_log(lines: Iterable[str]) -> RunMetrics:
+    """The job's metrics so far, from the task log's ``[ray job] `` lines (other lines are Airflow's own)."""
+    metrics = RunMetrics()
+    for line in lines:
+        if isinstance(line, str) and line.startswith(RAY_JOB_PREFIX):
+            metrics.parse_line(line[len(RAY_JOB_PREFIX) :])
+    return metrics
+
+
+def _iso(at: float | None) -> str | None:
+    return None if at is None else datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _round(value: float | None, digits: int = 4) -> float | None:
+    if value is None or math.isnan(value):  # JSON has no NaN, and a curve cannot draw it
+        return None
+    return round(float(value), digits)
+
+
+def _throughput(step: StepMetrics) -> float | None:
+    if step.e2e_tokens_per_s_per_gpu is not None:
+        return step.e2e_tokens_per_s_per_gpu
+    return step.group_tokens_per_s.get("E2E")
+
+
+def series(metrics: RunMetrics) -> dict[str, list[list[float]]]:
+    """The curves: ``[[n, value], ...]`` per metric, ``n`` counting completed steps from 1 (NeMo RL's own step
+    number restarts each epoch). Validation points sit at the step they were printed in."""
+    out: dict[str, list[list[float]]] = {key: [] for key, _, _ in CURVES}
+    values = {"reward": lambda s: s.avg_reward, "loss": lambda s: s.loss, "throughput": _throughput}
+    n = 0
+    for step in metrics.steps:
+        if step.completed:
+            n += 1
+            for key, get in values.items():
+                value = _round(get(step), 6)
+                if value is not None:
+                    out[key].append([n, value])
+        if step.val_accuracy is not None:
+            out["validation"].append([n, _round(step.val_accuracy, 6) or 0.0])
+    return out
+
+
+def progress(metrics: RunMetrics, wait: TaskState | None, now: float) -> dict[str, Any]:
+    """Step N of M, the mean step time of the last steps and the ETA they give."""
+    done = metrics.completed_steps
+    current = metrics.current
+    total = current.total_steps if current else None
+    recent = [s.total_step_time_s for s in done[-ETA_WINDOW:] if s.total_step_time_s is not None]
+    mean = sum(recent) / len(recent) if recent else None
+    running = wait is not None and wait.state not in _ENDED
+    remaining = max(0, total - len(done)) if total else None
+    eta = mean * remaining if running and mean is not None and remaining is not None else None
+    return {
+        "state": wait.state if wait else "none",
+        "step": current.step if current else None,
+        "total_steps": total,
+        "completed": len(done),
+        "percent": _round(100.0 * len(done) / total, 1) if total else None,
+        "mean_step_time_s": _round(mean, 2),
+        "eta_s": _round(eta, 0),
+        "eta_at": _iso(now + eta) if eta is not None else None,
+        "running_for_s": _round(now - wait.start, 0) if running and wait and wait.start else None,
+    }
+
+
+def stages(tasks: Mapping[str, TaskState], now: float) -> list[dict[str, Any]]:
+    """The stage timeline: each stage's span (a running task counts until now), state and task counts."""
+    timings = [
+        TaskTiming(t.task_id, t.state, t.start, t.end if t.end is not None or t.start is None else now)
+        for t in tasks.values()
+    ]
+    run_start = min((t.start for t in tasks.values() if t.start is not None), default=None)
+    out = []
+    for summary in summarize_stages(timings):
+        out.append(
+            {
+                "name": summary.name,
+                "state": summary.state,
+                "states": summary.states,
+                "tasks": summary.tasks,
+                "start": _iso(summary.start),
+                "end": _iso(summary.end),
+                "offset_s": _round(summary.start - run_start, 1) if summary.start and run_start else None,
+                "duration_s": _round(summary.duration_s, 1),
+            }
+        )
+    return out
+
+
+def checkpoints(spec_conf: Mapping[str, Any] | None, metrics: RunMetrics, exported: Any) -> list[dict[str, Any]]:
+    """Each checkpoint the job saved: its step, its directory on Lustre and, once exported, its gs:// URI."""
+    steps = list(dict.fromkeys(metrics.checkpoints))
+    export = exported if isinstance(exported, Mapping) else {}
+    if export.get("step") is not None and export["step"] not in steps:
+        steps.append(export["step"])
+    base = str((spec_conf or {}).get("checkpoint_dir") or "").rstrip("/")
+    return [
+        {
+            "step": step,
+            "lustre": f"{base}/step_{step}" if base else None,
+            "exported": export.get("uri") if export.get("step") == step else None,
+        }
+        for step in steps
+    ]
+
+
+def _teardown_actions(results: Mapping[str, Any]) -> dict[str, str]:
+    actions = {}
+    for step in topology.teardown_steps():
+        result = results.get(step.task_id)
+        if isinstance(result, Mapping) and result.get("action"):
+            actions[step.task_id] = str(result["action"])
+    return actions
+
+
+def cost(spec: Any, tasks: Mapping[str, TaskState], results: Mapping[str, Any], now: float) -> dict[str, Any]:
+    """GPU node-hours and their estimated cost so far (the run report's model, counted until now)."""
+    timings = [TaskTiming(t.task_id, t.state, t.start, t.end) for t in tasks.values()]
+    usage = gpu_usage(
+        timings,
+        RunInputs(
+            gpu_type=spec.gpu_type,
+            gpus_per_node=spec.gpus_per_node,
+            worker_replicas=spec.worker_replicas,
+            now=now,
+            gpu_hour_price_usd=spec.gpu_hour_price_usd,
+            teardown_policy=spec.teardown_policy,
+            teardown_actions=_teardown_actions(results),
+        ),
+    )
+    return {
+        "gpu_type": usage.gpu_type,
+        "gpu_node_hours": _round(usage.node_hours, 3),
+        "gpu_hours": _round(usage.gpu_hours, 3),
+        "price_per_gpu_hour_usd": usage.price_per_gpu_hour_usd,
+        "price_source": usage.price_source,
+        "estimated_cost_usd": _round(usage.estimated_cost_usd, 2),
+        "pool_up": usage.came_up,
+        "pool_still_running": usage.still_running,
+    }
+
+
+def build_view(inputs: ViewInputs) -> dict[str, Any]:
+    """The snapshot the page draws: stages, progress, curves, cost, checkpoints and what is still running."""
+    from nemo_rl_gke.spec import RunSpec
+
+    metrics = parse_job_log(inputs.log_lines)
+    if not metrics.steps and inputs.job_summary:
+        metrics.checkpoints = list(inputs.job_summary.get("checkpoints") or [])
+    wait = inputs.tasks.get(topology.WAIT)
+    view: dict[str, Any] = {
+        "dag_id": inputs.dag_id,
+        "run_id": inputs.run_id,
+        "run_state": inputs.run_state,
+        "generated_at": _iso(inputs.now),
+        "stages": stages(inputs.tasks, inputs.now),
+        "progress": progress(metrics, wait, inputs.now),
+        "series": series(metrics),
+        "curves": [{"key": key, "title": title, "unit": unit} for key, title, unit in CURVES],
+        "wandb_url": metrics.wandb_url or (inputs.job_summary or {}).get("wandb_url"),
+        "spec": None,
+        "cost": None,
+        "checkpoints": checkpoints(inputs.conf, metrics, inputs.results.get(topology.EXPORT)),
+        "running": [],
+        "running_usd_per_hour": 0.0,
+    }
+    view["points"] = len(view["series"]["reward"])
+    if not inputs.conf:
+        return view  # validate has not accepted a conf (yet): nothing was created, nothing costs
+    spec = RunSpec.from_conf(inputs.conf)
+    running = costs.still_running(spec, {t.task_id: t.state for t in inputs.tasks.values()}, _mappings(inputs.results))
+    view["spec"] = {
+        "mode": spec.mode,
+        "recipe": spec.recipe,
+        "gpu": f"{spec.worker_replicas} x {spec.gpu.machine_type} ({spec.gpus_per_node} x {spec.gpu_type})",
+        "max_steps": spec.max_steps,
+        "teardown_policy": spec.teardown_policy,
+        "project": spec.project,
+        "zone": spec.zone,
+    }
+    view["cost"] = cost(spec, inputs.tasks, inputs.results, inputs.now)
+    view["running"] = [r.to_dict() for r in running]
+    view["running_usd_per_hour"] = _round(costs.total_per_hour(running), 2)
+    return view
+
+
+def _mappings(results: Mapping[str, Any]) -> dict[str, Mapping[str, Any] | None]:
+    return {k: v if isinstance(v, Mapping) else None for k, v in results.items()}

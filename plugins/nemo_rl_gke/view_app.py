@@ -1,0 +1,163 @@
+"""The training view's FastAPI app, mounted in the Airflow API server by :mod:`nemo_rl_gke.plugin`.
+
+Imported only by the API server (the plugin builds the app lazily), so FastAPI and Airflow's API modules are imported
+here at module level: FastAPI resolves a route's annotations (``SessionDep``) from the module's globals.
+
+Three routes under the plugin's prefix: the page (``/training``), its assets (``/training/static/...``) and the JSON
+snapshot the page polls (``/training/data``). Plugin apps get no authentication from Airflow (FACTS §9), so every
+route depends on Airflow's own access checks: a Bearer token or the UI's ``_token`` cookie, and read access to the
+DAG's task instances (the data also needs its XComs and task logs). Without them: 401 (or 403).
+
+It reads only what Airflow has, through the API server's own session: the run's task instances, their XComs and the
+``train.wait`` task log (``TaskLogReader``). It holds no Google credentials and starts nothing: the page is static,
+the data is built per request by :func:`nemo_rl_gke.training_view.build_view`, and the job's secrets (the passwords
+of the connections the deployment allows for them) are masked in every answer.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow.api_fastapi.common.db.common import SessionDep
+from fastapi import Depends, FastAPI, HTTPException, Query
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
+
+from nemo_rl_gke import topology
+from nemo_rl_gke.training_view import TaskState, ViewInputs, build_view
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+STATIC = Path(__file__).parent / "static"
+ASSETS = {"training_view.js": "text/javascript", "training_view.css": "text/css"}
+# Log messages read per request at most: a multi-day job logs ~40 lines a step, the curves need only the metrics.
+MAX_LOG_LINES = 2_000_000
+
+
+def _when(at: datetime | None) -> float | None:
+    return None if at is None else at.timestamp()
+
+
+def _xcoms(session: Session, dag_id: str, run_id: str, key: str, task_ids: Any = None) -> dict[str, Any]:
+    """XCom values of one key in one run, by task id (map index -1 only)."""
+    from airflow.models.xcom import XComModel
+
+    query = XComModel.get_many(run_id=run_id, key=key, dag_ids=dag_id, task_ids=task_ids, map_indexes=-1)
+    return {row.task_id: XComModel.deserialize_value(row) for row in session.scalars(query)}
+
+
+def _log_lines(ti: Any) -> list[str]:
+    """The messages of the task's current try, in order (the triggerer's file included, interleaved)."""
+    from airflow.utils.log.log_reader import TaskLogReader
+
+    if not ti.try_number:
+        return []
+    stream, _ = TaskLogReader().read_log_chunks(ti, ti.try_number, {})
+    lines: list[str] = []
+    for message in stream:
+        event = getattr(message, "event", None)
+        if isinstance(event, str):
+            lines.append(event)
+            if len(lines) >= MAX_LOG_LINES:
+                break
+    return lines
+
+
+def read_inputs(session: Session, dag_id: str, run_id: str) -> ViewInputs:
+    """Everything :func:`build_view` needs about one run, read from the metadata DB and the task log."""
+    from airflow.models.dagrun import DagRun
+    from airflow.models.taskinstance import TaskInstance
+    from sqlalchemy import select
+
+    run = session.scalar(select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
+    if run is None:
+        raise HTTPException(404, f"no run {run_id!r} of DAG {dag_id!r}")
+    tis = session.scalars(
+        select(TaskInstance).where(
+            TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id, TaskInstance.map_index == -1
+        )
+    ).all()
+    tasks = {
+        ti.task_id: TaskState(ti.task_id, str(ti.state or "none"), _when(ti.start_date), _when(ti.end_date),
+                              int(ti.try_number or 0))
+        for ti in tis
+    }  # fmt: skip
+    results = _xcoms(session, dag_id, run_id, topology.RETURN)
+    summary = _xcoms(session, dag_id, run_id, topology.JOB_SUMMARY, topology.WAIT).get(topology.WAIT)
+    wait = next((ti for ti in tis if ti.task_id == topology.WAIT), None)
+    lines = _log_lines(wait) if wait is not None else []
+    conf = results.get(topology.VALIDATE)
+    return ViewInputs(
+        dag_id=dag_id,
+        run_id=run_id,
+        run_state=str(run.state or "none"),
+        now=time.time(),
+        tasks=tasks,
+        results=results,
+        conf=conf if isinstance(conf, dict) else None,
+        job_summary=summary if isinstance(summary, dict) else None,
+        log_lines=lines,
+    )
+
+
+def secret_values() -> list[str]:
+    """The passwords of every connection the deployment allows for the job's secrets (never sent anywhere: only
+    masked out of the view's answers)."""
+    from airflow.models.connection import Connection
+
+    from nemo_rl_gke.deployment import load_deployment
+
+    deployment = load_deployment()
+    values = []
+    for conn_id in (*deployment.hf_conn_ids, *deployment.wandb_conn_ids):
+        try:
+            password = Connection.get_connection_from_secrets(conn_id).password
+        except Exception:
+            continue  # not defined here: then nothing of it can be in the view either
+        if password:
+            values.append(password)
+    return values
+
+
+def masked(view: dict[str, Any]) -> dict[str, Any]:
+    """``view`` with every job secret replaced: the trigger masks the log already, this is the second line."""
+    from nemo_rl_gke.redaction import StreamRedactor
+
+    return StreamRedactor(secret_values()).redact_value(view)
+
+
+def create_app() -> FastAPI:
+    """The app the plugin mounts; every route requires a logged-in user with read access to the DAG."""
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+    from airflow.api_fastapi.core_api.security import requires_access_dag, requires_authenticated
+
+    app = FastAPI(title="NeMo RL training view", docs_url=None, redoc_url=None, openapi_url=None)
+    can_see_run = [Depends(requires_access_dag("GET", DagAccessEntity.TASK_INSTANCE))]
+    can_read_data = [
+        *can_see_run,
+        Depends(requires_access_dag("GET", DagAccessEntity.XCOM)),
+        Depends(requires_access_dag("GET", DagAccessEntity.TASK_LOGS)),
+    ]
+
+    @app.get("/training", response_class=HTMLResponse, dependencies=can_see_run)
+    def page(dag_id: str = Query(), run_id: str = Query(), task_id: str | None = Query(None)) -> HTMLResponse:
+        """The page: static HTML whose script polls ``data`` (no data is rendered server-side)."""
+        return HTMLResponse((STATIC / "training_view.html").read_text(), headers={"Cache-Control": "no-store"})
+
+    @app.get("/training/static/{name}", dependencies=[Depends(requires_authenticated())])
+    def asset(name: str) -> FileResponse:
+        """The page's script and style (bundled: the API server may have no internet)."""
+        if name not in ASSETS:
+            raise HTTPException(404, "no such asset")
+        return FileResponse(STATIC / name, media_type=ASSETS[name], headers={"Cache-Control": "no-cache"})
+
+    @app.get("/training/data", dependencies=can_read_data)
+    def data(session: SessionDep, dag_id: str = Query(), run_id: str = Query()) -> JSONResponse:
+        """One snapshot of the run (see :func:`nemo_rl_gke.training_view.build_view`)."""
+        view = build_view(read_inputs(session, dag_id, run_id))
+        return JSONResponse(masked(view), headers={"Cache-Control": "no-store"})
+
+    return app

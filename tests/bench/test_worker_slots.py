@@ -1,0 +1,60 @@
+"""bench/worker_slots.py: its log arithmetic on made-up logs, and its smallest real run (so it cannot rot)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import worker_slots
+from nemo_rl_gke import topology
+from tests.paths import ROOT
+
+
+def _write(path: Path, lines: list[tuple[float, str]]) -> None:
+    stamp = "2026-12-01T10:00:{:06.3f}Z"
+    path.write_text("\n".join(json.dumps({"timestamp": stamp.format(at), "event": event}) for at, event in lines))
+
+
+def test_a_deferred_task_holds_its_slot_only_until_it_has_deferred(tmp_path: Path) -> None:
+    task_dir = tmp_path / f"task_id={topology.GKE_CLUSTER}"
+    task_dir.mkdir()
+    attempt = task_dir / "attempt=1.log"
+    _write(attempt, [(1.0, "::group::Pre Execute"), (3.0, "Pausing task as DEFERRED. "), (3.5, "::endgroup::"),
+                     (40.0, "::group::Pre Execute"), (41.0, "::endgroup::")])  # fmt: skip
+    _write(task_dir / "attempt=1.log.trigger.7.log", [(4.0, "trigger starting"), (39.0, "Trigger fired event x")])
+    (task,) = [worker_slots.read_try(task_dir, attempt)]
+    base = task.segments[0][0] - 1.0  # the made-up stamps are seconds into 10:00 UTC
+    assert [(a - base, b - base) for a, b in task.segments] == [(1.0, 3.5), (40.0, 41.0)]
+    assert [(a - base, b - base) for a, b in task.waits] == [(3.0, 39.0)]
+    assert task.running_s == pytest.approx(3.5) and task.slot_in_waits_s == pytest.approx(0.5)
+    value, _, _, synchronous = worker_slots.ratio([task])
+    assert value == pytest.approx(0.5 / 36) and synchronous == []
+
+
+def test_a_step_that_waits_on_its_slot_counts_whole(tmp_path: Path) -> None:
+    sync = worker_slots.TaskWaits(topology.LUSTRE, segments=[(0.0, 300.0)])
+    quick = worker_slots.TaskWaits(topology.DELETE_NET, segments=[(0.0, 2.0)])  # nothing to wait for
+    deferred = worker_slots.TaskWaits(topology.NET, segments=[(0.0, 2.0)], waits=[(1.5, 101.5)])
+    value, slot, wall, synchronous = worker_slots.ratio([sync, quick, deferred])
+    assert synchronous == [topology.LUSTRE]
+    assert (slot, wall) == (pytest.approx(300.5), pytest.approx(400.0))
+    assert value > worker_slots.TARGET
+
+
+@pytest.mark.airflow
+def test_the_quick_bench_runs_end_to_end() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench/worker_slots.py"), "--quick"],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
+    found = re.search(r"worker-slot seconds / wall time of the waits = ([0-9.]+)", done.stdout)
+    assert found, done.stdout[-3000:]
+    # Provisioning defers every create: there were waits, and nothing waited on a slot.
+    assert re.search(r"^waits [1-9]\d*, ", done.stdout, re.MULTILINE), done.stdout[-3000:]
+    assert "never deferred" not in done.stdout and "without deferring" not in done.stdout

@@ -1,0 +1,189 @@
+"""A real Airflow (scheduler, triggerer, dag-processor, API server) on the sandbox, and Chromium driving its UI.
+
+The pieces the browser tests use, importable by any other test that needs the same stack: start it
+(:func:`start_stack`), log a browser context in (:func:`login`), trigger and follow runs, open the training view of a
+run and read what it shows. Everything binds 127.0.0.1; screenshots go to ``.airflow/screenshots/`` (not committed).
+
+Hook for the "kept resources are visible" test: :func:`trigger_failed_run_keeping_lustre` makes a run fail after
+its checkpoint was saved (the export to Cloud Storage fails in the sandbox), so teardown keeps Lustre and what it
+needs; :func:`training_banner` and :func:`grid_task_states` read what a person then sees.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import tempfile
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.airflow_components import (
+    DAG_ID,
+    Airflow,
+    run_path,
+    running_airflow,
+    task_instances,
+    trigger,
+    wait_for,
+    wait_run,
+)
+from sandbox.demo import start_demo_sandbox
+from sandbox.testing import SandboxProcess, add_fault
+
+from nemo_rl_gke import plugin, topology
+from tests.paths import ROOT
+
+CHROMIUM = Path("/usr/bin/chromium")
+# Debian's Chromium, headless, with nothing that reaches the network on its own (the machine has no internet).
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+SCREENSHOTS = ROOT / ".airflow" / "screenshots"
+LOCAL_CONF: dict[str, Any] = json.loads((ROOT / "include/conf/local.json").read_text())
+HF_TOKEN = "hf_BROWSERTESTTOKEN_never_shown_5e2c"
+
+
+@dataclass
+class Stack:
+    """The running sandbox and Airflow."""
+
+    sandbox: SandboxProcess
+    airflow: Airflow
+    workdir: Path
+
+
+@contextlib.contextmanager
+def start_stack() -> Iterator[Stack]:
+    """The sandbox (seeded for include/conf/local.json) and Airflow pointed at it; both stopped on exit."""
+    workdir = Path(tempfile.mkdtemp(prefix="nemo-rl-browser-"))
+    sandbox, env = start_demo_sandbox(workdir, LOCAL_CONF)
+    # The job's token connection holds a recognisable test token: no page may ever show it.
+    env = {**env, "AIRFLOW_CONN_HUGGINGFACE_DEFAULT": json.dumps({"conn_type": "generic", "password": HF_TOKEN})}
+    try:
+        with running_airflow(workdir, sandbox.url, env) as airflow:
+            yield Stack(sandbox, airflow, workdir)
+    finally:
+        sandbox.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def login(context: Any, airflow: Airflow) -> None:
+    """Log a Playwright browser context in as the UI does: the JWT in the ``_token`` cookie."""
+    context.add_cookies([{"name": "_token", "value": airflow.token, "url": airflow.url}])
+
+
+def screenshot(page: Any, name: str) -> Path:
+    """Save a full-page screenshot under .airflow/screenshots/ (a test artifact)."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path
+
+
+def run_url(airflow: Airflow, run_id: str) -> str:
+    """The UI page of one run."""
+    return f"{airflow.url}/dags/{DAG_ID}/runs/{urllib.parse.quote(run_id, safe='')}"
+
+
+def view_url(airflow: Airflow, run_id: str, poll_s: float = 1.0) -> str:
+    """The training view's own page (what the tab's iframe shows), polling every ``poll_s`` seconds."""
+    query = urllib.parse.urlencode({"dag_id": DAG_ID, "run_id": run_id, "poll": poll_s})
+    return f"{airflow.url}{plugin.URL_PREFIX}/training?{query}"
+
+
+def view_data(airflow: Airflow, run_id: str) -> dict[str, Any]:
+    """The JSON snapshot the page polls, fetched with the API token."""
+    query = urllib.parse.urlencode({"dag_id": DAG_ID, "run_id": run_id})
+    return airflow.api("GET", f"{plugin.URL_PREFIX}/training/data?{query}")
+
+
+def task_state(airflow: Airflow, run_id: str, task_id: str) -> str:
+    """One task instance's state ('none' before it has one)."""
+    ti = airflow.api("GET", f"{run_path(run_id)}/taskInstances/{urllib.parse.quote(task_id, safe='')}")
+    return str(ti.get("state") or "none")
+
+
+def wait_task_state(airflow: Airflow, run_id: str, task_id: str, states: set[str], timeout: float) -> str:
+    """Wait until the task is in one of ``states``; the state."""
+    return wait_for(
+        f"{task_id} in {sorted(states)}",
+        lambda: (state := task_state(airflow, run_id, task_id)) in states and state,
+        timeout,
+        interval=0.5,
+    )
+
+
+def task_log(airflow: Airflow, run_id: str, task_id: str, try_number: int = 1) -> str:
+    """A task try's log as the REST API gives it (every message's event, one per line)."""
+    path = (
+        f"{run_path(run_id)}/taskInstances/{urllib.parse.quote(task_id, safe='')}/logs/{try_number}?full_content=true"
+    )
+    body = airflow.api("GET", path)
+    content = body.get("content") if isinstance(body, dict) else body
+    if isinstance(content, list):
+        return "\n".join(str(item.get("event", "")) if isinstance(item, dict) else str(item) for item in content)
+    return str(content)
+
+
+def extra_links(airflow: Airflow, run_id: str, task_id: str) -> dict[str, str | None]:
+    """The extra links the UI shows on one task instance (name -> URL, None when hidden)."""
+    path = f"{run_path(run_id)}/taskInstances/{urllib.parse.quote(task_id, safe='')}/links"
+    return airflow.api("GET", path)["extra_links"]
+
+
+def training_banner(frame: Any) -> list[dict[str, str]]:
+    """The training view's "still running" banner rows (task id, kind, name, state, USD/h), as the page shows them."""
+    rows = []
+    for row in frame.locator("#running tbody tr").all():
+        cells = row.locator("td").all_inner_texts()
+        rows.append({"task_id": row.get_attribute("data-task") or "", "kind": cells[0], "name": cells[1],
+                     "state": cells[2], "usd_per_hour": cells[3]})  # fmt: skip
+    return rows
+
+
+def grid_task_states(airflow: Airflow, run_id: str) -> dict[str, str]:
+    """Every task's state in the run (what the grid colours)."""
+    return {ti["task_id"]: str(ti["state"]) for ti in task_instances(airflow, run_id)}
+
+
+def trigger_failed_run_keeping_lustre(stack: Stack, **conf: Any) -> str:
+    """Trigger an apply run of the local conf whose checkpoint export fails in the sandbox; its run id.
+
+    The job trains and saves its checkpoint, the export's Lustre operation ends in error, so the run fails and
+    teardown keeps Lustre (``kept-for-checkpoint``) and the peering, range and network it needs
+    (``kept-for-lustre``). ``conf`` overrides the local conf (e.g. ``max_steps``). Call :func:`wait_run` after it.
+    """
+    add_fault(stack.sandbox.url, {"method": "POST", "path": r":exportData$"}, operation="error", times=None,
+              message="injected by the browser tests: export refused")  # fmt: skip
+    return trigger(stack.airflow, {**LOCAL_CONF, "zero_learning_guard": False, **conf})
+
+
+__all__ = [
+    "DAG_ID",
+    "Stack",
+    "extra_links",
+    "grid_task_states",
+    "login",
+    "run_url",
+    "screenshot",
+    "start_stack",
+    "task_log",
+    "topology",
+    "training_banner",
+    "trigger",
+    "trigger_failed_run_keeping_lustre",
+    "view_data",
+    "view_url",
+    "wait_run",
+    "wait_task_state",
+]

@@ -1,0 +1,152 @@
+"""The UI as a person uses it, in Chromium against a real Airflow and the sandbox: the form, the training view
+while the job trains, and the extra links. Structural assertions only (what is shown, and that it agrees with the
+data it came from), never how long anything took."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from nemo_rl_gke import links, topology
+from nemo_rl_gke.docs import DAG_DESCRIPTION
+from nemo_rl_gke.spec import RunSpec
+from tests.browser.stack import (
+    DAG_ID,
+    HF_TOKEN,
+    LOCAL_CONF,
+    Stack,
+    extra_links,
+    run_url,
+    screenshot,
+    task_log,
+    trigger,
+    view_data,
+    view_url,
+    wait_run,
+    wait_task_state,
+)
+
+pytestmark = [pytest.mark.airflow, pytest.mark.browser]
+# Enough steps to watch the curves grow; the local recipe's rewards reach 1.0 for several steps in a row before
+# that, which the zero-learning guard would (rightly) stop, so it is off for this run.
+WATCH_STEPS = 60
+RUN_TIMEOUT_S = 420
+
+
+def test_the_form_triggers_a_plan_of_the_tutorial_with_its_defaults(stack: Stack, page: Any) -> None:
+    airflow = stack.airflow
+    page.goto(f"{airflow.url}/dags/{DAG_ID}/details")
+    page.get_by_text(DAG_DESCRIPTION).first.wait_for()
+    page.get_by_role("button", name="Trigger").first.click()
+    dialog = page.get_by_role("dialog")
+    trigger_button = dialog.get_by_role("button", name="Trigger", exact=True)
+    # The open section leads with what a person sets first; every optional field may stay empty.
+    dialog.get_by_text("Run Parameters").wait_for()
+    assert re.search(r"Mode\s*\*\s*plan", dialog.inner_text())
+    assert trigger_button.is_enabled()
+    # An error shows on its field: a required field cleared says so there, and Trigger is blocked.
+    dialog.get_by_role("button", name="Project and location").click()
+    project = dialog.locator("#element_project")
+    project.fill("")
+    dialog.get_by_text("This field is required").wait_for()
+    assert not trigger_button.is_enabled()
+    project.fill(RunSpec().project)
+    dialog.get_by_role("button", name="GPU nodes").click()
+    assert dialog.locator("#element_machine_type").input_value() in ("", '""')  # optional: blank, no error
+    assert dialog.get_by_text("This field is required").count() == 0 and trigger_button.is_enabled()
+    screenshot(page, "trigger-form")
+    trigger_button.click()
+    page.wait_for_url(re.compile(rf"/dags/{DAG_ID}/runs/"))
+    run_id = page.url.rsplit("/runs/", 1)[1].split("/")[0]
+    from urllib.parse import unquote
+
+    run = wait_run(airflow, unquote(run_id), timeout=180)
+    assert run["state"] == "success"
+    assert run["conf"]["mode"] == "plan" and run["conf"]["machine_type"] is None
+    assert wait_task_state(airflow, unquote(run_id), topology.PLAN, {"success"}, 10) == "success"
+
+
+def _shown(frame: Any) -> dict[str, Any]:
+    """What the view shows, read from one rendered snapshot."""
+    return frame.evaluate(
+        """() => ({
+            points: Number(document.getElementById('steps-parsed').textContent),
+            dots: document.querySelectorAll('svg[data-curve="reward"] circle.pt').length,
+            lossDots: document.querySelectorAll('svg[data-curve="loss"] circle.pt').length,
+            waitState: document.body.dataset.waitState,
+            step: document.getElementById('step').textContent,
+        })"""
+    )
+
+
+def test_the_training_view_follows_the_job_and_the_links_lead_out(stack: Stack, page: Any) -> None:
+    airflow = stack.airflow
+    conf = {**LOCAL_CONF, "max_steps": WATCH_STEPS, "zero_learning_guard": False}
+    run_id = trigger(airflow, conf)
+    ended = {"success", "failed", "upstream_failed", "skipped"}
+    assert wait_task_state(airflow, run_id, topology.WAIT, {"deferred", *ended}, RUN_TIMEOUT_S) == "deferred"
+
+    # The tab is on the run's page and on train.wait's, as an iframe of the plugin's view.
+    page.goto(run_url(airflow, run_id))
+    page.get_by_role("link", name="Training").click()
+    frame = page.frame_locator("iframe").first
+    frame.locator("#run-id").filter(has_text=run_id).wait_for()
+
+    # While train.wait is deferred: every step parsed so far is one point of each curve.
+    view = page.context.new_page()
+    view.goto(view_url(airflow, run_id))
+    # The job's first steps take a while to reach the log (Ray starts the driver): a generous bound, not a timing test.
+    view.wait_for_function(
+        "() => document.body.dataset.waitState === 'deferred' && Number(document.body.dataset.points) > 2",
+        timeout=RUN_TIMEOUT_S * 1000,
+    )
+    shown = _shown(view)
+    assert shown["waitState"] == "deferred"
+    assert shown["dots"] == shown["lossDots"] == shown["points"] > 0
+    assert re.fullmatch(rf"step \d+ of {WATCH_STEPS}", shown["step"])
+    # The data and the log are at least as far along as what was drawn from them.
+    assert view_data(airflow, run_id)["points"] >= shown["points"]
+    assert task_log(airflow, run_id, topology.WAIT).count("Avg Reward") >= shown["points"]
+    screenshot(page, "training-tab-while-training")
+    screenshot(view, "training-view-while-training")
+
+    run = wait_run(airflow, run_id, RUN_TIMEOUT_S)
+    assert run["state"] == "success"
+    # Once the job ended, the view, the data and the log agree exactly, and nothing is left running.
+    view.wait_for_function(
+        f"() => document.body.dataset.runState === 'success' && Number(document.body.dataset.points) === {WATCH_STEPS}"
+    )
+    final = _shown(view)
+    data = view_data(airflow, run_id)
+    assert final["dots"] == data["points"] == WATCH_STEPS
+    assert data["running"] == [] and view.locator("#banner").is_hidden()
+    assert data["checkpoints"][-1]["exported"] and data["checkpoints"][-1]["step"] == WATCH_STEPS
+    assert HF_TOKEN not in view.content() and HF_TOKEN not in str(data)
+    screenshot(view, "training-view-done")
+
+    # The extra links: on the task that made each thing, built from the RunSpec and XCom.
+    spec = RunSpec.from_conf({**conf})
+    export = data["checkpoints"][-1]["exported"]
+    expected = {
+        topology.GKE_CLUSTER: {"GKE cluster": links.gke_cluster_url(spec)},
+        topology.NODE_POOL: {"GPU node pool": links.node_pool_url(spec)},
+        topology.LUSTRE: {"Lustre instance": links.lustre_url(spec)},
+        topology.SUBMIT: {
+            "Ray dashboard": links.ray_dashboard_url(spec, None),
+            "Job logs (Cloud Logging)": links.job_logs_url(spec),
+        },
+        topology.EXPORT: {"Checkpoint in Cloud Storage": links.gcs_url(export)},
+    }
+    for task_id, wanted in expected.items():
+        shown_links = {name: url for name, url in extra_links(airflow, run_id, task_id).items() if url}
+        assert shown_links == wanted, task_id
+    assert "/storage/browser/" in links.gcs_url(export) and spec.export_bucket_name in export
+    assert {name for name, url in extra_links(airflow, run_id, topology.NET).items() if url} == set()
+    # And in the UI: the task instance page shows the button with that URL.
+    page.goto(f"{run_url(airflow, run_id)}/tasks/{topology.GKE_CLUSTER}/details")
+    button = page.get_by_role("link", name="GKE cluster")
+    button.wait_for()
+    assert button.get_attribute("href") == links.gke_cluster_url(spec)
+    screenshot(page, "extra-links")

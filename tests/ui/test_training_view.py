@@ -1,0 +1,136 @@
+"""The training view's data, built from a real NeMo RL driver log as the trigger writes it into the task log."""
+
+from __future__ import annotations
+
+import json
+
+from nemo_rl_gke import costs, outcomes, topology
+from nemo_rl_gke.metrics import LogFollower
+from nemo_rl_gke.spec import RunSpec, default_conf
+from nemo_rl_gke.training_view import RAY_JOB_PREFIX, TaskState, ViewInputs, build_view, parse_job_log
+from tests.paths import ROOT
+
+NOW = 1_800_000_000.0
+
+
+def _task_log() -> list[str]:
+    """The fixture's driver log as train.wait's task log has it: the trigger's lines among Airflow's own."""
+    follower = LogFollower()
+    lines = follower.feed_full_log((ROOT / "tests/fixtures/nemo_rl_grpo.log").read_text()) + follower.flush()
+    return ["Task started", *(f"{RAY_JOB_PREFIX}{line}" for line in lines), "Ray job ... SUCCEEDED"]
+
+
+def _tasks(**states: str) -> dict[str, TaskState]:
+    """Every step in state ``success`` (started 10 s apart, 5 s long) unless named in ``states``."""
+    tasks = {}
+    for n, task_id in enumerate(topology.STEPS):
+        state = states.get(task_id, "success")
+        start = NOW - 3600 + 10 * n
+        tasks[task_id] = TaskState(task_id, state, start, None if state in ("running", "deferred") else start + 5)
+    return tasks
+
+
+def test_the_curves_have_one_point_per_step_the_log_completed() -> None:
+    lines = _task_log()
+    metrics = parse_job_log(lines)
+    view = build_view(ViewInputs("d", "r", "running", NOW, _tasks(), conf=default_conf(), log_lines=lines))
+    done = metrics.completed_steps
+    assert len(done) == 4 and view["points"] == 4
+    assert view["series"]["reward"] == [[n + 1, s.avg_reward] for n, s in enumerate(done)]
+    assert [p[1] for p in view["series"]["loss"]] == [s.loss for s in done]
+    assert len(view["series"]["throughput"]) == 4
+    assert view["series"]["validation"], "the fixture validates every 2 steps"
+    assert view["wandb_url"] == "https://wandb.ai/ml-team/nemo-rl/runs/k3x9q2ab"
+    # Lines without the trigger's prefix are Airflow's own and never parsed.
+    assert parse_job_log([line.removeprefix(RAY_JOB_PREFIX) for line in lines]).steps == []
+
+
+def test_progress_and_eta_while_the_job_runs() -> None:
+    lines = _task_log()
+    # Cut the log after step 2's results: step 3 of 4 has started.
+    cut = next(n for n, line in enumerate(lines) if "Step 3/4" in line) + 1
+    tasks = _tasks(**{topology.WAIT: "deferred"})
+    view = build_view(ViewInputs("d", "r", "running", NOW, tasks, conf=default_conf(), log_lines=lines[:cut]))
+    p = view["progress"]
+    assert (p["step"], p["total_steps"], p["completed"], p["state"]) == (3, 4, 2, "deferred")
+    steps = parse_job_log(lines[:cut]).completed_steps
+    mean = sum(s.total_step_time_s for s in steps) / 2
+    assert p["eta_s"] == round(mean * 2) and p["eta_at"].endswith("Z")
+    # Once train.wait has ended there is nothing left to wait for.
+    ended = build_view(ViewInputs("d", "r", "failed", NOW, _tasks(), conf=default_conf(), log_lines=lines[:cut]))
+    assert ended["progress"]["eta_s"] is None
+
+
+def test_checkpoints_say_where_they_went() -> None:
+    conf = default_conf()
+    export = {"action": outcomes.EXPORTED, "uri": "gs://b/d/r/step_4/", "step": 4}
+    view = build_view(
+        ViewInputs("d", "r", "success", NOW, _tasks(), {topology.EXPORT: export}, conf, None, _task_log())
+    )
+    assert view["checkpoints"] == [
+        {"step": 2, "lustre": f"{conf['checkpoint_dir']}/step_2", "exported": None},
+        {"step": 4, "lustre": f"{conf['checkpoint_dir']}/step_4", "exported": "gs://b/d/r/step_4/"},
+    ]
+
+
+def test_stages_span_running_tasks_until_now() -> None:
+    tasks = _tasks(**{topology.WAIT: "deferred"})
+    view = build_view(ViewInputs("d", "r", "running", NOW, tasks, conf=default_conf()))
+    train = next(s for s in view["stages"] if s["name"] == topology.TRAIN)
+    assert train["state"] == "deferred" and train["end"] == "2027-01-15T08:00:00Z"
+    assert [s["name"] for s in view["stages"]] == list(topology.STAGES)
+
+
+def test_cost_so_far_counts_the_gpu_pool_until_now() -> None:
+    spec = RunSpec.from_conf(default_conf())
+    tasks = _tasks(**{topology.WAIT: "deferred", topology.DELETE_CLUSTER: "none"})
+    view = build_view(ViewInputs("d", "r", "running", NOW, tasks, conf=default_conf()))
+    up = NOW - tasks[topology.NODE_POOL].end
+    node_hours = up / 3600 * spec.worker_replicas
+    assert view["cost"]["gpu_node_hours"] == round(node_hours, 3)
+    assert view["cost"]["estimated_cost_usd"] == round(node_hours * 8 * costs.gpu_price(spec), 2)
+    assert view["cost"]["pool_still_running"] is True
+
+
+def test_the_banner_lists_what_is_up_and_drops_what_teardown_deleted() -> None:
+    spec = RunSpec.from_conf(default_conf())
+    results = {s.task_id: {"name": f"n-{s.task_id}", "action": outcomes.CREATED} for s in topology.gcp_resources()}
+    # Mid-run: everything made so far is up, nothing torn down yet.
+    tasks = _tasks(**{s.task_id: "none" for s in topology.teardown_steps()})
+    running = costs.still_running(spec, {t: s.state for t, s in tasks.items()}, results)
+    assert sorted(r.task_id for r in running) == sorted(
+        [*(s.task_id for s in topology.gcp_resources()), topology.RAYCLUSTER]
+    )
+    # Most expensive first: the GPU pool, then the cluster, then Lustre; the free ones after them.
+    assert [r.task_id for r in running][:3] == [topology.NODE_POOL, topology.GKE_CLUSTER, topology.LUSTRE]
+    assert all("." not in r.kind for r in running), "every resource has a kind for people"
+    assert {r.state for r in running} == {"up"}
+    pool = next(r for r in running if r.task_id == topology.NODE_POOL)
+    assert pool.usd_per_hour == 2 * 8 * costs.gpu_price(spec) and pool.name == f"n-{topology.NODE_POOL}"
+    # After teardown kept Lustre (and what it needs) for its checkpoint and deleted the rest.
+    for step in topology.teardown_steps():
+        results[step.task_id] = {"action": outcomes.DELETED}
+    results[topology.DELETE_LUSTRE] = {"action": outcomes.KEPT_FOR_CHECKPOINT}
+    results[topology.DELETE_PEERING] = {"action": outcomes.KEPT_FOR_LUSTRE}
+    left = costs.still_running(spec, {t: "success" for t in tasks}, results)
+    assert [(r.task_id, r.state) for r in left] == [
+        (topology.LUSTRE, f"kept ({outcomes.KEPT_FOR_CHECKPOINT})"),
+        (topology.PEERING, f"kept ({outcomes.KEPT_FOR_LUSTRE})"),
+    ]
+    assert costs.total_per_hour(left) == costs.hourly_cost(topology.LUSTRE, spec)[0] > 0
+
+
+def test_an_adopted_resource_is_not_this_runs_and_a_failed_create_may_exist() -> None:
+    spec = RunSpec()
+    states = {topology.NET: "success", topology.LUSTRE: "failed"}
+    results = {topology.NET: {"name": "theirs", "action": outcomes.ADOPTED}}
+    running = costs.still_running(spec, states, results)
+    assert [(r.task_id, r.state, r.name) for r in running] == [
+        (topology.LUSTRE, "create failed: may exist", spec.lustre_name)
+    ]
+
+
+def test_a_refused_conf_shows_nothing_running() -> None:
+    view = build_view(ViewInputs("d", "r", "failed", NOW, {topology.VALIDATE: TaskState(topology.VALIDATE, "failed")}))
+    assert view["spec"] is None and view["running"] == [] and view["points"] == 0
+    json.dumps(view, allow_nan=False)  # the page's JSON: no NaN, no objects

@@ -1,0 +1,118 @@
+"""The training view mounted in Airflow's real API server app: login required, data read from a real run, no secret.
+
+A plan-mode run made with ``airflow dags test`` in the session's private metadata DB gives real task instances and
+XComs; the API server app is Airflow's own (``create_app``), which loads the plugin from plugins/ as a deployment does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import pytest
+
+from nemo_rl_gke import plugin, topology
+from tests.paths import ROOT
+
+pytestmark = pytest.mark.airflow
+DAG_ID = "nemo_rl_grpo_gke"
+HF_TOKEN = "hf_VIEWTESTTOKEN_never_shown_4b1d"
+
+
+@pytest.fixture(scope="module")
+def run_id(airflow_db: None) -> str:
+    """A finished plan-mode run of the tutorial conf (the form's defaults)."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    conf = json.loads((ROOT / "include/conf/tutorial.json").read_text())
+    airflow = str(Path(sys.executable).parent / "airflow")
+    done = subprocess.run(
+        [airflow, "dags", "test", DAG_ID, "-c", json.dumps(conf)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        run = session.query(DagRun).filter(DagRun.dag_id == DAG_ID).order_by(DagRun.id.desc()).first()
+        return run.run_id
+
+
+@pytest.fixture(scope="module")
+def client(airflow_db: None) -> Any:
+    from airflow.api_fastapi.app import create_app, purge_cached_app
+    from fastapi.testclient import TestClient
+
+    purge_cached_app()
+    with TestClient(create_app(apps="core"), base_url="http://127.0.0.1") as test_client:
+        yield test_client
+
+
+@pytest.fixture(scope="module")
+def token(client: Any) -> str:
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+
+    return get_auth_manager().generate_jwt(SimpleAuthManagerUser(username="admin", role="admin"))
+
+
+def _paths(run_id: str) -> list[str]:
+    query = urlencode({"dag_id": DAG_ID, "run_id": run_id})
+    return [f"{plugin.URL_PREFIX}/training?{query}", f"{plugin.URL_PREFIX}/training/data?{query}",
+            f"{plugin.URL_PREFIX}/training/static/training_view.js"]  # fmt: skip
+
+
+def test_every_route_needs_a_logged_in_user(client: Any, run_id: str) -> None:
+    for path in _paths(run_id):
+        assert client.get(path).status_code == 401, path
+        assert client.get(path, headers={"Authorization": "Bearer not-a-jwt"}).status_code in (401, 403), path
+
+
+def test_a_logged_in_user_gets_the_page_and_the_data(client: Any, token: str, run_id: str) -> None:
+    auth = {"Authorization": f"Bearer {token}"}
+    page, data, script = (client.get(path, headers=auth) for path in _paths(run_id))
+    assert page.status_code == data.status_code == script.status_code == 200
+    assert "training/static/training_view.js" in page.text
+    view = data.json()
+    assert (view["dag_id"], view["run_id"], view["run_state"]) == (DAG_ID, run_id, "success")
+    assert view["spec"]["mode"] == "plan" and view["running"] == [] and view["points"] == 0
+    states = {s["name"]: s["state"] for s in view["stages"]}
+    assert states[topology.PREFLIGHT] == "skipped"  # apply_gate ends a plan run: the most severe state is shown
+    # The UI's own cookie works as well (the page's fetch from the iframe sends it).
+    client.cookies.set("_token", token)
+    try:
+        assert client.get(_paths(run_id)[1]).status_code == 200
+    finally:
+        client.cookies.clear()
+    assert client.get(f"{plugin.URL_PREFIX}/training/data?dag_id={DAG_ID}&run_id=nope", headers=auth).status_code == 404
+
+
+def test_the_plugin_and_its_tabs_are_registered(client: Any, token: str) -> None:
+    answer = client.get("/api/v2/plugins", headers={"Authorization": f"Bearer {token}"}).json()
+    (ours,) = [p for p in answer["plugins"] if p["name"] == plugin.PLUGIN_NAME]
+    views = {v["destination"]: v for v in ours["external_views"]}
+    assert views["dag_run"]["url_route"] and views["task_instance"]["url_route"]
+    assert views["task_instance"]["href"].endswith("task_id={TASK_ID}")
+    assert answer.get("import_errors", []) == [] or not any("nemo_rl_gke" in str(e) for e in answer["import_errors"])
+
+
+def test_a_secret_never_reaches_the_view(client: Any, token: str, run_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Even if a job's log line carried the HF token unmasked, the view's JSON would not."""
+    from nemo_rl_gke import view_app
+
+    monkeypatch.setenv("AIRFLOW_CONN_HUGGINGFACE_DEFAULT", json.dumps({"conn_type": "generic", "password": HF_TOKEN}))
+    leaked = [f"[ray job] wandb: 🚀 View run at https://wandb.ai/t/p/runs/{HF_TOKEN}", "[ray job] ===== Step 1/2 ====="]
+    monkeypatch.setattr(view_app, "_log_lines", lambda ti: leaked)
+    # train.wait was skipped in plan mode; the view reads its log whatever its state.
+    text = client.get(_paths(run_id)[1], headers={"Authorization": f"Bearer {token}"}).text
+    assert HF_TOKEN not in text
+    assert "https://wandb.ai/t/p/runs/***" in text and '"step":1' in text.replace(" ", "")
