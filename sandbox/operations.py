@@ -38,6 +38,7 @@ DEFAULT_LATENCY_SECONDS: dict[str, float] = {
     "container.clusters.delete": 300.0,
     "container.nodePools.create": 300.0,
     "container.nodePools.delete": 240.0,
+    "container.nodePools.setSize": 60.0,
 }
 # An operation reads PENDING for this share of its duration before it reads RUNNING.
 PENDING_SHARE = 0.1

@@ -152,6 +152,11 @@ def still_running(
         kind, attr = _KINDS.get(task_id, (task_id, ""))
         name = str(made.get("name") or _spec_name(spec, task_id, attr))
         price, basis = hourly_cost(task_id, spec)
+        if task_id == topology.NODE_POOL and (results.get(topology.SCALE_POOL) or {}).get("action") == (
+            outcomes.SCALED_TO_ZERO
+        ):
+            # A warm cluster's pool at 0 nodes: it bills nothing until the next run's pods ask for GPUs.
+            state, price, basis = "kept warm at 0 nodes", 0.0, "scaled to 0 nodes by teardown"
         found.append(RunningResource(task_id, kind, name, state, price, basis))
     # What costs most first: the banner is read top down.
     return sorted(found, key=lambda r: -(r.usd_per_hour or 0.0))

@@ -7,6 +7,7 @@ I/O or imports a cloud client: it runs while Airflow parses DAG files.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from airflow.sdk import DAG, Asset, BaseOperator, TaskGroup, TriggerRule, cross_downstream
@@ -135,3 +136,29 @@ def build_dag(
     # merges them back at run time anyway (process_params), so this keeps 50 copies of every Param out of each parse.
     dag.params = build_params(param_defaults)
     return dag
+
+
+def build_scheduled_dags(directory: Path | None = None) -> dict[str, DAG]:
+    """One DAG per schedule file (``include/schedules/*.yaml``): the run's DAG on the schedule's cron, its conf as the
+    form's defaults, paused when Airflow first sees it, never catching up. A bad file raises
+    :class:`~nemo_rl_gke.schedules.ScheduleError` (the DAG file's import error names the file, field and fix)."""
+    from airflow.timetables.trigger import CronTriggerTimetable
+
+    from nemo_rl_gke.docs import scheduled_dag_doc
+    from nemo_rl_gke.paths import SCHEDULES_DIR
+    from nemo_rl_gke.schedules import load_schedules
+
+    dags = {}
+    for schedule in load_schedules(directory or SCHEDULES_DIR):
+        dags[schedule.dag_id] = build_dag(
+            schedule.dag_id,
+            description=schedule.description,
+            doc_md=scheduled_dag_doc(schedule),
+            schedule=CronTriggerTimetable(schedule.cron, timezone=schedule.timezone),
+            tags=[*TAGS, "scheduled"],
+            param_defaults=schedule.run_conf,
+            is_paused_upon_creation=True,
+            # Nights of one schedule are one run group: they queue on its lease, so one active run at a time.
+            max_active_runs=1,
+        )
+    return dags

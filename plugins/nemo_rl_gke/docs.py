@@ -26,14 +26,33 @@ Unknown keys and bad values are rejected before anything is created:
 
 **Modes**: `plan` lists every GCP request, manifest and the Ray job (secrets redacted) in the `plan` task's log
 and XCom, creating nothing. `apply` provisions, trains (the `train.wait` log streams the job's output; its XCom
-holds the per-step metrics), validates and exports the checkpoint (an event on the
-`nemo_rl_grpo_gke_checkpoint` Asset), tears down per `teardown_policy`, and ends with the `report` task.
+holds the per-step metrics), validates and exports the checkpoint (an event on this DAG's
+`<dag_id>_checkpoint` Asset), tears down per `teardown_policy`, and ends with the `report` task.
 
 Secrets (Hugging Face token, W&B key) come from Airflow connections the deployment allows (`[nemo_rl_gke]`
 settings), never from the conf itself; the conf may only pick among them. The deployment, not the conf, also
 decides any other Ray dashboard endpoint and where an NCCL installer may be downloaded from.
 Docs: README.md, docs/conf-reference.md and docs/preflight-rules.md in the repository.
 """
+
+
+def scheduled_dag_doc(schedule: Any) -> str:
+    """The doc_md of a schedule's DAG: what the schedule does, from its file, then the run's own docs."""
+    alerts = schedule.alerts
+    deadline = f"{alerts.deadline_hours:g} h after it was queued" if alerts.deadline_hours else "none"
+    return f"""
+### Schedule `{schedule.name}`: {schedule.description}
+
+* **When**: `{schedule.cron}` ({schedule.timezone}); paused until you unpause it; no catch-up of missed nights.
+* **Each run**: {schedule.steps_per_run} steps, resume `{schedule.resume}` (this DAG's own checkpoint lineage, on the
+  `{topology.checkpoint_asset(schedule.dag_id)}` Asset).
+* **When the previous run still holds the group**: {schedule.on_overlap}{
+        f" (up to {schedule.overlap_wait_minutes:g} minutes)" if schedule.on_overlap == "wait" else ""
+    }.
+* **A warm group** idle more than {schedule.warm_ttl_hours:g} h is removed by the sweeper.
+* **Alerts**: on failure; deadline {deadline}.
+* **File**: `include/schedules/{schedule.path.name}`.
+{DAG_DOC_MD}"""
 
 
 # Each task group's tooltip (what it does, in a line) and doc_md (what it does and what to do when it fails). Keyed by

@@ -1,4 +1,4 @@
-"""Where the package's data files live: include/recipes and include/manifests."""
+"""Where the package's data files live: include/recipes, include/manifests and include/schedules."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 INCLUDE_DIR = Path(os.environ.get("NEMO_RL_GKE_INCLUDE_DIR", PROJECT_ROOT / "include"))
 RECIPES_DIR = INCLUDE_DIR / "recipes"
 MANIFESTS_DIR = INCLUDE_DIR / "manifests"
+# One scheduled DAG per file (nemo_rl_gke.schedules); the variable points elsewhere for tests or other deployments.
+SCHEDULES_DIR = Path(os.environ.get("NEMO_RL_GKE_SCHEDULES_DIR", INCLUDE_DIR / "schedules"))
 
 
 def recipe_names() -> list[str]:

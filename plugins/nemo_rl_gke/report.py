@@ -196,6 +196,8 @@ class GpuUsage:
     price_per_gpu_hour_usd: float | None  # None: unknown GPU type and no price in the conf
     price_source: str  # conf, default or unknown
     estimated_cost_usd: float | None
+    scaled_to_zero: bool = False  # the cluster was kept warm and its pool taken to 0 nodes by teardown
+    nodes_left_up: int = 0  # GPU nodes still up after the run: they bill until the next run (0 is the target)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
@@ -213,6 +215,8 @@ class GpuUsage:
             "gpu_hours": self.gpu_hours,
             "price_per_gpu_hour_usd": self.price_per_gpu_hour_usd,
             "price_source": self.price_source,
+            "scaled_to_zero": self.scaled_to_zero,
+            "nodes_left_up": self.nodes_left_up,
             "estimated_cost_usd": self.estimated_cost_usd,
         }
 
@@ -333,6 +337,8 @@ class RunReport:
             up = f"{_iso(g.up_at)} (end of {topology.NODE_POOL})"
             if g.still_running:
                 down = f"not deleted: counted until now, {_iso(g.counted_until)}"
+            elif g.scaled_to_zero:
+                down = f"{_iso(g.down_at)} (pool scaled to 0 nodes by {topology.SCALE_POOL}; the cluster is kept warm)"
             else:
                 down = f"{_iso(g.down_at)} (end of {topology.teardown_of(topology.GKE_CLUSTER).task_id})"
         if g.price_per_gpu_hour_usd is None:
@@ -352,6 +358,8 @@ class RunReport:
             f"  GPU-hours               {g.gpu_hours:.2f}",
             f"  price/GPU-h (USD)       {price}",
             f"  estimated cost (USD)    {cost}",
+            f"  GPU nodes left up       {g.nodes_left_up} ({g.nodes_left_up:g} GPU node-hours per hour until the "
+            "next run)",
         ]
         if g.still_running:
             lines.append("  the cluster was kept: its GPU nodes bill until the pool scales to 0 or it is deleted")
@@ -485,7 +493,7 @@ def gpu_usage(timings: Iterable[TaskTiming], inputs: RunInputs) -> GpuUsage:
     pool = by_id.get(topology.NODE_POOL)
     up_at = pool.end if pool is not None and pool.state == SUCCESS else None
     down_at: float | None = None
-    still_running = False
+    still_running = scaled_to_zero = False
     if up_at is None:
         counted_until = None
         hours = 0.0
@@ -493,8 +501,15 @@ def gpu_usage(timings: Iterable[TaskTiming], inputs: RunInputs) -> GpuUsage:
         cluster_teardown = topology.teardown_of(topology.GKE_CLUSTER).task_id
         delete = by_id.get(cluster_teardown)
         action = inputs.teardown_actions.get(cluster_teardown)
+        scale = by_id.get(topology.SCALE_POOL)
         if action in outcomes.GONE and delete is not None and delete.end is not None:
             down_at = delete.end
+        elif (
+            inputs.teardown_actions.get(topology.SCALE_POOL) == outcomes.SCALED_TO_ZERO
+            and scale is not None
+            and scale.end is not None
+        ):
+            down_at, scaled_to_zero = scale.end, True
         else:
             still_running = True
         counted_until = down_at if down_at is not None else inputs.now
@@ -516,6 +531,8 @@ def gpu_usage(timings: Iterable[TaskTiming], inputs: RunInputs) -> GpuUsage:
         price_per_gpu_hour_usd=price,
         price_source=source,
         estimated_cost_usd=None if price is None else gpu_hours * price,
+        scaled_to_zero=scaled_to_zero,
+        nodes_left_up=inputs.worker_replicas if still_running else 0,
     )
 
 
@@ -534,8 +551,9 @@ def build_report(timings: Iterable[TaskTiming], upstream: Mapping[str, Sequence[
             deleted.append(item)
         elif action == outcomes.ABSENT:
             absent.append(item)
-        else:
+        elif action in outcomes.KEPT:
             kept.append(item)
+        # Anything else changed nothing that stays (the pool scaled to 0 is in the GPU section).
     return RunReport(
         stages=summarize_stages(timings),
         critical_path=path,

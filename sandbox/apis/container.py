@@ -205,6 +205,13 @@ def _status_message(sb: Sandbox, resource: Resource) -> str | None:
     return failed[-1].error["message"] if failed and failed[-1].error else "Creation failed."
 
 
+def _node_count(pool: Resource) -> int:
+    """A pool's nodes: its last setSize, else its initial count in each of its zones."""
+    if "nodeCount" in pool.extra:
+        return int(pool.extra["nodeCount"])
+    return int(pool.body.get("initialNodeCount", 0)) * len(pool.body.get("locations", []))
+
+
 def render_pool(sb: Sandbox, pool: Resource) -> dict[str, Any]:
     """A node pool with its status."""
     body = copy.deepcopy(pool.body)
@@ -227,9 +234,7 @@ def render_cluster(sb: Sandbox, cluster: Resource) -> dict[str, Any]:
         body["statusMessage"] = message
     pools = sorted(sb.store.children(cluster.key), key=lambda r: (r.created, r.key))
     body["nodePools"] = [render_pool(sb, p) for p in pools if p.kind == "container.nodePool"]
-    body["currentNodeCount"] = sum(
-        int(p.body.get("initialNodeCount", 0)) * len(p.body.get("locations", [])) for p in pools
-    )
+    body["currentNodeCount"] = sum(_node_count(p) for p in pools if p.kind == "container.nodePool")
     # Real GKE reports an IP served over HTTPS; the sandbox reports the URL of the cluster's API on its own port.
     body["endpoint"] = sb.kube.endpoint(str(body["id"]))
     body["masterAuth"] = {"clusterCaCertificate": ""}
@@ -480,6 +485,32 @@ async def delete_node_pool(sb: Sandbox, call: Call) -> Reply:
     return reply(render_operation(sb, operation))
 
 
+async def set_node_pool_size(sb: Sandbox, call: Call) -> Reply:
+    """``nodePools.setSize``: the pool's node count now (autoscaling may change it later; nothing here does)."""
+    cluster = _cluster(sb, call)
+    pool = _pool(sb, call, cluster)
+    body = message_dict(parse_message(container_v1.SetNodePoolSizeRequest, call.json(), "request"))
+    count = int(body.get("nodeCount", 0))
+    if count < 0:
+        raise invalid("nodeCount must not be negative.")
+    _incompatible(sb, cluster)
+    if pool.phase != "ready":
+        raise failed_precondition(f"Node pool {pool.name} is not RUNNING.")
+    pool.extra["nodeCount"] = count
+    operation = sb.start_operation(
+        call,
+        service=SERVICE,
+        kind="container.nodePools.setSize",
+        verb="update",
+        project=call.params["project"],
+        location=call.params["location"],
+        target=pool.key,
+        effect=Effect(),
+        meta={"operationType": "SET_NODE_POOL_SIZE"},
+    )
+    return reply(render_operation(sb, operation))
+
+
 def register(router: Router) -> None:
     """Add the container routes (operations are served with Lustre's, by :mod:`sandbox.apis.locations`)."""
     clusters = PREFIX + "/clusters"
@@ -492,3 +523,4 @@ def register(router: Router) -> None:
     router.add("GET", pools, SERVICE, list_node_pools)
     router.add("GET", pools + "/{pool}", SERVICE, get_node_pool)
     router.add("DELETE", pools + "/{pool}", SERVICE, delete_node_pool)
+    router.add("POST", pools + "/{pool}:setSize", SERVICE, set_node_pool_size)

@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 import pytest
+from sandbox.testing import clear_faults
 
 from nemo_rl_gke import links, topology
 from nemo_rl_gke.docs import DAG_DESCRIPTION
@@ -18,10 +19,13 @@ from tests.browser.stack import (
     LOCAL_CONF,
     Stack,
     extra_links,
+    grid_task_states,
     run_url,
     screenshot,
     task_log,
+    training_banner,
     trigger,
+    trigger_failed_run_keeping_lustre,
     view_data,
     view_url,
     wait_run,
@@ -150,3 +154,31 @@ def test_the_training_view_follows_the_job_and_the_links_lead_out(stack: Stack, 
     button.wait_for()
     assert button.get_attribute("href") == links.gke_cluster_url(spec)
     screenshot(page, "extra-links")
+
+
+def test_what_a_failed_run_keeps_shows_on_the_grid_and_in_the_view(stack: Stack, page: Any) -> None:
+    airflow = stack.airflow
+    try:
+        run_id = trigger_failed_run_keeping_lustre(stack, max_steps=2)
+        assert wait_run(airflow, run_id, RUN_TIMEOUT_S)["state"] == "failed"
+    finally:
+        clear_faults(stack.sandbox.url)
+    # Kept teardown steps end skipped (their own colour on the grid), the ones that deleted end success.
+    states = grid_task_states(airflow, run_id)
+    kept = {topology.DELETE_LUSTRE, topology.DELETE_PEERING, topology.DELETE_PEERING_RANGE, topology.DELETE_NET}
+    deleted = {s.task_id for s in topology.teardown_steps() if s.op is topology.Op.DELETE_GCP} - kept
+    assert {states[k] for k in kept} == {"skipped"}
+    assert {states[k] for k in deleted} == {"success"}
+    assert states[topology.EXPORT] == "failed"
+    # The view's banner lists what is left and what it costs, once the run ended.
+    view = page.context.new_page()
+    view.goto(view_url(airflow, run_id))
+    view.wait_for_function("() => document.body.dataset.runState === 'failed'")
+    view.locator("#running tbody tr").first.wait_for()
+    rows = training_banner(view)
+    assert {r["task_id"] for r in rows} == {topology.LUSTRE, topology.PEERING, topology.PEERING_RANGE, topology.NET}
+    assert all(r["state"] for r in rows)
+    screenshot(view, "training-view-kept-resources")
+    page.goto(run_url(airflow, run_id))
+    page.get_by_text(topology.DELETE_LUSTRE.rpartition(".")[2]).first.wait_for()
+    screenshot(page, "grid-kept-resources")

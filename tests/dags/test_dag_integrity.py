@@ -10,13 +10,17 @@ import pytest
 from nemo_rl_gke import topology
 from nemo_rl_gke.dag_factory import MAX_ACTIVE_RUNS
 from nemo_rl_gke.dag_params import FORM_OPEN_SECTION, form_fields, form_section
+from nemo_rl_gke.paths import SCHEDULES_DIR
 from nemo_rl_gke.preflight import check_conf
+from nemo_rl_gke.schedules import load_schedules
 from nemo_rl_gke.spec import param_schema, spec_fields
 from tests.dags.guard import parse_dag_folder
 from tests.owners import owner_of
 from tests.paths import ROOT
 
-DAG_IDS = ["nemo_rl_grpo_gke"]
+MANUAL = "nemo_rl_grpo_gke"
+SCHEDULES = {s.dag_id: s for s in load_schedules(SCHEDULES_DIR)}
+DAG_IDS = [MANUAL, *SCHEDULES]
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +44,8 @@ def test_tags_retries_docs_and_concurrency(dagbag, dag_id: str) -> None:
     dag = dagbag.dags[dag_id]
     assert {"nemo-rl", "grpo", "gke"} <= set(dag.tags)
     assert dag.doc_md and "NeMo RL GRPO on GKE" in dag.doc_md
-    assert dag.max_active_runs == MAX_ACTIVE_RUNS > 1 and dag.catchup is False
+    # Runs of different groups go side by side; a schedule's nights are one group, so one at a time.
+    assert dag.max_active_runs == (1 if dag_id in SCHEDULES else MAX_ACTIVE_RUNS) and dag.catchup is False
     assert dag.default_args["retries"] >= 1
     # Validation is deterministic: retrying a bad conf cannot help.
     assert dag.get_task(topology.VALIDATE).retries == 0
@@ -92,9 +97,8 @@ def test_the_form_submits_with_its_defaults(dagbag, dag_id: str) -> None:
     assert list(params)[:3] == ["mode", "recipe", "stop_after"]
 
 
-@pytest.mark.parametrize("dag_id", DAG_IDS)
-def test_a_default_trigger_is_a_plan_of_the_tutorial_conf(dagbag, dag_id: str) -> None:
-    defaults = dagbag.dags[dag_id].params.dump()
+def test_a_default_trigger_is_a_plan_of_the_tutorial_conf(dagbag) -> None:
+    defaults = dagbag.dags[MANUAL].params.dump()
     tutorial = json.loads((ROOT / "include/conf/tutorial.json").read_text())
     assert {key: defaults[key] for key in tutorial} == tutorial
     assert defaults["mode"] == "plan"
@@ -105,11 +109,43 @@ def test_every_default_conf_is_valid(dagbag, dag_id: str) -> None:
     defaults = {k: v for k, v in dagbag.dags[dag_id].params.dump().items()}
     spec, findings = check_conf(defaults)
     assert findings == [] and spec is not None
-    assert spec.mode == "plan"
+    assert spec.mode == ("apply" if dag_id in SCHEDULES else "plan")
 
 
-def test_the_built_dag_is_exactly_the_topology(dagbag) -> None:
-    dag = dagbag.dags["nemo_rl_grpo_gke"]
+@pytest.mark.parametrize("dag_id", list(SCHEDULES))
+def test_a_schedule_file_is_a_paused_cron_dag_whose_form_defaults_are_its_conf(dagbag, dag_id: str) -> None:
+    dag, schedule = dagbag.dags[dag_id], SCHEDULES[dag_id]
+    assert dag.timetable.summary == schedule.cron and str(dag.timetable._timezone) in (schedule.timezone, "UTC")
+    assert dag.is_paused_upon_creation is True and dag.catchup is False
+    assert "scheduled" in dag.tags and schedule.description in dag.doc_md
+    defaults = dag.params.dump()
+    assert {key: defaults[key] for key in schedule.run_conf} == schedule.run_conf
+    assert defaults["resume"] == "latest" and defaults["steps_per_run"] == schedule.steps_per_run
+    # Its checkpoints go on an Asset of its own: the lineage a resumed night reads.
+    export, resume = dag.get_task(topology.EXPORT), dag.get_task(topology.RESUME)
+    assert [a.name for a in export.outlets] == [a.name for a in resume.inlets] == [topology.checkpoint_asset(dag_id)]
+
+
+def test_a_bad_schedule_file_is_an_import_error_naming_the_file_the_field_and_the_fix(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import nemo_rl_gke.paths
+
+    (tmp_path / "nightly.yaml").write_text((SCHEDULES_DIR / "nightly-tutorial.yaml").read_text().replace(
+        'cron: "0 1 * * *"', 'cron: "every night"'
+    ))  # fmt: skip
+    monkeypatch.setattr(nemo_rl_gke.paths, "SCHEDULES_DIR", tmp_path)
+    bag = parse_dag_folder(ROOT / "dags")
+    (error,) = bag.import_errors.values()
+    assert f"schedule file {tmp_path / 'nightly.yaml'}: cron: 'every night' is not a cron expression" in error
+    assert 'Fix: use five fields, e.g. "0 1 * * *"' in error
+    # The manual DAG is in another file: it still parses.
+    assert MANUAL in bag.dag_ids
+
+
+@pytest.mark.parametrize("dag_id", DAG_IDS)
+def test_the_built_dag_is_exactly_the_topology(dagbag, dag_id: str) -> None:
+    dag = dagbag.dags[dag_id]
     assert {task.task_id for task in dag.tasks} == set(topology.STEPS)
     edges = {(up, task.task_id) for task in dag.tasks for up in task.upstream_task_ids}
     assert edges == topology.edges()

@@ -155,3 +155,20 @@ def test_node_pool_delete_leaves_the_cluster(clients, sandbox):
     assert [p.name for p in clients.gke.get_cluster(name=SPEC.cluster_path).node_pools] == ["default-pool"]
     assert clients.gke.get_cluster(name=SPEC.cluster_path).status == Status.RUNNING
     assert REGION in operation.self_link and PROJECT not in operation.self_link  # links name the project by number
+
+
+def test_a_pool_resized_to_zero_reports_no_nodes_and_a_negative_size_is_refused(clients, sandbox):
+    create_networks(clients)
+    create_cluster(clients)
+    create_node_pool(clients)
+    before = clients.gke.get_cluster(name=SPEC.cluster_path).current_node_count
+    request = container_v1.SetNodePoolSizeRequest(name=SPEC.node_pool_path, node_count=0)
+    operation = clients.gke.set_node_pool_size(request=request)
+    assert operation.operation_type == container_v1.Operation.Type.SET_NODE_POOL_SIZE
+    assert clients.gke.get_operation(name=operation_name(operation.name)).status == OpStatus.DONE
+    # The default pool's nodes stay; the GPU pool's are gone.
+    assert clients.gke.get_cluster(name=SPEC.cluster_path).current_node_count == before
+    clients.gke.set_node_pool_size(request=container_v1.SetNodePoolSizeRequest(name=SPEC.node_pool_path, node_count=2))
+    assert clients.gke.get_cluster(name=SPEC.cluster_path).current_node_count == 2 + before
+    status, body = raw(sandbox.url, "POST", f"/v1/{SPEC.node_pool_path}:setSize", {"nodeCount": -1})
+    assert status == 400 and "nodeCount must not be negative" in json.dumps(body)

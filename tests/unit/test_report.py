@@ -523,3 +523,22 @@ def test_module_is_cheap_to_import() -> None:
         imports = [line for line in f if line.startswith(("import ", "from "))]
     assert not any("airflow" in line for line in imports), imports
     assert [line for line in imports if "nemo_rl_gke" in line] == ["from nemo_rl_gke import outcomes, topology\n"]
+
+
+def test_a_warm_cluster_whose_pool_went_to_zero_bills_no_gpu_node_until_the_next_run() -> None:
+    # keep_cluster_and_storage: the cluster is kept, teardown.scale-pool took its pool to 0 nodes.
+    schedule = {**SCHEDULE, t.SCALE_POOL: (5250, 5280)}
+    actions = {**ALL_DELETED, t.DELETE_CLUSTER: "kept-by-policy", t.SCALE_POOL: "scaled-to-zero"}
+    r = build_report(timings(schedule), UPSTREAM, inputs(teardown_actions=actions, now=T0 + 99_999))
+    g = r.gpu
+    assert g.scaled_to_zero and not g.still_running and g.nodes_left_up == 0
+    assert g.down_at == T0 + 5280 and g.hours == pytest.approx((5280 - 776) / 3600)
+    text = r.to_text()
+    assert "pool scaled to 0 nodes by teardown.scale-pool; the cluster is kept warm" in text
+    assert "GPU nodes left up       0 (0 GPU node-hours per hour until the next run)" in text
+    # The resize is not a kept resource; the kept cluster is.
+    assert [(i.task_id, i.action) for i in r.kept] == [(t.DELETE_CLUSTER, "kept-by-policy")]
+    # Without the resize the same kept cluster keeps its nodes up.
+    del actions[t.SCALE_POOL]
+    kept_up = build_report(timings(schedule), UPSTREAM, inputs(teardown_actions=actions, now=T0 + 99_999)).gpu
+    assert kept_up.still_running and kept_up.nodes_left_up == 2

@@ -55,7 +55,7 @@ class RunReportOperator(StepOperator):
             timings.append(TaskTiming(task_id, str(crumb.get("state") or "none"), start, end))
         teardown = {}
         for step in topology.teardown_steps():
-            if not step.deletes:
+            if step.op is topology.Op.RELEASE_LEASE:
                 continue  # the lease's release deletes nothing
             result = pull(context, step.task_id)
             if result:
