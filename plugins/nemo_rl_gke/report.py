@@ -105,6 +105,8 @@ class RunInputs:
     training_summary: Mapping[str, Any] | None = None
     checkpoint_uri: str | None = None
     teardown_actions: Mapping[str, str] = field(default_factory=dict)  # task_id -> deleted, absent, kept-...
+    # The DAG's earlier checkpoints this run continued (resume=latest), oldest first: run, step, uri, rewards.
+    lineage: Sequence[Mapping[str, Any]] = ()
 
 
 @dataclass(frozen=True)
@@ -246,6 +248,7 @@ class RunReport:
     deleted: tuple[TeardownItem, ...]
     absent: tuple[TeardownItem, ...]  # nothing to delete (never created, or deleted by an earlier try)
     kept: tuple[TeardownItem, ...]  # the action is the reason: kept-by-policy, kept-unowned, ...
+    lineage: tuple[dict[str, Any], ...] = ()  # earlier checkpoints of this DAG this run continued, oldest first
 
     def stage(self, name: str) -> StageSummary:
         """The stage called ``name`` (KeyError if the run has no such stage)."""
@@ -273,6 +276,7 @@ class RunReport:
                     "absent": [{"task_id": i.task_id, "action": i.action} for i in self.absent],
                     "kept": [{"task_id": i.task_id, "action": i.action} for i in self.kept],
                 },
+                "lineage": list(self.lineage),
             }
         )
 
@@ -284,6 +288,7 @@ class RunReport:
         lines += self._gpu_text()
         lines += self._training_text()
         lines += ["Checkpoint", f"  {self.checkpoint_uri or 'none: not exported'}", ""]
+        lines += self._lineage_text()
         lines += self._teardown_text()
         return "\n".join(lines).rstrip() + "\n"
 
@@ -380,6 +385,26 @@ class RunReport:
         lines += [f"  {k:<{width}}  {_value_text(summary[k])}" for k in keys]
         return [*lines, ""]
 
+    def _lineage_text(self) -> list[str]:
+        """The checkpoints this run continued, then this run: steps and rewards from the first night to tonight."""
+        if not self.lineage:
+            return []
+        summary = self.training_summary or {}
+        tonight = {
+            "run": "this run",
+            "step": summary.get("final_step") or summary.get("last_step"),
+            "first_reward": summary.get("first_reward"),
+            "last_reward": summary.get("last_reward"),
+            "uri": self.checkpoint_uri,
+        }
+        lines = ["Lineage (this DAG's checkpoints, oldest first: reward at the start and end of each run)"]
+        for item in (*self.lineage, tonight):
+            rewards = f"{_reward(item.get('first_reward'))} -> {_reward(item.get('last_reward'))}"
+            lines.append(
+                f"  step {item.get('step')!s:>6}  reward {rewards}  {item.get('run')}  {item.get('uri') or '-'}"
+            )
+        return [*lines, ""]
+
     def _teardown_text(self) -> list[str]:
         lines = [f"Teardown (policy {self.teardown_policy or '-'})"]
         if not (self.deleted or self.absent or self.kept):
@@ -471,6 +496,10 @@ def critical_path(timings: Iterable[TaskTiming], upstream: Mapping[str, Sequence
         offset = None if start is None or run_start is None else start - run_start
         steps.append(PathStep(task_id, weight[task_id], offset))
     return CriticalPath(tuple(steps), sum(s.duration_s for s in steps))
+
+
+def _reward(value: Any) -> str:
+    return "-" if not isinstance(value, int | float) else f"{value:.4f}"
 
 
 def gpu_usage(timings: Iterable[TaskTiming], inputs: RunInputs) -> GpuUsage:
@@ -568,6 +597,7 @@ def build_report(timings: Iterable[TaskTiming], upstream: Mapping[str, Sequence[
         deleted=tuple(deleted),
         absent=tuple(absent),
         kept=tuple(kept),
+        lineage=tuple(dict(item) for item in inputs.lineage),
     )
 
 

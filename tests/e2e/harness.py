@@ -61,14 +61,14 @@ class RunResult:
     output: str = ""
 
 
-def _run_from_db(run_id: str) -> RunResult:
+def _run_from_db(run_id: str, dag_id: str = DAG_ID) -> RunResult:
     from airflow.models.dagrun import DagRun
     from airflow.models.taskinstance import TaskInstance
     from airflow.utils.session import create_session
 
     with create_session() as session:
-        run = session.query(DagRun).filter(DagRun.dag_id == DAG_ID, DagRun.run_id == run_id).one()
-        tis = session.query(TaskInstance).filter_by(dag_id=DAG_ID, run_id=run_id).all()
+        run = session.query(DagRun).filter(DagRun.dag_id == dag_id, DagRun.run_id == run_id).one()
+        tis = session.query(TaskInstance).filter_by(dag_id=dag_id, run_id=run_id).all()
         return RunResult(
             str(run.state),
             {ti.task_id: str(ti.state) for ti in tis},
@@ -76,14 +76,21 @@ def _run_from_db(run_id: str) -> RunResult:
         )
 
 
-def run_in_process(dag: Any, conf: dict[str, Any]) -> RunResult:
-    """``dag.test()`` in this process (triggers run inline); the connection comes from the environment."""
+def run_in_process(
+    dag: Any, conf: dict[str, Any] | None, *, base: dict[str, Any] | None = APPLY, logical_date: Any = None
+) -> RunResult:
+    """``dag.test()`` in this process (triggers run inline); the connection comes from the environment.
+
+    The run's conf is ``base`` (the local recipe in apply mode) under ``conf``; ``base=None`` and ``conf=None`` run
+    with the DAG's own defaults, as a scheduled run does, at ``logical_date``.
+    """
     # Airflow resolves a run's conf into the DAG's own Param objects (Param.resolve keeps the value), so in one
     # process a key the previous run set and this one omits would keep that value; each run starts from the defaults.
     defaults = _PARAM_DEFAULTS.setdefault(id(dag), copy.deepcopy(dag.params))
     dag.params = copy.deepcopy(defaults)
-    run = dag.test(run_conf={**APPLY, **conf})
-    return _run_from_db(run.run_id)
+    run_conf = {**(base or {}), **(conf or {})} or None
+    run = dag.test(run_conf=run_conf, logical_date=logical_date)
+    return _run_from_db(run.run_id, dag.dag_id)
 
 
 def run_cli(conf: dict[str, Any], env: dict[str, str]) -> RunResult:

@@ -15,7 +15,7 @@ from airflow.sdk import Context
 
 from nemo_rl_gke import topology
 from nemo_rl_gke.operators.base import StepOperator, epoch_of, pull
-from nemo_rl_gke.topology import EXPORT, JOB_SUMMARY, REPORT_TEXT, STARTED_AT, VALIDATE, WAIT
+from nemo_rl_gke.topology import EXPORT, JOB_SUMMARY, REPORT_TEXT, RESUME, STARTED_AT, VALIDATE, WAIT
 
 
 def _training(context: Context) -> dict[str, Any] | None:
@@ -74,6 +74,7 @@ class RunReportOperator(StepOperator):
                 training_summary=_training(context),
                 checkpoint_uri=exported.get("uri"),
                 teardown_actions=teardown,
+                lineage=(pull(context, RESUME) or {}).get("lineage") or (),
             ),
         )
         text = report.to_text()

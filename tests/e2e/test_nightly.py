@@ -1,0 +1,164 @@
+"""Three nights of a schedule on the sandbox, through real Airflow (``dag.test`` at each night's logical date) and a
+real Ray: a cold night, a warm night that creates nothing and resumes, and a night after Lustre was deleted that
+imports the last checkpoint from Cloud Storage. Between them, a night that finds the group held touches nothing.
+
+The schedule is tests/fixtures/schedules/nightly-local.yaml: the local CPU recipe, 3 more steps a night, the cluster
+and Lustre kept warm (its GPU pool scaled to 0 nodes).
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from sandbox.testing import SandboxProcess
+
+from nemo_rl_gke import outcomes
+from nemo_rl_gke import topology as t
+from nemo_rl_gke.deployment import Deployment
+from nemo_rl_gke.ownership import Owner
+from nemo_rl_gke.schedules import load_schedule
+from nemo_rl_gke.spec import RunSpec, default_conf
+from tests.e2e.harness import run_in_process
+from tests.paths import ROOT
+
+pytestmark = pytest.mark.airflow
+SCHEDULES = ROOT / "tests/fixtures/schedules"
+SCHEDULE = load_schedule(SCHEDULES / "nightly-local.yaml")
+SPEC = RunSpec.from_conf({**default_conf(), **SCHEDULE.run_conf})
+BUDGET = SCHEDULE.steps_per_run
+
+
+def _night(day: int) -> datetime:
+    return datetime(2026, 12, day, 1, 0, tzinfo=UTC)
+
+
+@pytest.fixture(scope="module")
+def nightly(env: dict[str, str]) -> Iterator[Any]:
+    """The schedule's DAG as Airflow parses it from dags/ with the test schedules directory (for the whole module:
+    ``dag.test`` parses the folder again to store the DAG)."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    import nemo_rl_gke.paths
+
+    saved = nemo_rl_gke.paths.SCHEDULES_DIR
+    nemo_rl_gke.paths.SCHEDULES_DIR = SCHEDULES
+    try:
+        bag = DagBag(dag_folder=str(ROOT / "dags"))
+        assert not bag.import_errors, bag.import_errors
+        yield bag.dags[SCHEDULE.dag_id]
+    finally:
+        nemo_rl_gke.paths.SCHEDULES_DIR = saved
+
+
+def _xcom(dag_id: str) -> dict[tuple[str, str], Any]:
+    from sandbox.demo import latest_run
+
+    return latest_run(dag_id)["xcom"]
+
+
+def _creates_since(sandbox: SandboxProcess, seq: int) -> list[str]:
+    """Create calls since ``seq``: POSTs that started an operation, other than the lease, a transfer or a resize."""
+    skip = (":exportData", ":importData", "/setCommonInstanceMetadata", ":setSize", "/connections/-")
+    return [
+        c["path"]
+        for c in sandbox.calls(since=seq)
+        if c["method"] == "POST" and c["operations"] and not c["path"].endswith(skip)
+    ]
+
+
+def _last_seq(sandbox: SandboxProcess) -> int:
+    calls = sandbox.calls()
+    return calls[-1]["seq"] if calls else 0
+
+
+def _checkpoint_events(dag_id: str) -> list[dict[str, Any]]:
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        events = (
+            session.query(AssetEvent)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .filter(AssetModel.name == t.checkpoint_asset(dag_id))
+            .order_by(AssetEvent.id)
+            .all()
+        )
+        return [dict(e.extra) for e in events]
+
+
+def _delete_lustre(sandbox: SandboxProcess) -> None:
+    """Lustre goes away between nights (someone deleted it, or the sweeper did)."""
+    request = urllib.request.Request(f"{sandbox.url}/v1/{SPEC.lustre_path}", method="DELETE")
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert response.status == 200
+    assert SPEC.lustre_name not in {r["name"] for r in sandbox.inventory()}
+
+
+def test_three_nights_cold_warm_and_imported_continue_one_lineage(sandbox: SandboxProcess, nightly: Any) -> None:
+    sandbox.reset()
+    dag_id = SCHEDULE.dag_id
+
+    # Night 1, cold: everything is created, steps 1..N trained and exported, the group kept warm.
+    night1 = run_in_process(nightly, None, base=None, logical_date=_night(1))
+    assert night1.state == "success", night1.tasks
+    first = _xcom(dag_id)
+    assert first[(t.RESUME, t.RETURN)]["resumed_from"] is None and first[(t.RESUME, t.RETURN)]["max_steps"] == BUDGET
+    assert {first[(k.task_id, t.RETURN)]["action"] for k in t.gcp_resources()} == {outcomes.CREATED}
+    assert first[(t.SCALE_POOL, t.RETURN)]["action"] == outcomes.SCALED_TO_ZERO
+    assert first[(t.DELETE_CLUSTER, t.RETURN)]["action"] == outcomes.KEPT_BY_POLICY
+    assert first[(t.RUN_REPORT, t.RETURN)]["gpu"]["nodes_left_up"] == 0
+    kept = {r["name"] for r in sandbox.inventory()}
+    assert {SPEC.cluster_name, SPEC.lustre_name, SPEC.network} <= kept
+
+    # A night that starts while another run holds the group (the previous night overran) touches nothing.
+    from nemo_rl_gke.gcp.hooks import GcpHook
+    from nemo_rl_gke.gcp.lease import acquire, release
+
+    holder = Owner(Deployment().deployment_id, SPEC.group_id, f"{dag_id}/scheduled__overrunning")
+    acquire(GcpHook(), SPEC.project, holder, 600, names=SPEC.group_names)
+    seq = _last_seq(sandbox)
+    held = run_in_process(nightly, None, base=None, logical_date=_night(2))
+    assert held.tasks[t.LEASE] == "skipped" and held.state == "success"
+    assert [c for c in sandbox.calls(since=seq) if c["method"] != "GET"] == []
+    release(GcpHook(), SPEC.project, holder, warm=True)
+
+    # Night 2, warm: no create call; it resumes at N on the kept Lustre and ends at 2N.
+    seq = _last_seq(sandbox)
+    night2 = run_in_process(nightly, None, base=None, logical_date=_night(3))
+    assert night2.state == "success", night2.tasks
+    assert _creates_since(sandbox, seq) == []
+    second = _xcom(dag_id)
+    assert {second[(k.task_id, t.RETURN)]["action"] for k in t.gcp_resources()} == {outcomes.EXISTS}
+    resumed = second[(t.RESUME, t.RETURN)]
+    assert (resumed["action"], resumed["resumed_from"], resumed["max_steps"]) == (
+        "warm",
+        {"step": BUDGET, "source": "lustre"},
+        2 * BUDGET,
+    )
+    assert [s["step"] for s in second[(t.WAIT, "steps")]] == list(range(BUDGET + 1, 2 * BUDGET + 1))
+
+    # Night 3, after Lustre was deleted: a new Lustre, the last export imported into it, resumed at 2N, ends at 3N.
+    _delete_lustre(sandbox)
+    night3 = run_in_process(nightly, {"teardown_policy": t.DELETE_ALL}, base=None, logical_date=_night(4))
+    assert night3.state == "success", night3.tasks
+    third = _xcom(dag_id)
+    assert third[(t.LUSTRE, t.RETURN)]["action"] == outcomes.CREATED
+    resumed = third[(t.RESUME, t.RETURN)]
+    assert resumed["action"] == outcomes.IMPORTED and resumed["resumed_from"]["step"] == 2 * BUDGET
+    assert resumed["resumed_from"]["source"].endswith(f"/step_{2 * BUDGET}/")
+    assert [s["step"] for s in third[(t.WAIT, "steps")]] == list(range(2 * BUDGET + 1, 3 * BUDGET + 1))
+
+    # The lineage, night by night, in the Asset events: each names the checkpoint it continued from.
+    events = _checkpoint_events(dag_id)
+    assert [e["step"] for e in events] == [BUDGET, 2 * BUDGET, 3 * BUDGET]
+    assert [e["parent"] for e in events] == [None, events[0]["uri"], events[1]["uri"]]
+    report = third[(t.RUN_REPORT, t.REPORT_TEXT)]
+    assert "Lineage" in report and events[0]["uri"] in report
+    print(json.dumps([{k: e[k] for k in ("step", "uri", "parent")} for e in events], indent=2))
+    # The third night's teardown deleted everything.
+    assert sandbox.full_inventory()["resources"] == []
