@@ -62,6 +62,9 @@ DEFAULT_BASE_URL = "http://localhost:8080/"
 # One delivery may take this long; a slow receiver must not hold the report task or the triggerer.
 SEND_TIMEOUT_S = 30.0
 ERROR_CHARS = 300  # an error line is cut here: the alert links to the log for the rest
+RUNNING_NAMES = 3  # the text names this many resources per state (the payload lists them all)
+# Named first in the text: what costs money while it stays (the networks and the peering do not).
+_COSTLY = (topology.GKE_CLUSTER, topology.LUSTRE, topology.RAYCLUSTER)
 SLACK_CONN_TYPES = ("slackwebhook", "slack")
 
 
@@ -205,16 +208,27 @@ class Alert:
             return "no training yet"
         return reward_text(self.reward)
 
+    def _running_by_state(self) -> dict[str, list[str]]:
+        groups: dict[str, list[str]] = {}
+        for r in sorted(self.still_running, key=_costly_first):
+            groups.setdefault(r.state, []).append(r.what)
+        return groups
+
     def _running_text(self) -> str:
+        """Priced items one by one, the rest named per state (a few names, then a count): a short line."""
         if not self.still_running:
             return "nothing"
-        items = []
-        for r in self.still_running:
-            price = "" if r.usd_per_hour is None else f", ~${r.usd_per_hour:,.2f}/h"
-            items.append(f"{r.what} ({r.state}{price})")
+        parts = [f"{r.what}: {r.state}, ~${r.usd_per_hour:,.2f}/h" for r in self.still_running if r.usd_per_hour]
+        groups: dict[str, list[str]] = {}
+        for r in sorted(self.still_running, key=_costly_first):
+            if not r.usd_per_hour:
+                groups.setdefault(r.state, []).append(r.what)
+        for state, names in groups.items():
+            more = f" and {len(names) - RUNNING_NAMES} more" if len(names) > RUNNING_NAMES else ""
+            parts.append(f"{state}: {', '.join(names[:RUNNING_NAMES])}{more}")
         cost = self.cost_per_hour_usd
-        total = "cost unknown" if cost is None else f"~${cost:,.2f}/h estimated (GPU nodes; other resources unpriced)"
-        return "; ".join(items) + f". Total: {total}"
+        total = "cost unknown" if cost is None else f"~${cost:,.2f}/h estimated (GPU nodes; the rest is not priced)"
+        return "; ".join(parts) + f". Total: {total}"
 
     def payload(self) -> dict[str, Any]:
         """The JSON body a webhook gets: the text, and the same facts as fields."""
@@ -227,16 +241,18 @@ class Alert:
             "failed": [{"task_id": f.task_id, "error": f.error} for f in self.failed],
             "upstream_failed": self.upstream_failed,
             "reward": _reward_fields(self.reward),
-            # null, not []: a deadline alert that could not read the run does not know what runs.
-            "still_running": [
-                {"what": r.what, "state": r.state, "usd_per_hour": r.usd_per_hour} for r in self.still_running
-            ]
-            if self.readable
-            else None,
+            # Names by state, costly ones first; null (not {}) when a deadline alert could not read the run.
+            "still_running": self._running_by_state() if self.readable else None,
             "cost_per_hour_usd": self.cost_per_hour_usd,
             "stage": self.stage,
             "deadline": self.deadline,
         }
+
+
+def _costly_first(item: StillRunning) -> tuple[bool, int]:
+    """Sort key: priced items, then what costs while it stays (cluster, Lustre, RayCluster), then the rest."""
+    rank = _COSTLY.index(item.what) if item.what in _COSTLY else len(_COSTLY)
+    return item.usd_per_hour is None, rank
 
 
 def _reward_fields(summary: Mapping[str, Any] | None) -> dict[str, Any] | None:
