@@ -601,12 +601,13 @@ def _safe_error(exc: BaseException) -> str:
     return f"{name}: {text[:120]}" if re.match(r"^\d{3}\b", text) else name
 
 
-def _load_deployment(deployment: Deployment | None) -> Deployment:
-    if deployment is not None:
-        return deployment
-    from nemo_rl_gke.deployment import load_deployment
+def _targets(requested: Sequence[str], deployment: Deployment | None) -> list[str]:
+    """The targets, with the deployment's settings read now unless given (tests pass their own)."""
+    if deployment is None:
+        from nemo_rl_gke.deployment import load_deployment
 
-    return load_deployment()
+        deployment = load_deployment()
+    return resolve_targets(requested, deployment)
 
 
 def _log_alert(alert: Alert, targets: Sequence[str]) -> None:
@@ -624,7 +625,7 @@ def send(
     """Log the alert and send it to every allowed target, now (a worker). Returns the connections it reached."""
     from airflow.sdk import BaseHook
 
-    targets = resolve_targets(requested, _load_deployment(deployment))
+    targets = _targets(requested, deployment)
     _log_alert(alert, targets)
     sent = []
     for conn_id in targets:
@@ -653,12 +654,13 @@ async def asend(
     """:func:`send` for the triggerer: async notifiers are awaited, sync-only ones run in a thread; each bounded."""
     from airflow.sdk import BaseHook
 
-    targets = resolve_targets(requested, _load_deployment(deployment))
+    # Reading the config and importing a provider's notifier are sync: off the loop (the triggerer's is shared).
+    targets = await asyncio.to_thread(_targets, requested, deployment)
     _log_alert(alert, targets)
     sent = []
     for conn_id in targets:
         try:
-            notifier = notifier_for(await BaseHook.aget_connection(conn_id), alert)
+            notifier = await asyncio.to_thread(notifier_for, await BaseHook.aget_connection(conn_id), alert)
             if notifier is None:
                 continue
             ctx = dict(context or {})
@@ -709,14 +711,19 @@ def _live_facts(dag_id: str, run_id: str) -> LiveFacts:
         from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
         from airflow.sdk.execution_time.xcom import XCom
 
-        states = RuntimeTaskInstance.get_task_states(dag_id=dag_id, run_ids=[run_id]).get(run_id) or {}
-        conf = XCom.get_one(key=topology.RETURN, dag_id=dag_id, task_id=topology.VALIDATE, run_id=run_id)
-        training = XCom.get_one(key=topology.JOB_SUMMARY, dag_id=dag_id, task_id=topology.WAIT, run_id=run_id)
+        raw = RuntimeTaskInstance.get_task_states(dag_id=dag_id, run_ids=[run_id]).get(run_id) or {}
+        states = {k: str(v or "none") for k, v in raw.items()}
+        # Only XComs that exist by now: a missing one is logged as an error by the SDK client.
+        conf = training = None
+        if states.get(topology.VALIDATE) == "success":
+            conf = XCom.get_one(key=topology.RETURN, dag_id=dag_id, task_id=topology.VALIDATE, run_id=run_id)
+        if states.get(topology.WAIT) in ("success", "failed"):
+            training = XCom.get_one(key=topology.JOB_SUMMARY, dag_id=dag_id, task_id=topology.WAIT, run_id=run_id)
     except Exception as exc:  # best effort: the alert goes out with what the context says
         log.info("The run's task states are not readable here (%s): the deadline alert says less", type(exc).__name__)
         return LiveFacts()
     return LiveFacts(
-        states={k: str(v or "none") for k, v in states.items()},
+        states=states,
         conf=conf if isinstance(conf, Mapping) else None,
         training=training if isinstance(training, Mapping) else None,
     )
@@ -737,13 +744,13 @@ async def notify_deadline(
     dag_run = context.get("dag_run") or {}
     dag_id = str(dag_run.get("dag_id") or "unknown-dag")
     run_id = str(dag_run.get("dag_run_id") or dag_run.get("run_id") or "unknown-run")
-    facts = await asyncio.to_thread(_live_facts, dag_id, run_id)
-    alert = deadline_alert(
-        dag_id,
-        run_id,
-        deadline=(context.get("deadline") or {}).get("deadline_time"),
-        deadline_hours=deadline_hours,
-        facts=facts,
-    )
+
+    def build() -> Alert:
+        # Sync reads (the run's states through the triggerer's supervisor, the config): off the triggerer's loop.
+        deadline = (context.get("deadline") or {}).get("deadline_time")
+        facts = _live_facts(dag_id, run_id)
+        return deadline_alert(dag_id, run_id, deadline=deadline, deadline_hours=deadline_hours, facts=facts)
+
+    alert = await asyncio.to_thread(build)
     sent = await asend(alert, list(connections), context=context)
     return f"deadline alert for {dag_id}/{run_id}: " + (f"sent to {', '.join(sent)}" if sent else "logged only")

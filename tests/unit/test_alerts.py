@@ -334,6 +334,41 @@ def test_a_failed_delivery_is_logged_not_raised(webhook: Receiver, caplog: pytes
     assert any("alert_webhook was not delivered" in r.getMessage() and "500" in r.getMessage() for r in caplog.records)
 
 
+def test_an_smtp_connection_mails_the_text_to_its_recipients(monkeypatch: pytest.MonkeyPatch) -> None:
+    import base64
+    import email
+    import threading
+
+    smtpd = pytest.importorskip("smtpd")  # Python 3.11's SMTP server (removed in 3.12): a receiver on 127.0.0.1
+    import asyncore
+
+    mails: list[tuple[str, list[str], bytes]] = []
+
+    class Server(smtpd.SMTPServer):
+        def process_message(self, peer: Any, mailfrom: str, rcpttos: list[str], data: bytes, **_: Any) -> None:
+            mails.append((mailfrom, rcpttos, data))
+
+    server = Server(("127.0.0.1", 0), None)
+    thread = threading.Thread(target=asyncore.loop, kwargs={"timeout": 0.05}, daemon=True)
+    thread.start()
+    try:
+        extra = {"disable_tls": True, "disable_ssl": True, "from_email": "bot@example.test"}
+        extra["to"] = "oncall@example.test"
+        conn = {"conn_type": "smtp", "host": "127.0.0.1", "port": server.socket.getsockname()[1], "extra": extra}
+        monkeypatch.setenv("AIRFLOW_CONN_ALERT_MAIL", json.dumps(conn))
+        alert = _alert(error="quota <exceeded> & {{ not a template }}")
+        assert send(alert, deployment=Deployment(alert_conn_ids=("alert_mail",))) == ["alert_mail"]
+    finally:
+        server.close()
+    ((sender, recipients, data),) = mails
+    assert (sender, recipients) == ("bot@example.test", ["oncall@example.test"])
+    message = email.message_from_bytes(data)
+    assert message["Subject"] == alert.headline()
+    (part,) = message.get_payload()
+    html = base64.b64decode(part.get_payload()).decode()
+    assert "quota &lt;exceeded&gt; &amp; {{ not a template }}" in html and URL in html
+
+
 @pytest.mark.parametrize(
     ("conn", "warning"),
     [
@@ -403,6 +438,7 @@ def test_a_refused_conf_alerts_from_validates_failure_callback(
     assert body["kind"] == "refused" and body["run_id"] == "manual__x"
     assert body["failed"][0]["task_id"] == t.VALIDATE and "cluster_name" in body["failed"][0]["error"]
     assert body["text"].startswith("[nemo_rl_grpo_gke] run manual__x failed: its conf was refused, nothing was created")
+    print("refused-conf alert body:\n" + json.dumps(body, indent=2))
 
 
 # ---------------------------------------------------------------------------------------------------------------
