@@ -13,6 +13,7 @@ from typing import Any
 from airflow.sdk import DAG, Asset, BaseOperator, TaskGroup, TriggerRule, cross_downstream
 
 from nemo_rl_gke import topology
+from nemo_rl_gke.alerts import AlertSettings, RunAlertNotifier, record_failure
 from nemo_rl_gke.dag_params import build_params
 from nemo_rl_gke.docs import GROUP_DOCS
 from nemo_rl_gke.operators.checkpoint import ExportCheckpointOperator, ResumeOperator, ValidateCheckpointOperator
@@ -48,13 +49,24 @@ OPERATORS: dict[Op, type[BaseOperator]] = {
     Op.RELEASE_LEASE: ReleaseLeaseOperator,
     Op.REPORT: RunReportOperator,
 }
-DEFAULT_ARGS: dict[str, Any] = {"owner": "ml-platform", "retries": 2, "retry_delay": timedelta(seconds=30)}
+# Every task records the first line of its final error for the run's failure alert.
+DEFAULT_ARGS: dict[str, Any] = {
+    "owner": "ml-platform",
+    "retries": 2,
+    "retry_delay": timedelta(seconds=30),
+    "on_failure_callback": record_failure,
+}
 TAGS = ["nemo-rl", "grpo", "gke", "gpu"]
 
 
-def _step_kwargs(step: topology.Step, dag_id: str) -> dict[str, Any]:
-    """What the topology says about a task beyond its operator: retries, delay, docs, outlets."""
+def _step_kwargs(step: topology.Step, dag_id: str, alerts: AlertSettings) -> dict[str, Any]:
+    """What the topology says about a task beyond its operator: retries, delay, docs, assets, alerts."""
     kwargs: dict[str, Any] = {"step": step.task_id, "doc_md": step.doc}
+    if step.op is Op.VALIDATE_CONF:
+        # A refused conf is the one failure the report does not follow: this task alerts for it itself.
+        kwargs["on_failure_callback"] = [record_failure, RunAlertNotifier(alerts.connections)]
+    if step.op is Op.REPORT:
+        kwargs["alert_connections"] = alerts.connections
     if step.retries is not None:
         kwargs["retries"] = step.retries
     if step.retry_delay_s is not None:
@@ -91,12 +103,19 @@ def build_dag(
     start_date: datetime | None = None,
     tags: list[str] | None = None,
     param_defaults: dict[str, Any] | None = None,
+    alerts: AlertSettings | None = None,
     **dag_kwargs: Any,
 ) -> DAG:
     """The run's DAG: every step of the topology wired by its needs; teardown after any failure; the report last.
 
-    ``param_defaults`` overrides the trigger form's defaults (a schedule's partial conf); ``dag_kwargs`` go to DAG.
+    ``param_defaults`` overrides the trigger form's defaults (a schedule's partial conf); ``alerts`` picks the alert
+    connections and a deadline (default: every connection the deployment allows, resolved when an alert is sent, and
+    no deadline); ``dag_kwargs`` go to DAG.
     """
+    alerts = alerts or AlertSettings()
+    deadline = alerts.deadline_alert()
+    if deadline is not None:
+        dag_kwargs["deadline"] = deadline
     # Runs of one run group queue on its lease (on the cloud side, so across Airflows too); runs of different
     # groups go side by side, up to this many at once per DAG.
     dag_kwargs.setdefault("max_active_runs", MAX_ACTIVE_RUNS)
@@ -117,7 +136,7 @@ def build_dag(
             group = None
             if step.group is not None:
                 group = groups.get(step.group) or groups.setdefault(step.group, _group(step.group))
-            tasks[step.task_id] = OPERATORS[step.op](task_group=group, **_step_kwargs(step, dag_id))
+            tasks[step.task_id] = OPERATORS[step.op](task_group=group, **_step_kwargs(step, dag_id, alerts))
         for step in topology.STEPS.values():
             for need in step.needs:
                 tasks[need] >> tasks[step.task_id]

@@ -124,6 +124,8 @@ class Deployment:
       API server. https only; plain http only to loopback when the Google connection is loopback (the sandbox).
     - ``nccl_installer_allowlist``: https URLs (an entry ending in ``/`` is a prefix) a conf may name as its
       ``nccl_installer_source``; redirects must stay on it.
+    - ``alert_conn_ids``: the Airflow connections run alerts may go to (a schedule may pick a subset); empty: alerts
+      are only logged.
     """
 
     deployment_id: str = DEFAULT_DEPLOYMENT_ID
@@ -131,6 +133,7 @@ class Deployment:
     wandb_conn_ids: tuple[str, ...] = DEFAULT_WANDB_CONN_IDS
     ray_dashboard_url: str = ""
     nccl_installer_allowlist: tuple[str, ...] = TUTORIAL_INSTALLER_URLS
+    alert_conn_ids: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         problems = list(self._problems())
@@ -148,6 +151,12 @@ class Deployment:
             ids = getattr(self, name)
             if not ids or not all(isinstance(i, str) and CONN_ID.fullmatch(i) for i in ids):
                 problems.append(f"{name} must list at least one connection id of letters, digits, '_', '.' or '-'")
+        bad = [i for i in self.alert_conn_ids if not (isinstance(i, str) and CONN_ID.fullmatch(i))]
+        if bad:
+            problems.append(
+                f"alert_conn_ids has {', '.join(repr(str(i)[:80]) for i in bad)}: each must be a connection id of "
+                "letters, digits, '_', '.' or '-' (comma-separated; empty for logging only)"
+            )
         if self.ray_dashboard_url:
             parts = urlsplit(self.ray_dashboard_url)
             if parts.scheme not in ("https", "http") or not parts.hostname or parts.username is not None:
@@ -262,6 +271,15 @@ SETTINGS_DOC: tuple[tuple[str, str, str], ...] = (
         " ".join(TUTORIAL_INSTALLER_URLS),
         "https URLs a conf's nccl_installer_source may name (whitespace- or comma-separated); an entry ending in "
         "'/' allows every URL below it. Redirects must stay on the list.",
+    ),
+    (
+        "alert_conn_ids",
+        "",
+        "Connections that run alerts (a failed run, a scheduled run past its deadline) are sent to, comma-separated; "
+        "a schedule may name a subset. The connection type picks the notifier: http (a JSON POST, "
+        "apache-airflow-providers-http), slackwebhook or slack (the Slack provider, if installed), smtp (the SMTP "
+        "provider; recipients in the connection extra 'to'). Empty: alerts are only written to the task log. See "
+        "docs/alerts.md.",
     ),
 )
 

@@ -502,6 +502,16 @@ def _reward(value: Any) -> str:
     return "-" if not isinstance(value, int | float) else f"{value:.4f}"
 
 
+def gpu_hour_price(gpu_type: str, conf_price_usd: float = 0.0) -> tuple[float | None, str]:
+    """USD per GPU-hour and where it comes from: the conf's price (> 0), else the estimate for the GPU type, else
+    ``(None, "unknown")``."""
+    if conf_price_usd > 0:
+        return float(conf_price_usd), "conf"
+    if gpu_type in DEFAULT_GPU_HOUR_PRICES_USD:
+        return DEFAULT_GPU_HOUR_PRICES_USD[gpu_type], "default"
+    return None, "unknown"
+
+
 def gpu_usage(timings: Iterable[TaskTiming], inputs: RunInputs) -> GpuUsage:
     """GPU pool hours from the end of the node pool step to the end of the cluster's teardown step (or ``now``).
 
@@ -511,13 +521,7 @@ def gpu_usage(timings: Iterable[TaskTiming], inputs: RunInputs) -> GpuUsage:
     flagged ``still_running``.
     """
     by_id = {t.task_id: t for t in timings}
-    if inputs.gpu_hour_price_usd > 0:
-        price: float | None = inputs.gpu_hour_price_usd
-        source = "conf"
-    elif inputs.gpu_type in DEFAULT_GPU_HOUR_PRICES_USD:
-        price, source = DEFAULT_GPU_HOUR_PRICES_USD[inputs.gpu_type], "default"
-    else:
-        price, source = None, "unknown"
+    price, source = gpu_hour_price(inputs.gpu_type, inputs.gpu_hour_price_usd)
 
     pool = by_id.get(topology.NODE_POOL)
     up_at = pool.end if pool is not None and pool.state == SUCCESS else None

@@ -80,6 +80,7 @@ POLICIES: tuple[str, ...] = (DELETE_ALL, KEEP_WARM, KEEP_ALL)
 RETURN = "return_value"
 STARTED_AT = "started_at"  # every step records when its try started, for the run report
 PENDING = "pending_result"  # a deferred step's result so far (``airflow dags test`` drops deferral kwargs)
+ERROR = "error"  # the first line of a step's final failure, recorded for the run's failure alert
 FINDINGS = "findings"
 PLAN_TEXT = "plan_text"
 JOB_STEPS = "steps"
@@ -147,7 +148,7 @@ def checkpoint_asset(dag_id: str) -> str:
     return CHECKPOINT_ASSET.format(dag_id=dag_id)
 
 
-_RECORDS = (RETURN, STARTED_AT, PENDING)
+_RECORDS = (RETURN, STARTED_AT, PENDING, ERROR)
 _DELETES_EVERYTHING = frozenset({DELETE_ALL})
 # The RayCluster holds the GPU nodes: every policy but keep_all lets it go, so a warm cluster scales to zero.
 _DELETED_UNLESS_KEPT = frozenset({DELETE_ALL, KEEP_WARM})

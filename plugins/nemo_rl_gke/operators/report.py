@@ -1,5 +1,6 @@
 """The run report, the DAG's last task: stage durations, critical path, GPU node-hours and cost, training, checkpoint,
-teardown; a table in the task log and JSON in XCom.
+teardown; a table in the task log and JSON in XCom. When the run failed it also sends the run's failure alert
+(:mod:`nemo_rl_gke.alerts`).
 
 Airflow 3 tasks have no database access, so the report is built from what the execution API gives a task: every
 finished task's state and duration (``get_task_breadcrumbs``), plus the start time each step records in XCom when it
@@ -9,13 +10,17 @@ starts (:class:`~nemo_rl_gke.operators.base.StepOperator`). The arithmetic lives
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Context
 
 from nemo_rl_gke import topology
 from nemo_rl_gke.operators.base import StepOperator, epoch_of, pull
-from nemo_rl_gke.topology import EXPORT, JOB_SUMMARY, REPORT_TEXT, RESUME, STARTED_AT, VALIDATE, WAIT
+from nemo_rl_gke.topology import ERROR, EXPORT, JOB_SUMMARY, REPORT_TEXT, RESUME, STARTED_AT, VALIDATE, WAIT
+
+if TYPE_CHECKING:
+    from nemo_rl_gke.report import RunReport
 
 
 def _training(context: Context) -> dict[str, Any] | None:
@@ -28,21 +33,29 @@ def _training(context: Context) -> dict[str, Any] | None:
 
 
 class RunReportOperator(StepOperator):
-    """Builds the run report from the run's tasks and their XComs; always runs, after teardown."""
+    """Builds the run report from the run's tasks and their XComs; always runs, after teardown. A failed run's alert
+    goes from here: this task has every fact the message needs, and runs after teardown, so what it says is still
+    running is what the run really left (see :mod:`nemo_rl_gke.alerts`).
+
+    :param alert_connections: the DAG's alert connections (empty: every one the deployment allows).
+    """
 
     ui_color = "#eeeeee"
 
+    def __init__(self, *, alert_connections: Sequence[str] = (), **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.alert_connections = tuple(alert_connections)
+
     def execute(self, context: Context) -> dict[str, Any]:
-        """Collect timings and results, log the table, return the JSON."""
-        from nemo_rl_gke.report import RunInputs, TaskTiming, build_report
-        from nemo_rl_gke.spec import RunSpec
+        """Collect timings and results, log the table, return the JSON; alert when the run failed."""
+        from nemo_rl_gke.alerts import run_failed
+        from nemo_rl_gke.report import TaskTiming
 
         ti = context["ti"]
         conf = pull(context, VALIDATE)
         if not conf:
             self.log.info("The conf was refused before anything ran: nothing to report")
             return {"report": None}
-        spec = RunSpec.from_conf(conf)
         dag = context["dag"]
         crumbs = {c["task_id"]: c for c in ti.get_task_breadcrumbs(dag_id=dag.dag_id, run_id=context["run_id"])}
         task_ids = [t.task_id for t in dag.tasks if t.task_id != self.task_id]
@@ -53,6 +66,22 @@ class RunReportOperator(StepOperator):
             start, duration = epoch_of(starts.get(task_id)), crumb.get("duration")
             end = start + float(duration) if start is not None and duration is not None else None
             timings.append(TaskTiming(task_id, str(crumb.get("state") or "none"), start, end))
+        states = {t.task_id: t.state for t in timings}
+        report = None
+        try:
+            report = self._report(context, conf, timings)
+        finally:
+            # Also when the report itself fails: the alert then goes out without costs rather than not at all.
+            if run_failed(states):
+                self._alert(context, states, report)
+        return report.to_dict()
+
+    def _report(self, context: Context, conf: dict[str, Any], timings: list[Any]) -> RunReport:
+        from nemo_rl_gke.report import RunInputs, build_report
+        from nemo_rl_gke.spec import RunSpec
+
+        spec = RunSpec.from_conf(conf)
+        dag = context["dag"]
         teardown = {}
         for step in topology.teardown_steps():
             if step.op is topology.Op.RELEASE_LEASE:
@@ -79,5 +108,26 @@ class RunReportOperator(StepOperator):
         )
         text = report.to_text()
         self.log.info("Run report\n%s", text)
-        ti.xcom_push(key=REPORT_TEXT, value=text)
-        return report.to_dict()
+        context["ti"].xcom_push(key=REPORT_TEXT, value=text)
+        return report
+
+    def _alert(self, context: Context, states: dict[str, str], report: RunReport | None) -> None:
+        """Send the failed run's alert; a problem is logged, never raised (an alert never changes the run)."""
+        from nemo_rl_gke.alerts import failure_alert, send
+
+        try:
+            errors = {}
+            for task_id, state in states.items():
+                if state == "failed" and task_id in topology.STEPS:
+                    errors[task_id] = str(pull(context, task_id, ERROR) or "")
+            alert = failure_alert(
+                context["dag"].dag_id,
+                context["run_id"],
+                states,
+                errors=errors,
+                training=_training(context),
+                report=report,
+            )
+            send(alert, self.alert_connections, context=context)
+        except Exception:
+            self.log.exception("The run's failure alert could not be built or sent")
