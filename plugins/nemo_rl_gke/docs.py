@@ -34,6 +34,26 @@ Docs: README.md, docs/conf-reference.md and docs/preflight-rules.md in the repos
 """
 
 
+SWEEPER_DESCRIPTION = "Deletes what no NeMo RL GKE run will tear down: crashed runs' resources, idle warm groups"
+SWEEPER_DOC_MD = """
+### NeMo RL GKE sweeper
+
+Every hour, reads the project's run-group leases and deletes what no run will tear down any more, for this
+deployment only (`[nemo_rl_gke] deployment_id`):
+
+* a group whose lease expired and whose run is no longer queued or running (a run killed mid-way, teardown never ran);
+* a warm group (its last run kept the cluster and storage) idle longer than `warm_ttl_hours`;
+* leftovers of a group whose last run released it with nothing kept (a failed teardown).
+
+It deletes in the runs' teardown order, holding the group's lease meanwhile, and never deletes another
+deployment's or a foreign resource, nor a Lustre instance holding a checkpoint no export has copied (with the
+peering, range and network it needs). Waits are deferred. The task log shows the report (found, deleted, kept and
+why, skipped and why); its XCom holds it as a dict. `dry_run: true` reports what it would do and writes nothing.
+
+Paused at creation: unpause it to enable it. Docs: docs/sweeper.md in the repository.
+"""
+
+
 def rules_markdown() -> str:
     """The preflight rules as a Markdown table: id, what it checks, and a conf that trips it."""
     from nemo_rl_gke.preflight import rules

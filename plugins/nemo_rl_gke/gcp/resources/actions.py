@@ -121,6 +121,19 @@ def ensure(resource: Resource, hook: GcpHook, adopt_existing: bool) -> ActionRes
     return _existing(resource, hook, actual, action)
 
 
+def delete_verdict(resource: Resource, actual: dict[str, Any] | None, *, used: bool) -> str:
+    """What :func:`delete_resource` decides about ``resource`` as read (``actual``, None when it is absent), before any
+    write: ``absent``, ``kept-unowned``, ``kept-unused``, or ``deleted`` (it goes). A dry run asks the same question.
+    """
+    if actual is None:
+        return ABSENT
+    if not resource.owned(actual):
+        return KEPT_UNOWNED
+    if not used and not resource.created_by_this_run(actual):
+        return KEPT_UNUSED
+    return DELETED
+
+
 def delete_resource(resource: Resource, hook: GcpHook, *, used: bool) -> ActionResult:
     """Delete ``resource`` if it is there, ours, and this run used or created it: ``deleted`` (with the operation),
     ``absent``, ``kept-unowned`` or ``kept-unused``.
@@ -130,15 +143,17 @@ def delete_resource(resource: Resource, hook: GcpHook, *, used: bool) -> ActionR
     refused (drift) or never reached is left for the run that uses it. A 404 at any step counts as done.
     """
     actual = resource.get(hook)
-    if actual is None:
+    verdict = delete_verdict(resource, actual, used=used)
+    if verdict == ABSENT:
         log.info("%s: absent, nothing to delete", resource.label)
         return ActionResult(ABSENT)
-    if not resource.owned(actual):
+    if verdict == KEPT_UNOWNED:
         log.warning("%s is not this run group's (%s): keeping it", resource.label, resource.recorded_owner(actual))
         return ActionResult(KEPT_UNOWNED)
-    if not used and not resource.created_by_this_run(actual):
+    if verdict == KEPT_UNUSED:
         log.warning("%s: this run neither used nor created it (refused, or never reached): keeping it", resource.label)
         return ActionResult(KEPT_UNUSED)
+    assert actual is not None
     if resource.deleting(actual):
         operation = resource.pending_operation(hook, actual)
         if operation is None:
