@@ -1,8 +1,9 @@
 """The Google Cloud objects of a run as resources, and the two idempotent actions on them: ensure and delete.
 
-``base`` (the Resource interface, 404 handling), ``drift`` (comparing with the conf), ``ownership`` (the marker),
-``errors``, ``keep`` (what a teardown keeps for Lustre's sake), one module per family (``compute``, ``peering``, ``lustre``, ``gke``), the ``registry`` keyed by the
-topology's task ids, and the ``actions``. Importing this package pulls in the Google clients: never at parse time.
+``base`` (the Resource interface, 404 handling), ``drift`` (comparing with the conf), ``errors``, one module per
+family (``compute``, ``peering``, ``lustre``, ``gke``), the ``registry`` keyed by the topology's task ids, the
+``actions``, and ``keep`` (what a teardown keeps for Lustre's sake). Importing this package pulls in the Google
+clients: never at parse time.
 """
 
 from nemo_rl_gke.gcp.resources.actions import ActionResult, delete_resource, delete_verdict, ensure
