@@ -88,7 +88,8 @@ class SweepReport:
         lines = [
             f"Sweep of project {self.project} by deployment {self.deployment} ({self.run}) at {iso(self.at)}{mode}",
             f"{len(self.swept)} group(s) swept, {len(self.skipped)} skipped; {sum(len(g.deleted) for g in self.swept)}"
-            f" resource(s) {verb}, {sum(len(g.kept) for g in self.swept)} kept, "
+            f" resource(s) {'would be deleted' if self.dry_run else 'deleted'}, {sum(len(g.kept) for g in self.swept)}"
+            " kept, "
             f"{sum(len(g.failed) for g in self.swept)} failed",
         ]
         if self.swept:
