@@ -472,15 +472,13 @@ class Sweep:
         results = list(_in_order(group))
         gone = [r.label for r in results if r.action == outcomes.DELETED]
         kept = [r for r in results if r.action in outcomes.KEPT or r.action == NOT_REACHED]
-        if group.skipped:
-            notes: tuple[str, ...] = ()
-        else:
-            cluster = group.resources.get(topology.GKE_CLUSTER)
-            stays = cluster is not None and cluster.action not in outcomes.GONE
+        notes: tuple[str, ...] = ()
+        cluster = group.resources.get(topology.GKE_CLUSTER)
+        if not group.skipped and cluster is not None and cluster.action != outcomes.ABSENT:
+            goes = cluster.action == outcomes.DELETED
             notes = (
-                ("the group's Kubernetes objects stay in the cluster that is kept",)
-                if stays
-                else ("the node pool and the Kubernetes objects go with the cluster",)
+                f"the node pool and the Kubernetes objects {'go' if goes else 'stay'} with {cluster.label}"
+                + ("" if goes else " (the sweeper deletes no Kubernetes object itself)"),
             )
         return GroupReport(
             group=group.group,

@@ -202,7 +202,9 @@ def test_a_run_killed_mid_way_is_swept_and_its_pending_checkpoint_survives_until
     }
     assert set(swept["deleted"]) == everything - kept and swept["failed"] == []
     assert f"release_checkpoint_of_run='{killed.owner.run}'" in first.text
-    assert "the node pool and the Kubernetes objects go with the cluster" in swept["notes"]
+    assert swept["notes"] == [
+        f"the node pool and the Kubernetes objects go with GKE cluster {killed.spec.cluster_name}"
+    ]
     left = project_resources(sandbox, project)
     assert set(left) == {killed.spec.network, killed.spec.peering_range, killed.spec.lustre_name}
     # The waves were waited on by deferring, never in the worker.
@@ -215,6 +217,7 @@ def test_a_run_killed_mid_way_is_swept_and_its_pending_checkpoint_survives_until
     # Still marked: the next sweep keeps it all again.
     again = sweep(project, {first.run: "success"})
     assert again.group(group)["deleted"] == [] and set(again.kept(group)) == kept
+    assert again.group(group)["notes"] == []  # the cluster was gone already
 
     # The checkpoint is exported: the mark comes off as checkpoint.export's unmark takes it off.
     killed.resources()[t.LUSTRE].mark(_hook(), None)
