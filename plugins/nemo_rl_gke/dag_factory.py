@@ -176,6 +176,7 @@ def build_scheduled_dags(directory: Path | None = None) -> dict[str, DAG]:
             schedule=CronTriggerTimetable(schedule.cron, timezone=schedule.timezone),
             tags=[*TAGS, "scheduled"],
             param_defaults=schedule.run_conf,
+            alerts=schedule.alerts,
             is_paused_upon_creation=True,
             # Nights of one schedule are one run group: they queue on its lease, so one active run at a time.
             max_active_runs=1,

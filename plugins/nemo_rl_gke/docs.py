@@ -40,6 +40,7 @@ def scheduled_dag_doc(schedule: Any) -> str:
     """The doc_md of a schedule's DAG: what the schedule does, from its file, then the run's own docs."""
     alerts = schedule.alerts
     deadline = f"{alerts.deadline_hours:g} h after it was queued" if alerts.deadline_hours else "none"
+    targets = ", ".join(f"`{c}`" for c in alerts.connections) or "every connection in the deployment's alert_conn_ids"
     return f"""
 ### Schedule `{schedule.name}`: {schedule.description}
 
@@ -50,7 +51,7 @@ def scheduled_dag_doc(schedule: Any) -> str:
         f" (up to {schedule.overlap_wait_minutes:g} minutes)" if schedule.on_overlap == "wait" else ""
     }.
 * **A warm group** idle more than {schedule.warm_ttl_hours:g} h is removed by the sweeper.
-* **Alerts**: on failure; deadline {deadline}.
+* **Alerts**: on failure and on a missed deadline ({deadline}), to {targets}.
 * **File**: `include/schedules/{schedule.path.name}`.
 {DAG_DOC_MD}"""
 
@@ -120,6 +121,26 @@ still inside one makes that fail). Clear the failed task to retry, or delete by 
 The Training tab's banner lists every resource still up with its cost per hour.""",
     ),
 }
+
+
+SWEEPER_DESCRIPTION = "Deletes what no NeMo RL GKE run will tear down: crashed runs' resources, idle warm groups"
+SWEEPER_DOC_MD = """
+### NeMo RL GKE sweeper
+
+Every hour, reads the project's run-group leases and deletes what no run will tear down any more, for this
+deployment only (`[nemo_rl_gke] deployment_id`):
+
+* a group whose lease expired and whose run is no longer queued or running (a run killed mid-way, teardown never ran);
+* a warm group (its last run kept the cluster and storage) idle longer than `warm_ttl_hours`;
+* leftovers of a group whose last run released it with nothing kept (a failed teardown).
+
+It deletes in the runs' teardown order, holding the group's lease meanwhile, and never deletes another
+deployment's or a foreign resource, nor a Lustre instance holding a checkpoint no export has copied (with the
+peering, range and network it needs). Waits are deferred. The task log shows the report (found, deleted, kept and
+why, skipped and why); its XCom holds it as a dict. `dry_run: true` reports what it would do and writes nothing.
+
+Paused at creation: unpause it to enable it. Docs: docs/sweeper.md in the repository.
+"""
 
 
 def rules_markdown() -> str:

@@ -22,13 +22,15 @@ runs in its DAG's ``validate`` task, and in the DAG-integrity tests.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nemo_rl_gke.spec import conf_findings
+from nemo_rl_gke.alerts import AlertSettings, AlertSettingsError
+from nemo_rl_gke.spec import RunSpec, conf_findings
 
 DAG_PREFIX = "nemo_rl_grpo_gke__"
 # A schedule's name becomes part of a DAG id: lowercase letters, digits, '-' and '_'.
@@ -63,15 +65,6 @@ class ScheduleError(ValueError):
 
 
 @dataclass(frozen=True)
-class Alerts:
-    """Who hears about a scheduled run: connection ids (of the deployment's allowed alert connections; none: all of
-    them) and the hours after which a run that has not finished raises a deadline alert (None: no deadline)."""
-
-    connections: tuple[str, ...] = ()
-    deadline_hours: float | None = None
-
-
-@dataclass(frozen=True)
 class Schedule:
     """One schedule file, checked."""
 
@@ -85,7 +78,7 @@ class Schedule:
     on_overlap: str
     overlap_wait_minutes: float
     warm_ttl_hours: float
-    alerts: Alerts
+    alerts: AlertSettings
     conf: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -104,10 +97,23 @@ class Schedule:
             "lease_wait_s": round(self.overlap_wait_minutes * 60),
         }
 
+    @property
+    def group_id(self) -> str:
+        """The run group the schedule's runs use (what the sweeper finds their warm resources under)."""
+        return RunSpec.from_conf(self.run_conf).group_id
+
 
 def load_schedules(directory: Path) -> list[Schedule]:
     """Every ``*.yaml`` in ``directory``, checked, by name; raises :class:`ScheduleError` on the first bad one."""
     return [load_schedule(path) for path in sorted(directory.glob("*.yaml"))]
+
+
+def warm_ttls(directory: Path) -> dict[str, float]:
+    """Each scheduled run group's ``warm_ttl_hours``, by group id (the longest, if two schedules share a group)."""
+    ttls: dict[str, float] = {}
+    for schedule in load_schedules(directory):
+        ttls[schedule.group_id] = max(ttls.get(schedule.group_id, 0.0), float(schedule.warm_ttl_hours))
+    return ttls
 
 
 def load_schedule(path: Path) -> Schedule:
@@ -188,32 +194,40 @@ def _number(
     minimum: float,
     maximum: float | None = None,
     integer: bool = False,
+    where: str | None = None,
 ) -> Any:
     value = data.get(key, default)
+    label = where or key
     kinds = (int,) if integer else (int, float)
     bound = f"between {minimum:g} and {maximum:g}" if maximum is not None else f"at least {minimum:g}"
     if value is None or isinstance(value, bool) or not isinstance(value, kinds):
         wanted = "a whole number" if integer else "a number"
-        raise ScheduleError(path, key, f"{value!r} is not {wanted}", f"set {key} to {wanted} {bound}")
-    if value < minimum or (maximum is not None and value > maximum):
-        raise ScheduleError(path, key, f"{value!r} is out of range", f"set {key} {bound}")
+        raise ScheduleError(path, label, f"{value!r} is not {wanted}", f"set {label} to {wanted} {bound}")
+    if not math.isfinite(value) or value < minimum or (maximum is not None and value > maximum):
+        raise ScheduleError(path, label, f"{value!r} is out of range", f"set {label} {bound}")
     return value
 
 
-def _alerts(path: Path, value: Any) -> Alerts:
+def _alerts(path: Path, value: Any) -> AlertSettings:
     if value is None:
-        return Alerts()
+        return AlertSettings()
     if not isinstance(value, dict) or set(value) - {"connections", "deadline_hours"}:
         raise ScheduleError(path, "alerts", f"{value!r} is not a mapping of connections and deadline_hours",
                             "use alerts: {connections: [conn_id, ...], deadline_hours: 8}")  # fmt: skip
     connections = value.get("connections") or []
-    if not isinstance(connections, list) or not all(isinstance(c, str) and c for c in connections):
+    if not isinstance(connections, list):
         raise ScheduleError(path, "alerts.connections", f"{connections!r} is not a list of connection ids",
                             "list Airflow connection ids the deployment allows for alerts")  # fmt: skip
     deadline = value.get("deadline_hours")
     if deadline is not None:
-        deadline = _number(path, value, "deadline_hours", None, minimum=0.1, maximum=24 * 7)
-    return Alerts(tuple(connections), None if deadline is None else float(deadline))
+        where = "alerts.deadline_hours"
+        deadline = float(_number(path, value, "deadline_hours", None, minimum=0.1, maximum=24 * 7, where=where))
+    try:
+        return AlertSettings(tuple(connections), deadline)
+    except AlertSettingsError as exc:
+        field_name, _, rest = str(exc).partition(": ")
+        problem, _, fix = rest.partition(". Fix: ")
+        raise ScheduleError(path, field_name.split("=")[0], problem, fix) from None
 
 
 def _conf(path: Path, value: Any) -> dict[str, Any]:

@@ -13,7 +13,8 @@ from nemo_rl_gke.dag_params import FORM_OPEN_SECTION, form_fields, form_section
 from nemo_rl_gke.paths import SCHEDULES_DIR
 from nemo_rl_gke.preflight import check_conf
 from nemo_rl_gke.schedules import load_schedules
-from nemo_rl_gke.spec import param_schema, spec_fields
+from nemo_rl_gke.spec import RunSpec, param_schema, spec_fields
+from nemo_rl_gke.sweeper import SWEEPER_DAG_ID
 from tests.dags.guard import parse_dag_folder
 from tests.owners import owner_of
 from tests.paths import ROOT
@@ -21,6 +22,8 @@ from tests.paths import ROOT
 MANUAL = "nemo_rl_grpo_gke"
 SCHEDULES = {s.dag_id: s for s in load_schedules(SCHEDULES_DIR)}
 DAG_IDS = [MANUAL, *SCHEDULES]
+# Not a run's DAG: the sweeper has its own checks below.
+OTHER_DAG_IDS = [SWEEPER_DAG_ID]
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +33,7 @@ def dagbag():
 
 def test_no_import_errors(dagbag) -> None:
     assert dagbag.import_errors == {}
-    assert sorted(dagbag.dag_ids) == sorted(DAG_IDS)
+    assert sorted(dagbag.dag_ids) == sorted(DAG_IDS + OTHER_DAG_IDS)
 
 
 def test_a_parse_time_variable_lookup_fails_the_guard() -> None:
@@ -228,3 +231,32 @@ def test_every_task_group_says_what_it_does_and_what_to_do_when_it_fails(dagbag)
         group = dag.task_group_dict[name]
         assert group.tooltip and group.doc_md, name
         assert "**If it fails**" in group.doc_md, name
+
+
+def test_the_sweeper_is_hourly_paused_at_creation_and_alone() -> None:
+    from nemo_rl_gke.operators.sweeper import SweepOperator
+
+    dag = parse_dag_folder(ROOT / "dags").dags[SWEEPER_DAG_ID]
+    assert dag.is_paused_upon_creation is True and dag.catchup is False and dag.max_active_runs == 1
+    # "@hourly" becomes a cron trigger at minute 0 (FACTS §12), without data intervals.
+    assert type(dag.timetable).__name__ == "CronTriggerTimetable" and dag.timetable.expression == "0 * * * *"
+    assert {"nemo-rl", "gke", "sweeper"} <= set(dag.tags) and dag.description
+    assert dag.doc_md and "NeMo RL GKE sweeper" in dag.doc_md and "docs/sweeper.md" in dag.doc_md
+    assert dag.default_args["retries"] >= 1
+    (task,) = dag.tasks
+    assert isinstance(task, SweepOperator)
+
+
+def test_the_sweeper_params_have_a_schema_and_valid_defaults() -> None:
+    from nemo_rl_gke.operators.sweeper import sweep_params
+
+    dag = parse_dag_folder(ROOT / "dags").dags[SWEEPER_DAG_ID]
+    assert list(dag.params.keys()) == ["project", "dry_run", "warm_ttl_hours"]
+    types = {name: dag.params.get_param(name).schema["type"] for name in dag.params}
+    assert types == {"project": "string", "dry_run": "boolean", "warm_ttl_hours": "number"}
+    for name in dag.params:
+        param = dag.params.get_param(name)
+        assert param.description and param.schema.get("title"), name
+    defaults = dag.params.dump()
+    assert defaults == {"project": RunSpec().project, "dry_run": False, "warm_ttl_hours": 24}
+    assert sweep_params(defaults) == (RunSpec().project, False, 24.0)

@@ -186,7 +186,11 @@ def test_unowned_resource_fails_fast_and_survives_teardown(sandbox: SandboxProce
 
     since = len(sandbox.calls())
     result, deferred = run_step(run, t.DELETE_NET)
-    assert (result, deferred) == ({"key": t.NET, "name": "nemo-rl-net", "action": outcomes.KEPT_UNOWNED}, None)
+    assert deferred is None and result["action"] == outcomes.KEPT_UNOWNED
+    assert result["reason"] == (
+        "network nemo-rl-net (network.net): not this run group's (no owner record of this package in its "
+        "description): never deleted"
+    )
     assert deletes(sandbox, project, since) == []
     assert "nemo-rl-net" in live(sandbox, project)
 

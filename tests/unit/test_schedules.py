@@ -55,6 +55,9 @@ def test_the_shipped_example_is_the_tutorials_run_nightly_in_apply_mode_and_vali
         ({"warm_ttl_hours": -1}, "warm_ttl_hours: -1 is out of range", "between 0.25 and 720"),
         ({"alerts": {"connections": "slack"}}, "alerts.connections: 'slack' is not a list", "connection ids"),
         ({"alerts": {"to": ["x"]}}, "alerts: {'to': ['x']} is not a mapping", "deadline_hours"),
+        ({"alerts": {"connections": ["a b"]}}, "alerts.connections: 'a b' is not a connection id", "alert_conn_ids"),
+        ({"alerts": {"deadline_hours": float("nan")}}, "alerts.deadline_hours: nan is out of range", "between 0.1"),
+        ({"warm_ttl_hours": float("inf")}, "warm_ttl_hours: inf is out of range", "between 0.25 and 720"),
         ({"description": ""}, "description: missing or not text", "say what the schedule is for"),
         ({"crom": "0 1 * * *"}, "crom: unknown field", "use only description, cron"),
         ({"conf": None}, "conf: missing, or not a mapping", "at least mode: apply"),
@@ -88,3 +91,37 @@ def test_a_bad_field_is_refused_naming_the_file_the_field_and_the_fix(
 def test_a_file_that_is_not_a_schedule_is_refused(tmp_path: Path, text: str, name: str, where: str) -> None:
     with pytest.raises(ScheduleError, match=f": {where}: "):
         load_schedule(_write(tmp_path, text, name))
+
+
+def test_a_schedule_alerts_where_it_says_and_has_its_deadline(tmp_path: Path) -> None:
+    from nemo_rl_gke.dag_factory import build_scheduled_dags
+
+    _write(tmp_path, {**EXAMPLE, "alerts": {"connections": ["alert_webhook"], "deadline_hours": 2.5}})
+    (dag,) = build_scheduled_dags(tmp_path).values()
+    report = dag.get_task("report")
+    assert report.alert_connections == ("alert_webhook",)
+    assert "`alert_webhook`" in dag.doc_md and "2.5 h after it was queued" in dag.doc_md
+    (deadline,) = dag.deadline if isinstance(dag.deadline, list) else [dag.deadline]
+    assert deadline.interval.total_seconds() == 2.5 * 3600
+    assert deadline.callback.kwargs["connections"] == ["alert_webhook"]
+
+
+def test_a_schedule_without_a_deadline_has_none_and_alerts_every_allowed_connection(tmp_path: Path) -> None:
+    from nemo_rl_gke.dag_factory import build_scheduled_dags
+
+    _write(tmp_path, {**EXAMPLE, "alerts": {"connections": []}})
+    (dag,) = build_scheduled_dags(tmp_path).values()
+    assert not dag.deadline and dag.get_task("report").alert_connections == ()
+
+
+def test_each_scheduled_group_has_its_own_warm_ttl_for_the_sweeper(tmp_path: Path) -> None:
+    from nemo_rl_gke.schedules import warm_ttls
+    from nemo_rl_gke.spec import RunSpec
+
+    _write(tmp_path, {**EXAMPLE, "warm_ttl_hours": 6}, "a.yaml")
+    other = {**EXAMPLE["conf"], "cluster_name": "nemo-rl-other"}
+    _write(tmp_path, {**EXAMPLE, "warm_ttl_hours": 48, "conf": other}, "b.yaml")
+    group_a = RunSpec.from_conf({**EXAMPLE["conf"], **load_schedule(tmp_path / "a.yaml").run_conf}).group_id
+    ttls = warm_ttls(tmp_path)
+    assert ttls[group_a] == 6.0 and len(ttls) == 2 and 48.0 in ttls.values()
+    assert group_a.startswith(EXAMPLE["conf"].get("cluster_name", RunSpec().cluster_name))

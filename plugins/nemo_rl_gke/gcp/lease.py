@@ -204,13 +204,28 @@ def release(hook: GcpHook, project: str, owner: Owner, *, warm: bool, now: float
     return after if before is not None and before.holds(owner) else None
 
 
-def forget(hook: GcpHook, project: str, group: str, *, unless_held: bool = True, now: float | None = None) -> None:
-    """Remove a group's lease record (its resources are gone); a held, unexpired lease stays when ``unless_held``."""
+def forget(
+    hook: GcpHook,
+    project: str,
+    group: str,
+    *,
+    unless_held: bool = True,
+    now: float | None = None,
+    only_if: Lease | None = None,
+) -> bool:
+    """Remove a group's lease record (its resources are gone); a held, unexpired lease stays when ``unless_held``.
+
+    ``only_if``: remove it only when the record is still exactly this one, so a run that took the lease since it was
+    read keeps it (the fingerprint lock makes the check and the removal one step). Returns whether it was removed.
+    """
     at = time.time() if now is None else now
 
     def drop(lease: Lease | None) -> Lease | None:
         if lease is not None and unless_held and lease.held_at(at):
             return lease
+        if only_if is not None and lease != only_if:
+            return lease
         return None
 
-    _update(hook, project, group, drop)
+    before, after = _update(hook, project, group, drop)
+    return before is not None and after is None

@@ -147,6 +147,7 @@ class DeleteGcpResourceOperator(_ResourceStep):
     def execute(self, context: Context) -> dict[str, str]:
         """Delete the resource when the policy, ownership and checkpoints allow; defer on the delete operation."""
         from nemo_rl_gke.gcp.resources import delete_resource
+        from nemo_rl_gke.gcp.resources.keep import kept_for_storage, storage_keys
 
         spec = self.run_spec(context)
         resource = self.resource(context, spec)
@@ -154,20 +155,23 @@ class DeleteGcpResourceOperator(_ResourceStep):
             self.keep(
                 context, self.result(resource, outcomes.KEPT_BY_POLICY), f"teardown_policy={spec.teardown_policy}"
             )
-        if self.resource_key == topology.LUSTRE:
-            reason = self.checkpoint_at_risk(context, spec, resource)  # type: ignore[arg-type]
-            if reason:
-                self.keep(context, self.result(resource, outcomes.KEPT_FOR_CHECKPOINT), reason)
-        if self.resource_key in topology.requires(topology.LUSTRE):
-            lustre = self.resource_of(context, spec, topology.LUSTRE)
-            if lustre.get(self.hook) is not None:
-                reason = f"{lustre.label} still exists and needs it"
-                self.keep(context, self.result(resource, outcomes.KEPT_FOR_LUSTRE), reason)
+        if self.resource_key in storage_keys():
+            lustre: LustreInstance = self.resource_of(context, spec, topology.LUSTRE)  # type: ignore[assignment]
+            kept = kept_for_storage(
+                self.resource_key,
+                lustre,
+                lustre.get(self.hook),
+                run=self.identity(context, spec).run,
+                accepts_own_loss=spec.accept_checkpoint_loss,
+                release_run=spec.release_checkpoint_of_run,
+            )
+            if kept:
+                self.keep(context, self.result(resource, kept[0]), kept[1])
         ensured = pull(context, self.resource_key) or {}
         used = ensured.get("action") in (outcomes.CREATED, outcomes.EXISTS)
         outcome = delete_resource(resource, self.hook, used=used)
         if outcome.action in outcomes.KEPT:
-            self.keep(context, self.result(resource, outcome.action), f"{self.describe(resource)}: {outcome.action}")
+            self.keep(context, self.result(resource, outcome.action), f"{self.describe(resource)}: {outcome.reason}")
         if outcome.operation is not None:
             self.wait_on(context, spec, outcome.operation, resource, outcome.action)
         self.log.info("%s: %s", self.describe(resource), outcome.action)
@@ -178,30 +182,6 @@ class DeleteGcpResourceOperator(_ResourceStep):
         from nemo_rl_gke.gcp.resources import resources
 
         return resources(spec, self.identity(context, spec))[key]
-
-    def checkpoint_at_risk(self, context: Context, spec: RunSpec, lustre: LustreInstance) -> str:
-        """Why deleting Lustre now would lose the only copy of a checkpoint ('' when it would not, DESIGN rule 4).
-
-        The mark is on the instance, so it survives this run: any later run, and the sweeper, keep it too.
-        """
-        actual = lustre.get(self.hook)
-        pending = lustre.pending_checkpoint(actual) if actual is not None else None
-        if pending is None:
-            return ""
-        run = self.identity(context, spec).run
-        if pending.releasable_by(
-            run, accepts_own_loss=spec.accept_checkpoint_loss, release_run=spec.release_checkpoint_of_run
-        ):
-            self.log.warning(
-                "Deleting %s with the unexported checkpoint of run %s: released", lustre.label, pending.run
-            )
-            return ""
-        where = pending.path or spec.checkpoint_dir
-        return (
-            f"it holds the only copy of a checkpoint (run {pending.run}, step {pending.step}, {where}) that no "
-            f"export has copied. Export it (gcloud lustre instances export-data), or let teardown delete it: "
-            f"release_checkpoint_of_run={pending.run!r} in a later run's conf"
-        )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, str]:
         """Resume after the trigger: done when the resource is gone, whatever the operation said."""

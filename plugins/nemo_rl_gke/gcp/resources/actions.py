@@ -38,15 +38,20 @@ class ActionResult:
 
     action: str
     operation: OperationRef | None = None
+    reason: str = ""  # why a kept resource was kept, in words for the log and the run report
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form, for XCom."""
         return {"action": self.action, "operation": self.operation.to_dict() if self.operation else None}
 
 
-def _not_owned(resource: Resource, actual: dict[str, Any]) -> NotOwnedError:
+def _whose(resource: Resource, actual: dict[str, Any]) -> str:
     found = resource.recorded_owner(actual)
-    whose = f"it belongs to {found}" if found else f"no owner record of this package in its {resource.marker_where}"
+    return f"it belongs to {found}" if found else f"no owner record of this package in its {resource.marker_where}"
+
+
+def _not_owned(resource: Resource, actual: dict[str, Any]) -> NotOwnedError:
+    whose = _whose(resource, actual)
     return NotOwnedError(
         f"{resource.label} ({resource.key}) already exists in project {resource.spec.project} but is not this run "
         f"group's ({resource.owner}): {whose}. This run never changes or deletes it. Fix: set adopt_existing=true "
@@ -121,6 +126,19 @@ def ensure(resource: Resource, hook: GcpHook, adopt_existing: bool) -> ActionRes
     return _existing(resource, hook, actual, action)
 
 
+def delete_verdict(resource: Resource, actual: dict[str, Any] | None, *, used: bool) -> str:
+    """What :func:`delete_resource` decides about ``resource`` as read (``actual``, None when it is absent), before any
+    write: ``absent``, ``kept-unowned``, ``kept-unused``, or ``deleted`` (it goes). A dry run asks the same question.
+    """
+    if actual is None:
+        return ABSENT
+    if not resource.owned(actual):
+        return KEPT_UNOWNED
+    if not used and not resource.created_by_this_run(actual):
+        return KEPT_UNUSED
+    return DELETED
+
+
 def delete_resource(resource: Resource, hook: GcpHook, *, used: bool) -> ActionResult:
     """Delete ``resource`` if it is there, ours, and this run used or created it: ``deleted`` (with the operation),
     ``absent``, ``kept-unowned`` or ``kept-unused``.
@@ -130,15 +148,19 @@ def delete_resource(resource: Resource, hook: GcpHook, *, used: bool) -> ActionR
     refused (drift) or never reached is left for the run that uses it. A 404 at any step counts as done.
     """
     actual = resource.get(hook)
-    if actual is None:
+    verdict = delete_verdict(resource, actual, used=used)
+    if verdict == ABSENT:
         log.info("%s: absent, nothing to delete", resource.label)
         return ActionResult(ABSENT)
-    if not resource.owned(actual):
-        log.warning("%s is not this run group's (%s): keeping it", resource.label, resource.recorded_owner(actual))
-        return ActionResult(KEPT_UNOWNED)
-    if not used and not resource.created_by_this_run(actual):
-        log.warning("%s: this run neither used nor created it (refused, or never reached): keeping it", resource.label)
-        return ActionResult(KEPT_UNUSED)
+    assert actual is not None
+    if verdict == KEPT_UNOWNED:
+        reason = f"not this run group's ({_whose(resource, actual)}): never deleted"
+        log.warning("%s is %s", resource.label, reason)
+        return ActionResult(KEPT_UNOWNED, reason=reason)
+    if verdict == KEPT_UNUSED:
+        reason = "this run neither used nor created it (refused, or never reached): left for the run that uses it"
+        log.warning("%s: %s", resource.label, reason)
+        return ActionResult(KEPT_UNUSED, reason=reason)
     if resource.deleting(actual):
         operation = resource.pending_operation(hook, actual)
         if operation is None:

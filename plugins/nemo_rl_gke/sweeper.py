@@ -1,0 +1,524 @@
+"""The sweeper: deletes what no run will tear down any more, from the lease records of this deployment's run groups.
+
+A run's own teardown deletes its group's resources. Two things outlive it: a run killed mid-way (its teardown never
+ran; its lease stays ``held`` until it expires) and a warm group (a run kept its cluster and storage; the lease is
+``free`` and ``warm`` since it was released). The lease record names the group's resources (``Lease.names``), so the
+sweeper rebuilds them from there. A group is swept when its lease is this deployment's and:
+
+- held but expired, and the run that held it is no longer queued or running (its state unknown: left alone);
+- free and warm, idle longer than its warm TTL (hours), or left warm by an earlier sweep that had to keep something;
+- free with nothing kept, once its run has ended: a teardown that failed may have left something, and the record is
+  tidied away when nothing is left.
+
+For each swept group it takes the group's lease as its own run (the fingerprint lock makes it and a run starting on
+the group exclusive: whoever is first), then deletes in the topology's teardown order, a wave at a time: a deletion
+starts once every deletion it needs has finished. It decides what goes exactly as a run's teardown does
+(:func:`~nemo_rl_gke.gcp.resources.delete_verdict`, :func:`~nemo_rl_gke.gcp.resources.keep.kept_for_storage`): never
+another deployment's or group's resource, or a foreign one, and never Lustre while it holds a checkpoint no export has
+copied, nor what Lustre needs. The Kubernetes objects and the node pool go with the cluster, so Lustre waits for the
+cluster instead of for them. When nothing of the group is left, the lease record is removed; otherwise it is released,
+warm, and the next sweep tries again. A dry run reads and reports, and writes nothing (not even the lease).
+
+The caller waits on the operations each pass returns (the operator defers on them) and calls :meth:`Sweep.advance`
+again. The sweep's state is plain data (:meth:`Sweep.to_dict`) so it survives a deferral. No Airflow import here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from nemo_rl_gke import outcomes, topology
+from nemo_rl_gke.ownership import FREE, HELD, Lease, Owner
+from nemo_rl_gke.spec import GROUP_NAME_PARAMS
+from nemo_rl_gke.sweep_report import GroupReport, Kept, SweepReport, iso
+
+if TYPE_CHECKING:
+    from nemo_rl_gke.gcp.hooks import GcpHook
+    from nemo_rl_gke.gcp.operations import OperationRef
+    from nemo_rl_gke.gcp.resources import Resource
+    from nemo_rl_gke.spec import RunSpec
+
+log = logging.getLogger(__name__)
+
+SWEEPER_DAG_ID = "nemo_rl_gke_sweeper"
+# A run in one of these states may still act on its group: its resources are left alone.
+ACTIVE_RUN_STATES = frozenset({"queued", "running"})
+HOUR_S = 3600.0
+# A resource's state within a sweep, beyond the outcomes words: its delete is under way, or it did not go.
+DELETING = "deleting"
+FAILED = "failed"
+NOT_REACHED = "not-reached"
+STUCK = frozenset({FAILED, NOT_REACHED})  # a deletion that waits for one of these is not reached
+# Each pass settles at least one resource of every group it works on, so this many passes is a bug, not a slow API.
+MAX_PASSES = 3 * len(topology.teardown_steps())
+
+# ``run_state("dag_id/run_id")``: the Airflow state of a run, or None when it cannot be told.
+RunState = Callable[[str], "str | None"]
+
+
+class SweepError(RuntimeError):
+    """The sweep cannot go on (a bug, or a state that no longer fits the code)."""
+
+
+def is_sweeper_run(run: str) -> bool:
+    """Whether ``run`` (``dag_id/run_id``) is a run of the sweeper."""
+    return run.startswith(SWEEPER_DAG_ID + "/")
+
+
+def judge(lease: Lease, *, deployment: str, now: float, ttl_hours: float, run_state: RunState) -> tuple[bool, str]:
+    """Whether the sweep takes on the group of ``lease``, and why (or why not), in words for the report."""
+    if lease.deployment != deployment:
+        return False, f"another deployment's ({lease.deployment}): never touched"
+    if lease.held_at(now):
+        return False, f"held by run {lease.run} until {iso(lease.expires_at)}"
+    left_by_sweep = lease.state == FREE and lease.warm and is_sweeper_run(lease.run)
+    if lease.state == FREE and lease.warm and not left_by_sweep:
+        idle_h = (now - (lease.released_at if lease.released_at is not None else lease.expires_at)) / HOUR_S
+        if idle_h <= ttl_hours:
+            return False, f"warm, idle {idle_h:.1f} h of its {ttl_hours:g} h"
+        return True, f"warm and idle {idle_h:.1f} h, longer than its {ttl_hours:g} h (last run {lease.run})"
+    state = run_state(lease.run)
+    if state is None:
+        return False, f"the state of run {lease.run} is unknown: left alone until it can be told"
+    if state in ACTIVE_RUN_STATES:
+        return False, f"its lease expired {iso(lease.expires_at)} but run {lease.run} is still {state}"
+    if lease.state == HELD:
+        return True, f"the lease of run {lease.run} expired {iso(lease.expires_at)} and the run is {state}"
+    if left_by_sweep:
+        return True, f"left by sweep {lease.run}, which had to keep something: tried again"
+    return True, f"released by run {lease.run} ({state}) with nothing kept: checked for leftovers"
+
+
+def group_spec(lease: Lease) -> tuple[RunSpec | None, str]:
+    """The spec the lease's recorded names describe, or why there is none (the record is anyone's to write: only names
+    a run would accept, for exactly the lease's group, are used)."""
+    from nemo_rl_gke.preflight import check_conf
+    from nemo_rl_gke.spec import RunSpec
+
+    if not lease.names:
+        return None, "its lease records no names (written before leases did), so its resources cannot be found"
+    if set(lease.names) != set(GROUP_NAME_PARAMS):
+        return None, f"its lease records other names than {', '.join(GROUP_NAME_PARAMS)}: not touched"
+    _, findings = check_conf(dict(lease.names))
+    # Rules that look at parameters other than the names judge the defaults filled in here, not the group.
+    wrong = [f for f in findings if set(f.params) <= set(GROUP_NAME_PARAMS)]
+    if wrong:
+        return None, "the names its lease records are not valid: " + "; ".join(str(f) for f in wrong)
+    spec = RunSpec.from_conf(dict(lease.names))
+    if spec.group_id != lease.group:
+        return None, f"the names its lease records describe group {spec.group_id}, not {lease.group}: not touched"
+    return spec, ""
+
+
+def _deletions() -> tuple[topology.Step, ...]:
+    """The teardown steps that delete a GCP resource, in the topology's order."""
+    return tuple(s for s in topology.teardown_steps() if s.op is topology.Op.DELETE_GCP)
+
+
+def _cluster_deletion() -> str:
+    deletion = topology.teardown_of(topology.GKE_CLUSTER)
+    assert deletion is not None
+    return deletion.task_id
+
+
+def needs(deletion: topology.Step) -> tuple[str, ...]:
+    """The deletions ``deletion`` waits for. The sweeper deletes no Kubernetes object (they go with the cluster), so
+    a wait for them is a wait for the cluster's deletion instead."""
+    found: list[str] = []
+    for need in deletion.needs:
+        if topology.step(need).op is topology.Op.DELETE_GCP:
+            found.append(need)
+        elif deletion.task_id != _cluster_deletion():
+            found.append(_cluster_deletion())
+    return tuple(dict.fromkeys(found))
+
+
+@dataclass
+class ResourceSweep:
+    """What the sweep did, or is doing, to one resource of a group."""
+
+    key: str
+    label: str
+    action: str
+    reason: str = ""
+    owned: bool = False
+    operation: dict[str, str] | None = None
+
+    @property
+    def settled(self) -> bool:
+        """Whether its deletion is no longer under way."""
+        return self.action != DELETING
+
+
+@dataclass
+class GroupSweep:
+    """One run group: why the sweep takes it on (or not), what it found, and what became of each resource."""
+
+    group: str
+    why: str
+    names: dict[str, str] = field(default_factory=dict)
+    skipped: str = ""
+    found: list[str] = field(default_factory=list)
+    ours: list[str] = field(default_factory=list)  # keys of what it found that is this deployment's and group's
+    resources: dict[str, ResourceSweep] = field(default_factory=dict)
+    lease: str = ""
+    held: bool = False
+    done: bool = False
+    record: str = ""  # the lease record as read, to remove it only if nobody wrote it since
+
+    @property
+    def active(self) -> bool:
+        """Whether the sweep still works on it."""
+        return not self.skipped and not self.done
+
+
+@dataclass
+class Sweep:
+    """One sweep of one project: every lease record judged, and the swept groups' resources, pass by pass.
+
+    Build it with :meth:`start`; call :meth:`advance` until it returns no operation, waiting on the ones it returns in
+    between; then :meth:`report`.
+    """
+
+    project: str
+    deployment: str
+    run: str
+    dry_run: bool
+    at: float
+    groups: list[GroupSweep] = field(default_factory=list)
+    passes: int = 0
+    waits: dict[str, str] = field(default_factory=dict)  # operation path -> how its wait ended, when not well
+
+    # --- start: read, judge, survey ------------------------------------------------------------------------------
+    @classmethod
+    def start(
+        cls,
+        hook: GcpHook,
+        *,
+        project: str,
+        deployment: str,
+        run: str,
+        now: float,
+        run_state: RunState,
+        warm_ttl_hours: float,
+        ttl_hours: Mapping[str, float] | None = None,
+        dry_run: bool = False,
+    ) -> Sweep:
+        """Read every lease record of ``project``, judge each, and look at the resources of those to sweep.
+
+        ``run`` is the sweeper's own ``dag_id/run_id``; ``ttl_hours`` may give a group its own warm TTL. A dry run is
+        complete when this returns: it has decided what it would delete and keep, and written nothing.
+        """
+        from nemo_rl_gke.gcp.lease import leases
+
+        sweep = cls(project, deployment, run, dry_run, now)
+        for lease in sorted(leases(hook, project), key=lambda found: found.group):
+            ttl = (ttl_hours or {}).get(lease.group, warm_ttl_hours)
+            take, why = judge(lease, deployment=deployment, now=now, ttl_hours=ttl, run_state=run_state)
+            group = GroupSweep(lease.group, why, dict(lease.names), record=lease.to_value())
+            sweep.groups.append(group)
+            if not take:
+                group.skipped = why
+                continue
+            spec, problem = group_spec(lease)
+            if spec is None:
+                group.skipped = problem
+                log.warning("Group %s is not swept: %s", lease.group, problem)
+                continue
+            try:
+                sweep._survey(hook, group, spec)
+            except Exception as exc:  # one group's unreadable resource must not stop the others
+                group.skipped = f"its resources could not be read: {exc}"
+                log.warning("Group %s is not swept: %s", lease.group, exc)
+        return sweep
+
+    def owner(self, group: str) -> Owner:
+        """The sweeper's identity on a group: it judges ownership and takes the lease as this."""
+        return Owner(self.deployment, group, self.run)
+
+    def _resources(self, group: GroupSweep) -> dict[str, Resource]:
+        from nemo_rl_gke.gcp.resources import resources
+        from nemo_rl_gke.spec import RunSpec
+
+        return resources(RunSpec.from_conf(group.names), self.owner(group.group))
+
+    def _survey(self, hook: GcpHook, group: GroupSweep, spec: RunSpec) -> None:
+        """Read every resource of the group; for a dry run, decide all of it as if each wave went through."""
+        from nemo_rl_gke.gcp.resources import resources
+
+        found = resources(spec, self.owner(group.group))
+        actual = {s.deletes[0]: found[s.deletes[0]].get(hook) for s in _deletions()}
+        group.found = [found[key].label for key, value in actual.items() if value is not None]
+        group.ours = [key for key, value in actual.items() if value is not None and found[key].owned(value)]
+        if not self.dry_run:
+            if not group.ours:
+                self._forget_untouched(hook, group, found, actual)
+            return
+        for deletion in _deletions():
+            key = deletion.deletes[0]
+            lustre = group.resources.get(topology.LUSTRE)
+            # Lustre stands for what it needs unless this dry run would delete it (or found it gone).
+            stays = key == topology.LUSTRE or (lustre is not None and lustre.action not in outcomes.GONE)
+            action, reason, owned = self._decide(found, key, actual[key], actual[topology.LUSTRE] if stays else None)
+            group.resources[key] = ResourceSweep(key, found[key].label, action, reason, owned)
+        group.done = True
+        group.lease = "untouched (dry run)"
+
+    def _forget_untouched(
+        self, hook: GcpHook, group: GroupSweep, found: Mapping[str, Resource], actual: Mapping[str, Any]
+    ) -> None:
+        """Nothing of the group is left: remove its lease record without taking the lease (so no run starting on
+        the group meets a held lease), unless somebody wrote the record since it was read."""
+        from nemo_rl_gke.gcp.lease import forget
+
+        for key, value in actual.items():
+            if value is not None:  # someone else's resource under the group's name: reported, never touched
+                group.resources[key] = ResourceSweep(
+                    key, found[key].label, outcomes.KEPT_UNOWNED, _unowned(found[key], value)
+                )
+        removed = forget(hook, self.project, group.group, only_if=Lease.from_value(group.record))
+        group.lease = "forgotten: nothing of the group was left" if removed else "changed since it was read: left"
+        group.done = True
+
+    # --- deciding -----------------------------------------------------------------------------------------------
+    def _decide(
+        self, found: Mapping[str, Resource], key: str, actual: dict[str, Any] | None, lustre: dict[str, Any] | None
+    ) -> tuple[str, str, bool]:
+        """What the teardown of ``key`` does now, as a run's teardown decides it: (action, reason, owned); action
+        ``deleted`` means it goes. ``lustre`` is the Lustre instance as it stands (None: gone, or going)."""
+        from nemo_rl_gke.gcp.resources import delete_verdict
+        from nemo_rl_gke.gcp.resources.keep import kept_for_storage
+
+        resource = found[key]
+        if actual is None:
+            return outcomes.ABSENT, "", False
+        owned = resource.owned(actual)
+        kept = kept_for_storage(key, found[topology.LUSTRE], lustre, run=self.run)  # type: ignore[arg-type]
+        if kept:
+            return kept[0], kept[1], owned
+        # Used: the group has no live run, and the sweeper took it on as its own; ownership is still checked.
+        verdict = delete_verdict(resource, actual, used=True)
+        return verdict, _unowned(resource, actual) if verdict == outcomes.KEPT_UNOWNED else "", owned
+
+    # --- passes ---------------------------------------------------------------------------------------------------
+    @property
+    def finished(self) -> bool:
+        """Whether every group is done or skipped."""
+        return not any(group.active for group in self.groups)
+
+    def advance(self, hook: GcpHook, *, now: float, lease_ttl_s: float) -> list[OperationRef]:
+        """One pass over every group still at work: settle the deletions waited on, start the next wave, and finish
+        a group once nothing more can go. Returns the operations to wait on before the next pass (none: done)."""
+        if self.dry_run or self.finished:
+            return []
+        self.passes += 1
+        if self.passes > MAX_PASSES:
+            raise SweepError(f"the sweep did not settle in {MAX_PASSES} passes")
+        waiting: list[OperationRef] = []
+        for group in self.groups:
+            if group.active:
+                try:
+                    waiting += self._advance_group(hook, group, now, lease_ttl_s)
+                except Exception as exc:  # the lease could not be written: this group stops, the others go on
+                    group.done = True
+                    group.lease = f"could not be written ({exc}): it expires by itself and a later sweep retries"
+                    log.warning("Group %s: %s", group.group, group.lease)
+        return waiting
+
+    def _advance_group(self, hook: GcpHook, group: GroupSweep, now: float, lease_ttl_s: float) -> list[OperationRef]:
+        from nemo_rl_gke.gcp.lease import LeaseHeldError, LeaseLostError, acquire, renew
+        from nemo_rl_gke.gcp.operations import OperationRef
+
+        owner = self.owner(group.group)
+        if not group.held:
+            try:
+                outcome, _ = acquire(hook, self.project, owner, lease_ttl_s, now=now)
+            except LeaseHeldError as exc:
+                group.skipped = f"a run took the group meanwhile ({exc})"
+                return []
+            group.held = True
+            log.info("Group %s: lease %s by sweep %s", group.group, outcome, self.run)
+        try:
+            lease = renew(hook, self.project, owner, now + lease_ttl_s)
+        except LeaseLostError as exc:
+            group.done = True
+            group.lease = f"lost ({exc}): nothing more deleted"
+            self._not_reached(group, self._resources(group), lambda _: "the sweep lost the group's lease")
+            return []
+        found = self._resources(group)
+        self._settle(hook, group, found)
+        waiting = []
+        # Until nothing more can start now: what settles at once (absent, kept) may let a deletion declared before it
+        # start (Lustre waits for the cluster, which comes after it in the table).
+        progress = True
+        while progress:
+            progress = False
+            for deletion in _deletions():
+                key = deletion.deletes[0]
+                if key in group.resources or not self._ready(group, deletion):
+                    continue
+                result = self._delete(hook, found, key)
+                group.resources[key] = result
+                progress = True
+                if result.operation is not None:
+                    waiting.append(OperationRef.from_dict(result.operation))
+        if not waiting and all(r.settled for r in group.resources.values()):
+            self._finish(hook, group, found, lease)
+        return waiting
+
+    def _ready(self, group: GroupSweep, deletion: topology.Step) -> bool:
+        """Whether every deletion ``deletion`` needs has settled, none of them failed."""
+        for need in needs(deletion):
+            done = group.resources.get(topology.step(need).deletes[0])
+            if done is None or not done.settled or done.action in STUCK:
+                return False
+        return True
+
+    def _settle(self, hook: GcpHook, group: GroupSweep, found: Mapping[str, Resource]) -> None:
+        """Read again what was being deleted: gone, or failed (with how its wait ended)."""
+        for result in group.resources.values():
+            if result.settled:
+                continue
+            path = (result.operation or {}).get("path", "")
+            try:
+                actual = found[result.key].get(hook)
+            except Exception as exc:
+                actual, ended = {}, f"it could not be read after its delete ({exc})"
+            else:
+                ended = self.waits.get(path) or "it still exists after its delete operation finished"
+            if actual is None:
+                result.action, result.operation = outcomes.DELETED, None
+                log.info("%s deleted", result.label)
+            else:
+                result.action, result.reason, result.operation = FAILED, ended, None
+                log.warning("%s: %s", result.label, ended)
+
+    def _delete(self, hook: GcpHook, found: Mapping[str, Resource], key: str) -> ResourceSweep:
+        """Decide about one resource now and, when it goes, request its deletion."""
+        from nemo_rl_gke.gcp.resources import delete_resource
+
+        resource = found[key]
+        try:
+            lustre = found[topology.LUSTRE].get(hook) if key in _storage() else None
+            action, reason, owned = self._decide(found, key, resource.get(hook), lustre)
+            if action != outcomes.DELETED:
+                if action in outcomes.KEPT:
+                    log.warning("%s kept (%s): %s", resource.label, action, reason)
+                return ResourceSweep(key, resource.label, action, reason, owned)
+            result = delete_resource(resource, hook, used=True)
+        except Exception as exc:
+            log.warning("%s: the delete failed: %s", resource.label, exc)
+            return ResourceSweep(key, resource.label, FAILED, str(exc), True)
+        if result.operation is not None:
+            return ResourceSweep(key, resource.label, DELETING, "", True, result.operation.to_dict())
+        # Gone in between (absent), or judged otherwise on the second read (a race): as delete_resource says.
+        return ResourceSweep(key, resource.label, result.action, "", result.action not in outcomes.GONE)
+
+    def _not_reached(
+        self, group: GroupSweep, found: Mapping[str, Resource], why: Callable[[topology.Step], str]
+    ) -> None:
+        """Every deletion the sweep did not get to: kept when the survey found the resource, absent otherwise."""
+        for deletion in _deletions():
+            key = deletion.deletes[0]
+            if key in group.resources:
+                continue
+            if found[key].label in group.found:
+                group.resources[key] = ResourceSweep(
+                    key, found[key].label, NOT_REACHED, why(deletion), key in group.ours
+                )
+            else:
+                group.resources[key] = ResourceSweep(key, found[key].label, outcomes.ABSENT)
+
+    def _finish(self, hook: GcpHook, group: GroupSweep, found: Mapping[str, Resource], lease: Lease) -> None:
+        """Nothing more can go: remove the lease record when nothing of the group is left, else release it warm."""
+        from nemo_rl_gke.gcp.lease import forget, release
+
+        def blocked_by(deletion: topology.Step) -> str:
+            keys = [topology.step(n).deletes[0] for n in needs(deletion)]
+            stuck = [found[k].label for k in keys if k in group.resources and group.resources[k].action in STUCK]
+            return f"not reached: it waits for {', '.join(stuck) or 'a deletion'} that did not go"
+
+        self._not_reached(group, found, blocked_by)
+        left = [r for r in group.resources.values() if r.owned and r.action not in outcomes.GONE]
+        if not left:
+            removed = forget(hook, self.project, group.group, unless_held=False, only_if=lease)
+            group.lease = "forgotten: nothing of the group is left" if removed else "changed meanwhile: left"
+        else:
+            release(hook, self.project, self.owner(group.group), warm=True)
+            group.lease = "released, warm: the next sweep tries again"
+        group.done = True
+
+    def note_wait(self, operation: Mapping[str, Any], status: str, message: str) -> None:
+        """Record how the wait on one operation ended when it did not end well (the next pass reads it)."""
+        if status != "success":
+            self.waits[str(operation.get("path", ""))] = f"its delete did not finish: {status}: {message}"
+
+    # --- report and state -----------------------------------------------------------------------------------------
+    def report(self) -> SweepReport:
+        """What the sweep found, deleted, kept and skipped, per group."""
+        return SweepReport(
+            project=self.project,
+            deployment=self.deployment,
+            run=self.run,
+            dry_run=self.dry_run,
+            at=self.at,
+            groups=tuple(self._group_report(group) for group in self.groups),
+        )
+
+    def _group_report(self, group: GroupSweep) -> GroupReport:
+        results = list(_in_order(group))
+        gone = [r.label for r in results if r.action == outcomes.DELETED]
+        kept = [r for r in results if r.action in outcomes.KEPT or r.action == NOT_REACHED]
+        notes: tuple[str, ...] = ()
+        cluster = group.resources.get(topology.GKE_CLUSTER)
+        if not group.skipped and cluster is not None and cluster.action != outcomes.ABSENT:
+            goes = cluster.action == outcomes.DELETED
+            notes = (
+                f"the node pool and the Kubernetes objects {'go' if goes else 'stay'} with {cluster.label}"
+                + ("" if goes else " (the sweeper deletes no Kubernetes object itself)"),
+            )
+        return GroupReport(
+            group=group.group,
+            why=group.why,
+            skipped=group.skipped,
+            found=tuple(group.found),
+            deleted=tuple(gone),
+            kept=tuple(Kept(r.label, r.action, r.reason) for r in kept),
+            failed=tuple(Kept(r.label, FAILED, r.reason) for r in results if r.action in (FAILED, DELETING)),
+            lease=group.lease,
+            notes=notes,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The state as JSON values (it waits in XCom while the operator defers)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Sweep:
+        """Inverse of :meth:`to_dict`."""
+        groups = []
+        for raw in data["groups"]:
+            resources = {k: ResourceSweep(**v) for k, v in raw["resources"].items()}
+            groups.append(GroupSweep(**{**raw, "resources": resources}))
+        return cls(**{**data, "groups": groups})
+
+
+def _in_order(group: GroupSweep) -> Iterator[ResourceSweep]:
+    for deletion in _deletions():
+        result = group.resources.get(deletion.deletes[0])
+        if result is not None:
+            yield result
+
+
+def _storage() -> frozenset[str]:
+    from nemo_rl_gke.gcp.resources.keep import storage_keys
+
+    return storage_keys()
+
+
+def _unowned(resource: Resource, actual: Mapping[str, Any]) -> str:
+    found = resource.recorded_owner(dict(actual))
+    return f"it belongs to {found}" if found else f"no owner record of this package in its {resource.marker_where}"
