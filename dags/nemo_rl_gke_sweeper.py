@@ -45,7 +45,8 @@ with DAG(
             24,
             type="number",
             title="Warm TTL (hours)",
-            description="A warm group (its last run kept the cluster and storage) idle longer than this is deleted.",
+            description="A warm group (its last run kept the cluster and storage) idle longer than this is deleted. "
+            "A scheduled group idles for its schedule file's own warm_ttl_hours instead.",
             exclusiveMinimum=0,
             maximum=8760,
         ),

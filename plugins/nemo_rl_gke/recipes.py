@@ -67,6 +67,18 @@ DAG_KEYS = (
         "must stay on: the DAG validates and exports the final checkpoint",
         "remove it from extra_overrides",
     ),
+    # The job runs with the HF token and the W&B key in its environment: no override may pick code or a host.
+    (
+        "policy.tokenizer",
+        "decides what Hugging Face loads and runs (NeMo RL loads tokenizers with trust_remote_code) next to the "
+        "job's secrets",
+        "pick a recipe for another tokenizer",
+    ),
+    (
+        "logger.wandb",
+        "is passed to wandb.init, which would send the W&B key to any host it names",
+        "set wandb_run_name and wandb_project instead",
+    ),
 )
 
 # Values left bare only if they match this *and* Hydra's own parser reads them back as the same string.

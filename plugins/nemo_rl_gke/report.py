@@ -107,6 +107,7 @@ class RunInputs:
     teardown_actions: Mapping[str, str] = field(default_factory=dict)  # task_id -> deleted, absent, kept-...
     # The DAG's earlier checkpoints this run continued (resume=latest), oldest first: run, step, uri, rewards.
     lineage: Sequence[Mapping[str, Any]] = ()
+    next_run_at: float | None = None  # epoch seconds of the DAG's next scheduled run (None: not scheduled)
 
 
 @dataclass(frozen=True)
@@ -200,6 +201,20 @@ class GpuUsage:
     estimated_cost_usd: float | None
     scaled_to_zero: bool = False  # the cluster was kept warm and its pool taken to 0 nodes by teardown
     nodes_left_up: int = 0  # GPU nodes still up after the run: they bill until the next run (0 is the target)
+    next_run_at: float | None = None  # the DAG's next scheduled run (None: no schedule)
+
+    @property
+    def hours_to_next_run(self) -> float | None:
+        """Hours from the end of this run (``now``) to the next scheduled one; None without a schedule."""
+        if self.next_run_at is None or self.counted_until is None:
+            return None
+        return max(0.0, self.next_run_at - self.counted_until) / 3600.0
+
+    @property
+    def node_hours_to_next_run(self) -> float | None:
+        """GPU node-hours billed between this run and the next scheduled one (the nodes left up, for that long)."""
+        hours = self.hours_to_next_run
+        return None if hours is None else self.nodes_left_up * hours
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
@@ -219,6 +234,8 @@ class GpuUsage:
             "price_source": self.price_source,
             "scaled_to_zero": self.scaled_to_zero,
             "nodes_left_up": self.nodes_left_up,
+            "next_run_at": self.next_run_at,
+            "node_hours_to_next_run": self.node_hours_to_next_run,
             "estimated_cost_usd": self.estimated_cost_usd,
         }
 
@@ -366,6 +383,11 @@ class RunReport:
             f"  GPU nodes left up       {g.nodes_left_up} ({g.nodes_left_up:g} GPU node-hours per hour until the "
             "next run)",
         ]
+        if g.node_hours_to_next_run is not None:
+            lines.append(
+                f"  until the next run      {g.node_hours_to_next_run:.3f} GPU node-hours ({g.nodes_left_up} nodes x "
+                f"{g.hours_to_next_run:.1f} h to {_iso(g.next_run_at)})"
+            )
         if g.still_running:
             lines.append("  the cluster was kept: its GPU nodes bill until the pool scales to 0 or it is deleted")
         return [*lines, ""]
@@ -566,6 +588,7 @@ def gpu_usage(timings: Iterable[TaskTiming], inputs: RunInputs) -> GpuUsage:
         estimated_cost_usd=None if price is None else gpu_hours * price,
         scaled_to_zero=scaled_to_zero,
         nodes_left_up=inputs.worker_replicas if still_running else 0,
+        next_run_at=inputs.next_run_at,
     )
 
 

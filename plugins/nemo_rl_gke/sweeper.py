@@ -68,10 +68,17 @@ def is_sweeper_run(run: str) -> bool:
     return run.startswith(SWEEPER_DAG_ID + "/")
 
 
-def judge(lease: Lease, *, deployment: str, now: float, ttl_hours: float, run_state: RunState) -> tuple[bool, str]:
-    """Whether the sweep takes on the group of ``lease``, and why (or why not), in words for the report."""
+def judge(
+    lease: Lease, *, deployment: str, now: float, ttl_hours: float, run_state: RunState, me: str = ""
+) -> tuple[bool, str]:
+    """Whether the sweep takes on the group of ``lease``, and why (or why not), in words for the report.
+
+    ``me`` is the judging sweep's own run: a group an earlier try of it held or left is its own to try again.
+    """
     if lease.deployment != deployment:
         return False, f"another deployment's ({lease.deployment}): never touched"
+    if me and lease.run == me:
+        return True, f"held or left by an earlier try of this sweep ({me}): tried again"
     if lease.held_at(now):
         return False, f"held by run {lease.run} until {iso(lease.expires_at)}"
     left_by_sweep = lease.state == FREE and lease.warm and is_sweeper_run(lease.run)
@@ -84,6 +91,8 @@ def judge(lease: Lease, *, deployment: str, now: float, ttl_hours: float, run_st
     if state is None:
         return False, f"the state of run {lease.run} is unknown: left alone until it can be told"
     if state in ACTIVE_RUN_STATES:
+        if lease.state == FREE:
+            return False, f"released {iso(lease.released_at)} by run {lease.run}, which is still {state}"
         return False, f"its lease expired {iso(lease.expires_at)} but run {lease.run} is still {state}"
     if lease.state == HELD:
         return True, f"the lease of run {lease.run} expired {iso(lease.expires_at)} and the run is {state}"
@@ -217,7 +226,7 @@ class Sweep:
         sweep = cls(project, deployment, run, dry_run, now)
         for lease in sorted(leases(hook, project), key=lambda found: found.group):
             ttl = (ttl_hours or {}).get(lease.group, warm_ttl_hours)
-            take, why = judge(lease, deployment=deployment, now=now, ttl_hours=ttl, run_state=run_state)
+            take, why = judge(lease, deployment=deployment, now=now, ttl_hours=ttl, run_state=run_state, me=run)
             group = GroupSweep(lease.group, why, dict(lease.names), record=lease.to_value())
             sweep.groups.append(group)
             if not take:

@@ -111,7 +111,8 @@ def test_three_nights_cold_warm_and_imported_continue_one_lineage(sandbox: Sandb
     assert {first[(k.task_id, t.RETURN)]["action"] for k in t.gcp_resources()} == {outcomes.CREATED}
     assert first[(t.SCALE_POOL, t.RETURN)]["action"] == outcomes.SCALED_TO_ZERO
     assert first[(t.DELETE_CLUSTER, t.RETURN)]["action"] == outcomes.KEPT_BY_POLICY
-    assert first[(t.RUN_REPORT, t.RETURN)]["gpu"]["nodes_left_up"] == 0
+    gpu = first[(t.RUN_REPORT, t.RETURN)]["gpu"]
+    assert gpu["nodes_left_up"] == 0 and gpu["next_run_at"] is not None and gpu["node_hours_to_next_run"] == 0
     kept = {r["name"] for r in sandbox.inventory()}
     assert {SPEC.cluster_name, SPEC.lustre_name, SPEC.network} <= kept
 

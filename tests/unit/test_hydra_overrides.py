@@ -216,6 +216,12 @@ REFUSED = [
     ("checkpointing.enabled=false", "nemo.override-bound-key"),
     ("+data.train_data_path=/tmp/x", "nemo.override-bound-key"),
     ("data.input_key=text", "nemo.override-bound-key"),
+    # Keys that would pick code or a host next to the job's secrets.
+    ("policy.tokenizer.name=attacker/evil-tokenizer", "nemo.override-bound-key"),
+    ("policy.tokenizer={name:attacker/evil}", "nemo.override-bound-key"),
+    ("+logger.wandb.settings={base_url:'https://attacker.example'}", "nemo.override-bound-key"),
+    ("logger.wandb.entity=someone", "nemo.override-bound-key"),
+    ("logger={}", "nemo.override-bound-key"),
     # What Hydra's grammar refuses, sweeps, config groups and packages.
     ("policy.optimizer.kwargs.lr=1e-6,1e-5", "nemo.override-syntax"),
     ("policy.optimizer.kwargs.lr=choice(1e-6,1e-5)", "nemo.override-syntax"),

@@ -536,9 +536,25 @@ def test_a_warm_cluster_whose_pool_went_to_zero_bills_no_gpu_node_until_the_next
     text = r.to_text()
     assert "pool scaled to 0 nodes by teardown.scale-pool; the cluster is kept warm" in text
     assert "GPU nodes left up       0 (0 GPU node-hours per hour until the next run)" in text
+    assert "until the next run" not in text.replace("per hour until the next run", "")  # not scheduled: no line
     # The resize is not a kept resource; the kept cluster is.
     assert [(i.task_id, i.action) for i in r.kept] == [(t.DELETE_CLUSTER, "kept-by-policy")]
     # Without the resize the same kept cluster keeps its nodes up.
     del actions[t.SCALE_POOL]
     kept_up = build_report(timings(schedule), UPSTREAM, inputs(teardown_actions=actions, now=T0 + 99_999)).gpu
     assert kept_up.still_running and kept_up.nodes_left_up == 2
+
+
+def test_a_scheduled_run_states_the_gpu_node_hours_until_its_next_run() -> None:
+    schedule = {**SCHEDULE, t.SCALE_POOL: (5250, 5280)}
+    warm = {**ALL_DELETED, t.DELETE_CLUSTER: "kept-by-policy", t.SCALE_POOL: "scaled-to-zero"}
+    now, next_run = T0 + 6000, T0 + 6000 + 20 * 3600
+    r = build_report(timings(schedule), UPSTREAM, inputs(teardown_actions=warm, now=now, next_run_at=next_run))
+    assert r.gpu.next_run_at == next_run and r.gpu.node_hours_to_next_run == 0.0
+    assert r.to_dict()["gpu"]["node_hours_to_next_run"] == 0.0
+    assert "until the next run      0.000 GPU node-hours (0 nodes x 20.2 h to " in r.to_text()
+    # Kept up without the resize: its 2 nodes bill from the end of teardown to the next run.
+    kept = {**ALL_DELETED, t.DELETE_CLUSTER: "kept-by-policy"}
+    r = build_report(timings(schedule), UPSTREAM, inputs(teardown_actions=kept, now=now, next_run_at=next_run))
+    assert r.gpu.node_hours_to_next_run == pytest.approx(2 * 20.0)
+    assert "until the next run      40.000 GPU node-hours (2 nodes x 20.0 h to " in r.to_text()

@@ -4,6 +4,7 @@ order it deletes in, what it keeps for Lustre's sake, and its report."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -40,14 +41,14 @@ def _lease(**changes: Any) -> Lease:
     return Lease(**{**base, **changes})
 
 
-def _judge(lease: Lease, state: str | None = "failed", ttl_hours: float = 24) -> tuple[bool, str]:
+def _judge(lease: Lease, state: str | None = "failed", ttl_hours: float = 24, me: str = "") -> tuple[bool, str]:
     asked: list[str] = []
 
     def run_state(run: str) -> str | None:
         asked.append(run)
         return state
 
-    return judge(lease, deployment="default", now=NOW, ttl_hours=ttl_hours, run_state=run_state)
+    return judge(lease, deployment="default", now=NOW, ttl_hours=ttl_hours, run_state=run_state, me=me)
 
 
 @pytest.mark.parametrize(
@@ -65,12 +66,24 @@ def _judge(lease: Lease, state: str | None = "failed", ttl_hours: float = 24) ->
         (_lease(state=FREE, warm=True, released_at=NOW, run=SWEEP_RUN), "success", True, f"left by sweep {SWEEP_RUN}"),
         (_lease(state=FREE, warm=True, released_at=NOW, run=SWEEP_RUN), "running", False, "is still running"),
         (_lease(state=FREE, released_at=NOW - 60), "success", True, "with nothing kept: checked for leftovers"),
-        (_lease(state=FREE, released_at=NOW - 60), "running", False, "is still running"),
+        (_lease(state=FREE, released_at=NOW - 60), "running", False, "released 2027-01-15T07:59:00Z by run"),
     ],
 )
 def test_which_lease_records_the_sweep_takes_on(lease: Lease, state: str | None, take: bool, why: str) -> None:
     taken, reason = _judge(lease, state)
     assert taken is take and why in reason
+
+
+def test_a_retry_of_a_sweep_takes_back_what_its_earlier_try_held_or_left() -> None:
+    # The task's retry runs in the same DAG run, which is still running: its own record must not block it.
+    held = _lease(run=SWEEP_RUN, expires_at=NOW + HOUR)
+    left = _lease(state=FREE, warm=True, released_at=NOW, run=SWEEP_RUN)
+    for lease in (held, left):
+        assert _judge(lease, "running", me=SWEEP_RUN) == (
+            True,
+            f"held or left by an earlier try of this sweep ({SWEEP_RUN}): tried again",
+        )
+        assert _judge(lease, "running", me=f"{SWEEP_RUN}-other")[0] is False
 
 
 def test_a_warm_group_s_own_ttl_applies() -> None:
@@ -183,3 +196,22 @@ def test_a_dry_run_report_says_would_delete() -> None:
 
 def test_every_group_name_param_is_recorded() -> None:
     assert set(RunSpec().group_names) == set(GROUP_NAME_PARAMS)
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"project": "nemo-rl-demo", "dry-run": True}, "unknown param(s) 'dry-run': the sweeper takes only project"),
+        ({"project": "Bad Project"}, "param project:"),
+        ({"project": "nemo-rl-demo", "dry_run": "yes"}, "param dry_run must be true or false"),
+        ({"project": "nemo-rl-demo", "warm_ttl_hours": float("nan")}, "param warm_ttl_hours must be a number"),
+    ],
+)
+def test_a_bad_sweeper_param_fails_the_task_naming_it(params: dict, message: str) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from nemo_rl_gke.operators.sweeper import sweep_params
+
+    with pytest.raises(AirflowFailException, match=re.escape(message)):
+        sweep_params(params)
+    assert sweep_params({"project": "nemo-rl-demo"}) == ("nemo-rl-demo", False, 24.0)

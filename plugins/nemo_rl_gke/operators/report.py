@@ -32,6 +32,21 @@ def _training(context: Context) -> dict[str, Any] | None:
     return {**summary, **{k: waited[k] for k in ("converged_at", "final_step") if waited.get(k) is not None}}
 
 
+def _next_run_at(dag: Any) -> float | None:
+    """When the DAG's schedule next fires after now (epoch seconds); None for a DAG run only by hand."""
+    from airflow.timetables.base import TimeRestriction
+    from airflow.utils import timezone
+
+    timetable = getattr(dag, "timetable", None)
+    if timetable is None:
+        return None
+    now = timezone.utcnow()
+    info = timetable.next_dagrun_info(
+        last_automated_data_interval=None, restriction=TimeRestriction(earliest=now, latest=None, catchup=False)
+    )
+    return None if info is None else info.run_after.timestamp()
+
+
 class RunReportOperator(StepOperator):
     """Builds the run report from the run's tasks and their XComs; always runs, after teardown. A failed run's alert
     goes from here: this task has every fact the message needs, and runs after teardown, so what it says is still
@@ -104,6 +119,7 @@ class RunReportOperator(StepOperator):
                 checkpoint_uri=exported.get("uri"),
                 teardown_actions=teardown,
                 lineage=(pull(context, RESUME) or {}).get("lineage") or (),
+                next_run_at=_next_run_at(dag),
             ),
         )
         text = report.to_text()

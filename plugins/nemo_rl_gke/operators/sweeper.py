@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from nemo_rl_gke.gcp.operations import OperationRef
     from nemo_rl_gke.sweeper import RunState, Sweep
 
+# The sweeper DAG's params, the only keys its conf may hold.
+SWEEP_PARAMS = ("project", "dry_run", "warm_ttl_hours")
 # The state of a sweep between deferrals, and its report text.
 STATE_KEY = "sweep_state"
 TEXT_KEY = "text"
@@ -189,6 +191,13 @@ def sweep_params(params: Any) -> tuple[str, bool, float]:
     retried: the same params would fail again)."""
     from nemo_rl_gke.preflight import check_conf
 
+    unknown = sorted(set(params) - set(SWEEP_PARAMS))
+    if unknown:
+        # A typo such as "dry-run" must not turn a dry run into a real sweep.
+        raise AirflowFailException(
+            f"unknown param(s) {', '.join(repr(k[:40]) for k in unknown[:5])}: the sweeper takes only "
+            f"{', '.join(SWEEP_PARAMS)}. Fix: spell the param as listed"
+        )
     project = params.get("project")
     # The run's own rules for a project id; the other findings are about defaults the sweep does not use.
     _, findings = check_conf({"project": project})
