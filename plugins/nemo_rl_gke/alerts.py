@@ -40,7 +40,7 @@ from urllib.parse import quote
 
 from airflow.sdk import BaseNotifier
 
-from nemo_rl_gke import topology
+from nemo_rl_gke import outcomes, topology
 from nemo_rl_gke.deployment import CONN_ID, ENV_PREFIX, SECTION, is_loopback_url
 
 if TYPE_CHECKING:
@@ -379,6 +379,11 @@ def kept_after_teardown(states: Mapping[str, str], report: RunReport | None) -> 
         usd = None if usd is None else usd * g.worker_replicas
         reason = kept.get(topology.DELETE_CLUSTER) or "cluster not deleted"
         found.append(_pool(g.gpu_type, g.gpus_per_node, g.worker_replicas, reason, usd))
+    elif report is not None and report.gpu.scaled_to_zero:
+        # The warm cluster's pool is there at 0 nodes: say so, at what it costs now.
+        g = report.gpu
+        what = f"GPU node pool (0 nodes; {g.worker_replicas} x {g.gpus_per_node} {g.gpu_type} when in use)"
+        found.append(StillRunning(what, outcomes.SCALED_TO_ZERO, 0.0))
     return tuple(found)
 
 

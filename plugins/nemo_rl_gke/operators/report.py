@@ -34,16 +34,15 @@ def _training(context: Context) -> dict[str, Any] | None:
 
 def _next_run_at(dag: Any) -> float | None:
     """When the DAG's schedule next fires after now (epoch seconds); None for a DAG run only by hand."""
+    from airflow.sdk import timezone
     from airflow.timetables.base import TimeRestriction
-    from airflow.utils import timezone
 
-    timetable = getattr(dag, "timetable", None)
-    if timetable is None:
+    # A schedule file's DAG has Airflow's cron timetable; a manual DAG's SDK NullTimetable has no next run to ask for.
+    next_info = getattr(getattr(dag, "timetable", None), "next_dagrun_info", None)
+    if next_info is None:
         return None
-    now = timezone.utcnow()
-    info = timetable.next_dagrun_info(
-        last_automated_data_interval=None, restriction=TimeRestriction(earliest=now, latest=None, catchup=False)
-    )
+    restriction = TimeRestriction(earliest=timezone.utcnow(), latest=None, catchup=False)
+    info = next_info(last_automated_data_interval=None, restriction=restriction)
     return None if info is None else info.run_after.timestamp()
 
 
