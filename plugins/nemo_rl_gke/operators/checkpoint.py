@@ -312,14 +312,14 @@ class ResumeOperator(StepOperator):
             )
         budget = step_budget(dataclasses.replace(spec, max_steps=max_steps), load_recipe(spec.recipe))
         if budget is None:
-            self.log.info("Resumed at step %d + budget %d = max_steps %d", start, max_steps - start, max_steps)
+            self.log.info("Step budget: step %d + %d = max_steps %d", start, max_steps - start, max_steps)
             return
         if budget.capped:
             raise AirflowFailException(
                 f"resumed step {start} + steps_per_run {spec.steps_per_run} = {max_steps}, but the recipe's epoch cap "
                 f"ends the job first: {budget.explain()}. Nothing was started."
             )
-        self.log.info("Resumed at step %d + budget %d = %s", start, max_steps - start, budget.explain())
+        self.log.info("Step budget: step %d + %d = %s", start, max_steps - start, budget.explain())
 
     def import_request(self, context: Context, spec: RunSpec, uri: str, target: str, step: int) -> Any:
         """Lustre's importData request; its id is stable per run and step, so a retry reuses the operation."""
