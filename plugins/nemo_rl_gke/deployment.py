@@ -161,6 +161,9 @@ class Deployment:
             parts = urlsplit(self.ray_dashboard_url)
             if parts.scheme not in ("https", "http") or not parts.hostname or parts.username is not None:
                 problems.append("ray_dashboard_url must be an https:// URL without credentials (or empty)")
+            elif parts.scheme == "http" and not is_loopback_url(self.ray_dashboard_url):
+                # Refused now, not at the first submit after the infrastructure was built.
+                problems.append("ray_dashboard_url is plain http off loopback: use https (http only for the sandbox)")
         for entry in self.nccl_installer_allowlist:
             problem = installer_url_problem(entry, (entry,))
             if problem or urlsplit(entry).query:

@@ -94,7 +94,8 @@ def _safe_container(value: list[Any] | tuple[Any, ...] | dict[Any, Any], depth: 
 
 # A run of more than MAX_SHOWN characters without a space, or a quoted literal that long: a value a rule quoted.
 _LONG = f"{{{MAX_SHOWN + 1},}}"
-_LONG_RUN = re.compile(rf"\S{_LONG}|'[^']{_LONG}'|\"[^\"]{_LONG}\"")
+# A quote right after or before a letter is an apostrophe ("the job's ... checkpoint's"), not a quoted value.
+_LONG_RUN = re.compile(rf"\S{_LONG}|(?<!\w)'[^']{_LONG}'(?!\w)|\"[^\"]{_LONG}\"")
 
 
 def safe_text(text: str, limit: int = MAX_TEXT) -> str:

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from nemo_rl_gke import paths as paths_module
-from nemo_rl_gke.deployment import ConnectionNotAllowedError, Deployment
+from nemo_rl_gke.deployment import ConnectionNotAllowedError, Deployment, DeploymentError
 from nemo_rl_gke.findings import ConfError, Finding
 from nemo_rl_gke.kube.access import ClusterAccess, EndpointNotAllowedError, dashboard_address
 from nemo_rl_gke.kube.manifests import ManifestSourceError, fetch_installer, load_nccl_installer
@@ -180,12 +180,13 @@ def test_a_conf_cannot_send_the_job_and_its_token_to_a_dashboard_it_picks(serve:
     ],
 )
 def test_the_deployments_dashboard_is_https_or_sandbox_loopback(url: str, google: str | None, allowed: bool) -> None:
-    deployment = Deployment(ray_dashboard_url=url)
     if allowed:
+        deployment = Deployment(ray_dashboard_url=url)
         assert dashboard_address(RunSpec(), None, deployment, google_endpoint=google).url == url
     else:
-        with pytest.raises(EndpointNotAllowedError):
-            dashboard_address(RunSpec(), None, deployment, google_endpoint=google)
+        # Plain http off loopback is refused with the settings; to loopback, at submit unless Google is loopback too.
+        with pytest.raises((EndpointNotAllowedError, DeploymentError)):
+            dashboard_address(RunSpec(), None, Deployment(ray_dashboard_url=url), google_endpoint=google)
 
 
 def test_the_bearer_token_never_goes_to_a_plain_http_cluster_endpoint_off_loopback() -> None:
@@ -419,3 +420,12 @@ def test_long_values_are_cut_in_every_finding(conf: dict[str, Any]) -> None:
         assert letter * 81 not in str(finding), finding
         shown = finding.value if isinstance(finding.value, str) else json.dumps(finding.value)
         assert len(shown) <= 80
+
+
+def test_a_rules_own_prose_is_not_cut_between_two_apostrophes() -> None:
+    from nemo_rl_gke.findings import safe_text
+
+    prose = "the job's environment would reach the driver log, W&B and the exported checkpoint's config.yaml, so no"
+    assert safe_text(prose) == prose
+    # A quoted value that long is still cut.
+    assert "x" * 81 not in safe_text("zone='" + "x" * 200 + "' is not a zone")

@@ -63,6 +63,7 @@ def test_load_deployment_reads_the_airflow_config_at_call_time(monkeypatch: pyte
         {"wandb_conn_ids": ("a/b",)},
         {"ray_dashboard_url": "ftp://ray.example"},
         {"ray_dashboard_url": "https://user:pw@ray.example"},
+        {"ray_dashboard_url": "http://10.0.0.7:8265"},
         {"nccl_installer_allowlist": ("http://mirror.example/",)},
         {"nccl_installer_allowlist": ("https://mirror.example/a/../",)},
         {"nccl_installer_allowlist": ("https://mirror.example/x.yaml?token=1",)},
@@ -71,6 +72,11 @@ def test_load_deployment_reads_the_airflow_config_at_call_time(monkeypatch: pyte
 def test_malformed_settings_are_refused_with_the_admins_fix(settings: dict) -> None:
     with pytest.raises(DeploymentError, match=r"\[nemo_rl_gke\] settings are not valid"):
         Deployment(**settings)
+
+
+def test_a_loopback_http_dashboard_is_left_to_the_submit_time_check() -> None:
+    # Allowed only while the Google connection is loopback too (the sandbox), which only the submit can tell.
+    assert Deployment(ray_dashboard_url="http://127.0.0.1:8265").ray_dashboard_url == "http://127.0.0.1:8265"
 
 
 def test_connection_choice_is_among_the_allowed_ids_only() -> None:
