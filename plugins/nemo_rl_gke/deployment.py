@@ -33,7 +33,7 @@ TUTORIAL_INSTALLER_URLS = (
     "gpudirect-rdma/nccl-rdma-installer.yaml",
 )
 CONN_ID = re.compile(r"[A-Za-z0-9_.-]{1,250}")
-# Issue 12 stamps it on labels, whose values are at most 63 lowercase letters, digits, '_' and '-' (FACTS §15).
+# Ownership stamps it on labels, whose values are at most 63 lowercase letters, digits, '_' and '-' (FACTS §15).
 DEPLOYMENT_ID = re.compile(r"[a-z][a-z0-9_-]{0,62}")
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
 
@@ -116,8 +116,8 @@ def installer_url_problem(url: str, allowlist: tuple[str, ...]) -> str:
 class Deployment:
     """What the deployment decides, never the run conf. Build it with :func:`load_deployment` at run time.
 
-    - ``deployment_id``: who this Airflow deployment is. Reserved for resource ownership (issue 12): a label value,
-      lowercase, at most 63 characters; default ``default``.
+    - ``deployment_id``: who this Airflow deployment is, stamped on every resource and lease it owns (two Airflows
+      sharing a project need different ids): a label value, lowercase, at most 63 characters; default ``default``.
     - ``hf_conn_ids`` / ``wandb_conn_ids``: the Airflow connections whose password may be read as the HF token / the
       W&B key. A conf may pick one of them (the first is the default) and nothing else.
     - ``ray_dashboard_url``: a Ray dashboard to submit to instead of the run's head service through the Kubernetes

@@ -38,8 +38,8 @@ class SubmitRayJobOperator(StepOperator):
     """Submits the run's GRPO job to the RayCluster through the Ray Jobs API, exactly once per DAG run.
 
     The submission id is derived from the DAG run, so a retry adopts the job already running. Secrets come from the
-    connections named in the conf, are masked, and go to Ray only as environment variables. Returns
-    ``{"submission_id", "action": "submitted" | "adopted", "status", "dashboard"}``.
+    connections the deployment allows (the conf may only pick among them), are masked, and go to Ray only as
+    environment variables. Returns ``{"submission_id", "action": "submitted" | "adopted", "status", "dashboard"}``.
     """
 
     operator_extra_links = JOB_LINKS
