@@ -29,7 +29,7 @@ chromium:
 # Two workers on this 2-core machine: most tests wait (on Airflow, the sandbox, Ray) rather than compute. A module's
 # tests stay on one worker: they share its sandbox and Ray head.
 test: $(STAMP) chromium
-	$(PY) -m pytest -n auto --dist loadfile
+	$(PY) -m pytest -n auto --dist loadfile --durations=10
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
