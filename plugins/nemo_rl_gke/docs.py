@@ -131,7 +131,8 @@ Every hour, reads the project's run-group leases and deletes what no run will te
 deployment only (`[nemo_rl_gke] deployment_id`):
 
 * a group whose lease expired and whose run is no longer queued or running (a run killed mid-way, teardown never ran);
-* a warm group (its last run kept the cluster and storage) idle longer than `warm_ttl_hours`;
+* a warm group (its last run kept the cluster and storage) idle longer than `warm_ttl_hours` (a scheduled group:
+  its schedule file's own);
 * leftovers of a group whose last run released it with nothing kept (a failed teardown).
 
 It deletes in the runs' teardown order, holding the group's lease meanwhile, and never deletes another
