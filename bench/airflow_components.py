@@ -19,12 +19,12 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sandbox.testing import free_port
+from sandbox.testing import SandboxError, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 DAG_ID = "nemo_rl_grpo_gke"
@@ -326,3 +326,56 @@ def running_airflow(
         yield airflow
     finally:
         stop_airflow(airflow)
+
+
+@contextlib.contextmanager
+def signals_as_interrupt() -> Iterator[None]:
+    """SIGINT / SIGTERM / SIGHUP raise KeyboardInterrupt, so the finally blocks clean up for each of them.
+
+    SIGINT is set explicitly too: a process started in the background by a shell inherits it ignored.
+    """
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = {s: signal.signal(s, interrupt) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def run_bench(prefix: str, keep: bool, measure: Callable[[Path, dict[str, Any]], bool]) -> int:
+    """Run ``measure(workdir, running)`` in a fresh temp dir and return the exit status: 0 when it passes, 1 when it
+    misses, 2 when the bench failed. What it records in ``running`` (``"airflow"``, ``"sandbox"``) is stopped and the
+    temp dir removed (unless ``keep``) on every way out, Ctrl-C and failure included."""
+    import shutil
+    import tempfile
+
+    workdir = Path(tempfile.mkdtemp(prefix=prefix))
+    running: dict[str, Any] = {}
+    started = time.monotonic()
+    try:
+        with signals_as_interrupt():
+            return 0 if measure(workdir, running) else 1
+    except (BenchError, SandboxError, OSError, KeyboardInterrupt) as exc:
+        print(f"bench failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        if "airflow" in running and not isinstance(exc, KeyboardInterrupt):
+            print(running["airflow"].log_tail(), file=sys.stderr)
+        return 2
+    finally:
+        # Cleanup must not be cut short by a second Ctrl-C.
+        old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            if "airflow" in running:
+                stop_airflow(running["airflow"])
+            if "sandbox" in running:
+                running["sandbox"].stop()
+        finally:
+            if keep:
+                print(f"kept {workdir}", file=sys.stderr)
+            else:
+                shutil.rmtree(workdir, ignore_errors=True)
+            signal.signal(signal.SIGINT, old_int)
+            print(f"bench wall time {time.monotonic() - started:.0f} s", file=sys.stderr)

@@ -30,13 +30,8 @@ process start-up, yet stays within a 10-minute budget on a 2-core machine.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import shutil
-import signal
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -50,12 +45,12 @@ from bench.airflow_components import (  # noqa: E402
     Airflow,
     BenchError,
     http_json,
+    run_bench,
     start_airflow,
-    stop_airflow,
     wait_for,
     wait_ready,
 )
-from sandbox.testing import SandboxError, start_sandbox  # noqa: E402
+from sandbox.testing import start_sandbox  # noqa: E402
 
 from nemo_rl_gke import topology as t  # noqa: E402
 
@@ -173,11 +168,16 @@ def match_operations(operations: list[dict[str, Any]], names: dict[str, str]) ->
 
 def resource_names() -> dict[str, str]:
     """Resource key -> name for the default apply conf (from the package, so the bench never drifts from it)."""
+    from nemo_rl_gke.deployment import Deployment
     from nemo_rl_gke.gcp.resources import resources
+    from nemo_rl_gke.ownership import Owner
     from nemo_rl_gke.preflight import check_conf
 
     spec, _ = check_conf({"mode": "apply", "teardown_policy": t.KEEP_ALL})
-    return {key: res.name for key, res in resources(spec).items()}
+    assert spec is not None
+    # Names only: whose they are does not change them.
+    owner = Owner(Deployment().deployment_id, spec.group_id, f"{DAG_ID}/bench")
+    return {key: res.name for key, res in resources(spec, owner).items()}
 
 
 @dataclass
@@ -296,24 +296,6 @@ def print_ratios(run: Timeline, gate: str) -> bool:
 # ---------------------------------------------------------------------------------------------------------------------
 # Main
 # ---------------------------------------------------------------------------------------------------------------------
-@contextlib.contextmanager
-def signals_as_interrupt() -> Iterator[None]:
-    """SIGINT / SIGTERM / SIGHUP raise KeyboardInterrupt, so the finally blocks clean up for each of them.
-
-    SIGINT is set explicitly too: a process started in the background by a shell inherits it ignored.
-    """
-
-    def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    previous = {s: signal.signal(s, interrupt) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-
-
 def parse_args() -> argparse.Namespace:
     """The command line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -382,32 +364,10 @@ def measure(args: argparse.Namespace, workdir: Path, started: float, running: di
 def main() -> int:
     """Run the bench; 0 when the gated ratios meet their targets, 1 when one misses, 2 when the bench failed."""
     args = parse_args()
-    workdir = Path(tempfile.mkdtemp(prefix="provision-makespan-"))
-    running: dict[str, Any] = {}
     started = time.monotonic()
-    try:
-        with signals_as_interrupt():
-            return 0 if measure(args, workdir, started, running) else 1
-    except (BenchError, SandboxError, OSError, KeyboardInterrupt) as exc:
-        print(f"bench failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        if "airflow" in running and not isinstance(exc, KeyboardInterrupt):
-            print(running["airflow"].log_tail(), file=sys.stderr)
-        return 2
-    finally:
-        # Cleanup must not be cut short by a second Ctrl-C.
-        old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        try:
-            if "airflow" in running:
-                stop_airflow(running["airflow"])
-            if "sandbox" in running:
-                running["sandbox"].stop()
-        finally:
-            if args.keep:
-                print(f"kept {workdir}", file=sys.stderr)
-            else:
-                shutil.rmtree(workdir, ignore_errors=True)
-            signal.signal(signal.SIGINT, old_int)
-            print(f"bench wall time {time.monotonic() - started:.0f} s", file=sys.stderr)
+    return run_bench(
+        "provision-makespan-", args.keep, lambda workdir, running: measure(args, workdir, started, running)
+    )
 
 
 if __name__ == "__main__":

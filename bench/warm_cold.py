@@ -24,11 +24,7 @@ provisioning API work and Airflow's own overhead, not node boot.
 
 from __future__ import annotations
 
-import shutil
-import signal
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +32,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "plugins"))
 
-from bench.airflow_components import Airflow, BenchError, http_json, start_airflow, stop_airflow, wait_ready  # noqa: E402
-from bench.provision_makespan import DAG_ID, SEED, run_dag, signals_as_interrupt, when  # noqa: E402
-from sandbox.testing import SandboxError, start_sandbox  # noqa: E402
+from bench.airflow_components import Airflow, BenchError, http_json, run_bench, start_airflow, wait_ready  # noqa: E402
+from bench.provision_makespan import DAG_ID, SEED, run_dag, when  # noqa: E402
+from sandbox.testing import start_sandbox  # noqa: E402
 
 from nemo_rl_gke import topology as t  # noqa: E402
 
@@ -134,31 +130,9 @@ def main() -> int:
     args = parser.parse_args()
     if args.scale <= 0:
         parser.error("--scale must be > 0: the bench measures against the latency model")
-    workdir = Path(tempfile.mkdtemp(prefix="warm-cold-"))
-    running: dict[str, Any] = {}
-    started = time.monotonic()
-    try:
-        with signals_as_interrupt():
-            return 0 if measure(args.scale, args.poll_interval, workdir, running) else 1
-    except (BenchError, SandboxError, OSError, KeyboardInterrupt) as exc:
-        print(f"bench failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        if "airflow" in running and not isinstance(exc, KeyboardInterrupt):
-            print(running["airflow"].log_tail(), file=sys.stderr)
-        return 2
-    finally:
-        old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        try:
-            if "airflow" in running:
-                stop_airflow(running["airflow"])
-            if "sandbox" in running:
-                running["sandbox"].stop()
-        finally:
-            if args.keep:
-                print(f"kept {workdir}", file=sys.stderr)
-            else:
-                shutil.rmtree(workdir, ignore_errors=True)
-            signal.signal(signal.SIGINT, old_int)
-            print(f"bench wall time {time.monotonic() - started:.0f} s", file=sys.stderr)
+    return run_bench(
+        "warm-cold-", args.keep, lambda workdir, running: measure(args.scale, args.poll_interval, workdir, running)
+    )
 
 
 if __name__ == "__main__":
