@@ -238,7 +238,8 @@ def test_timeout_names_the_resource_and_its_last_state(monkeypatch: pytest.Monke
     assert (event["status"], event["state"]) == ("timeout", "RUNNING")
     assert "cluster nemo-rl-cluster" in event["message"]
     assert "last state RUNNING" in event["message"]
-    assert 0.3 <= elapsed < 3
+    # Never early (a slow machine only adds time, so this bound cannot flake); no upper bound on a shared machine.
+    assert elapsed >= 0.3
     assert len(paths) >= 3
 
 
