@@ -47,7 +47,8 @@ def test_kube_group_brings_up_objects_and_a_real_ray_then_teardown_leaves_nothin
     kube = KubeHook(SPEC, GcpHook())
     address = kube.dashboard()
     assert address.url.endswith("/api/v1/namespaces/default/services/ray-cluster-kuberay-head-svc:8265/proxy")
-    with urllib.request.urlopen(urllib.request.Request(address.url + "/api/version"), timeout=30) as response:
+    request = urllib.request.Request(address.url + "/api/version", headers=kube.dashboard_headers(address))
+    with urllib.request.urlopen(request, timeout=30) as response:
         assert json.loads(response.read())["ray_version"] == "2.60.0"
 
     # A second run re-applies every object and changes nothing (same objects, same resourceVersions), then its

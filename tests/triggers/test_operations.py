@@ -423,7 +423,7 @@ def test_waits_on_the_sandboxs_real_operations(monkeypatch: pytest.MonkeyPatch, 
     assert spec is not None, findings
     # Lustre 600 s -> 0.6 s, cluster 420 s -> 0.42 s: long enough to be seen running, short enough for a test.
     with start_sandbox(tmp_path / "sandbox", latency_scale=0.001) as sandbox:
-        use_conn(monkeypatch, {"is_anonymous": True, "api_endpoint": sandbox.url, "project": "trigger-test"})
+        use_conn(monkeypatch, sandbox.connection_extra("trigger-test"))
         hook = GcpHook(gcp_conn_id=CONN_ID)
         found = resources(spec, owner_of(spec))
         shapes = set()
@@ -437,6 +437,8 @@ def test_waits_on_the_sandboxs_real_operations(monkeypatch: pytest.MonkeyPatch, 
             if key in (t.GKE_CLUSTER, t.LUSTRE, t.PEERING):
                 assert len(polls) > 1, key  # seen unfinished first, then done
             assert found[key].ready(found[key].get(hook))
+        # The trigger's polls and the hook's calls all carried a token the sandbox issued.
+        assert sandbox.unauthenticated_calls() == []
     assert shapes == {
         ("compute", "compute"),
         ("container", "container"),
