@@ -424,6 +424,8 @@ def test_waits_on_the_sandboxs_real_operations(monkeypatch: pytest.MonkeyPatch, 
     # Lustre 600 s -> 0.6 s, cluster 420 s -> 0.42 s: long enough to be seen running, short enough for a test.
     with start_sandbox(tmp_path / "sandbox", latency_scale=0.001) as sandbox:
         use_conn(monkeypatch, sandbox.connection_extra("trigger-test"))
+        # The peering's 60 s would be 0.06 s: less than the trigger's first token grant, so it would be done at once.
+        sandbox.set_latency(seconds={"servicenetworking.connections.create": 600.0})
         hook = GcpHook(gcp_conn_id=CONN_ID)
         found = resources(spec, owner_of(spec))
         shapes = set()
