@@ -72,7 +72,7 @@ def endpoint_for(extras: Mapping[str, Any], service: str) -> str:
 
 
 def is_anonymous(extras: Mapping[str, Any]) -> bool:
-    """Whether the connection asks for no credentials at all (the sandbox)."""
+    """Whether the connection asks for no credentials at all (unit tests against scripted servers)."""
     value = conn_extra(extras, "is_anonymous")
     if isinstance(value, str):
         return value.strip().lower() in {"true", "1", "yes"}
