@@ -5,6 +5,8 @@ stays open."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.parse
@@ -19,7 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from google.auth import crypt, jwt
 from google.oauth2 import service_account
 from sandbox.auth import JWT_BEARER, MESSAGE_INVALID, MESSAGE_MISSING, TOKEN_PATH
-from sandbox.testing import CLOUD_PLATFORM, SandboxProcess, start_sandbox
+from sandbox.testing import CLOUD_PLATFORM, REPO_ROOT, SandboxProcess, start_sandbox
 
 from nemo_rl_gke.gcp import peering
 from tests.sandbox.conftest import PROJECT, REGION, SPEC, ZONE, Clients
@@ -229,3 +231,26 @@ def test_the_key_and_its_tokens_survive_a_restart(tmp_path: Any) -> None:
         assert second.key_file()["private_key_id"] == key["private_key_id"]
         assert _get(second.url + FAMILIES["compute"][0], f"Bearer {token}")[0] == 200
     assert (tmp_path / "auth" / "key.json").stat().st_mode & 0o077 == 0
+
+
+def test_the_credentials_command_writes_the_key_and_prints_a_connection_that_reaches_the_sandbox(
+    sandbox: SandboxProcess, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "sandbox-key.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "sandbox", "credentials", "--url", sandbox.url, "--out", str(out), "--project", PROJECT],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(out.read_text())["private_key_id"] == sandbox.key_file()["private_key_id"]
+    assert out.stat().st_mode & 0o077 == 0
+    connection = json.loads(done.stdout)
+    assert connection["extra"] == {"key_path": str(out), "project": PROJECT, "api_endpoint": sandbox.url}
+    assert "PRIVATE KEY" not in done.stdout + done.stderr
+    monkeypatch.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", done.stdout.strip())
+    from nemo_rl_gke.gcp.hooks import GcpHook
+
+    assert GcpHook().project_number(PROJECT).isdigit()
+    assert [c["auth"] for c in sandbox.calls()] == ["valid"]
