@@ -1,5 +1,7 @@
 """The HTTP server: one aiohttp app on 127.0.0.1 that routes every request by path to an API or the admin API.
 
+Every call outside ``/sandbox/`` and the token endpoint is authenticated first (:mod:`sandbox.auth`): without a valid
+bearer token it gets Google's 401 (the Kubernetes API: its ``Unauthorized`` Status) and goes no further.
 For an API call: settle the operations that are due, match the route, apply a status fault (the call then never
 reaches the API) or note an operation fault, run the handler, save the state if it changed, log the call. Handlers
 run on one event loop, so a request sees and leaves the store consistent; only ``operations.wait`` awaits.
@@ -76,6 +78,7 @@ class SandboxServer:
         return web.json_response(body, headers={"Cache-Control": "no-store"})
 
     def _unauthenticated(self, call: Call, verdict: auth.Verdict) -> web.Response:
+        # Logged like any call (with its verdict), so a test sees what was refused.
         sb = self.sandbox
         try:
             service = self.api_routes.match(call.method, call.path)[0].service

@@ -396,6 +396,29 @@ def test_bearer_token_from_the_connection_credentials(
     assert blocked == []
 
 
+def test_a_401_gets_one_new_token_and_one_more_try(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A token refused before its expiry (revoked, or the server's clock): renewed once, as AuthorizedSession does."""
+    pem = _private_key_pem()
+    issued = iter(["ya29.first", "ya29.second"])
+
+    async def token(request: web.Request) -> web.Response:
+        return web.json_response({"access_token": next(issued), "expires_in": 3600, "token_type": "Bearer"})
+
+    async def scenario() -> tuple[list[dict[str, Any]], list[str | None]]:
+        scripts = {
+            COMPUTE_OP.path: [(401, {"error": {"code": 401, "status": "UNAUTHENTICATED"}}), (200, DONE["compute"])]
+        }
+        async with scripted_api(scripts, routes={"/token": token}) as api:
+            key = _service_account_key(pem, f"{api.url}/token")
+            use_conn(monkeypatch, {"api_endpoint": api.url, "keyfile_dict": json.dumps(key), "project": P})
+            events = await asyncio.wait_for(all_events(trigger_for(COMPUTE_OP, timeout=10)), 20)
+            return events, [r.headers.get("Authorization") for r in api.requests if r.path == COMPUTE_OP.path]
+
+    events, auth = asyncio.run(scenario())
+    assert [e["status"] for e in events] == ["success"], events
+    assert auth == ["Bearer ya29.first", "Bearer ya29.second"]
+
+
 # --- backoff ----------------------------------------------------------------------------------------------------
 def test_backoff_grows_and_is_capped() -> None:
     import random
