@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sandbox.testing import SandboxError, free_port
+from sandbox.testing import SandboxError, connection_extra, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 DAG_ID = "nemo_rl_grpo_gke"
@@ -204,10 +204,7 @@ def start_airflow(workdir: Path, sandbox_url: str, extra_env: dict[str, str] | N
     home.mkdir(parents=True)
     port = free_port()
     venv_bin = Path(sys.executable).parent
-    connection = {
-        "conn_type": "google_cloud_platform",
-        "extra": {"is_anonymous": True, "project": "nemo-rl-demo", "api_endpoint": sandbox_url},
-    }
+    connection = {"conn_type": "google_cloud_platform", "extra": connection_extra(sandbox_url, "nemo-rl-demo")}
     env = {
         **os.environ,
         "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",

@@ -17,7 +17,9 @@ routed by path exactly as Google's (point every client's ``api_endpoint`` at ``h
 - cloudresourcemanager v1 ``/v1/projects/{p}`` and serviceusage v1 ``/v1/projects/{p}/services/{s}``,
   ``/v1/projects/{p}/services:batchGet`` (:mod:`sandbox.apis.misc`);
 - the admin API under ``/sandbox/`` (:mod:`sandbox.admin`): health, faults, inventory, calls, operations, seed,
-  reservations, services, latency, reset.
+  reservations, services, latency, reset, credentials (the service-account key file), auth (token lifetime);
+- the OAuth token endpoint ``/token`` (:mod:`sandbox.auth`): every call above but the admin API needs a bearer token
+  it issued (or a self-signed JWT from its key), else Google's 401 / the Kubernetes API's ``Unauthorized``.
 
 Bodies are parsed into the real message types with unknown fields rejected; names follow the APIs' rules; operations
 take the time of :mod:`sandbox.operations`' latency model; state persists in the state dir (:mod:`sandbox.store`).

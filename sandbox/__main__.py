@@ -1,6 +1,8 @@
-"""``python -m sandbox serve --port N --state DIR [--latency-scale F] [--seed FILE]``.
+"""``python -m sandbox serve --port N --state DIR [--latency-scale F] [--seed FILE] [--token-lifetime S]``, and
+``python -m sandbox credentials --url URL [--out FILE] [--project P]``.
 
-It binds 127.0.0.1 only: there is deliberately no option to listen anywhere else.
+It binds 127.0.0.1 only: there is deliberately no option to listen anywhere else. ``credentials`` writes the running
+sandbox's service-account key file and prints the ``AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT`` value that reaches it.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -33,13 +36,51 @@ def parser() -> argparse.ArgumentParser:
         type=Path,
         help="JSON seed file: roce_zones, enabled_services, reservations, latency_seconds, quotas",
     )
+    run.add_argument(
+        "--token-lifetime",
+        type=float,
+        default=3600.0,
+        help="seconds an issued access token (and a self-signed JWT, from its iat) stays valid (default 3600)",
+    )
+    creds = commands.add_parser(
+        "credentials", help="write a running sandbox's key file and print the google_cloud_default connection for it"
+    )
+    creds.add_argument("--url", required=True, help="the sandbox, e.g. http://127.0.0.1:8931")
+    creds.add_argument(
+        "--out", type=Path, default=Path(".airflow/sandbox-key.json"), help="where to write the JSON key file"
+    )
+    creds.add_argument("--project", default="nemo-rl-demo", help="the connection's project extra")
     return root
+
+
+def credentials(url: str, out: Path, project: str) -> int:
+    """Write the key file (mode 0600) and print the connection JSON that names it."""
+    from sandbox.testing import SandboxError, connection_json, key_file
+
+    try:
+        key = key_file(url)
+    except (OSError, SandboxError) as exc:
+        print(f"--url {url}: no sandbox answers there ({exc}); start one with python -m sandbox serve", file=sys.stderr)
+        return 2
+    out.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+        json.dump(key, handle, indent=2)
+    extra = {"key_path": str(out.resolve()), "project": project, "api_endpoint": url.rstrip("/")}
+    print(f"wrote {out} (service account {key['client_email']}, token_uri {key['token_uri']})", file=sys.stderr)
+    print(connection_json(extra))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line."""
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if args.command == "credentials":
+        return credentials(args.url, args.out, args.project)
+    if args.token_lifetime <= 0:
+        print("--token-lifetime must be > 0", file=sys.stderr)
+        return 2
     if args.latency_scale < 0:
         print("--latency-scale must be >= 0", file=sys.stderr)
         return 2
@@ -53,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     # Imported after parsing: a usage error answers at once, without loading the Google client libraries.
     from sandbox.server import serve
 
-    asyncio.run(serve(args.port, args.state, args.latency_scale, args.seed))
+    asyncio.run(serve(args.port, args.state, args.latency_scale, args.seed, args.token_lifetime))
     return 0
 
 

@@ -18,6 +18,10 @@ not Google's.
 - ``GET|POST /sandbox/latency``: the latency model; POST ``{"scale": 0.01, "seconds": {"kind": s}}`` changes it,
   ``"defaults": true`` first drops every per-kind override (seeded ones included).
 - ``POST /sandbox/reset``: forget every resource, operation, fault and call (the seeded config stays).
+- ``GET /sandbox/credentials``: the service-account JSON key file (see :mod:`sandbox.auth`), made on first use and
+  kept in the state dir; its ``token_uri`` is this sandbox's token endpoint.
+- ``GET|POST /sandbox/auth``: token lifetime, tokens issued so far; POST ``{"token_lifetime_s": 5}`` changes the
+  lifetime of tokens issued (and self-signed JWTs checked) from now on.
 """
 
 from __future__ import annotations
@@ -223,6 +227,25 @@ async def set_latency(sb: Sandbox, call: Call) -> Reply:
     return reply(sb.latency.to_json())
 
 
+async def credentials(sb: Sandbox, call: Call) -> Reply:
+    """The service-account key file that gets tokens from this sandbox."""
+    return reply(sb.auth.key_file(sb.url))
+
+
+async def get_auth(sb: Sandbox, call: Call) -> Reply:
+    """Token lifetime and how many tokens were issued."""
+    return reply(sb.auth.to_json())
+
+
+async def set_auth(sb: Sandbox, call: Call) -> Reply:
+    """Change the token lifetime (tests shorten it to prove refresh)."""
+    value = call.json().get("token_lifetime_s")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise invalid(f"token_lifetime_s must be a number of seconds > 0 (e.g. 5), got {value!r}")
+    sb.auth.lifetime_s = float(value)
+    return reply(sb.auth.to_json())
+
+
 async def reset(sb: Sandbox, call: Call) -> Reply:
     """Forget every resource, operation, fault and call; keep the seeded config."""
     sb.store.reset()
@@ -251,4 +274,7 @@ def router() -> Router:
     add("GET", "/sandbox/latency", SERVICE, get_latency)
     add("POST", "/sandbox/latency", SERVICE, set_latency)
     add("POST", "/sandbox/reset", SERVICE, reset)
+    add("GET", "/sandbox/credentials", SERVICE, credentials)
+    add("GET", "/sandbox/auth", SERVICE, get_auth)
+    add("POST", "/sandbox/auth", SERVICE, set_auth)
     return routes

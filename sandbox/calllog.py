@@ -1,6 +1,7 @@
 """The log of API calls the sandbox answered, for tests ("which calls were made?") and the makespan bench.
 
-Admin calls under ``/sandbox/`` are not logged. The log lives in memory only: a restarted sandbox starts a new one.
+Admin calls under ``/sandbox/`` and token requests are not logged. Every other call is, refused ones included, with
+whether a valid bearer token came with it (``auth``). The log lives in memory only: a restarted sandbox starts anew.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ class CallRecord:
     operations: list[str] = field(default_factory=list)
     fault: str | None = None
     error: str | None = None
+    # The bearer token's verdict (sandbox.auth.Verdict: valid, missing, invalid, expired); never the token itself.
+    auth: str = ""
 
 
 class CallLog:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sandbox import formats
+from sandbox.auth import DEFAULT_LIFETIME_S, Auth
 from sandbox.calllog import CallLog
 from sandbox.errors import ApiError
 from sandbox.faults import Faults
@@ -19,9 +20,13 @@ from sandbox.store import Resource, Store
 class Sandbox:
     """Everything a request handler may touch. One instance per server process."""
 
-    def __init__(self, state_dir: Path, latency_scale: float = 1.0) -> None:
+    def __init__(
+        self, state_dir: Path, latency_scale: float = 1.0, token_lifetime_s: float = DEFAULT_LIFETIME_S
+    ) -> None:
         self.state_dir = state_dir
         self.store = Store(state_dir)
+        # The key, the tokens and the bearer check: ``sandbox.auth.verify(authorization_header)``.
+        self.auth = Auth(state_dir, token_lifetime_s)
         self.faults = Faults()
         self.calls = CallLog()
         self.latency_scale = latency_scale

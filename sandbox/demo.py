@@ -78,8 +78,8 @@ def start_demo_sandbox(home: Path, conf: dict[str, Any]) -> tuple[Any, dict[str,
     }
     # Operations take a few hundred milliseconds, so the waits really are deferrals.
     sandbox = start_sandbox(home / f"sandbox-{time.strftime('%Y%m%d-%H%M%S')}", latency_scale=0.002, seed=seed)
-    extra = {"is_anonymous": True, "project": spec.project, "api_endpoint": sandbox.url}
-    conn = json.dumps({"conn_type": "google_cloud_platform", "extra": extra})
+    # The sandbox's service-account key: google-auth's real JWT grant and refresh, as with a key file on GCP.
+    conn = sandbox.connection_json(spec.project)
     # The local recipe needs no Hugging Face token, but the job always gets one: a placeholder stands in for it.
     hf = json.dumps({"conn_type": "generic", "password": "hf_sandbox_placeholder_token"})
     hf_conn_id = job_secrets(spec, Deployment.from_env())[0].conn_id
@@ -137,6 +137,15 @@ def _print_training(run: dict[str, Any], sandbox: Any) -> None:
         print("\n" + text)
 
 
+def _bearer_summary(calls: list[dict[str, Any]], refused: list[dict[str, Any]]) -> str:
+    """How many API calls the run made and whether each carried a valid bearer token (naming those that did not)."""
+    if not refused:
+        return f"{len(calls)} API calls, all with a valid bearer token"
+    lines = [f"{len(calls)} API calls, {len(refused)} WITHOUT a valid bearer token:"]
+    lines += [f"    {c['method']} {c['path']} -> {c['status']} (token {c.get('auth') or '?'})" for c in refused]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the DAG once with the given conf; exit 0 only if the run succeeded (and, on the sandbox, left nothing)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -175,15 +184,18 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\nplan: {plan_text.splitlines()[0]}\n  (full plan: {plan_path})")
         _print_training(run, sandbox)
         leftover: list[Any] = []
+        refused: list[dict[str, Any]] = []
         if sandbox is not None:
             inventory = sandbox.full_inventory()
             leftover = [*inventory["resources"], *inventory["kubernetes"], *inventory["ray_heads"]]
+            calls = sandbox.calls()
+            refused = [c for c in calls if c.get("auth") != "valid"]
+            print(f"\nsandbox: {_bearer_summary(calls, refused)}")
             print(
-                f"\nsandbox: {len(sandbox.calls())} API calls; left after teardown: {len(inventory['resources'])} "
-                f"GCP resource(s), {len(inventory['kubernetes'])} Kubernetes object(s), "
-                f"{len(inventory['ray_heads'])} Ray process(es)"
+                f"  left after teardown: {len(inventory['resources'])} GCP resource(s), "
+                f"{len(inventory['kubernetes'])} Kubernetes object(s), {len(inventory['ray_heads'])} Ray process(es)"
             )
-        return 0 if run["state"] == "success" and not leftover else 1
+        return 0 if run["state"] == "success" and not leftover and not refused else 1
     finally:
         if sandbox is not None:
             sandbox.stop()

@@ -27,6 +27,7 @@ import yaml
 from aiohttp import web
 
 from sandbox import formats
+from sandbox.auth import KUBE_UNAUTHORIZED, Verdict
 from sandbox.kube_cluster import KubeCluster, server_metadata
 
 if TYPE_CHECKING:
@@ -72,7 +73,9 @@ class KubeError(Exception):
         self.details = details or {}
 
     def status(self) -> dict[str, Any]:
-        """The ``Status`` body."""
+        """The ``Status`` body (an authentication failure's, like the API server's, has no details)."""
+        if self.code == 401:
+            return dict(KUBE_UNAUTHORIZED)
         return {
             "kind": "Status",
             "apiVersion": "v1",
@@ -277,14 +280,17 @@ class KubeApi:
         return items
 
     # --- HTTP ---------------------------------------------------------------------------------------------------
-    async def handle(self, request: web.Request) -> web.Response:
-        """Answer one request under ``/kube/``."""
+    async def handle(self, request: web.Request, verdict: Verdict) -> web.Response:
+        """Answer one request under ``/kube/``; ``verdict`` is the bearer token's (the API server authenticates
+        first: without a valid Google token every path, the service proxy included, is 401 Unauthorized)."""
         started = time.perf_counter()
         raw = await request.read()
         text = raw.decode("utf-8", errors="replace")
         fault_id = None
         status = 200
         try:
+            if verdict is not Verdict.VALID:
+                raise KubeError(401, "Unauthorized", "Unauthorized")
             fault = self.faults.call_fault(request.method, request.path, request.query_string, text)
             if fault is not None:
                 fault_id = fault.id
@@ -317,6 +323,7 @@ class KubeApi:
             operations=[],
             fault=fault_id,
             error=None if status < 400 else _message(response),
+            auth=str(verdict),
         )
         return response
 

@@ -1,5 +1,7 @@
 """The HTTP server: one aiohttp app on 127.0.0.1 that routes every request by path to an API or the admin API.
 
+Every call outside ``/sandbox/`` and the token endpoint is authenticated first (:mod:`sandbox.auth`): without a valid
+bearer token it gets Google's 401 (the Kubernetes API: its ``Unauthorized`` Status) and goes no further.
 For an API call: settle the operations that are due, match the route, apply a status fault (the call then never
 reaches the API) or note an operation fault, run the handler, save the state if it changed, log the call. Handlers
 run on one event loop, so a request sees and leaves the store consistent; only ``operations.wait`` awaits.
@@ -18,7 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
-from sandbox import admin, apis, kube
+from sandbox import admin, apis, auth, kube
 from sandbox.context import Sandbox
 from sandbox.errors import ApiError
 from sandbox.http import Call, Reply, error_reply
@@ -45,16 +47,58 @@ class SandboxServer:
 
     async def handle(self, request: web.Request) -> web.Response:
         """Answer one HTTP request with JSON."""
+        if request.path.startswith("/sandbox/"):
+            call = Call(request.method, request.path, request.query_string, await request.text())
+            result = await self._admin(call)
+            return web.json_response(result.body, status=result.status, dumps=_dumps)
+        if request.path == auth.TOKEN_PATH:
+            return await self._token(request)
+        # Google and the API server authenticate before anything else: no route, fault or handler sees the call.
+        verdict = self.sandbox.auth.verify(request.headers.get("Authorization"))
         if request.path.startswith(kube.PREFIX):
             # Kubernetes answers in its own shapes, and the service proxy forwards raw bytes.
             self.sandbox.store.settle(self.sandbox.now())
-            return await self.sandbox.kube.handle(request)
+            return await self.sandbox.kube.handle(request, verdict)
         call = Call(request.method, request.path, request.query_string, await request.text())
-        if call.path.startswith("/sandbox/"):
-            result = await self._admin(call)
-        else:
-            result = await self._api(call)
+        if verdict is not auth.Verdict.VALID:
+            return self._unauthenticated(call, verdict)
+        result = await self._api(call)
         return web.json_response(result.body, status=result.status, dumps=_dumps)
+
+    async def _token(self, request: web.Request) -> web.Response:
+        """Google's OAuth token endpoint for the sandbox's key (the key file's ``token_uri``)."""
+        if request.method != "POST":
+            return web.json_response(
+                {"error": "invalid_request", "error_description": "Only POST is served"}, status=405
+            )
+        try:
+            body = self.sandbox.auth.grant(await request.text(), self.sandbox.url)
+        except auth.GrantError as exc:
+            return web.json_response(exc.body(), status=400)
+        return web.json_response(body, headers={"Cache-Control": "no-store"})
+
+    def _unauthenticated(self, call: Call, verdict: auth.Verdict) -> web.Response:
+        # Logged like any call (with its verdict), so a test sees what was refused.
+        sb = self.sandbox
+        try:
+            service = self.api_routes.match(call.method, call.path)[0].service
+        except ApiError:
+            service = ""
+        body = auth.unauthenticated_body(verdict, f"{service}.googleapis.com" if service else "")
+        sb.calls.append(
+            time=sb.now(),
+            method=call.method,
+            path=call.path,
+            query=call.query_string,
+            service=service,
+            status=401,
+            duration_ms=0.0,
+            operations=[],
+            fault=None,
+            error=body["error"]["message"],
+            auth=str(verdict),
+        )
+        return web.json_response(body, status=401, dumps=_dumps, headers={"WWW-Authenticate": auth.WWW_AUTHENTICATE})
 
     async def _admin(self, call: Call) -> Reply:
         self.sandbox.store.settle(self.sandbox.now())
@@ -105,6 +149,7 @@ class SandboxServer:
             operations=list(call.started),
             fault=fault_id,
             error=error,
+            auth=str(auth.Verdict.VALID),
         )
         return result
 
@@ -113,9 +158,11 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-def open_sandbox(state_dir: Path, latency_scale: float, seed: Path | None) -> Sandbox:
+def open_sandbox(
+    state_dir: Path, latency_scale: float, seed: Path | None, token_lifetime_s: float = auth.DEFAULT_LIFETIME_S
+) -> Sandbox:
     """Load the state dir (or start empty), apply the seed file, settle what finished while it was down, save."""
-    sandbox = Sandbox(state_dir, latency_scale)
+    sandbox = Sandbox(state_dir, latency_scale, token_lifetime_s)
     state_dir.mkdir(parents=True, exist_ok=True)
     sandbox.store.load()
     if seed is not None:
@@ -125,9 +172,15 @@ def open_sandbox(state_dir: Path, latency_scale: float, seed: Path | None) -> Sa
     return sandbox
 
 
-async def serve(port: int, state_dir: Path, latency_scale: float, seed: Path | None) -> None:
+async def serve(
+    port: int,
+    state_dir: Path,
+    latency_scale: float,
+    seed: Path | None,
+    token_lifetime_s: float = auth.DEFAULT_LIFETIME_S,
+) -> None:
     """Serve on ``127.0.0.1:port`` (0 picks a free port) until SIGTERM or SIGINT."""
-    sandbox = open_sandbox(state_dir, latency_scale, seed)
+    sandbox = open_sandbox(state_dir, latency_scale, seed, token_lifetime_s)
     runner = web.AppRunner(SandboxServer(sandbox).app(), access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, host=HOST, port=port)

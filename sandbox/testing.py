@@ -4,13 +4,19 @@
 
     sandbox = sandbox_fixture(scope="module")          # in a conftest.py or test module
 
-    def test_something(sandbox):
+    def test_something(sandbox, monkeypatch):
         sandbox.reset()
         sandbox.add_fault({"method": "POST", "path": "/global/networks$"}, status=503)
-        client = compute_v1.NetworksClient(credentials=AnonymousCredentials(),
+        client = compute_v1.NetworksClient(credentials=sandbox.credentials(),
                                            client_options={"api_endpoint": sandbox.url})
+        monkeypatch.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", sandbox.connection_json("my-project"))
 
-Only the standard library is used here (pytest only inside :func:`sandbox_fixture`), so anything can import it.
+The sandbox refuses every Google API and Kubernetes call without a bearer token it issued, so the helpers here get one
+the way production does: the sandbox's service-account key file (``/sandbox/credentials``) and google-auth's real
+JWT grant against its ``token_uri``. :func:`request_json` adds that token to every call outside ``/sandbox/``.
+
+Only the standard library is imported at module level (google-auth lazily, pytest only inside
+:func:`sandbox_fixture`), so anything can import it.
 """
 
 from __future__ import annotations
@@ -28,8 +34,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+from urllib.parse import urlsplit
 
 HOST = "127.0.0.1"
+CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
 REPO_ROOT = Path(__file__).resolve().parents[1]
 START_TIMEOUT_SECONDS = 30.0
 # Stopping the sandbox stops its Ray heads first (a few seconds each).
@@ -47,10 +55,18 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def request_json(url: str, method: str = "GET", body: Any = None, timeout: float = 30.0) -> Any:
-    """One JSON HTTP call (admin API or raw API); raises :class:`SandboxError` with the body on an HTTP error."""
+def request_json(
+    url: str, method: str = "GET", body: Any = None, timeout: float = 30.0, *, authenticated: bool | None = None
+) -> Any:
+    """One JSON HTTP call (admin API or raw API); raises :class:`SandboxError` with the body on an HTTP error.
+
+    A call outside ``/sandbox/`` carries the sandbox's bearer token unless ``authenticated=False``.
+    """
     data = None if body is None else json.dumps(body).encode()
     headers = {"Content-Type": "application/json"} if data is not None else {}
+    parts = urlsplit(url)
+    if authenticated if authenticated is not None else not parts.path.startswith("/sandbox/"):
+        headers.update(auth_headers(f"{parts.scheme}://{parts.netloc}"))
     req = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as response:
@@ -58,6 +74,67 @@ def request_json(url: str, method: str = "GET", body: Any = None, timeout: float
     except urllib.error.HTTPError as exc:
         raise SandboxError(f"{method} {url} -> {exc.code}: {exc.read().decode(errors='replace')}") from exc
     return json.loads(text) if text else None
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Credentials: the sandbox's service-account key, its tokens, and the Airflow connection that uses them
+# ---------------------------------------------------------------------------------------------------------------------
+_CREDENTIALS: dict[str, Any] = {}
+
+
+def key_file(url: str) -> dict[str, str]:
+    """The sandbox's service-account JSON key file (``token_uri`` is its own token endpoint)."""
+    return dict(request_json(f"{url}/sandbox/credentials"))
+
+
+def credentials(url: str) -> Any:
+    """google-auth service-account credentials from the sandbox's key file (cloud-platform scope), one per URL."""
+    if url not in _CREDENTIALS:
+        from google.oauth2 import service_account
+
+        info = key_file(url)
+        _CREDENTIALS[url] = service_account.Credentials.from_service_account_info(info, scopes=[CLOUD_PLATFORM])
+    return _CREDENTIALS[url]
+
+
+def bearer_token(url: str) -> str:
+    """A valid access token from the sandbox at ``url``: google-auth's JWT grant, redone once it has expired."""
+    import google.auth.transport.requests
+
+    creds = credentials(url)
+    if not creds.valid:
+        creds.refresh(google.auth.transport.requests.Request())
+    return str(creds.token)
+
+
+def auth_headers(url: str) -> dict[str, str]:
+    """``{"Authorization": "Bearer ..."}`` for a raw call to the sandbox at ``url``."""
+    return {"Authorization": f"Bearer {bearer_token(url)}"}
+
+
+def connection_extra(url: str, project: str) -> dict[str, str]:
+    """The extras of a ``google_cloud_platform`` connection that reaches the sandbox with its service-account key."""
+    return {"keyfile_dict": json.dumps(key_file(url)), "project": project, "api_endpoint": url}
+
+
+def connection_json(extra: dict[str, Any]) -> str:
+    """An ``AIRFLOW_CONN_...`` value (JSON) for a ``google_cloud_platform`` connection with ``extra``."""
+    return json.dumps({"conn_type": "google_cloud_platform", "extra": extra})
+
+
+def auth_status(url: str) -> dict[str, Any]:
+    """Token lifetime and tokens issued (``GET /sandbox/auth``)."""
+    return dict(request_json(f"{url}/sandbox/auth"))
+
+
+def set_token_lifetime(url: str, seconds: float) -> dict[str, Any]:
+    """Change the lifetime of tokens issued (and self-signed JWTs checked) from now on."""
+    return dict(request_json(f"{url}/sandbox/auth", "POST", {"token_lifetime_s": seconds}))
+
+
+def unauthenticated_calls(url: str, since: int = 0) -> list[dict[str, Any]]:
+    """Every logged call that came without a valid bearer token."""
+    return [c for c in calls(url, since) if c.get("auth") != "valid"]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -265,6 +342,42 @@ class SandboxProcess:
         """See :func:`reset`."""
         reset(self.url)
 
+    def key_file(self) -> dict[str, str]:
+        """See :func:`key_file`."""
+        return key_file(self.url)
+
+    def credentials(self) -> Any:
+        """See :func:`credentials`."""
+        return credentials(self.url)
+
+    def token(self) -> str:
+        """See :func:`bearer_token`."""
+        return bearer_token(self.url)
+
+    def auth_headers(self) -> dict[str, str]:
+        """See :func:`auth_headers`."""
+        return auth_headers(self.url)
+
+    def connection_extra(self, project: str) -> dict[str, str]:
+        """See :func:`connection_extra`."""
+        return connection_extra(self.url, project)
+
+    def connection_json(self, project: str) -> str:
+        """The ``AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT`` value that reaches this sandbox as ``project``."""
+        return connection_json(connection_extra(self.url, project))
+
+    def auth_status(self) -> dict[str, Any]:
+        """See :func:`auth_status`."""
+        return auth_status(self.url)
+
+    def set_token_lifetime(self, seconds: float) -> dict[str, Any]:
+        """See :func:`set_token_lifetime`."""
+        return set_token_lifetime(self.url, seconds)
+
+    def unauthenticated_calls(self, since: int = 0) -> list[dict[str, Any]]:
+        """See :func:`unauthenticated_calls`."""
+        return unauthenticated_calls(self.url, since)
+
 
 def _healthy(url: str) -> bool:
     try:
@@ -278,6 +391,7 @@ def start_sandbox(
     latency_scale: float = 0.0,
     seed: Path | str | dict[str, Any] | None = None,
     port: int | None = None,
+    token_lifetime_s: float | None = None,
 ) -> SandboxProcess:
     """Start ``python -m sandbox serve`` on a free 127.0.0.1 port and wait until ``/sandbox/health`` answers.
 
@@ -302,6 +416,8 @@ def start_sandbox(
         seed = seed_path
     if seed is not None:
         command += ["--seed", str(seed)]
+    if token_lifetime_s is not None:
+        command += ["--token-lifetime", str(token_lifetime_s)]
     environment = dict(os.environ)
     environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), environment.get("PYTHONPATH")]))
     log_path = state_dir / "sandbox.log"

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sandbox.testing import connection_extra, connection_json
+
 from nemo_rl_gke import topology as t
 from nemo_rl_gke.spec import RunSpec
 from tests.paths import ROOT
@@ -42,10 +44,11 @@ SEED = {
 
 
 def connection_env(sandbox_url: str) -> dict[str, str]:
-    """The google_cloud_default connection pointing at the sandbox, as a user would configure it."""
-    extra = {"is_anonymous": True, "project": RunSpec().project, "api_endpoint": sandbox_url}
+    """The google_cloud_default connection pointing at the sandbox with its service-account key, as a user would
+    configure it (``python -m sandbox credentials``)."""
+    extra = connection_extra(sandbox_url, RunSpec().project)
     return {
-        "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": json.dumps({"conn_type": "google_cloud_platform", "extra": extra}),
+        "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": connection_json(extra),
         "AIRFLOW_CONN_HUGGINGFACE_DEFAULT": json.dumps({"conn_type": "generic", "password": HF_TEST_TOKEN}),
         "AIRFLOW_CONN_WANDB_DEFAULT": json.dumps({"conn_type": "generic", "password": WANDB_TEST_KEY}),
     }

@@ -99,7 +99,7 @@ def _raw_network(sandbox: SandboxProcess, method: str, name: str = "") -> None:
         path if method == "POST" else f"{path}/{SPEC.network}",
         data=body.encode() if method == "POST" else None,
         method=method,
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", **sandbox.auth_headers()},
     )
     with urllib.request.urlopen(request, timeout=30) as response:
         assert response.status == 200

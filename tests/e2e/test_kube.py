@@ -47,7 +47,8 @@ def test_kube_group_brings_up_objects_and_a_real_ray_then_teardown_leaves_nothin
     kube = KubeHook(SPEC, GcpHook())
     address = kube.dashboard()
     assert address.url.endswith("/api/v1/namespaces/default/services/ray-cluster-kuberay-head-svc:8265/proxy")
-    with urllib.request.urlopen(urllib.request.Request(address.url + "/api/version"), timeout=30) as response:
+    request = urllib.request.Request(address.url + "/api/version", headers=kube.dashboard_headers(address))
+    with urllib.request.urlopen(request, timeout=30) as response:
         assert json.loads(response.read())["ray_version"] == "2.60.0"
 
     # A second run re-applies every object and changes nothing (same objects, same resourceVersions), then its
@@ -65,6 +66,10 @@ def test_kube_group_brings_up_objects_and_a_real_ray_then_teardown_leaves_nothin
     after = sandbox.full_inventory()
     assert after["resources"] == [] and after["kubernetes"] == [] and after["ray_heads"] == []
     assert not pid_alive(heads[0]["pid"])
+    # Both runs' Google, Kubernetes and service-proxy calls all carried a valid token the sandbox issued.
+    logged = sandbox.calls()
+    assert {c["auth"] for c in logged} == {"valid"}, sandbox.unauthenticated_calls()[:5]
+    assert any(c["service"] == "kubernetes" and "/proxy" in c["path"] for c in logged)
 
 
 def test_a_raycluster_that_never_gets_ready_fails_the_run_naming_condition_and_pod_reason(

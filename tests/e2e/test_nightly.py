@@ -93,7 +93,9 @@ def _checkpoint_events(dag_id: str) -> list[dict[str, Any]]:
 
 def _delete_lustre(sandbox: SandboxProcess) -> None:
     """Lustre goes away between nights (someone deleted it, or the sweeper did)."""
-    request = urllib.request.Request(f"{sandbox.url}/v1/{SPEC.lustre_path}", method="DELETE")
+    request = urllib.request.Request(
+        f"{sandbox.url}/v1/{SPEC.lustre_path}", method="DELETE", headers=sandbox.auth_headers()
+    )
     with urllib.request.urlopen(request, timeout=30) as response:
         assert response.status == 200
     assert SPEC.lustre_name not in {r["name"] for r in sandbox.inventory()}

@@ -96,6 +96,10 @@ def test_the_local_recipe_trains_validates_exports_and_cleans_up(sandbox: Sandbo
     assert run_report["gpu"]["came_up"] and not run_report["gpu"]["still_running"]
     after = sandbox.full_inventory()
     assert after["resources"] == [] and after["kubernetes"] == [] and after["ray_heads"] == []
+    # Every Google API, Kubernetes and service-proxy call of the whole run carried a valid token the sandbox issued.
+    logged = sandbox.calls()
+    assert logged and {c["auth"] for c in logged} == {"valid"}, sandbox.unauthenticated_calls()[:5]
+    assert {"compute", "container", "lustre", "kubernetes"} <= {c["service"] for c in logged}
 
     # Times in XCom are ISO-8601; no log line is over 8 KB (the job's event is a summary, not every step).
     assert datetime.fromisoformat(xcom[(t.SUBMIT, "return_value")]["submitted_at"]).tzinfo is not None
@@ -107,16 +111,19 @@ def test_the_local_recipe_trains_validates_exports_and_cleans_up(sandbox: Sandbo
     from airflow.models.xcom import XComModel
 
     home = Path(os.environ["AIRFLOW_HOME"])
+    # A line from the middle of the service-account key: the connection's secret, as secret as the tokens.
+    key_line = sandbox.key_file()["private_key"].splitlines()[5]
     for path in (home / "logs").rglob("*"):
         if path.is_file():
             text = path.read_text(errors="replace")
             assert HF_TEST_TOKEN not in text and WANDB_TEST_KEY not in text, path
+            assert key_line not in text, path
             assert max((len(line.encode()) for line in text.splitlines()), default=0) < 8192, path
-    assert HF_TEST_TOKEN not in result.output
+    assert HF_TEST_TOKEN not in result.output and key_line not in result.output
     with create_session() as session:
         stored = json.dumps([XComModel.deserialize_value(x) for x in session.query(XComModel).all()], default=str)
         rendered = json.dumps([r.rendered_fields for r in session.query(RenderedTaskInstanceFields).all()], default=str)
-    for secret in (HF_TEST_TOKEN, WANDB_TEST_KEY):
+    for secret in (HF_TEST_TOKEN, WANDB_TEST_KEY, key_line):
         assert secret not in stored and secret not in rendered
 
 

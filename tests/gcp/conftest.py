@@ -51,12 +51,9 @@ def spec(project: str) -> RunSpec:
 
 @pytest.fixture
 def hook(sandbox: SandboxProcess, project: str, monkeypatch: pytest.MonkeyPatch) -> GcpHook:
-    """A GcpHook built from google_cloud_default, given as an env var connection pointing at the sandbox."""
-    connection = {
-        "conn_type": "google_cloud_platform",
-        "extra": {"is_anonymous": True, "project": project, "api_endpoint": sandbox.url},
-    }
-    monkeypatch.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", json.dumps(connection))
+    """A GcpHook built from google_cloud_default, given as an env var connection pointing at the sandbox with its
+    service-account key (google-auth's real token flow)."""
+    monkeypatch.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", sandbox.connection_json(project))
     return GcpHook(retry_policy=FAST_RETRY)
 
 

@@ -66,12 +66,8 @@ GATED_SCRIPT = (
 @pytest.fixture(scope="module")
 def ray_hook(sandbox: SandboxProcess) -> Iterator[GcpHook]:
     """The module's hook on google_cloud_default -> the sandbox (one project for the module's one Ray head)."""
-    connection = {
-        "conn_type": "google_cloud_platform",
-        "extra": {"is_anonymous": True, "project": RAY_PROJECT, "api_endpoint": sandbox.url},
-    }
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", json.dumps(connection))
+        patch.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", sandbox.connection_json(RAY_PROJECT))
         yield GcpHook(retry_policy=FAST_RETRY)
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pytest
 from google.api_core import exceptions as api_exceptions
-from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1
 from sandbox.testing import SandboxProcess
 
@@ -51,7 +50,7 @@ def _seed_reservation(sandbox: SandboxProcess, spec: RunSpec) -> None:
 
 def _raw_networks(sandbox: SandboxProcess) -> compute_v1.NetworksClient:
     # Someone else's client: what a person with gcloud would do, without our ownership marker.
-    return compute_v1.NetworksClient(credentials=AnonymousCredentials(), client_options={"api_endpoint": sandbox.url})
+    return compute_v1.NetworksClient(credentials=sandbox.credentials(), client_options={"api_endpoint": sandbox.url})
 
 
 def _cluster_create_fault(sandbox: SandboxProcess, spec: RunSpec, outcome: str) -> None:
@@ -68,7 +67,7 @@ def _provision(hook: GcpHook, spec: RunSpec, keys: list[str]) -> None:
 
 
 def test_the_hook_reaches_the_sandbox_through_the_connection(hook: GcpHook, project: str) -> None:
-    # Connection from the env var, anonymous credentials, the discovery client on the endpoint override.
+    # Connection from the env var, the sandbox's service-account key, the discovery client on the endpoint override.
     assert hook.project_id == project
     number = hook.project_number(project)
     assert number.isdigit()
@@ -177,7 +176,7 @@ def test_drift_is_refused_with_the_field_named_and_never_retried(
     other = compute_v1.Subnetwork(subnet.request.message)
     other.ip_cidr_range = "10.10.0.0/24"
     client = compute_v1.SubnetworksClient(
-        credentials=AnonymousCredentials(), client_options={"api_endpoint": sandbox.url}
+        credentials=sandbox.credentials(), client_options={"api_endpoint": sandbox.url}
     )
     operation = client.insert_unary(project=spec.project, region=spec.region, subnetwork_resource=other)
     wait_raw_compute(sandbox, spec.project, operation, spec.region)
@@ -202,7 +201,7 @@ def test_unowned_and_drifted_subnet_is_refused_as_unowned_then_as_drift(
     theirs.description = ""
     theirs.ip_cidr_range = "10.20.0.0/24"
     client = compute_v1.SubnetworksClient(
-        credentials=AnonymousCredentials(), client_options={"api_endpoint": sandbox.url}
+        credentials=sandbox.credentials(), client_options={"api_endpoint": sandbox.url}
     )
     operation = client.insert_unary(project=spec.project, region=spec.region, subnetwork_resource=theirs)
     wait_raw_compute(sandbox, spec.project, operation, spec.region)

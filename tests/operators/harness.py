@@ -156,8 +156,5 @@ def project_resources(sandbox: SandboxProcess, project: str) -> dict[str, dict[s
 @pytest.fixture
 def gcp_conn(sandbox: SandboxProcess, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """google_cloud_default -> the sandbox, exactly as a deployment would configure it for local runs."""
-    extras = {"is_anonymous": True, "api_endpoint": sandbox.url, "project": "sandbox"}
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", json.dumps({"conn_type": "google_cloud_platform", "extra": extras})
-    )
+    monkeypatch.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", sandbox.connection_json("sandbox"))
     yield

@@ -7,10 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1, container_v1, lustre_v1
 from googleapiclient.discovery import build
-from sandbox.testing import SandboxProcess, sandbox_fixture
+from sandbox.testing import SandboxProcess, credentials, sandbox_fixture
 
 from nemo_rl_gke import topology as t
 from nemo_rl_gke.gcp.api import ApiRequest
@@ -57,7 +56,7 @@ def sandbox(sandbox_process: SandboxProcess) -> Iterator[SandboxProcess]:
 
 @dataclass
 class Clients:
-    """The real google-cloud and discovery clients, pointed at the sandbox with anonymous credentials."""
+    """The real google-cloud and discovery clients, pointed at the sandbox with its service-account credentials."""
 
     url: str
     _discovery: dict[str, Any] = field(default_factory=dict)
@@ -67,7 +66,7 @@ class Clients:
         return {"api_endpoint": self.url}
 
     def _kw(self) -> dict[str, Any]:
-        return {"credentials": AnonymousCredentials(), "client_options": self.options}
+        return {"credentials": credentials(self.url), "client_options": self.options}
 
     @property
     def networks(self) -> compute_v1.NetworksClient:

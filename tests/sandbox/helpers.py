@@ -9,6 +9,7 @@ from typing import Any
 
 from google.api_core.future.polling import DEFAULT_POLLING
 from google.cloud import compute_v1
+from sandbox.testing import auth_headers
 
 from nemo_rl_gke.gcp import gke, lustre, peering
 from nemo_rl_gke.gcp.api import ApiRequest
@@ -21,7 +22,8 @@ FAST_POLLING = DEFAULT_POLLING.with_delay(initial=0.02, maximum=0.1, multiplier=
 def raw(url: str, method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:
     """One HTTP call with a hand-written body (what a client with a typo would send); returns status and JSON."""
     data = None if body is None else (body if isinstance(body, str) else json.dumps(body)).encode()
-    request = urllib.request.Request(url + path, data=data, method=method, headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json", **auth_headers(url)}
+    request = urllib.request.Request(url + path, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             return response.status, json.loads(response.read() or b"{}")

@@ -8,7 +8,6 @@ import uuid
 
 import pytest
 from google.api_core import exceptions
-from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1
 
 from nemo_rl_gke.gcp import networks, peering
@@ -237,9 +236,7 @@ def test_request_id_makes_a_retried_call_idempotent(clients, sandbox):
 
 
 def _region(clients):
-    return compute_v1.RegionsClient(credentials=AnonymousCredentials(), client_options=clients.options).get(
-        project=PROJECT, region=REGION
-    )
+    return compute_v1.RegionsClient(**clients._kw()).get(project=PROJECT, region=REGION)
 
 
 def test_region_quotas(clients, sandbox):

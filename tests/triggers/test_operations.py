@@ -397,6 +397,29 @@ def test_bearer_token_from_the_connection_credentials(
     assert blocked == []
 
 
+def test_a_401_gets_one_new_token_and_one_more_try(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A token refused before its expiry (revoked, or the server's clock): renewed once, as AuthorizedSession does."""
+    pem = _private_key_pem()
+    issued = iter(["ya29.first", "ya29.second"])
+
+    async def token(request: web.Request) -> web.Response:
+        return web.json_response({"access_token": next(issued), "expires_in": 3600, "token_type": "Bearer"})
+
+    async def scenario() -> tuple[list[dict[str, Any]], list[str | None]]:
+        scripts = {
+            COMPUTE_OP.path: [(401, {"error": {"code": 401, "status": "UNAUTHENTICATED"}}), (200, DONE["compute"])]
+        }
+        async with scripted_api(scripts, routes={"/token": token}) as api:
+            key = _service_account_key(pem, f"{api.url}/token")
+            use_conn(monkeypatch, {"api_endpoint": api.url, "keyfile_dict": json.dumps(key), "project": P})
+            events = await asyncio.wait_for(all_events(trigger_for(COMPUTE_OP, timeout=10)), 20)
+            return events, [r.headers.get("Authorization") for r in api.requests if r.path == COMPUTE_OP.path]
+
+    events, auth = asyncio.run(scenario())
+    assert [e["status"] for e in events] == ["success"], events
+    assert auth == ["Bearer ya29.first", "Bearer ya29.second"]
+
+
 # --- backoff ----------------------------------------------------------------------------------------------------
 def test_backoff_grows_and_is_capped() -> None:
     import random
@@ -424,7 +447,9 @@ def test_waits_on_the_sandboxs_real_operations(monkeypatch: pytest.MonkeyPatch, 
     assert spec is not None, findings
     # Lustre 600 s -> 0.6 s, cluster 420 s -> 0.42 s: long enough to be seen running, short enough for a test.
     with start_sandbox(tmp_path / "sandbox", latency_scale=0.001) as sandbox:
-        use_conn(monkeypatch, {"is_anonymous": True, "api_endpoint": sandbox.url, "project": "trigger-test"})
+        use_conn(monkeypatch, sandbox.connection_extra("trigger-test"))
+        # The peering's 60 s would be 0.06 s: less than the trigger's first token grant, so it would be done at once.
+        sandbox.set_latency(seconds={"servicenetworking.connections.create": 600.0})
         hook = GcpHook(gcp_conn_id=CONN_ID)
         found = resources(spec, owner_of(spec))
         shapes = set()
@@ -438,6 +463,8 @@ def test_waits_on_the_sandboxs_real_operations(monkeypatch: pytest.MonkeyPatch, 
             if key in (t.GKE_CLUSTER, t.LUSTRE, t.PEERING):
                 assert len(polls) > 1, key  # seen unfinished first, then done
             assert found[key].ready(found[key].get(hook))
+        # The trigger's polls and the hook's calls all carried a token the sandbox issued.
+        assert sandbox.unauthenticated_calls() == []
     assert shapes == {
         ("compute", "compute"),
         ("container", "container"),

@@ -21,7 +21,7 @@ from airflow.providers.google.common.hooks.base_google import GoogleBaseAsyncHoo
 from asgiref.sync import sync_to_async
 
 if TYPE_CHECKING:
-    from gcloud.aio.auth import Token
+    from airflow.providers.google.common.hooks.base_google import _CredentialsToken
 
 DEFAULT_ENDPOINTS: dict[str, str] = {
     "compute": "https://compute.googleapis.com",
@@ -72,7 +72,7 @@ def endpoint_for(extras: Mapping[str, Any], service: str) -> str:
 
 
 def is_anonymous(extras: Mapping[str, Any]) -> bool:
-    """Whether the connection asks for no credentials at all (the sandbox)."""
+    """Whether the connection asks for no credentials at all (unit tests against scripted servers)."""
     value = conn_extra(extras, "is_anonymous")
     if isinstance(value, str):
         return value.strip().lower() in {"true", "1", "yes"}
@@ -112,7 +112,7 @@ class GcpAsyncHook(GoogleBaseAsyncHook):
         self.request_timeout_s = request_timeout_s
         self._extras: dict[str, Any] | None = None
         self._session: aiohttp.ClientSession | None = None
-        self._token: Token | None = None
+        self._token: _CredentialsToken | None = None
 
     async def __aenter__(self) -> GcpAsyncHook:
         return self
@@ -139,18 +139,23 @@ class GcpAsyncHook(GoogleBaseAsyncHook):
         """The base URL of ``service`` for this connection."""
         return endpoint_for(await self.extras(), service)
 
-    async def headers(self) -> dict[str, str]:
-        """Request headers: a bearer token unless the connection is anonymous."""
+    async def headers(self, *, refresh: bool = False) -> dict[str, str]:
+        """Request headers: a bearer token unless the connection is anonymous (``refresh``: get a new one first)."""
         headers = {"Accept": "application/json"}
         if is_anonymous(await self.extras()):
             return headers
         if self._token is None:
             # Building the sync hook reads the connection, key files and environment: all sync I/O, so in a thread.
             self._token = await sync_to_async(self._build_token)(self._get_session())
-        headers["Authorization"] = f"Bearer {await self._token.get()}"
+        token = self._token
+        # The provider's token assumes a 3600 s lifetime and reuses it for half that; the credentials know their
+        # real expiry, so a shorter-lived token is renewed in time too.
+        if refresh or (token.access_token and not token.credentials.valid):
+            await token.acquire_access_token()
+        headers["Authorization"] = f"Bearer {await token.get()}"
         return headers
 
-    def _build_token(self, session: aiohttp.ClientSession) -> Token:
+    def _build_token(self, session: aiohttp.ClientSession) -> _CredentialsToken:
         """A gcloud-aio Token over the connection's credentials (key file, ADC, impersonation chain...).
 
         Runs in a worker thread. The provider's token class refreshes the credentials in a thread as well.
@@ -178,6 +183,13 @@ class GcpAsyncHook(GoogleBaseAsyncHook):
             async with self._get_session().get(url, headers=headers) as resp:
                 raw = await resp.text()
                 status = resp.status
+            if status == 401 and "Authorization" in headers:
+                # As google-auth's AuthorizedSession does: one new token and one more try (a revoked or early-expired
+                # token), then the 401 stands.
+                headers = await self.headers(refresh=True)
+                async with self._get_session().get(url, headers=headers) as resp:
+                    raw = await resp.text()
+                    status = resp.status
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise TransientApiError(
                 f"GET {service} {path}: {type(exc).__name__}: {exc}", status=None, service=service, path=path

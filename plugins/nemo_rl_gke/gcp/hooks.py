@@ -2,7 +2,9 @@
 
 The connection's extras (DESIGN rule 7: the same code locally and in the cloud):
 
-- ``is_anonymous: true``: AnonymousCredentials (GoogleBaseHook's own extra), for the local sandbox;
+- ``key_path`` / ``keyfile_dict``: a service-account key (GoogleBaseHook's own extras); the local sandbox issues one
+  (``python -m sandbox credentials``) and, like Google, refuses calls without a valid bearer token;
+- ``is_anonymous: true``: AnonymousCredentials (GoogleBaseHook's own extra), for unit tests against scripted servers;
 - ``project``: the project GoogleBaseHook reports; for information only, since every resource path comes from the
   RunSpec (one source of names);
 - ``api_endpoint``: one base URL for every service (``http://127.0.0.1:PORT`` for the sandbox); absent means Google's
@@ -178,7 +180,7 @@ class GcpHook(GoogleBaseHook):
     # --- endpoints ----------------------------------------------------------------------------------------------
     @property
     def is_anonymous(self) -> bool:
-        """Whether the connection asks for AnonymousCredentials (the sandbox)."""
+        """Whether the connection asks for AnonymousCredentials (unit tests only: the sandbox wants a token)."""
         return bool(self._get_field("is_anonymous", False))
 
     def endpoint(self, service: str) -> str | None:

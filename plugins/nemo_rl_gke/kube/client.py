@@ -35,6 +35,8 @@ FIELD_MANAGER = "airflow-nemo-rl-gke"
 APPLY_PATCH = "application/apply-patch+yaml"
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
 OBJECT_RESPONSES = {200: "object", 201: "object", 202: "object"}
+# The kubernetes client's auth setting (and api_key identifier) for a bearer token.
+BEARER = "BearerToken"
 # Refresh the Google token this long before it expires, so a request never goes out with a stale one.
 TOKEN_MARGIN_S = 300
 
@@ -111,13 +113,18 @@ class KubeHook:
             cluster.get(self.gcp_hook), cluster.label, google_endpoint=self.gcp_hook.endpoint("container")
         )
 
+    @cached_property
+    def _credentials(self) -> Any:
+        # One credentials object per hook, so its token is reused until it expires soon (not fetched per request).
+        return self.gcp_hook.get_credentials()
+
     def token(self) -> str | None:
-        """A valid Google access token, or None for an anonymous connection (the sandbox)."""
+        """A valid Google access token, or None for an anonymous connection."""
         if self.gcp_hook.is_anonymous:
             return None
         import google.auth.transport.requests
 
-        credentials = self.gcp_hook.get_credentials()
+        credentials = self._credentials
         if not credentials.valid or _expires_soon(credentials):
             credentials.refresh(google.auth.transport.requests.Request())
         return str(credentials.token)
@@ -132,13 +139,16 @@ class KubeHook:
                 ca_file.write(self.access.ca_pem)
             config.ssl_ca_cert = ca_file.name
         if not self.gcp_hook.is_anonymous:
-            config.api_key_prefix["authorization"] = "Bearer"
+            # kubernetes 36 sends the header only when 'BearerToken' is already a key of api_key, looks the prefix up
+            # under 'BearerToken', and runs the refresh hook only then (FACTS §19): so the first token is set here.
+            config.api_key[BEARER] = self.token()
+            config.api_key_prefix[BEARER] = "Bearer"
             config.refresh_api_key_hook = self._refresh_token
         return kubernetes.client.ApiClient(config)
 
     def _refresh_token(self, config: kubernetes.client.Configuration) -> None:
         # Called by the client before every request: the token is re-read, and refreshed only when it expires soon.
-        config.api_key["authorization"] = self.token()
+        config.api_key[BEARER] = self.token()
 
     def dashboard(self, deployment: Deployment | None = None) -> DashboardAddress:
         """Where the RayCluster's dashboard is (see :func:`~nemo_rl_gke.kube.access.dashboard_address`): the
@@ -176,7 +186,7 @@ class KubeHook:
                     query_params=list((query or {}).items()),
                     header_params={"Content-Type": content_type, "Accept": "application/json"},
                     body=body,
-                    auth_settings=["BearerToken"],
+                    auth_settings=[BEARER],
                     response_types_map=OBJECT_RESPONSES,
                     _preload_content=True,
                     _return_http_data_only=True,
