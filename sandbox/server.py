@@ -18,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from sandbox import admin, apis, kube
+from sandbox import admin, apis
 from sandbox.context import Sandbox
 from sandbox.errors import ApiError
 from sandbox.http import Call, Reply, error_reply
@@ -45,10 +45,6 @@ class SandboxServer:
 
     async def handle(self, request: web.Request) -> web.Response:
         """Answer one HTTP request with JSON."""
-        if request.path.startswith(kube.PREFIX):
-            # Kubernetes answers in its own shapes, and the service proxy forwards raw bytes.
-            self.sandbox.store.settle(self.sandbox.now())
-            return await self.sandbox.kube.handle(request)
         call = Call(request.method, request.path, request.query_string, await request.text())
         if call.path.startswith("/sandbox/"):
             result = await self._admin(call)
@@ -121,6 +117,8 @@ def open_sandbox(state_dir: Path, latency_scale: float, seed: Path | None) -> Sa
     if seed is not None:
         sandbox.store.config.apply_seed(json.loads(seed.read_text(encoding="utf-8")), sandbox.now())
     sandbox.store.settle(sandbox.now())
+    # Each cluster that runs serves its Kubernetes API again, with the CA its clients already trust.
+    sandbox.kube.serve_running()
     sandbox.store.save()
     return sandbox
 
