@@ -233,8 +233,12 @@ class Listener:
 
     async def start(self, context: Any) -> None:
         """Serve HTTPS on the socket."""
-        await self.runner.setup()
-        await web.SockSite(self.runner, self.sock, ssl_context=context).start()
+        try:
+            await self.runner.setup()
+            await web.SockSite(self.runner, self.sock, ssl_context=context).start()
+        except Exception:
+            log.exception("the Kubernetes API on port %s did not start", self.port)
+            raise
 
     async def stop(self) -> None:
         """Stop serving and close the socket."""
