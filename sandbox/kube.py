@@ -369,6 +369,7 @@ class KubeApi:
         """Answer one request on a cluster's listener (the cluster is the listener's)."""
         started = time.perf_counter()
         self.store.settle(formats.now())
+        self.store.save_if_dirty()
         raw = await request.read()
         text = raw.decode("utf-8", errors="replace")
         fault_id = None
