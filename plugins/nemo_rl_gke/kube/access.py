@@ -7,7 +7,9 @@ service through that API server's service proxy (FACTS §6), or to a dashboard U
 to one a conf names. The API server is always https, verified against the cluster's CA; the deployment's dashboard is
 https verified against the system's CAs, or plain http to loopback while the Google connection itself points at
 loopback (a local Ray next to the sandbox).
-Pure: no clients, no tokens (the hooks add the token when they send a request).
+No clients, no tokens (the hooks add the token when they send a request); the one thing written is the CA bundle
+file the clients read (:func:`ca_bundle`). Airflow's task runner runs the exit handlers registered in its forked
+task process, so that file goes with the task.
 """
 
 from __future__ import annotations
