@@ -34,9 +34,15 @@ class Sandbox:
         # Set by the server once it listens.
         self.url = ""
         self.kuberay = KubeRay(self.store, state_dir)
-        self.kube = KubeApi(self.store, self.faults, self.calls, self.kuberay, base_url=lambda: self.url)
-        # A deleted GKE cluster takes its Kubernetes objects and its RayClusters' Ray processes along.
+        self.kube = KubeApi(self.store, self.faults, self.calls, self.kuberay)
+        # A running GKE cluster serves its Kubernetes API; a deleted one takes its objects, its listener and its
+        # RayClusters' Ray processes along.
+        self.store.on_ready.append(self._ready)
         self.store.on_drop.append(self._dropped)
+
+    def _ready(self, resource: Resource) -> None:
+        if resource.kind == "container.cluster":
+            self.kube.serve(resource)
 
     def _dropped(self, resource: Resource) -> None:
         if resource.kind == "container.cluster":

@@ -1,7 +1,10 @@
 """The Kubernetes API of every GKE cluster the sandbox creates: a generic object store for the kinds a run applies.
 
-A cluster's API lives under ``{sandbox url}/kube/{cluster id}``, which is the ``endpoint`` the cluster reports once it
-runs (real GKE reports an IP; the client treats an endpoint with a scheme as a URL). Served:
+Each cluster's API is served over HTTPS on a port of its own on 127.0.0.1, from the moment the cluster runs until it
+is gone (and again after a sandbox restart, on the same port when it is free), with a certificate signed by the
+cluster's own CA (:mod:`sandbox.tls`). The cluster reports ``endpoint`` ``127.0.0.1:PORT`` and the CA as
+``masterAuth.clusterCaCertificate``, as real GKE reports a bare IP and its CA; nothing serves it over plain http.
+Served:
 
 - discovery (``/api``, ``/api/v1``, ``/apis``, ``/apis/{group}/{version}``) for the kinds in :data:`RESOURCES`;
 - get, list (``labelSelector``, ``fieldSelector`` on ``metadata.name`` / ``involvedObject.name``), create (409 when it
@@ -16,10 +19,14 @@ an ``operation: hang`` fault on a RayCluster apply makes that RayCluster never b
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import copy
 import json
+import logging
+import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -29,6 +36,7 @@ from aiohttp import web
 from sandbox import formats
 from sandbox.auth import KUBE_UNAUTHORIZED, Verdict
 from sandbox.kube_cluster import KubeCluster, server_metadata
+from sandbox.tls import HOST, ClusterTls, new_cluster_tls
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -36,9 +44,13 @@ if TYPE_CHECKING:
     from sandbox.calllog import CallLog
     from sandbox.faults import Faults
     from sandbox.kuberay import KubeRay
-    from sandbox.store import Store
+    from sandbox.store import Resource, Store
 
-PREFIX = "/kube/"
+log = logging.getLogger("sandbox.kube")
+# Which cluster a listener serves: every request on it is for that cluster's API.
+CLUSTER_ID = web.AppKey("cluster_id", str)
+# A deleted cluster's listener waits this long for requests in flight (a proxied job log) before it closes them.
+LISTENER_SHUTDOWN_S = 2.0
 APPLY_PATCH = "application/apply-patch+yaml"
 # (plural, kind, namespaced) per groupVersion: what a GKE cluster with KubeRay and multi-networking serves for a run.
 RESOURCES: dict[str, tuple[tuple[str, str, bool], ...]] = {
@@ -119,10 +131,9 @@ def _kind_table() -> dict[tuple[str, str], tuple[str, bool]]:
 KINDS = _kind_table()
 
 
-def parse_path(path: str) -> tuple[str, list[str]]:
-    """Split ``/kube/{id}/rest`` into the cluster id and the rest's segments."""
-    parts = [p for p in path[len(PREFIX) :].split("/")]
-    return parts[0], [p for p in parts[1:] if p != ""]
+def parse_path(path: str) -> list[str]:
+    """A request path's non-empty segments."""
+    return [p for p in path.split("/") if p != ""]
 
 
 def resolve(segments: list[str]) -> Target | dict[str, Any]:
@@ -211,19 +222,70 @@ def _user_view(obj: dict[str, Any]) -> dict[str, Any]:
     return view
 
 
+@dataclass
+class Listener:
+    """One cluster's API server: an HTTPS site on a socket bound (and listening) before the site starts, so the
+    port is known, and connections queue, from the moment the cluster runs."""
+
+    sock: socket.socket
+    runner: web.AppRunner
+    started: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    @property
+    def port(self) -> int:
+        """The port it listens on."""
+        return int(self.sock.getsockname()[1])
+
+    async def start(self, context: Any) -> None:
+        """Serve HTTPS on the socket."""
+        try:
+            await self.runner.setup()
+            await web.SockSite(self.runner, self.sock, ssl_context=context).start()
+        except Exception:
+            log.exception("the Kubernetes API on port %s did not start", self.port)
+            raise
+
+    async def stop(self) -> None:
+        """Stop serving and close the socket."""
+        if self.started is not None:
+            with contextlib.suppress(Exception):
+                await self.started
+        await self.runner.cleanup()
+        self.sock.close()
+
+
+def _bind(port: int) -> socket.socket:
+    """A listening socket on 127.0.0.1: ``port`` when it is free (a restart keeps the endpoint), else any port."""
+    for wanted in dict.fromkeys((port, 0)):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.bind((HOST, wanted))
+        except OSError:
+            sock.close()
+            continue
+        sock.listen(128)
+        sock.setblocking(False)
+        return sock
+    raise OSError(f"no free port on {HOST}")
+
+
 class KubeApi:
-    """Every cluster's Kubernetes API, the service proxy, and the hook to the KubeRay emulation."""
+    """Every cluster's Kubernetes API (one HTTPS listener each), the service proxy, and the hook to the KubeRay
+    emulation."""
 
     def __init__(
-        self, store: Store, faults: Faults, calls: CallLog, kuberay: KubeRay, base_url: Callable[[], str]
+        self, store: Store, faults: Faults, calls: CallLog, kuberay: KubeRay, verify: Callable[[str | None], Verdict]
     ) -> None:
         self.store = store
+        # The bearer check of the sandbox's Google credentials (the API server takes Google tokens, as GKE's).
+        self.verify = verify
         self.faults = faults
         self.calls = calls
         self.kuberay = kuberay
-        # The server knows its URL only once it listens: asked for when an endpoint is reported.
-        self.base_url = base_url
         self.clusters: dict[str, KubeCluster] = {}
+        # By GKE cluster key: the HTTPS listener of each cluster that runs.
+        self.listeners: dict[str, Listener] = {}
+        self._stopping: set[asyncio.Task[None]] = set()
         self._session: aiohttp.ClientSession | None = None
 
     # --- clusters -----------------------------------------------------------------------------------------------
@@ -243,21 +305,53 @@ class KubeApi:
             cluster.put("v1", "namespaces", obj)
         return cluster
 
-    def endpoint(self, cluster_id: str) -> str:
-        """What the GKE cluster reports as its endpoint."""
-        return f"{self.base_url()}{PREFIX}{cluster_id}"
+    @staticmethod
+    def tls(resource: Resource) -> ClusterTls:
+        """The cluster's CA and server certificate, made once and kept in its state."""
+        if "tls" not in resource.extra:
+            resource.extra["tls"] = new_cluster_tls(resource.name).to_json()
+        return ClusterTls.from_json(resource.extra["tls"])
+
+    def serve(self, resource: Resource) -> None:
+        """Start the HTTPS listener of a GKE cluster that runs (idempotent). Needs the running event loop."""
+        if resource.key in self.listeners:
+            return
+        sock = _bind(int(resource.extra.get("kube_port", 0)))
+        application = web.Application(client_max_size=16 * 1024 * 1024)
+        application[CLUSTER_ID] = str(resource.body["id"])
+        application.router.add_route("*", "/{tail:.*}", self._on_listener)
+        runner = web.AppRunner(application, access_log=None, handle_signals=False, shutdown_timeout=LISTENER_SHUTDOWN_S)
+        listener = Listener(sock, runner)
+        listener.started = asyncio.get_running_loop().create_task(listener.start(self.tls(resource).server_context()))
+        self.listeners[resource.key] = listener
+        if resource.extra.get("kube_port") != listener.port:
+            resource.extra["kube_port"] = listener.port
+            self.store.dirty = True
+        log.info("cluster %s: Kubernetes API on https://%s:%s", resource.key, HOST, listener.port)
+
+    def serve_running(self) -> None:
+        """Start the listener of every cluster that runs (a restarted sandbox serves its clusters again)."""
+        for resource in self.store.of_kind("container.cluster"):
+            if resource.phase in ("ready", "deleting"):
+                self.serve(resource)
+
+    def endpoint(self, resource: Resource) -> str:
+        """What the GKE cluster reports as its endpoint: ``127.0.0.1:PORT`` while it is served, else empty."""
+        listener = self.listeners.get(resource.key)
+        return f"{HOST}:{listener.port}" if listener is not None else ""
 
     def drop_cluster(self, cluster_key: str) -> None:
-        """The GKE cluster is gone: so are its objects, and its RayClusters' Ray processes are stopped."""
+        """The GKE cluster is gone: so are its objects and its listener, and its RayClusters' Ray processes are
+        stopped."""
         for cluster_id, cluster in list(self.clusters.items()):
             if cluster.cluster_key == cluster_key:
                 self.kuberay.drop_cluster(cluster_id)
                 del self.clusters[cluster_id]
-
-    def reset(self) -> None:
-        """Forget every cluster (stopping every Ray)."""
-        for cluster in list(self.clusters.values()):
-            self.drop_cluster(cluster.cluster_key)
+        listener = self.listeners.pop(cluster_key, None)
+        if listener is not None:
+            task = asyncio.get_running_loop().create_task(listener.stop())
+            self._stopping.add(task)
+            task.add_done_callback(self._stopping.discard)
 
     def inventory(self) -> list[dict[str, Any]]:
         """Every object a client made (built-in namespaces left out), for the admin inventory."""
@@ -280,10 +374,16 @@ class KubeApi:
         return items
 
     # --- HTTP ---------------------------------------------------------------------------------------------------
+    async def _on_listener(self, request: web.Request) -> web.Response:
+        return await self.handle(request, self.verify(request.headers.get("Authorization")))
+
     async def handle(self, request: web.Request, verdict: Verdict) -> web.Response:
-        """Answer one request under ``/kube/``; ``verdict`` is the bearer token's (the API server authenticates
-        first: without a valid Google token every path, the service proxy included, is 401 Unauthorized)."""
+        """Answer one request on a cluster's listener (the cluster is the listener's); ``verdict`` is the bearer
+        token's (the API server authenticates first: without a valid Google token every path, the service proxy
+        included, is 401 Unauthorized)."""
         started = time.perf_counter()
+        self.store.settle(formats.now())
+        self.store.save_if_dirty()
         raw = await request.read()
         text = raw.decode("utf-8", errors="replace")
         fault_id = None
@@ -295,9 +395,8 @@ class KubeApi:
             if fault is not None:
                 fault_id = fault.id
                 raise KubeError(fault.status or 500, "InternalError", fault.message or f"Injected fault {fault.id}")
-            cluster_id, segments = parse_path(request.path)
-            cluster = self.cluster_for(cluster_id)
-            target = resolve(segments)
+            cluster = self.cluster_for(request.app[CLUSTER_ID])
+            target = resolve(parse_path(request.path))
             if isinstance(target, dict):
                 response = web.json_response(target)
             elif target.plural == "services" and target.sub[:1] == ("proxy",):
@@ -509,7 +608,9 @@ class KubeApi:
             raise KubeError(503, "ServiceUnavailable", f"error trying to reach service: {exc}") from exc
 
     async def close(self) -> None:
-        """Close the proxy's HTTP session."""
+        """Stop every listener and close the proxy's HTTP session."""
+        listeners, self.listeners = list(self.listeners.values()), {}
+        await asyncio.gather(*(listener.stop() for listener in listeners), *self._stopping)
         if self._session is not None and not self._session.closed:
             await self._session.close()
 

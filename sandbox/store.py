@@ -74,6 +74,8 @@ class Store:
         self.dirty = False
         # Called with every resource that goes away (deleted or reset), for what lives outside the store.
         self.on_drop: list[Callable[[Resource], None]] = []
+        # Called with every resource whose create has just finished, for the same.
+        self.on_ready: list[Callable[[Resource], None]] = []
 
     # --- persistence ---------------------------------------------------------------------------------------------
     @property
@@ -243,6 +245,8 @@ class Store:
             if not failed:
                 resource.phase = "ready"
                 operation.snapshot = operation.snapshot or copy.deepcopy(resource.body)
+                for hook in self.on_ready:
+                    hook(resource)
             elif resource.keep_on_error:
                 resource.phase = "error"
             else:

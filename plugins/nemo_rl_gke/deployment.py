@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 SECTION = "nemo_rl_gke"
 ENV_PREFIX = f"AIRFLOW__{SECTION.upper()}__"
@@ -62,12 +62,7 @@ def is_loopback_url(url: str | None) -> bool:
         return False
 
 
-def check_endpoint(url: str, google_endpoint: str | None, what: str) -> None:
-    """Refuse an endpoint that would carry secrets or tokens in the clear.
-
-    https is always allowed (the clients verify its certificate). Plain http is allowed only to a loopback host, and
-    only when the Google connection's endpoint is itself loopback: the local sandbox, never a real deployment.
-    """
+def _parts(url: str, what: str) -> SplitResult:
     try:
         parts = urlsplit(url)
         _ = parts.port  # raises on a malformed port
@@ -75,6 +70,27 @@ def check_endpoint(url: str, google_endpoint: str | None, what: str) -> None:
         raise EndpointNotAllowedError(f"{what} is not a URL ({exc})") from None
     if parts.username is not None or parts.password is not None:
         raise EndpointNotAllowedError(f"{what} must not carry credentials in the URL")
+    return parts
+
+
+def check_https(url: str, what: str) -> None:
+    """Refuse anything but an https URL with a host: a GKE API server (and so its service proxy) is https only,
+    the sandbox's included, and gets the Google bearer token."""
+    parts = _parts(url, what)
+    if parts.scheme != "https" or not parts.hostname:
+        raise EndpointNotAllowedError(
+            f"{what} is {url!r}: a GKE API server is served over https only (its certificate signed by the "
+            "cluster's CA, masterAuth.clusterCaCertificate), and the Google bearer token goes nowhere else"
+        )
+
+
+def check_endpoint(url: str, google_endpoint: str | None, what: str) -> None:
+    """Refuse a deployment's endpoint (``ray_dashboard_url``) that would carry secrets in the clear.
+
+    https is always allowed (the clients verify its certificate). Plain http is allowed only to a loopback host, and
+    only when the Google connection's endpoint is itself loopback: the local sandbox, never a real deployment.
+    """
+    parts = _parts(url, what)
     if parts.scheme == "https" and parts.hostname:
         return
     if parts.scheme == "http" and parts.hostname:

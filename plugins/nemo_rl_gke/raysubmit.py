@@ -29,6 +29,10 @@ class SecretMissingError(RuntimeError):
     """A connection the job needs a secret from does not exist or has no password."""
 
 
+class RayTlsError(RuntimeError):
+    """The Ray Jobs API's TLS certificate does not verify against the CA it must be signed by (not retried)."""
+
+
 @dataclass(frozen=True)
 class Submission:
     """What the submit task did: ``submitted`` a new job or ``adopted`` the one this run already started."""
@@ -125,11 +129,28 @@ def job_log(address: str, headers: Mapping[str, str], submission_id: str, verify
 
 
 def ray_client(address: str, headers: Mapping[str, str], verify: bool | str = True) -> Any:
-    """A Ray Jobs client for ``address``, its SDK's log records routed as :func:`route_ray_logs` says."""
+    """A Ray Jobs client for ``address``, its SDK's log records routed as :func:`route_ray_logs` says.
+
+    ``verify`` is a CA bundle path or True (the system's CAs); never False. The client checks the connection when it
+    is made, and Ray words a certificate that does not verify as "Failed to connect": :class:`RayTlsError` says what
+    it is.
+    """
+    import requests
     from ray.job_submission import JobSubmissionClient
 
     route_ray_logs()
-    return JobSubmissionClient(address=address, headers=dict(headers), verify=verify or True)
+    try:
+        return JobSubmissionClient(address=address, headers=dict(headers), verify=verify or True)
+    except ConnectionError as exc:
+        cause = exc.__cause__ or exc.__context__
+        if not isinstance(cause, requests.exceptions.SSLError):
+            raise
+        against = f"the CA in {verify}" if isinstance(verify, str) and verify else "the system's CAs"
+        raise RayTlsError(
+            f"the Ray Jobs API at {address} has a TLS certificate that does not verify against {against}: {cause}. "
+            "Fix: for the run's own head service the CA is the GKE cluster's (masterAuth.clusterCaCertificate), read "
+            "again from the cluster; for the deployment's ray_dashboard_url, a certificate the system trusts"
+        ) from cause
 
 
 def route_ray_logs() -> None:

@@ -4,7 +4,8 @@ A cluster is PROVISIONING until its create operation is done, then RUNNING (RECO
 runs on it), STOPPING while it is deleted, ERROR when its create failed. Node pools are stored as the cluster's
 children, so deleting a cluster deletes them. One operation at a time per cluster: a node pool create, a node pool
 delete or a cluster delete while another runs answers 400 FAILED_PRECONDITION ("incompatible operation"), as GKE
-does. The endpoint is the URL of the cluster's Kubernetes API, served by :mod:`sandbox.kube`.
+does. A cluster has its own CA from its create on (``masterAuth.clusterCaCertificate``, :mod:`sandbox.tls`); once it
+runs, ``endpoint`` is ``127.0.0.1:PORT``, where :mod:`sandbox.kube` serves its Kubernetes API over HTTPS.
 """
 
 from __future__ import annotations
@@ -235,9 +236,9 @@ def render_cluster(sb: Sandbox, cluster: Resource) -> dict[str, Any]:
     pools = sorted(sb.store.children(cluster.key), key=lambda r: (r.created, r.key))
     body["nodePools"] = [render_pool(sb, p) for p in pools if p.kind == "container.nodePool"]
     body["currentNodeCount"] = sum(_node_count(p) for p in pools if p.kind == "container.nodePool")
-    # Real GKE reports an IP served over HTTPS; the sandbox reports the URL of the cluster's API on its own port.
-    body["endpoint"] = sb.kube.endpoint(str(body["id"]))
-    body["masterAuth"] = {"clusterCaCertificate": ""}
+    # As GKE: a bare address (here with the port of the cluster's own listener), HTTPS under the cluster's CA.
+    body["endpoint"] = sb.kube.endpoint(cluster)
+    body["masterAuth"] = {"clusterCaCertificate": sb.kube.tls(cluster).ca_base64}
     return body
 
 
@@ -363,7 +364,9 @@ async def create_cluster(sb: Sandbox, call: Call) -> Reply:
         field = f"cluster.nodePools[{index}]"
         pool_refs = _prepare_pool(sb, project, location, cluster=cluster, pool=node_pool, field=field)
         pool_resources.append(_pool_resource(key, node_pool, pool_refs, at))
-    sb.store.put(Resource("container.cluster", key, cluster, refs=refs, created=at, keep_on_error=True))
+    created = Resource("container.cluster", key, cluster, refs=refs, created=at, keep_on_error=True)
+    sb.kube.tls(created)  # the cluster's CA exists from the create on, as GKE's
+    sb.store.put(created)
     for resource in pool_resources:
         sb.store.put(resource)
     operation = sb.start_operation(

@@ -5,6 +5,7 @@ idempotent re-apply, teardown that leaves no Ray process, and a RayCluster that 
 from __future__ import annotations
 
 import json
+import ssl
 import urllib.request
 from typing import Any
 
@@ -47,8 +48,11 @@ def test_kube_group_brings_up_objects_and_a_real_ray_then_teardown_leaves_nothin
     kube = KubeHook(SPEC, GcpHook())
     address = kube.dashboard()
     assert address.url.endswith("/api/v1/namespaces/default/services/ray-cluster-kuberay-head-svc:8265/proxy")
+    # Over https, verified against the cluster's CA.
+    assert address.url.startswith("https://127.0.0.1:") and address.ca_pem
     request = urllib.request.Request(address.url + "/api/version", headers=kube.dashboard_headers(address))
-    with urllib.request.urlopen(request, timeout=30) as response:
+    context = ssl.create_default_context(cadata=address.ca_pem)
+    with urllib.request.urlopen(request, timeout=30, context=context) as response:
         assert json.loads(response.read())["ray_version"] == "2.60.0"
 
     # A second run re-applies every object and changes nothing (same objects, same resourceVersions), then its

@@ -9,19 +9,22 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import ssl
 import time
 import urllib.request
 from typing import Any
 
 import pytest
 from sandbox.testing import SandboxProcess, pid_alive
+from sandbox.tls import new_cluster_tls
 
 from nemo_rl_gke import topology as t
 from nemo_rl_gke.deployment import Deployment
 from nemo_rl_gke.gcp.hooks import GcpHook
 from nemo_rl_gke.gcp.resources import resources
 from nemo_rl_gke.kube.access import ClusterAccess, ClusterUnreachableError, EndpointNotAllowedError, dashboard_address
-from nemo_rl_gke.kube.client import KubeApiError, KubeHook, ObjectRef
+from nemo_rl_gke.kube.async_client import AsyncKubeHook
+from nemo_rl_gke.kube.client import TLS_VERIFY_FAILED, KubeApiError, KubeHook, ObjectRef, is_kube_transient
 from nemo_rl_gke.kube.objects import (
     InvalidManifestError,
     NotOwnedObjectError,
@@ -80,14 +83,19 @@ def test_cluster_access_comes_from_the_gke_cluster(
     cluster_spec: RunSpec, hook: GcpHook, sandbox: SandboxProcess
 ) -> None:
     access = _kube(cluster_spec, hook).access
-    assert access.host.startswith(f"{sandbox.url}/kube/")
+    # As on GKE: https to the reported address, under the CA the cluster reports.
+    assert access.host.startswith("https://127.0.0.1:") and "BEGIN CERTIFICATE" in access.ca_pem
     google = hook.endpoint("container")
-    assert dashboard_address(cluster_spec, access, google_endpoint=google).url == (
-        access.host + cluster_spec.dashboard_proxy_path
-    )
-    # The sandbox's plain-http API server is usable only because the Google connection is loopback too.
-    with pytest.raises(EndpointNotAllowedError, match="plain http"):
-        dashboard_address(cluster_spec, access, google_endpoint=None)
+    proxied = dashboard_address(cluster_spec, access, google_endpoint=google)
+    assert proxied.url == access.host + cluster_spec.dashboard_proxy_path and proxied.ca_pem == access.ca_pem
+    # The proxy is https whatever the Google endpoint is.
+    assert dashboard_address(cluster_spec, access, google_endpoint=None) == proxied
+    # A plain-http API server gets no token, not even on loopback next to a loopback Google endpoint.
+    plain = {"status": "RUNNING", "endpoint": "http://127.0.0.1:1"}
+    with pytest.raises(EndpointNotAllowedError, match="https only"):
+        ClusterAccess.from_cluster(plain, "c")
+    with pytest.raises(EndpointNotAllowedError, match="https only"):
+        dashboard_address(cluster_spec, ClusterAccess("http://127.0.0.1:1"), google_endpoint=google)
     # Another dashboard comes from the deployment, never from the conf, and must be https.
     deployment = Deployment(ray_dashboard_url="https://ray.internal.example:8265/")
     direct = dashboard_address(cluster_spec, None, deployment, google_endpoint=google)
@@ -165,6 +173,28 @@ def test_api_errors_are_kubernetes_status_errors(cluster_spec: RunSpec, hook: Gc
         kube.resource_info("v1", "Widget")
 
 
+def test_a_kubernetes_client_with_another_ca_fails_at_once_naming_the_cluster_ca(
+    cluster_spec: RunSpec, hook: GcpHook, sandbox: SandboxProcess
+) -> None:
+    impostor = new_cluster_tls("impostor").ca_pem  # what a stale or wrong CA looks like: any other CA
+    kube = _kube(cluster_spec, hook)
+    assert kube.request("GET", "/api")["kind"] == "APIVersions"  # control: the cluster's own CA verifies
+    wrong = _kube(cluster_spec, hook)
+    wrong.access = ClusterAccess(kube.access.host, impostor)
+    with pytest.raises(KubeApiError, match=r"not verify against the cluster's CA .*certificate verify failed") as bad:
+        wrong.request("GET", "/api")
+    assert not is_kube_transient(bad.value)  # never retried: another try cannot fix a CA
+
+    async def async_get(access: ClusterAccess | None) -> dict[str, Any] | None:
+        async with AsyncKubeHook("google_cloud_default", cluster_spec.cluster_path, access=access) as client:
+            return await client.get("/api")
+
+    assert (asyncio.run(async_get(None)) or {})["kind"] == "APIVersions"  # control: the CA the cluster reports
+    with pytest.raises(KubeApiError) as refused:
+        asyncio.run(async_get(ClusterAccess(kube.access.host, impostor)))
+    assert refused.value.reason == TLS_VERIFY_FAILED and "certificate verify failed" in str(refused.value)
+
+
 def test_a_raycluster_runs_a_real_ray_reachable_through_the_service_proxy_and_stops_by_pid(
     cluster_spec: RunSpec, hook: GcpHook, sandbox: SandboxProcess
 ) -> None:
@@ -188,7 +218,8 @@ def test_a_raycluster_runs_a_real_ray_reachable_through_the_service_proxy_and_st
 
         address = kube.dashboard()
         request = urllib.request.Request(address.url + "/api/version", headers=kube.dashboard_headers(address))
-        with urllib.request.urlopen(request, timeout=30) as response:
+        context = ssl.create_default_context(cadata=address.ca_pem)
+        with urllib.request.urlopen(request, timeout=30, context=context) as response:
             assert json.loads(response.read())["ray_version"] == "2.60.0"
     finally:
         results = delete_objects(kube, [*storage, *raycluster], owner_of(cluster_spec))

@@ -13,15 +13,17 @@ from typing import Any
 
 import pytest
 from sandbox.testing import SandboxProcess
+from sandbox.tls import new_cluster_tls
 
 from nemo_rl_gke import topology as t
 from nemo_rl_gke.deployment import Deployment
 from nemo_rl_gke.gcp.hooks import GcpHook
 from nemo_rl_gke.gcp.resources import resources
+from nemo_rl_gke.kube.access import DashboardAddress
 from nemo_rl_gke.kube.client import KubeHook
 from nemo_rl_gke.kube.objects import apply_objects, delete_objects, group_objects, lustre_ip
 from nemo_rl_gke.rayjobs import JobRequest, SecretEnv
-from nemo_rl_gke.raysubmit import SecretMissingError, resolve_secrets, submit_once
+from nemo_rl_gke.raysubmit import RayTlsError, SecretMissingError, resolve_secrets, submit_once
 from nemo_rl_gke.spec import RunSpec
 from nemo_rl_gke.triggers.raycluster import RayClusterTrigger
 from nemo_rl_gke.triggers.rayjob import CLASSPATH, RayJobTrigger
@@ -109,7 +111,12 @@ def _request(submission_id: str, entrypoint: str) -> JobRequest:
 
 def _trigger(address: Any, submission_id: str, **kwargs: Any) -> RayJobTrigger:
     return RayJobTrigger(
-        address=address.url, submission_id=submission_id, needs_token=address.needs_token, poll_interval=0.2, **kwargs
+        address=address.url,
+        submission_id=submission_id,
+        needs_token=address.needs_token,
+        poll_interval=0.2,
+        ca_pem=address.ca_pem,
+        **kwargs,
     )
 
 
@@ -120,14 +127,36 @@ def test_submission_is_exactly_once_per_submission_id(ray_spec: RunSpec, ray_hoo
     address = kube.dashboard()
     headers = kube.dashboard_headers(address)
     request = _request("nemo-rl-once-1", "python -c \"import os; print('mode', os.environ['MODE'])\"")
-    first = submit_once(request, address.url, headers, {})
-    second = submit_once(request, address.url, headers, {})
+    first = submit_once(request, address.url, headers, {}, verify=address.verify())
+    second = submit_once(request, address.url, headers, {}, verify=address.verify())
     assert (first.action, second.action) == ("submitted", "adopted")
-    jobs = JobSubmissionClient(address.url, headers=headers).list_jobs()
+    jobs = JobSubmissionClient(address.url, headers=headers, verify=address.verify()).list_jobs()
     assert [j.submission_id for j in jobs].count("nemo-rl-once-1") == 1
     event = asyncio.run(_first(_trigger(address, "nemo-rl-once-1")))
     assert event["status"] == "success" and event["job_status"] == "SUCCEEDED"
     assert "mode test" in event["tail"]
+
+
+def test_ray_jobs_clients_with_another_ca_fail_at_once_and_submit_nothing(ray_spec: RunSpec, ray_hook: GcpHook) -> None:
+    from ray.job_submission import JobSubmissionClient
+
+    kube = KubeHook(ray_spec, ray_hook)
+    address = kube.dashboard()
+    headers = kube.dashboard_headers(address)
+    assert address.ca_pem and address.url.startswith("https://127.0.0.1:")
+    impostor = DashboardAddress(address.url, address.needs_token, new_cluster_tls("impostor").ca_pem)
+    request = _request("nemo-rl-wrong-ca-1", "python -c \"print('never')\"")
+    with pytest.raises(RayTlsError, match=r"does not verify against the CA in .*certificate verify failed"):
+        submit_once(request, address.url, headers, {}, verify=impostor.verify())
+    # The default is the system's CAs, which do not sign a cluster's own CA either: verification is never off.
+    with pytest.raises(RayTlsError, match="does not verify against the system's CAs"):
+        submit_once(request, address.url, headers, {})
+    # The trigger's aiohttp client ends in an error event at once, not after its timeout as if it were transient.
+    event = asyncio.run(_first(_trigger(impostor, "nemo-rl-wrong-ca-1", timeout=600)))
+    assert event["status"] == "error", event
+    assert "does not verify against the cluster's CA" in event["message"] and "verify failed" in event["message"]
+    jobs = JobSubmissionClient(address.url, headers=headers, verify=address.verify()).list_jobs()
+    assert "nemo-rl-wrong-ca-1" not in [j.submission_id for j in jobs]
 
 
 class _GateOpener:
@@ -153,7 +182,13 @@ def test_step_lines_reach_the_task_log_while_the_job_runs(ray_spec: RunSpec, ray
     address = kube.dashboard()
     gate = tmp_path / "step-1-was-shown"
     entrypoint = f"python -c {_quoted(GATED_SCRIPT)} {_quoted(str(gate))}"
-    submit_once(_request("nemo-rl-live-1", entrypoint), address.url, kube.dashboard_headers(address), {})
+    submit_once(
+        _request("nemo-rl-live-1", entrypoint),
+        address.url,
+        kube.dashboard_headers(address),
+        {},
+        verify=address.verify(),
+    )
     trigger = _trigger(address, "nemo-rl-live-1")
     opener = _GateOpener(gate)
     trigger._log = opener
@@ -170,7 +205,13 @@ def test_a_failing_job_reports_ray_message_exit_code_and_last_lines(ray_spec: Ru
     kube = KubeHook(ray_spec, ray_hook)
     address = kube.dashboard()
     script = "import sys; print('loading the model'); print('CUDA out of memory', file=sys.stderr); sys.exit(3)"
-    submit_once(_request("nemo-rl-fail-1", f'python -c "{script}"'), address.url, kube.dashboard_headers(address), {})
+    submit_once(
+        _request("nemo-rl-fail-1", f'python -c "{script}"'),
+        address.url,
+        kube.dashboard_headers(address),
+        {},
+        verify=address.verify(),
+    )
     event = asyncio.run(_first(_trigger(address, "nemo-rl-fail-1")))
     assert event["status"] == "failed" and event["job_status"] == "FAILED"
     assert "error type: JOB_ENTRYPOINT_COMMAND_ERROR" in event["message"]
@@ -182,7 +223,13 @@ def test_zero_learning_guard_stops_the_job_within_k_steps(ray_spec: RunSpec, ray
     kube = KubeHook(ray_spec, ray_hook)
     address = kube.dashboard()
     headers = kube.dashboard_headers(address)
-    submit_once(_request("nemo-rl-zero-1", f"python -c {_quoted(ZERO_REWARD_SCRIPT)}"), address.url, headers, {})
+    submit_once(
+        _request("nemo-rl-zero-1", f"python -c {_quoted(ZERO_REWARD_SCRIPT)}"),
+        address.url,
+        headers,
+        {},
+        verify=address.verify(),
+    )
     started = time.monotonic()
     event = asyncio.run(_first(_trigger(address, "nemo-rl-zero-1", zero_learning_steps=3)))
     assert event["status"] == "zero_learning", event
@@ -194,7 +241,7 @@ def test_zero_learning_guard_stops_the_job_within_k_steps(ray_spec: RunSpec, ray
     from ray.job_submission import JobSubmissionClient
 
     deadline = time.monotonic() + 30
-    client = JobSubmissionClient(address.url, headers=headers)
+    client = JobSubmissionClient(address.url, headers=headers, verify=address.verify())
     while client.get_job_status("nemo-rl-zero-1").value != "STOPPED" and time.monotonic() < deadline:
         time.sleep(0.2)
     assert client.get_job_status("nemo-rl-zero-1").value == "STOPPED"
@@ -221,7 +268,13 @@ def test_a_converged_job_runs_to_its_next_save_and_is_stopped_as_a_success(
     kube = KubeHook(ray_spec, ray_hook)
     address = kube.dashboard()
     headers = kube.dashboard_headers(address)
-    submit_once(_request("nemo-rl-converge-1", f"python -c {_quoted(CONVERGING_SCRIPT)}"), address.url, headers, {})
+    submit_once(
+        _request("nemo-rl-converge-1", f"python -c {_quoted(CONVERGING_SCRIPT)}"),
+        address.url,
+        headers,
+        {},
+        verify=address.verify(),
+    )
     recorder = _Recorder()
     trigger = _trigger(address, "nemo-rl-converge-1", zero_learning_steps=2)
     trigger._log = recorder
@@ -236,7 +289,7 @@ def test_a_converged_job_runs_to_its_next_save_and_is_stopped_as_a_success(
     assert sum("converged at step 3/50" in line for line in recorder.lines) == 1, recorder.lines
     from ray.job_submission import JobSubmissionClient
 
-    client = JobSubmissionClient(address.url, headers=headers)
+    client = JobSubmissionClient(address.url, headers=headers, verify=address.verify())
     deadline = time.monotonic() + 30
     while client.get_job_status("nemo-rl-converge-1").value != "STOPPED" and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -251,8 +304,14 @@ def test_still_waiting_then_on_kill_stops_the_job_and_timeout_stops_it_too(
     kube = KubeHook(ray_spec, ray_hook)
     address = kube.dashboard()
     headers = kube.dashboard_headers(address)
-    client = JobSubmissionClient(address.url, headers=headers)
-    submit_once(_request("nemo-rl-kill-1", 'python -c "import time; time.sleep(120)"'), address.url, headers, {})
+    client = JobSubmissionClient(address.url, headers=headers, verify=address.verify())
+    submit_once(
+        _request("nemo-rl-kill-1", 'python -c "import time; time.sleep(120)"'),
+        address.url,
+        headers,
+        {},
+        verify=address.verify(),
+    )
     trigger = _trigger(address, "nemo-rl-kill-1")
     # Still waiting: a running job yields nothing within a short window.
     with pytest.raises(TimeoutError):
@@ -264,7 +323,13 @@ def test_still_waiting_then_on_kill_stops_the_job_and_timeout_stops_it_too(
     assert client.get_job_status("nemo-rl-kill-1").value == "STOPPED"
     assert asyncio.run(_first(_trigger(address, "nemo-rl-kill-1")))["status"] == "stopped"
 
-    submit_once(_request("nemo-rl-late-1", 'python -c "import time; time.sleep(120)"'), address.url, headers, {})
+    submit_once(
+        _request("nemo-rl-late-1", 'python -c "import time; time.sleep(120)"'),
+        address.url,
+        headers,
+        {},
+        verify=address.verify(),
+    )
     event = asyncio.run(_first(_trigger(address, "nemo-rl-late-1", timeout=2)))
     assert event["status"] == "timeout" and "the job was stopped" in event["message"]
 
@@ -279,7 +344,7 @@ def test_a_job_that_prints_its_secret_shows_it_masked(
     request = JobRequest(
         "nemo-rl-print-1", "python -c \"import os; print('token is', os.environ['HF_TOKEN'])\"", {}, (), ()
     )
-    submit_once(request, address.url, kube.dashboard_headers(address), {"HF_TOKEN": secret})
+    submit_once(request, address.url, kube.dashboard_headers(address), {"HF_TOKEN": secret}, verify=address.verify())
     event = asyncio.run(_first(_trigger(address, "nemo-rl-print-1", secret_conn_ids=["hf_printed"])))
     assert event["status"] == "success"
     assert "token is ***" in event["tail"]
@@ -378,7 +443,7 @@ def test_a_job_that_prints_its_secret_in_pieces_shows_none_of_it(
     kube = KubeHook(ray_spec, ray_hook)
     address = kube.dashboard()
     request = JobRequest("nemo-rl-split-1", f"python -c {_quoted(SPLIT_SECRET_SCRIPT)}", {}, (), ())
-    submit_once(request, address.url, kube.dashboard_headers(address), {"HF_TOKEN": secret})
+    submit_once(request, address.url, kube.dashboard_headers(address), {"HF_TOKEN": secret}, verify=address.verify())
     trigger = _trigger(address, "nemo-rl-split-1", secret_conn_ids=["hf_split"])
     recorder = _Recorder()
     trigger._log = recorder

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import base64
+import http.client
 import json
+import socket
+import ssl
 import time
 
 import pytest
+from cryptography import x509
 from google.api_core import exceptions
 from google.cloud import container_v1
+from sandbox.testing import start_sandbox
 
 from nemo_rl_gke.gcp import gke
-from tests.sandbox.conftest import OWNER, PROJECT, REGION, SPEC
+from nemo_rl_gke.spec import RunSpec
+from tests.owners import owner_of
+from tests.sandbox.conftest import OWNER, PROJECT, REGION, SEED, SPEC, Clients
 from tests.sandbox.helpers import create_cluster, create_networks, create_node_pool, operation_name, raw
 
 Status = container_v1.Cluster.Status
@@ -27,9 +35,9 @@ def test_cluster_and_gpu_pool_of_the_plan_succeed(clients, sandbox):
 
     cluster = clients.gke.get_cluster(name=SPEC.cluster_path)
     assert cluster.status == Status.RUNNING
-    # The URL of the cluster's Kubernetes API on the sandbox (real GKE reports an IP served over HTTPS).
-    assert cluster.endpoint == f"{sandbox.url}/kube/{cluster.id}"
-    assert cluster.master_auth.cluster_ca_certificate == ""
+    # As GKE: a bare address (here 127.0.0.1 with the port of the cluster's own listener) and the cluster's CA.
+    assert cluster.endpoint.startswith("127.0.0.1:")
+    assert "BEGIN CERTIFICATE" in base64.b64decode(cluster.master_auth.cluster_ca_certificate).decode()
     assert cluster.resource_labels == OWNER.labels
     assert cluster.network_config.enable_multi_networking
     assert cluster.addons_config.lustre_csi_driver_config.enable_legacy_lustre_port
@@ -46,6 +54,80 @@ def test_cluster_and_gpu_pool_of_the_plan_succeed(clients, sandbox):
     container_v1.Cluster.from_json(json.dumps(body), ignore_unknown_fields=False)
     _, body = raw(sandbox.url, "GET", f"/v1/{operation_name(operation.name)}")
     container_v1.Operation.from_json(json.dumps(body), ignore_unknown_fields=False)
+
+
+def _ca(cluster: container_v1.Cluster) -> str:
+    return base64.b64decode(cluster.master_auth.cluster_ca_certificate).decode()
+
+
+def _handshake(endpoint: str, ca_pem: str) -> dict:
+    """A TLS handshake with a cluster's API server, its certificate checked against ``ca_pem`` for its address; the
+    certificate it presented."""
+    host, _, port = endpoint.rpartition(":")
+    context = ssl.create_default_context(cadata=ca_pem)
+    with (
+        socket.create_connection((host, int(port)), timeout=10) as raw_socket,
+        context.wrap_socket(raw_socket, server_hostname=host) as tls,
+    ):
+        return tls.getpeercert()
+
+
+def _other_cluster(clients: Clients) -> container_v1.Cluster:
+    """A second cluster of the run's project, on the same networks."""
+    other = RunSpec.from_conf({**SPEC.to_conf(), "cluster_name": "other-cluster"})
+    clients.gke.create_cluster(request=gke.cluster_create_request(other, owner_of(other)).message)
+    return clients.gke.get_cluster(name=other.cluster_path)
+
+
+def test_a_running_cluster_serves_its_api_over_https_under_its_own_ca_and_never_over_http(clients, sandbox):
+    create_networks(clients)
+    create_cluster(clients)
+    cluster = clients.gke.get_cluster(name=SPEC.cluster_path)
+    ca = x509.load_pem_x509_certificate(_ca(cluster).encode())
+    assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    # The server's certificate chains to the reported CA and names the endpoint's IP.
+    assert _handshake(cluster.endpoint, _ca(cluster))["subjectAltName"] == (("IP Address", "127.0.0.1"),)
+    # Each cluster has a CA of its own: another cluster's CA does not verify this one.
+    other = _other_cluster(clients)
+    assert other.endpoint != cluster.endpoint and _ca(other) != _ca(cluster)
+    with pytest.raises(ssl.SSLCertVerificationError, match="certificate verify failed"):
+        _handshake(cluster.endpoint, _ca(other))
+    # Plain http to the cluster's listener gets no HTTP answer at all.
+    host, _, port = cluster.endpoint.rpartition(":")
+    plain = http.client.HTTPConnection(host, int(port), timeout=10)
+    with pytest.raises((http.client.HTTPException, ConnectionError)):
+        plain.request("GET", "/api")
+        plain.getresponse()
+    plain.close()
+    # The sandbox's plain-http port no longer serves any cluster's API.
+    status, body = raw(sandbox.url, "GET", f"/kube/{cluster.id}/api")
+    assert status == 404 and body["error"]["status"] == "NOT_FOUND"
+    # A deleted cluster's API server is gone with it.
+    clients.gke.delete_cluster(name=SPEC.cluster_path)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            _handshake(cluster.endpoint, _ca(cluster))
+        except ConnectionRefusedError:
+            break
+        assert time.monotonic() < deadline, "the deleted cluster's API still answers"
+        time.sleep(0.05)
+
+
+def test_a_restarted_sandbox_serves_each_cluster_again_under_the_same_ca(tmp_path):
+    state = tmp_path / "state"
+    with start_sandbox(state, seed=SEED) as first:
+        clients = Clients(first.url)
+        create_networks(clients)
+        create_cluster(clients)
+        before = clients.gke.get_cluster(name=SPEC.cluster_path)
+        assert first.stop() == 0
+    with start_sandbox(state) as second:
+        after = Clients(second.url).gke.get_cluster(name=SPEC.cluster_path)
+        assert _ca(after) == _ca(before)
+        # The same port when it is still free (a client that knew the endpoint finds it again).
+        assert after.endpoint == before.endpoint
+        assert _handshake(after.endpoint, _ca(before))["subjectAltName"] == (("IP Address", "127.0.0.1"),)
 
 
 def test_repeat_create_is_409_missing_is_404(clients, sandbox):

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sandbox.tls import new_cluster_tls
 
 from nemo_rl_gke import paths as paths_module
 from nemo_rl_gke.deployment import ConnectionNotAllowedError, Deployment, DeploymentError
@@ -145,24 +146,25 @@ RAY_VERSION = (
 
 
 def test_a_conf_cannot_send_the_job_and_its_token_to_a_dashboard_it_picks(serve: Callable[..., Server]) -> None:
-    attacker, own_cluster = serve(), serve()
+    cluster_tls = new_cluster_tls("own")
+    attacker, own_cluster = serve(), serve(cluster_tls.server_context())
     conf = {"ray_dashboard_url": attacker.url}
     spec, findings = check_conf(conf)
     assert spec is None and _ids(findings) == ["conf.deployment-setting"]
     assert attacker.url not in str(findings[0])
     with pytest.raises(ConfError):
         RunSpec.from_conf(conf)
-    # The job of any valid run goes to its own cluster's API server (here the sandbox-style loopback one).
+    # The job of any valid run goes to its own cluster's API server (https under the cluster's CA, as the sandbox's).
     from nemo_rl_gke.raysubmit import submit_once
 
     run = RunSpec()
     own_cluster.routes[f"{run.dashboard_proxy_path}/api/version"] = RAY_VERSION
-    access = ClusterAccess(own_cluster.url)
-    address = dashboard_address(run, access, Deployment(), google_endpoint=own_cluster.url)
+    access = ClusterAccess(own_cluster.url, cluster_tls.ca_pem)
+    address = dashboard_address(run, access, Deployment())
     request = job_request(run, load_recipe(run.recipe), "dag", "run-1")
     # The stand-in answers no further than that; what matters is where the token went.
     with contextlib.suppress(Exception):
-        submit_once(request, address.url, {}, {"HF_TOKEN": TOKEN})
+        submit_once(request, address.url, {}, {"HF_TOKEN": TOKEN}, verify=address.verify())
     assert attacker.hits == []
     assert any(TOKEN.encode() in body for _, _, body in own_cluster.hits), "control: the token went to the cluster"
 
@@ -189,12 +191,14 @@ def test_the_deployments_dashboard_is_https_or_sandbox_loopback(url: str, google
             dashboard_address(RunSpec(), None, Deployment(ray_dashboard_url=url), google_endpoint=google)
 
 
-def test_the_bearer_token_never_goes_to_a_plain_http_cluster_endpoint_off_loopback() -> None:
-    with pytest.raises(EndpointNotAllowedError, match="plain http"):
-        ClusterAccess.from_cluster({"status": "RUNNING", "endpoint": "http://10.1.2.3"}, "c")
-    with pytest.raises(EndpointNotAllowedError, match="plain http"):
-        ClusterAccess.from_cluster({"status": "RUNNING", "endpoint": "http://127.0.0.1:1"}, "c", "https://g.example")
-    assert ClusterAccess.from_cluster({"status": "RUNNING", "endpoint": "http://127.0.0.1:1"}, "c").host
+@pytest.mark.parametrize("endpoint", ["http://10.1.2.3", "http://127.0.0.1:1", "http://localhost:1", "ftp://10.1.2.3"])
+def test_the_bearer_token_never_goes_to_a_plain_http_cluster_endpoint(endpoint: str) -> None:
+    # GKE's API server is https only, and so is the sandbox's: loopback has no exception.
+    with pytest.raises(EndpointNotAllowedError, match="https only"):
+        ClusterAccess.from_cluster({"status": "RUNNING", "endpoint": endpoint}, "c")
+    assert ClusterAccess.from_cluster({"status": "RUNNING", "endpoint": "127.0.0.1:1"}, "c").host == (
+        "https://127.0.0.1:1"
+    )
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import tempfile
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
@@ -19,19 +18,24 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from nemo_rl_gke.gcp.async_hooks import GcpAsyncHook
 from nemo_rl_gke.kube.access import ClusterAccess
-from nemo_rl_gke.kube.client import OBJECT_RESPONSES, KubeApiError
+from nemo_rl_gke.kube.client import OBJECT_RESPONSES, KubeApiError, tls_error
 
 
 class AsyncKubeHook:
     """``await get(path)`` on the cluster at ``cluster_path`` (``projects/P/locations/L/clusters/C``).
 
-    Use it as an async context manager so both HTTP sessions close on the loop that opened them.
+    Use it as an async context manager so both HTTP sessions close on the loop that opened them. ``access`` is the
+    cluster's endpoint and CA when the caller knows them already; else they are read from the container API on first
+    use.
     """
 
-    def __init__(self, gcp_conn_id: str, cluster_path: str, request_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, gcp_conn_id: str, cluster_path: str, request_timeout_s: float = 30.0, access: ClusterAccess | None = None
+    ) -> None:
         self.gcp = GcpAsyncHook(gcp_conn_id, request_timeout_s=request_timeout_s)
         self.cluster_path = cluster_path
         self.request_timeout_s = request_timeout_s
+        self.access = access
         self._api: kclient.ApiClient | None = None
 
     async def __aenter__(self) -> AsyncKubeHook:
@@ -51,15 +55,11 @@ class AsyncKubeHook:
 
     async def _client(self) -> kclient.ApiClient:
         if self._api is None:
-            cluster = await self.gcp.get_json("container", f"/v1/{self.cluster_path}")
-            access = ClusterAccess.from_cluster(
-                cluster, f"GKE cluster {self.cluster_path}", google_endpoint=await self.gcp.base_url("container")
-            )
-            config = kclient.Configuration(host=access.host)
-            if access.ca_pem:
-                with tempfile.NamedTemporaryFile("w", suffix=".crt", delete=False) as ca_file:
-                    ca_file.write(access.ca_pem)
-                config.ssl_ca_cert = ca_file.name
+            if self.access is None:
+                cluster = await self.gcp.get_json("container", f"/v1/{self.cluster_path}")
+                self.access = ClusterAccess.from_cluster(cluster, f"GKE cluster {self.cluster_path}")
+            # Verified against the cluster's CA (the system's when it reports none); never switched off.
+            config = kclient.Configuration(host=self.access.host, ssl_ca_cert=self.access.ca_file())
             self._api = kclient.ApiClient(config)
         return self._api
 
@@ -88,6 +88,8 @@ class AsyncKubeHook:
             with contextlib.suppress(ValueError, AttributeError):
                 message = str(json.loads(exc.body or "{}").get("message", message))
             raise KubeApiError(f"GET {path}: HTTP {exc.status}: {message}", status=exc.status) from exc
+        except aiohttp.ClientConnectorCertificateError as exc:
+            raise tls_error(f"GET {path}", api.configuration.host, exc.certificate_error) from exc
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise KubeApiError(f"GET {path}: {type(exc).__name__}: {exc}", status=None) from exc
         return dict(answer or {})

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -34,6 +33,8 @@ log = logging.getLogger(__name__)
 FIELD_MANAGER = "airflow-nemo-rl-gke"
 APPLY_PATCH = "application/apply-patch+yaml"
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+# The reason of a KubeApiError whose server failed TLS verification: never transient, never retried.
+TLS_VERIFY_FAILED = "TLSVerificationFailed"
 OBJECT_RESPONSES = {200: "object", 201: "object", 202: "object"}
 # The kubernetes client's auth setting (and api_key identifier) for a bearer token.
 BEARER = "BearerToken"
@@ -54,6 +55,8 @@ class KubeApiError(RuntimeError):
 def is_kube_transient(exc: BaseException) -> bool:
     """429, 5xx, a dropped connection or a timeout: worth another try."""
     if isinstance(exc, KubeApiError):
+        if exc.reason == TLS_VERIFY_FAILED:
+            return False
         return exc.status is None or exc.status in TRANSIENT_STATUSES
     return isinstance(exc, (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError))
 
@@ -76,6 +79,18 @@ class ObjectRef:
     def __str__(self) -> str:
         where = f"{self.namespace}/" if self.namespace else ""
         return f"{self.kind} {where}{self.name}"
+
+
+def tls_error(what: str, host: str, detail: object) -> KubeApiError:
+    """The API server's certificate does not verify against the cluster's CA: a wrong or stale CA, or a server that
+    is not the cluster's. Retrying cannot help."""
+    return KubeApiError(
+        f"{what}: the TLS certificate of {host} does not verify against the cluster's CA "
+        f"(masterAuth.clusterCaCertificate): {detail}. Fix: read the cluster again (a recreated cluster has a new CA), "
+        "and check that the endpoint is the cluster's own",
+        status=None,
+        reason=TLS_VERIFY_FAILED,
+    )
 
 
 def _status_error(what: str, exc: ApiException) -> KubeApiError:
@@ -109,9 +124,7 @@ class KubeHook:
         from nemo_rl_gke.ownership import reader
 
         cluster = resources(self.spec, reader())[GKE_CLUSTER]
-        return ClusterAccess.from_cluster(
-            cluster.get(self.gcp_hook), cluster.label, google_endpoint=self.gcp_hook.endpoint("container")
-        )
+        return ClusterAccess.from_cluster(cluster.get(self.gcp_hook), cluster.label)
 
     @cached_property
     def _credentials(self) -> Any:
@@ -131,13 +144,11 @@ class KubeHook:
 
     @cached_property
     def api_client(self) -> kubernetes.client.ApiClient:
-        """A kubernetes ApiClient on the cluster's endpoint, trusting its CA, with a refreshing bearer token."""
+        """A kubernetes ApiClient on the cluster's https endpoint, verifying it against the cluster's CA, with a
+        refreshing bearer token."""
         config = kubernetes.client.Configuration()
         config.host = self.access.host
-        if self.access.ca_pem:
-            with tempfile.NamedTemporaryFile("w", suffix=".crt", delete=False) as ca_file:
-                ca_file.write(self.access.ca_pem)
-            config.ssl_ca_cert = ca_file.name
+        config.ssl_ca_cert = self.access.ca_file()
         if not self.gcp_hook.is_anonymous:
             # kubernetes 36 sends the header only when 'BearerToken' is already a key of api_key, looks the prefix up
             # under 'BearerToken', and runs the refresh hook only then (FACTS §19): so the first token is set here.
@@ -194,6 +205,10 @@ class KubeHook:
                 )
             except ApiException as exc:
                 raise _status_error(what, exc) from exc
+            except urllib3.exceptions.MaxRetryError as exc:
+                if isinstance(exc.reason, urllib3.exceptions.SSLError):
+                    raise tls_error(what, self.access.host, exc.reason) from exc
+                raise
             return dict(response or {})
 
         return retry_transient(call, what=what, policy=self.retry_policy, transient=is_kube_transient)

@@ -130,7 +130,8 @@ class RayJobTrigger(BaseTrigger):
         self.follower = LogFollower(redactor=self._redactor)
 
     def _session(self, timeout: aiohttp.ClientTimeout) -> aiohttp.ClientSession:
-        """An HTTP session that verifies TLS: against the cluster's own CA when there is one, else the system's."""
+        """An HTTP session that verifies TLS: against the cluster's own CA when there is one, else the system's
+        (never switched off)."""
         if not self.ca_pem:
             return aiohttp.ClientSession(timeout=timeout)
         context = ssl.create_default_context(cadata=self.ca_pem)
@@ -283,6 +284,14 @@ class RayJobTrigger(BaseTrigger):
                     log_status, body = await self._get_bytes(session, gcp, f"/api/jobs/{self.submission_id}/logs")
                     verdict, saved = await asyncio.to_thread(self._take_logs, log_status, body)
                     failures = 0
+                except aiohttp.ClientConnectorCertificateError as exc:
+                    # A wrong CA, or a server that is not the cluster's: waiting cannot fix it.
+                    against = "the cluster's CA" if self.ca_pem else "the system's CAs"
+                    message = (
+                        f"the Ray Jobs API at {self.address} has a TLS certificate that does not verify against "
+                        f"{against}: {exc.certificate_error}"
+                    )
+                    return await self._event("error", message, job_status)
                 except (aiohttp.ClientError, TimeoutError, OSError) as exc:
                     failures += 1
                     delay = backoff_delay(failures, self.poll_interval)
