@@ -60,13 +60,13 @@ def _cluster(sb: Sandbox, call: Call) -> Resource:
 
 
 def _incompatible(sb: Sandbox, cluster: Resource) -> None:
-    """400 while any operation runs on the cluster or one of its pools (hanging ones are superseded first)."""
+    """400 FAILED_PRECONDITION while any operation runs on the cluster or one of its pools (its own create included;
+    hanging ones are superseded first). GKE's reason is the generic ``failedPrecondition``: only the text says which
+    precondition (terraform-provider-google's node pool retry reads the same reason)."""
     sb.supersede_hung(cluster)
     running = sb.store.running(cluster.key)
     if running:
-        raise failed_precondition(
-            f"Cluster is running incompatible operation {running[0].id}.", reason="incompatibleOperation"
-        )
+        raise failed_precondition(f"Cluster is running incompatible operation {running[0].id}.")
 
 
 def _network_key(sb: Sandbox, value: str, project: str, field: str) -> str:

@@ -195,6 +195,14 @@ class DeleteGcpResourceOperator(_ResourceStep):
             return self.result(resource, outcomes.DELETED)
         if event.get("status") == "success":
             raise AirflowException(f"{self.describe(resource)} still exists after its delete operation finished")
+        if event.get("status") == "error" and event.get("state") == "DONE" and event.get("operation"):
+            # The delete failed inside its operation: some resources have a documented other way (the peering).
+            from nemo_rl_gke.gcp.operations import OperationRef
+
+            fallback = resource.fallback_delete(self.hook, OperationRef.from_dict(event["operation"]))
+            if fallback is not None:
+                self.log.warning("%s: %s; deleting it another way", self.describe(resource), event.get("message"))
+                self.wait_on(context, spec, fallback, resource, outcomes.DELETED)
         # Retryable on purpose: a delete refused while a dependent is still going away succeeds on a later try.
         raise AirflowException(self.event_failure(resource, event))
 

@@ -159,6 +159,10 @@ class Resource(ABC):
         """The unfinished operation working on it (for a resource found mid-create), or ``None``."""
         return None
 
+    def fallback_delete(self, hook: GcpHook, failed: OperationRef) -> OperationRef | None:
+        """Another way to delete it after its delete operation ``failed`` (inside the operation), or ``None``."""
+        return None
+
 
 def list_operations(hook: GcpHook, method: Callable[..., Any], resource: Resource, **kwargs: Any) -> Any:
     """An ``operations.list`` answer, or ``None`` where the endpoint does not serve the listing (404, 405, 501)."""

@@ -35,8 +35,10 @@ log = logging.getLogger(__name__)
 
 # Where the connection's annotation of its peering range lives in the dict PeeringConnection.get returns.
 PEERING_RANGE_FIELD = "x-nemoRlPeeringRange"
-# What Service Networking answers while it still counts producer services on the connection (FACTS §13).
+# What Service Networking answers while it still counts producer services on the connection (FACTS §13): code 9
+# (FAILED_PRECONDITION) with no reason or detail of its own, so the text tells it from other failed preconditions.
 PRODUCERS_IN_USE = "are still using this connection"
+FAILED_PRECONDITION_CODE = 9
 
 
 class PeeringConnection(Resource):
@@ -110,8 +112,9 @@ class PeeringConnection(Resource):
     def delete(self, hook: GcpHook) -> OperationRef | None:
         """Take our range out of the connection; delete the connection only when no other range is left.
 
-        When Service Networking refuses with "producer services are still using this connection", which can outlast
-        the instance (FACTS §13), the network's peering is removed instead (compute ``networks.removePeering``).
+        When Service Networking refuses on the call with "producer services are still using this connection", the
+        network's peering is removed instead (compute ``networks.removePeering``). Real Service Networking refuses
+        inside the operation instead, which :meth:`fallback_delete` handles once the operation has failed.
         """
         connection = self.get(hook)
         if connection is None:
@@ -132,6 +135,21 @@ class PeeringConnection(Resource):
         if operation is None:
             return None
         return OperationRef("servicenetworking", f"/v1/{operation['name']}", LONGRUNNING, self.label)
+
+    def fallback_delete(self, hook: GcpHook, failed: OperationRef) -> OperationRef | None:
+        """After ``deleteConnection`` failed inside its operation with code 9 "Producer services ... are still using
+        this connection", which can last a while after the Lustre instance is gone (FACTS §13, §19): remove the
+        network's peering with compute instead (terraform-provider-google #18834). Any other failure: ``None``."""
+        if failed.service != "servicenetworking":
+            return None
+        name = failed.path.removeprefix("/v1/")
+        operation = hook.execute(
+            hook.servicenetworking.operations().get(name=name), what=f"read the failed delete of {self.label}"
+        )
+        error = operation.get("error") or {}
+        if error.get("code") != FAILED_PRECONDITION_CODE or PRODUCERS_IN_USE not in str(error.get("message", "")):
+            return None
+        return self._remove_peering(hook)
 
     def _remove_peering(self, hook: GcpHook) -> OperationRef:
         log.warning("%s: Service Networking still sees producers on it; removing the network's peering", self.label)
