@@ -757,6 +757,11 @@ class RunSpec:
         return f"{self.lustre_name}-range"
 
     @property
+    def lustre_firewall(self) -> str:
+        """Name of the main network's rule that lets Lustre traffic in from the peering range."""
+        return f"{self.lustre_name}-fw"
+
+    @property
     def network_profile(self) -> str:
         """Name of the RoCE network profile the RDMA network needs."""
         return f"{self.zone}-vpc-roce"
