@@ -340,7 +340,8 @@ class RunSpec:
         "nemo-rl-lustre",
         section=SECTION_STORAGE,
         title="Lustre instance name",
-        description="Managed Lustre instance in the zone; the peering range is {name}-range.",
+        description="Managed Lustre instance in the zone; the peering range is {name}-range, the firewall rule "
+        "{name}-fw.",
         maxLength=NAME_MAX,
     )
     lustre_capacity_gib: int = _param(
