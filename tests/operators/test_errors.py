@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from airflow.sdk import Asset
 from airflow.sdk.exceptions import TaskDeferred
-from sandbox.testing import SandboxProcess, start_sandbox
+from sandbox.testing import SandboxProcess, request_json, start_sandbox
 
 from nemo_rl_gke import outcomes
 from nemo_rl_gke import topology as t
+from nemo_rl_gke.dag_factory import OPERATORS
+from nemo_rl_gke.gcp.hooks import RetryPolicy
 from tests.operators.harness import Run, gcp_conn, operator, project_resources, run_step, start_run, trigger_events
 
 __all__ = ["gcp_conn"]
@@ -75,3 +80,71 @@ def test_a_peering_delete_refused_inside_its_operation_falls_back_to_remove_peer
         result, _ = run_step(run, key)
         assert result["action"] == outcomes.DELETED, key
     assert project_resources(sandbox, project) == {}
+
+
+class _Events:
+    """What ResumeOperator reads of Airflow's inlet events: ``ascending(False).limit(n)``, newest first."""
+
+    def __init__(self, events: list[SimpleNamespace]) -> None:
+        self.events = events
+
+    def ascending(self, ascending: bool) -> _Events:
+        return _Events(sorted(self.events, key=lambda e: e.timestamp, reverse=not ascending))
+
+    def limit(self, n: int) -> list[SimpleNamespace]:
+        return self.events[:n]
+
+
+def _lustre_dir(sandbox: SandboxProcess, project: str) -> Path:
+    [item] = [i for i in sandbox.inventory() if i["kind"] == "lustre.instance" and f"/{project}/" in i["path"]]
+    return Path(item["data_dir"])
+
+
+def test_resume_on_a_new_lustre_imports_into_root_and_waits_out_a_running_transfer(
+    sandbox: SandboxProcess, project: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Night 1 exports step 4 as the DAG does; night 2 gets a new Lustre, where only "/" exists (FACTS §14).
+    first = start_run(project, resume="latest")
+    for key in (t.NET, t.PEERING_RANGE, t.LUSTRE_FW, t.PEERING, t.LUSTRE):
+        run_step(first, key)
+    spec = first.spec
+    step_dir = _lustre_dir(sandbox, project) / spec.checkpoint_lustre_path(4).lstrip("/")
+    step_dir.mkdir(parents=True)
+    (step_dir / "training_info.json").write_text('{"current_step": 4}')
+    (sandbox.state_dir / "gcs" / spec.export_bucket_name).mkdir(parents=True, exist_ok=True)
+    first.xcom[(t.WAIT, t.RETURN)] = {"final_step": 4}
+    exported, _ = run_step(first, t.EXPORT)
+    assert exported["uri"].endswith(f"{spec.checkpoint_lustre_path(4)}/"), exported
+    run_step(first, t.DELETE_LUSTRE)
+    run_step(first, t.RELEASE_LEASE)
+
+    second = start_run(project, resume="latest")
+    assert run_step(second, t.LUSTRE)[0]["action"] == outcomes.CREATED
+    fresh = _lustre_dir(sandbox, project)
+    assert not (fresh / spec.checkpoint_lustre_path(4).lstrip("/")).exists()
+    # Another transfer is running on the instance: the import is refused ABORTED until it ends, and waits for it.
+    (fresh / "other").mkdir()
+    sandbox.set_latency(seconds={"lustre.instances.exportData": 300})  # 0.3 s at this scale
+    busy_export = {"lustrePath": {"path": "/other"}, "gcsPath": {"uri": f"gs://{spec.export_bucket_name}/other/"}}
+    request_json(f"{sandbox.url}/v1/{spec.lustre_path}:exportData", "POST", busy_export)
+    monkeypatch.setattr("nemo_rl_gke.gcp.hooks.BUSY_RETRY", RetryPolicy(attempts=60, initial_s=0.02, maximum_s=0.05))
+
+    asset = Asset(name=t.checkpoint_asset("d"))
+    event = SimpleNamespace(
+        extra={"uri": exported["uri"], "step": 4}, source_dag_id="d", source_run_id="r1", timestamp=1
+    )
+    context = {**second.context(t.RESUME), "inlet_events": {asset: _Events([event])}}
+    resume = OPERATORS[t.step(t.RESUME).op](step=t.RESUME, inlets=[asset])
+    resume.pre_execute(context)
+    since = len(sandbox.calls())
+    with pytest.raises(TaskDeferred) as deferred:
+        resume.execute(context)
+    imports = [c for c in sandbox.calls(since) if c["path"].endswith(":importData")]
+    assert imports[0]["status"] == 409 and imports[-1]["status"] == 200, imports
+    [done] = trigger_events(deferred.value.trigger)
+    resumed = OPERATORS[t.step(t.RESUME).op](step=t.RESUME, inlets=[asset]).execute_complete(context, event=done)
+    assert resumed["action"] == outcomes.IMPORTED and resumed["resumed_from"]["step"] == 4
+    # The step is back where NeMo RL looks for it: checkpoint_dir/step_4 on the new instance.
+    assert (fresh / spec.checkpoint_lustre_path(4).lstrip("/") / "training_info.json").read_text() == (
+        '{"current_step": 4}'
+    )
