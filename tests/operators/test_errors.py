@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from airflow.sdk import Asset
-from airflow.sdk.exceptions import TaskDeferred
+from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 from sandbox.testing import SandboxProcess, request_json, start_sandbox
 
 from nemo_rl_gke import outcomes
@@ -148,3 +148,18 @@ def test_resume_on_a_new_lustre_imports_into_root_and_waits_out_a_running_transf
     assert (fresh / spec.checkpoint_lustre_path(4).lstrip("/") / "training_info.json").read_text() == (
         '{"current_step": 4}'
     )
+
+
+def test_a_used_up_reservation_fails_the_pool_naming_the_reservation_and_what_to_try(
+    sandbox: SandboxProcess, project: str
+) -> None:
+    run = start_run(project)
+    spec = run.spec
+    sandbox.seed_reservation(project, spec.zone, spec.reservation, spec.effective_machine_type, 2, in_use_count=2)
+    for key in (t.NET, t.GVNIC_NET, t.GVNIC_SUB, t.RDMA_NET, *t.RDMA_SUBS, t.GKE_CLUSTER):
+        run_step(run, key)
+    with pytest.raises(AirflowFailException) as failure:
+        run_step(run, t.NODE_POOL)
+    message = str(failure.value)
+    assert "GCE_STOCKOUT" in message and f"reservation '{spec.reservation}' in zone {spec.zone}" in message
+    assert "worker_replicas" in message and "wait" in message and "zone" in message

@@ -191,3 +191,17 @@ def test_node_pool_create_and_delete_are_refused_while_the_cluster_create_runs(c
     time.sleep(0.55)
     sandbox.set_latency(scale=0.0)
     assert create_node_pool(clients).status == OpStatus.DONE
+
+
+def test_a_pool_on_a_used_up_reservation_reports_a_stockout_condition(clients, sandbox):
+    # GKE puts what keeps a pool's nodes from coming in its conditions: code GCE_STOCKOUT.
+    create_networks(clients)
+    create_cluster(clients)
+    create_node_pool(clients)
+    assert not clients.gke.get_node_pool(name=SPEC.node_pool_path).conditions
+    sandbox.seed_reservation(PROJECT, SPEC.zone, SPEC.reservation, SPEC.effective_machine_type, 2, in_use_count=2)
+    pool = clients.gke.get_node_pool(name=SPEC.node_pool_path)
+    [condition] = pool.conditions
+    assert condition.code == container_v1.StatusCondition.Code.GCE_STOCKOUT
+    assert f"reservations/{SPEC.reservation}' does not have available resources" in condition.message
+    assert pool.status == container_v1.NodePool.Status.RUNNING

@@ -124,6 +124,9 @@ class EnsureGcpResourceOperator(_ResourceStep):
         actual = resource.get(self.hook)
         if actual is None:
             raise AirflowException(f"{self.describe(resource)} does not exist after it was {action}")
+        problem = resource.problem(actual)
+        if problem:
+            raise AirflowFailException(problem)  # the same conf meets the same stock-out: not retried
         if not resource.ready(actual):
             state = resource.state(actual) or "unknown"
             raise AirflowException(f"{self.describe(resource)} is not ready: state {state}")
