@@ -112,9 +112,8 @@ class PeeringConnection(Resource):
     def delete(self, hook: GcpHook) -> OperationRef | None:
         """Take our range out of the connection; delete the connection only when no other range is left.
 
-        When Service Networking refuses on the call with "producer services are still using this connection", the
-        network's peering is removed instead (compute ``networks.removePeering``). Real Service Networking refuses
-        inside the operation instead, which :meth:`fallback_delete` handles once the operation has failed.
+        Service Networking refuses the delete while producers still use the connection inside the operation, not on
+        the call (FACTS §13, §19): :meth:`fallback_delete` takes over once that operation has failed.
         """
         connection = self.get(hook)
         if connection is None:
@@ -126,12 +125,7 @@ class PeeringConnection(Resource):
             return OperationRef("servicenetworking", f"/v1/{operation['name']}", LONGRUNNING, self.label)
         body = connection_delete_request(self.spec, number).body
         request = hook.servicenetworking.services().connections().deleteConnection(name=ANY_CONNECTION, body=body)
-        try:
-            operation = absent_on_404(lambda: hook.execute(request, what=f"delete {self.label}"))
-        except Exception as exc:
-            if PRODUCERS_IN_USE not in str(exc):
-                raise
-            return self._remove_peering(hook)
+        operation = absent_on_404(lambda: hook.execute(request, what=f"delete {self.label}"))
         if operation is None:
             return None
         return OperationRef("servicenetworking", f"/v1/{operation['name']}", LONGRUNNING, self.label)
