@@ -209,7 +209,8 @@ class RetryPolicy:
 
 
 # Refusals that last as long as another operation: a GKE cluster's reconcile or upgrade, a peering change, a
-# Lustre transfer. Up to 12 calls, 10 s doubling to 90 s with full jitter: about 8 minutes at most, 4 on average.
+# Lustre transfer. Up to 12 calls, 10 s doubling to 90 s with full jitter: at most 13 minutes of waits, about 6.5 on
+# average (GKE's own reconciles take minutes; terraform-provider-google waits out the same refusals).
 BUSY_RETRY = RetryPolicy(attempts=12, initial_s=10.0, maximum_s=90.0)
 
 
