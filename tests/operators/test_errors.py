@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from airflow.sdk import Asset
-from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 from sandbox.testing import SandboxProcess, request_json, start_sandbox
 
 from nemo_rl_gke import outcomes
@@ -163,3 +163,25 @@ def test_a_used_up_reservation_fails_the_pool_naming_the_reservation_and_what_to
     message = str(failure.value)
     assert "GCE_STOCKOUT" in message and f"reservation '{spec.reservation}' in zone {spec.zone}" in message
     assert "worker_replicas" in message and "wait" in message and "zone" in message
+
+
+def test_a_peering_create_that_failed_on_a_concurrent_peering_change_is_retried(
+    sandbox: SandboxProcess, project: str
+) -> None:
+    # Service Networking fails the create inside its operation, code 3, while another peering change runs on the
+    # network (terraform-provider-google's error tables quote it): a retry, not a final failure.
+    run = start_run(project)
+    for key in (t.NET, t.PEERING_RANGE):
+        run_step(run, key)
+    sandbox.add_fault(
+        {"method": "POST", "path": "/v1/services/servicenetworking.googleapis.com/connections$"},
+        operation="error",
+        error_status="INVALID_ARGUMENT",
+        message="There is a peering operation in progress on the local or peer network. Try again later.",
+    )
+    with pytest.raises(AirflowException) as refused:
+        run_step(run, t.PEERING)
+    assert not isinstance(refused.value, AirflowFailException)
+    assert "3: There is a peering operation in progress" in str(refused.value)
+    result, _ = run_step(run, t.PEERING)  # Airflow's retry
+    assert result["action"] == outcomes.CREATED

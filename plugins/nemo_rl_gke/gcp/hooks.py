@@ -190,7 +190,13 @@ def is_busy(exc: BaseException) -> bool:
     facts = error_facts(exc)
     if facts.status in BUSY_STATUSES or facts.reasons & BUSY_REASONS:
         return True
-    return status == 400 and any(text in facts.message for text in BUSY_TEXT)
+    return status == 400 and busy_text(facts.message)
+
+
+def busy_text(message: str) -> bool:
+    """Whether an error message is one of the busy refusals Google gives only as text (:data:`BUSY_TEXT`); also how
+    an operation that failed inside with one of them is told apart (Service Networking's code 3)."""
+    return any(text in message for text in BUSY_TEXT)
 
 
 @dataclass(frozen=True)

@@ -114,8 +114,12 @@ class EnsureGcpResourceOperator(_ResourceStep):
         resource = self.resource(context, spec)
         if event.get("status") == "success":
             return self.check_ready(resource, self.pending(context)["action"])
+        from nemo_rl_gke.gcp.hooks import busy_text
+
         message = self.event_failure(resource, event)
-        if event.get("status") == "error" and event.get("state") == "DONE":
+        # An operation that failed because another one held the network (Service Networking's code 3 "There is a
+        # peering operation in progress") is worth another try; any other failure inside the operation is final.
+        if event.get("status") == "error" and event.get("state") == "DONE" and not busy_text(message):
             raise AirflowFailException(message)
         raise AirflowException(message)
 
