@@ -76,6 +76,13 @@ DEFAULT_REASONS: dict[str, str] = {
     "CANCELLED": "cancelled",
 }
 ERROR_DOMAIN = "global"
+# Where the newer ErrorInfo spells a compute reason its own way, and the errors[] domain of the rate quotas: a 403
+# rateLimitExceeded comes with domain usageLimits and ErrorInfo RATE_LIMIT_EXCEEDED (compute api-quota docs).
+INFO_REASONS: dict[str, str] = {
+    "rateLimitExceeded": "RATE_LIMIT_EXCEEDED",
+    "userRateLimitExceeded": "RATE_LIMIT_EXCEEDED",
+}
+USAGE_LIMITS_DOMAIN = "usageLimits"
 
 
 class ApiError(Exception):
@@ -116,9 +123,19 @@ def error_body(http: int, status: str, message: str, reason: str) -> dict[str, A
             "code": http,
             "message": message,
             "status": status,
-            "errors": [{"message": message, "domain": ERROR_DOMAIN, "reason": reason}],
+            "errors": [
+                {
+                    "message": message,
+                    "domain": USAGE_LIMITS_DOMAIN if reason in INFO_REASONS else ERROR_DOMAIN,
+                    "reason": reason,
+                }
+            ],
             "details": [
-                {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": reason, "domain": "googleapis.com"}
+                {
+                    "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                    "reason": INFO_REASONS.get(reason, reason),
+                    "domain": "googleapis.com",
+                }
             ],
         }
     }

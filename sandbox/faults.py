@@ -9,8 +9,9 @@ and the request body (``body`` tells apart inserts into one collection, e.g. one
 
 Counting: a status fault counts every matching call; an operation fault counts only matching calls that start an
 operation (a 409 starts none). Calls ``nth`` .. ``nth + times - 1`` of that count are hit; ``times: null`` hits
-every call from the ``nth`` on. Optional: ``"message"``, and ``"error_status"`` (a ``google.rpc`` code name: the
-call's status name, default from the HTTP code; the failed operation's error, default INTERNAL).
+every call from the ``nth`` on. Optional: ``"message"``, ``"error_status"`` (a ``google.rpc`` code name: the
+call's status name, default from the HTTP code; the failed operation's error, default INTERNAL) and ``"reason"``
+(``errors[].reason`` and the ErrorInfo reason, e.g. ``rateLimitExceeded`` on a 403: default from the status).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 
 from sandbox.errors import RPC_CODES, ApiError, status_for_http
 
-FAULT_KEYS = {"match", "nth", "times", "status", "operation", "message", "error_status"}
+FAULT_KEYS = {"match", "nth", "times", "status", "operation", "message", "error_status", "reason"}
 MATCH_KEYS = {"method", "path", "query", "body"}
 OPERATION_FAULTS = ("error", "hang")
 
@@ -46,6 +47,7 @@ class Fault:
     operation: str | None
     message: str | None
     error_status: str | None
+    reason: str | None = None
     seen: int = 0
     fired: int = 0
     _path_re: re.Pattern[str] = field(init=False, repr=False)
@@ -76,12 +78,12 @@ class Fault:
         assert self.status is not None
         status = self.error_status or status_for_http(self.status)
         message = self.message or f"Injected fault {self.id}: HTTP {self.status}"
-        return ApiError(status, message, http=self.status)
+        return ApiError(status, message, http=self.status, reason=self.reason)
 
     def operation_error(self) -> ApiError:
         """The error an operation hit by an ``operation: error`` fault ends with."""
         status = self.error_status or "INTERNAL"
-        return ApiError(status, self.message or f"Injected fault {self.id}: operation failed")
+        return ApiError(status, self.message or f"Injected fault {self.id}: operation failed", reason=self.reason)
 
     def to_json(self) -> dict[str, Any]:
         """The fault as the admin API lists it."""
@@ -95,6 +97,7 @@ class Fault:
             "operation": self.operation,
             "message": self.message,
             "error_status": self.error_status,
+            "reason": self.reason,
             "seen": self.seen,
             "fired": self.fired,
         }
@@ -127,6 +130,9 @@ class Faults:
         error_status = spec.get("error_status")
         if error_status is not None and error_status not in RPC_CODES:
             raise FaultSpecError(f"error_status must be a google.rpc code name, got {error_status!r}")
+        reason = spec.get("reason")
+        if reason is not None and (not isinstance(reason, str) or not reason):
+            raise FaultSpecError(f"reason must be a non-empty string, got {reason!r}")
         nth, times = spec.get("nth", 1), spec.get("times", 1)
         if not isinstance(nth, int) or nth < 1:
             raise FaultSpecError(f"nth must be an integer >= 1, got {nth!r}")
@@ -145,6 +151,7 @@ class Faults:
                 operation=operation,
                 message=spec.get("message"),
                 error_status=error_status,
+                reason=reason,
             )
         except re.error as exc:
             raise FaultSpecError(f"bad regular expression: {exc}") from exc

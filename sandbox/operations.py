@@ -30,6 +30,10 @@ DEFAULT_LATENCY_SECONDS: dict[str, float] = {
     "compute.globalAddresses.delete": 5.0,
     "servicenetworking.connections.create": 60.0,
     "servicenetworking.connections.deleteConnection": 40.0,
+    # Not an operation: how long Service Networking still counts a deleted Lustre instance as a producer on the
+    # connection, so deleteConnection keeps failing with code 9 (FACTS §13, terraform-provider-google #18834).
+    "servicenetworking.producers.linger": 5.0,
+    "compute.networks.removePeering": 10.0,
     "lustre.instances.create": 600.0,
     "lustre.instances.delete": 300.0,
     "lustre.instances.exportData": 120.0,

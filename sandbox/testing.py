@@ -150,14 +150,17 @@ def add_fault(
     operation: str | None = None,
     message: str | None = None,
     error_status: str | None = None,
+    reason: str | None = None,
 ) -> dict[str, Any]:
-    """Install a fault: fail the ``nth`` matching call with ``status``, or end/hang (``operation``) its operation."""
+    """Install a fault: fail the ``nth`` matching call with ``status``, or end/hang (``operation``) its operation;
+    ``reason`` is the body's ``errors[].reason`` (e.g. ``rateLimitExceeded`` on a 403)."""
     spec: dict[str, Any] = {"match": match, "nth": nth, "times": times}
     for key, value in (
         ("status", status),
         ("operation", operation),
         ("message", message),
         ("error_status", error_status),
+        ("reason", reason),
     ):
         if value is not None:
             spec[key] = value

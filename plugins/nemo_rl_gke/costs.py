@@ -54,6 +54,7 @@ _KINDS: dict[str, tuple[str, str]] = {
     topology.RDMA_NET: ("VPC network (RDMA)", "rdma_network"),
     **{sub: ("subnet (RDMA)", "") for sub in topology.RDMA_SUBS},
     topology.PEERING_RANGE: ("peering range", "peering_range"),
+    topology.LUSTRE_FW: ("firewall rule", "lustre_firewall"),
     topology.PEERING: ("Service Networking peering", "network"),
     topology.LUSTRE: ("Managed Lustre instance", "lustre_name"),
     topology.GKE_CLUSTER: ("GKE cluster", "cluster_name"),

@@ -134,7 +134,7 @@ def compute_names(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
         "network": [spec.network],
         "gvnic_prefix": [spec.gvnic_network, spec.gvnic_subnet, spec.gvnic_firewall],
         "rdma_prefix": [spec.rdma_network, *spec.rdma_subnets],
-        "lustre_name": [spec.peering_range],
+        "lustre_name": [spec.peering_range, spec.lustre_firewall],
         "reservation": [spec.reservation],
     }
     for param, names in derived.items():

@@ -340,7 +340,8 @@ class RunSpec:
         "nemo-rl-lustre",
         section=SECTION_STORAGE,
         title="Lustre instance name",
-        description="Managed Lustre instance in the zone; the peering range is {name}-range.",
+        description="Managed Lustre instance in the zone; the peering range is {name}-range, the firewall rule "
+        "{name}-fw.",
         maxLength=NAME_MAX,
     )
     lustre_capacity_gib: int = _param(
@@ -757,6 +758,11 @@ class RunSpec:
         return f"{self.lustre_name}-range"
 
     @property
+    def lustre_firewall(self) -> str:
+        """Name of the main network's rule that lets Lustre traffic in from the peering range."""
+        return f"{self.lustre_name}-fw"
+
+    @property
     def network_profile(self) -> str:
         """Name of the RoCE network profile the RDMA network needs."""
         return f"{self.zone}-vpc-roce"
@@ -906,10 +912,16 @@ class RunSpec:
         """A step's directory as a path on the Lustre filesystem (the PV mounts its root at /data)."""
         return f"{self.checkpoint_dir.removeprefix('/data').rstrip('/')}/step_{step}"
 
-    def export_uri(self, dag_id: str, run_id: str, step: int) -> str:
-        """Where a validated step is exported: gs://<bucket>/<dag>/<run>/step_N/."""
+    def export_prefix(self, dag_id: str, run_id: str) -> str:
+        """The run's prefix in the export bucket: gs://<bucket>/<dag>/<run>/."""
         readable = re.sub(r"[^a-zA-Z0-9_.-]+", "-", run_id).strip("-")
-        return f"gs://{self.export_bucket_name}/{dag_id}/{readable}/step_{step}/"
+        return f"gs://{self.export_bucket_name}/{dag_id}/{readable}/"
+
+    def export_uri(self, dag_id: str, run_id: str, step: int) -> str:
+        """Where a validated step is exported: the run's prefix, then the step's path on Lustre
+        (gs://<bucket>/<dag>/<run>/<checkpoint_dir under /data>/step_N/). Laid out so, importing the run's prefix
+        into Lustre's ``/`` (the one import path that always exists, FACTS §14) puts the step back where it was."""
+        return f"{self.export_prefix(dag_id, run_id)}{self.checkpoint_lustre_path(step).lstrip('/')}/"
 
     def submission_id(self, dag_id: str, run_id: str) -> str:
         """Ray job submission_id for one DAG run: stable across task retries, unique across runs."""

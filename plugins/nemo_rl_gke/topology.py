@@ -106,6 +106,7 @@ RDMA_SUBNET_COUNT = 8
 RDMA_SUBS: tuple[str, ...] = tuple(f"network.rdma-sub-{n}" for n in range(RDMA_SUBNET_COUNT))
 PEERING_RANGE = "storage.peering-range"
 PEERING = "storage.peering"
+LUSTRE_FW = "storage.lustre-fw"
 LUSTRE = "storage.lustre"
 GKE_CLUSTER = "cluster.cluster"
 NODE_POOL = "cluster.node-pool"
@@ -127,6 +128,7 @@ DELETE_KUBE_OBJECTS = "teardown.delete-kube-objects"
 DELETE_LUSTRE = "teardown.delete-lustre"
 DELETE_PEERING = "teardown.delete-peering"
 DELETE_PEERING_RANGE = "teardown.delete-peering-range"
+DELETE_LUSTRE_FW = "teardown.delete-lustre-fw"
 DELETE_CLUSTER = "teardown.delete-cluster"
 DELETE_GVNIC_FW = "teardown.delete-gvnic-fw"
 DELETE_GVNIC_SUB = "teardown.delete-gvnic-sub"
@@ -250,7 +252,10 @@ _STEPS: tuple[Step, ...] = (
     # --- storage: side by side with the cluster once NET exists ----------------------------------------------
     _ensure(PEERING_RANGE, STORAGE, (NET,), DELETE_PEERING_RANGE, "The private-services range reserved on NET."),
     _ensure(PEERING, STORAGE, (PEERING_RANGE,), DELETE_PEERING, "NET's Service Networking peering over the range."),
-    _ensure(LUSTRE, STORAGE, (PEERING,), DELETE_LUSTRE, "The Managed Lustre instance the pods mount at /data."),
+    # Lustre's clients reach it over tcp 988/6988 from the peering range (Google's GKE Managed Lustre guide).
+    _ensure(LUSTRE_FW, STORAGE, (PEERING_RANGE,), DELETE_LUSTRE_FW, "NET's rule letting Lustre traffic in."),
+    _ensure(LUSTRE, STORAGE, (PEERING, LUSTRE_FW), DELETE_LUSTRE,
+            "The Managed Lustre instance the pods mount at /data."),
     # --- cluster: the GPU pool also needs the gVNIC and RDMA subnets ----------------------------------------
     _ensure(GKE_CLUSTER, CLUSTER, (NET,), DELETE_CLUSTER, "The regional GKE cluster with its default pool."),
     # The pool goes with its cluster: it has no teardown step of its own.
@@ -296,6 +301,7 @@ _STEPS: tuple[Step, ...] = (
             doc="Deletes Lustre, unless its checkpoint was not exported."),
     _delete(DELETE_PEERING, PEERING, (DELETE_LUSTRE,), doc="Deletes the peering."),
     _delete(DELETE_PEERING_RANGE, PEERING_RANGE, (DELETE_PEERING,), doc="Releases the peering range."),
+    _delete(DELETE_LUSTRE_FW, LUSTRE_FW, (DELETE_LUSTRE,), doc="Deletes the Lustre firewall rule."),
     _delete(DELETE_CLUSTER, GKE_CLUSTER, (DELETE_KUBE_OBJECTS,), doc="Deletes the cluster and its node pools."),
     _delete(DELETE_GVNIC_FW, GVNIC_FW, (), doc="Deletes the gVNIC firewall rule."),
     _delete(DELETE_GVNIC_SUB, GVNIC_SUB, (DELETE_CLUSTER,), doc="Deletes the gVNIC subnet."),
@@ -306,12 +312,12 @@ _STEPS: tuple[Step, ...] = (
     _delete(DELETE_GVNIC_NET, GVNIC_NET, (DELETE_GVNIC_SUB, DELETE_GVNIC_FW), counts_for_run_state=True,
             doc="Deletes the gVNIC network."),
     _delete(DELETE_RDMA_NET, RDMA_NET, DELETE_RDMA_SUBS, counts_for_run_state=True, doc="Deletes the RDMA network."),
-    _delete(DELETE_NET, NET, (DELETE_PEERING_RANGE, DELETE_CLUSTER), counts_for_run_state=True,
+    _delete(DELETE_NET, NET, (DELETE_PEERING_RANGE, DELETE_LUSTRE_FW, DELETE_CLUSTER), counts_for_run_state=True,
             doc="Deletes the main network, last."),
     # After every other teardown step; it runs whenever the lease was taken, so no failure keeps the group held.
     Step(RELEASE_LEASE, Op.RELEASE_LEASE, TEARDOWN, (DELETE_RAYCLUSTER, SCALE_POOL, DELETE_KUBE_OBJECTS, DELETE_LUSTRE,
-         DELETE_PEERING, DELETE_PEERING_RANGE, DELETE_CLUSTER, DELETE_GVNIC_FW, DELETE_GVNIC_SUB, *DELETE_RDMA_SUBS,
-         DELETE_GVNIC_NET, DELETE_RDMA_NET, DELETE_NET), retries=3, retry_delay_s=5,
+         DELETE_PEERING, DELETE_PEERING_RANGE, DELETE_LUSTRE_FW, DELETE_CLUSTER, DELETE_GVNIC_FW, DELETE_GVNIC_SUB,
+         *DELETE_RDMA_SUBS, DELETE_GVNIC_NET, DELETE_RDMA_NET, DELETE_NET), retries=3, retry_delay_s=5,
          doc="Frees the run group's lease (recording whether its resources were kept warm)."),
     # --- the last task: whenever the conf was valid, after teardown; it never decides the run's state -------
     Step(RUN_REPORT, Op.REPORT, REPORT, produces=(*_RECORDS, REPORT_TEXT), retries=0,

@@ -333,7 +333,9 @@ def render(sb: Sandbox, resource: Resource) -> dict[str, Any]:
         subnets = [formats.compute_link(r.key) for r in users if r.kind == "compute.subnetwork"]
         if subnets:
             body["subnetworks"] = subnets
-        connections = [r for r in users if r.kind == "servicenetworking.connection" and r.phase == "ready"]
+        # A peering is listed until the operation that removes it ends.
+        live = ("ready", "deleting")
+        connections = [r for r in users if r.kind == "servicenetworking.connection" and r.phase in live]
         peerings = [r.extra["peering"] for r in connections]
         if peerings:
             body["peerings"] = peerings
@@ -534,15 +536,23 @@ async def wait_operation(sb: Sandbox, call: Call) -> Reply:
 
 
 async def remove_peering(sb: Sandbox, call: Call) -> Reply:
-    """``networks.removePeering`` (body ``{name}``): only the Service Networking peering exists here."""
+    """``networks.removePeering`` (body ``{name}``): only the Service Networking peering exists here.
+
+    The peering (and the connection behind it) goes when the operation ends: ``network.peerings`` lists it until then.
+    Refused with 400 while another peering change runs on the network: Google says so only in text (no reason of
+    its own), so the reason is compute's generic ``badRequest``.
+    """
     project, name = call.params["project"], call.params["name"]
     key = NETWORKS.key(project, None, name)
     network = sb.store.get(key)
     if network is None:
         raise not_found(f"The resource '{key}' was not found")
     peering = str(call.json().get("name") or "")
-    if not servicenetworking.remove_peering(sb, network, peering):
+    connection = servicenetworking.peering_connection(sb, network, peering)
+    if connection is None:
         raise invalid(f"There is no peering with name '{peering}' in network '{key}'.")
+    if servicenetworking.peering_busy(sb, key):
+        raise invalid(servicenetworking.PEERING_IN_PROGRESS, reason="badRequest")
     operation = sb.start_operation(
         call,
         service=SERVICE,
@@ -551,7 +561,7 @@ async def remove_peering(sb: Sandbox, call: Call) -> Reply:
         project=project,
         location="global",
         target=key,
-        effect=Effect(),
+        effect=Effect(remove=[connection]),
         meta={"operationType": "removePeering", "targetId": network.body.get("id", "0")},
     )
     return reply(render_operation(sb, operation))

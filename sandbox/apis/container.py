@@ -61,13 +61,13 @@ def _cluster(sb: Sandbox, call: Call) -> Resource:
 
 
 def _incompatible(sb: Sandbox, cluster: Resource) -> None:
-    """400 while any operation runs on the cluster or one of its pools (hanging ones are superseded first)."""
+    """400 FAILED_PRECONDITION while any operation runs on the cluster or one of its pools (its own create included;
+    hanging ones are superseded first). GKE's reason is the generic ``failedPrecondition``: only the text says which
+    precondition (terraform-provider-google's node pool retry reads the same reason)."""
     sb.supersede_hung(cluster)
     running = sb.store.running(cluster.key)
     if running:
-        raise failed_precondition(
-            f"Cluster is running incompatible operation {running[0].id}.", reason="incompatibleOperation"
-        )
+        raise failed_precondition(f"Cluster is running incompatible operation {running[0].id}.")
 
 
 def _network_key(sb: Sandbox, value: str, project: str, field: str) -> str:
@@ -213,13 +213,45 @@ def _node_count(pool: Resource) -> int:
     return int(pool.body.get("initialNodeCount", 0)) * len(pool.body.get("locations", []))
 
 
+def _exhausted_reservations(sb: Sandbox, pool: Resource) -> list[str]:
+    """The pool's specific reservations (in its zones) with no VM left: its autoscaler can add no node there."""
+    affinity = pool.body.get("config", {}).get("reservationAffinity") or {}
+    if affinity.get("consumeReservationType") != "SPECIFIC_RESERVATION":
+        return []
+    project = pool.key.split("/")[1]
+    found = []
+    for value in affinity.get("values") or []:
+        parts = value.split("/")
+        owner, name = (parts[1], parts[-1]) if len(parts) == 4 and parts[0] == "projects" else (project, value)
+        for zone in pool.body.get("locations", []):
+            reservation = sb.store.config.reservations.get(f"projects/{owner}/zones/{zone}/reservations/{name}")
+            if reservation is not None and reservation.in_use_count >= reservation.count:
+                found.append(reservation.key)
+    return found
+
+
 def render_pool(sb: Sandbox, pool: Resource) -> dict[str, Any]:
-    """A node pool with its status."""
+    """A node pool with its status; a GCE_STOCKOUT condition while its reservation has no VM left for its nodes.
+
+    The stock-out is a StatusCondition (code GCE_STOCKOUT, "Google Compute Engine is out of capacity"), as GKE puts
+    what keeps a pool's nodes from coming; the message is compute's for a used-up specific reservation.
+    """
     body = copy.deepcopy(pool.body)
     body["status"] = POOL_STATUS[pool.phase]
     message = _status_message(sb, pool)
     if message:
         body["statusMessage"] = message
+    if pool.phase == "ready":
+        conditions = [
+            {
+                "code": "GCE_STOCKOUT",
+                "message": f"Specified reservation '{key}' does not have available resources for the request.",
+                "canonicalCode": "RESOURCE_EXHAUSTED",
+            }
+            for key in _exhausted_reservations(sb, pool)
+        ]
+        if conditions:
+            body["conditions"] = conditions
     return body
 
 

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 from google.cloud import lustre_v1  # noqa: TID253
 
 from sandbox import files, formats
-from sandbox.errors import already_exists, failed_precondition, invalid, not_found
+from sandbox.apis import servicenetworking
+from sandbox.errors import ApiError, already_exists, failed_precondition, invalid, not_found
 from sandbox.http import Call, Reply, Router, reply
 from sandbox.operations import Effect, Operation
 from sandbox.store import Resource
@@ -51,6 +52,9 @@ CAPACITY_TIERS: dict[int, tuple[int, int, int, int, int]] = {
     125: (72_000, 12_240_000, 72_000, 12_240_000, 72_000),
 }
 FALLBACK_RANGE = ipaddress.ip_network("172.16.0.0/12")
+TRANSFER_VERBS = ("exportData", "importData")
+# FACTS §14: one transfer per instance at a time; a second one is refused on the call.
+TRANSFER_BUSY = "unable to queue the operation"
 _GCS_URI = re.compile(r"^gs://([a-z0-9][a-z0-9._-]{1,61}[a-z0-9])(?:/(.*))?$")
 # What each verb's operation metadata and response are, as the client unpacks them.
 METADATA_TYPES = {
@@ -314,6 +318,9 @@ async def delete_instance(sb: Sandbox, call: Call) -> Reply:
         effect=Effect(remove=[instance.key]),
         request_id=request_id,
     )
+    # Service Networking keeps counting the instance as a producer on its network for a while after it is gone.
+    for network_key in instance.refs:
+        servicenetworking.release_producer(sb, network_key, operation.end or sb.now())
     return reply(render_operation(sb, operation))
 
 
@@ -351,6 +358,20 @@ async def _transfer(sb: Sandbox, call: Call, verb: str) -> Reply:
     uri = body.get("gcsPath", {}).get("uri", "")
     local = _lustre_path(instance, lustre_path, "lustrePath.path")
     bucket_dir, _ = _gcs_dir(sb, uri, "gcsPath.uri")
+    if uri.count("/") > 2 and not uri.endswith("/"):
+        raise invalid(f'gcsPath.uri: "{uri}": a path inside the bucket must end with a forward slash (/).')
+    if verb == "importData" and lustre_path.rstrip("/") and not local.is_dir():
+        # LustrePath: "If you're importing data into Managed Lustre, any path other than the default must already
+        # exist on the file system" (google-cloud-lustre 0.4.3, types/transfer.py).
+        raise failed_precondition(
+            f"lustrePath.path: {lustre_path} does not exist on instance {instance.name}; an import's destination "
+            "other than / must already exist."
+        )
+    if instance.phase == "ready":
+        sb.supersede_hung(instance)  # a hung transfer only exists because a test injected it
+    transfers = [o for o in sb.store.running(instance.key) if o.verb in TRANSFER_VERBS]
+    if transfers:
+        raise ApiError("ABORTED", TRANSFER_BUSY, reason="aborted")
     _busy(sb, instance)
     if verb == "exportData":
         copy_pair = [str(local), str(bucket_dir)]

@@ -5,6 +5,13 @@ Paths are the discovery document's: ``POST v1/{+parent}/connections`` (create), 
 ``:deleteConnection`` suffix) and ``GET v1/{+name}`` for ``operations/...``. Networks are named by project *number*.
 A repeated create is not refused with 409: its operation ends in error (FACTS §4). A connection is listed once its
 operation is done.
+
+``deleteConnection`` is not refused on the call while a producer uses the connection: its operation ends in error,
+code 9 FAILED_PRECONDITION "Failed to delete connection; Producer services ... are still using this connection.",
+while a Lustre instance is on the network and for ``servicenetworking.producers.linger`` seconds (scaled) after the
+last one's delete (terraform-provider-google #18834, magic-modules #18476). While a peering change runs on the
+network, another one's operation ends in error code 3 "There is a peering operation in progress on the local or
+peer network. Try again later." (what the same provider's error tables quote).
 """
 
 from __future__ import annotations
@@ -39,7 +46,46 @@ STATES = {
 }
 _CONSUMER_NETWORK = re.compile(r"^projects/([^/]+)/global/networks/([^/]+)$")
 REPEATED_CREATE = "Cannot modify allocated ranges in CreateConnection. Please use UpdateConnection."
-PRODUCERS_IN_USE = "Producer services (e.g. CloudSQL, Cloud Memstore, etc.) are still using this connection."
+PRODUCERS_IN_USE = (
+    "Failed to delete connection; Producer services (e.g. CloudSQL, Cloud Memstore, etc.) are still using this "
+    "connection."
+)
+PEERING_IN_PROGRESS = "There is a peering operation in progress on the local or peer network. Try again later."
+# Operations that change a network's peerings: only one runs per network at a time.
+PEERING_KINDS = frozenset(
+    {
+        "servicenetworking.connections.create",
+        "servicenetworking.connections.patch",
+        "servicenetworking.connections.deleteConnection",
+        "compute.networks.removePeering",
+    }
+)
+LINGER_KEY = "servicenetworking.producers.linger"
+RELEASED_AT = "producers_released_at"
+
+
+def peering_busy(sb: Sandbox, network_key: str) -> bool:
+    """Whether a peering change (a connection's create, patch or delete, a removePeering) runs on the network."""
+    targets = {network_key, _connection_key(network_key)}
+    return any(o.kind in PEERING_KINDS and not o.done and o.target in targets for o in sb.store.operations.values())
+
+
+def producers_using(sb: Sandbox, network_key: str) -> bool:
+    """Whether Service Networking still counts a producer on the network: a Lustre instance on it, or one deleted
+    less than the linger time ago."""
+    if any(r.kind == "lustre.instance" for r in sb.store.users_of(network_key)):
+        return True
+    network = sb.store.get(network_key)
+    released = network.extra.get(RELEASED_AT) if network is not None else None
+    return released is not None and sb.now() < float(released) + sb.latency.seconds(LINGER_KEY)
+
+
+def release_producer(sb: Sandbox, network_key: str, at: float) -> None:
+    """Note when a producer instance on the network is due to be gone (its delete operation's end)."""
+    network = sb.store.get(network_key)
+    if network is not None:
+        network.extra[RELEASED_AT] = max(at, float(network.extra.get(RELEASED_AT) or 0.0))
+        sb.store.put(network)
 
 
 def _producer(call: Call) -> str:
@@ -113,6 +159,9 @@ async def create_connection(sb: Sandbox, call: Call) -> Reply:
     if sb.store.get(key) is not None:
         failed = sb.start_operation(call, **common, effect=Effect(), error=failed_precondition(REPEATED_CREATE))
         return reply(render_operation(sb, failed))
+    if peering_busy(sb, network.key):
+        failed = sb.start_operation(call, **common, effect=Effect(), error=invalid(PEERING_IN_PROGRESS))
+        return reply(render_operation(sb, failed))
     at = sb.now()
     connection = {
         "network": body["network"],
@@ -147,7 +196,8 @@ async def list_connections(sb: Sandbox, call: Call) -> Reply:
         raise invalid("network is required: projects/PROJECT_NUMBER/global/networks/NETWORK.")
     project, name = _project_of(sb, value, "network")
     found = sb.store.get(_connection_key(f"projects/{project}/global/networks/{name}")) if project else None
-    if found is None or found.phase != "ready":
+    # Listed until its removal is done, as the network lists its peering.
+    if found is None or found.phase not in ("ready", "deleting"):
         return reply({})
     return reply({"connections": [found.body]})
 
@@ -222,14 +272,16 @@ async def update_connection(sb: Sandbox, call: Call) -> Reply:
     return reply(render_operation(sb, operation))
 
 
-def remove_peering(sb: Sandbox, network: Resource, peering: str) -> bool:
-    """Compute ``networks.removePeering`` of the service's peering: the connection goes with it (the fallback when
-    deleteConnection keeps answering that producer services still use it). Whether there was one."""
+def peering_connection(sb: Sandbox, network: Resource, peering: str) -> str | None:
+    """The key of the connection behind the network's peering ``peering``, or ``None`` when it has none of that name.
+
+    Compute ``networks.removePeering`` of the service's peering takes the connection with it when its operation
+    ends (the fallback when deleteConnection keeps failing because producer services still use it)."""
     key = _connection_key(network.key)
-    if peering != PEERING_NAME or sb.store.get(key) is None:
-        return False
-    sb.store.remove(key)
-    return True
+    connection = sb.store.get(key)
+    if peering != PEERING_NAME or connection is None or connection.phase not in ("ready", "deleting"):
+        return None
+    return key
 
 
 async def delete_connection(sb: Sandbox, call: Call) -> Reply:
@@ -248,20 +300,26 @@ async def delete_connection(sb: Sandbox, call: Call) -> Reply:
         connection = sb.store.get(key)
     if connection is None:
         raise not_found(f'No private services access connection exists for network "{value}".')
-    if connection.phase != "ready":
+    busy = peering_busy(sb, network_key)
+    if connection.phase != "ready" and not busy:
         raise failed_precondition(f'The connection of network "{value}" has an operation in progress.')
-    if any(r.kind == "lustre.instance" for r in sb.store.users_of(network_key)):
-        raise failed_precondition(PRODUCERS_IN_USE)
-    operation = sb.start_operation(
-        call,
-        service=SERVICE,
-        kind="servicenetworking.connections.deleteConnection",
-        verb="delete",
-        project=connection.project,
-        location="global",
-        target=key,
-        effect=Effect(remove=[key]),
-    )
+    common = {
+        "service": SERVICE,
+        "kind": "servicenetworking.connections.deleteConnection",
+        "verb": "delete",
+        "project": connection.project,
+        "location": "global",
+        "target": key,
+    }
+    # Both refusals come inside the operation, not on the call (FACTS §13, §19).
+    refusal = None
+    if busy:
+        refusal = invalid(PEERING_IN_PROGRESS)
+    elif producers_using(sb, network_key):
+        refusal = failed_precondition(PRODUCERS_IN_USE)
+    if refusal is not None:
+        return reply(render_operation(sb, sb.start_operation(call, **common, effect=Effect(), error=refusal)))
+    operation = sb.start_operation(call, **common, effect=Effect(remove=[key]))
     return reply(render_operation(sb, operation))
 
 

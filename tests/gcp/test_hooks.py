@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import json
+import re
 
 import httplib2
 import pytest
 from google.api_core import exceptions as api_exceptions
 from google.auth.credentials import AnonymousCredentials
 from googleapiclient.errors import HttpError
+from sandbox.testing import SandboxProcess
 
+from nemo_rl_gke import topology as t
 from nemo_rl_gke.gcp.hooks import GcpHook, RetryPolicy, is_transient, retry_transient
+from nemo_rl_gke.gcp.resources import ensure, resources
+from nemo_rl_gke.spec import RunSpec
+from tests.gcp.conftest import FAST_RETRY, ensure_done
+from tests.owners import owner_of
 
 
 def _connection(monkeypatch: pytest.MonkeyPatch, **extra: object) -> None:
@@ -125,3 +132,83 @@ def test_retry_gives_up_at_once_on_a_permanent_error() -> None:
     with pytest.raises(api_exceptions.BadRequest):
         retry_transient(bad_request, what="test", policy=RetryPolicy(initial_s=0.0))
     assert calls == [1]
+
+
+# --- retries by reason, against the sandbox's real error bodies (issue 17 item 4) ---------------------------------
+FAST_BUSY = RetryPolicy(attempts=40, initial_s=0.02, maximum_s=0.1)
+
+
+def _calls(sandbox: SandboxProcess, path: str, since: int) -> list[int]:
+    return [c["status"] for c in sandbox.calls(since) if re.search(path, c["path"])]
+
+
+def test_rate_limited_403_429_and_503_are_retried_a_permission_403_is_not(
+    sandbox: SandboxProcess, hook: GcpHook, project: str
+) -> None:
+    networks = f"/projects/{project}/global/networks$"
+    since = len(sandbox.calls())
+    sandbox.add_fault({"method": "GET", "path": networks}, status=403, reason="rateLimitExceeded", times=1)
+    sandbox.add_fault({"method": "GET", "path": networks}, status=403, reason="userRateLimitExceeded", nth=2)
+    sandbox.add_fault({"method": "GET", "path": networks}, status=429, nth=3)
+    sandbox.add_fault({"method": "GET", "path": networks}, status=503, nth=4)
+    hook = GcpHook(retry_policy=RetryPolicy(attempts=6, initial_s=0.01, maximum_s=0.02))
+    listed = hook.call(hook.networks_client.list, project=project, what="list networks")
+    assert list(listed) == []
+    assert _calls(sandbox, networks, since) == [403, 403, 429, 503, 200]
+
+    # The same through the discovery client (googleapiclient's HttpError).
+    number = f"^/v1/projects/{project}$"
+    since = len(sandbox.calls())
+    sandbox.add_fault({"path": number}, status=403, reason="rateLimitExceeded")
+    assert hook.execute(hook.resourcemanager.projects().get(projectId=project), what="projects.get")["projectId"]
+    assert _calls(sandbox, number, since) == [403, 200]
+
+    # A 403 without a rate reason is a missing permission: it fails at once.
+    since = len(sandbox.calls())
+    sandbox.add_fault({"method": "GET", "path": networks}, status=403, message="Required 'compute.networks.list'")
+    with pytest.raises(api_exceptions.Forbidden):
+        hook.call(hook.networks_client.list, project=project, what="list networks")
+    assert _calls(sandbox, networks, since) == [403]
+
+
+def test_node_pool_create_is_retried_through_the_cluster_s_running_create(
+    sandbox: SandboxProcess, hook: GcpHook, spec: RunSpec
+) -> None:
+    # Real GKE refuses a node pool create while the cluster's own operation runs: 400 FAILED_PRECONDITION
+    # "Cluster is running incompatible operation". Retried for minutes by reason, not failed as a permanent 400.
+    found = resources(spec, owner_of(spec))
+    for key in (t.NET, t.GVNIC_NET, t.GVNIC_SUB, t.RDMA_NET, *t.RDMA_SUBS):
+        ensure_done(found[key], hook)
+    sandbox.seed_reservation(spec.project, spec.zone, spec.reservation, spec.effective_machine_type, 2)
+    busy = GcpHook(retry_policy=FAST_RETRY, busy_policy=FAST_BUSY)
+    cluster = ensure(found[t.GKE_CLUSTER], busy, adopt_existing=False)
+    assert cluster.operation is not None
+    since = len(sandbox.calls())
+    pool = ensure(found[t.NODE_POOL], busy, adopt_existing=False)
+    assert pool.action == "created" and pool.operation is not None
+    posts = [c for c in sandbox.calls(since) if c["method"] == "POST" and c["path"].endswith("/nodePools")]
+    assert [c["status"] for c in posts][-1] == 200
+    assert 400 in [c["status"] for c in posts], "the sandbox should have refused the create while the cluster ran"
+
+
+def test_a_busy_refusal_is_bounded_and_a_permanent_400_fails_at_once(
+    sandbox: SandboxProcess, hook: GcpHook, project: str
+) -> None:
+    networks = f"/projects/{project}/global/networks$"
+    sandbox.add_fault(
+        {"method": "GET", "path": networks},
+        status=400,
+        message="There is a peering operation in progress on the local or peer network. Try again later.",
+        times=None,
+    )
+    busy = GcpHook(retry_policy=FAST_RETRY, busy_policy=RetryPolicy(attempts=3, initial_s=0.01, maximum_s=0.01))
+    since = len(sandbox.calls())
+    with pytest.raises(api_exceptions.BadRequest, match="peering operation in progress"):
+        busy.call(busy.networks_client.list, project=project, what="list networks")
+    assert _calls(sandbox, networks, since) == [400, 400, 400]
+    sandbox.clear_faults()
+    sandbox.add_fault({"method": "GET", "path": networks}, status=400, message="Invalid value for field 'x'")
+    since = len(sandbox.calls())
+    with pytest.raises(api_exceptions.BadRequest):
+        busy.call(busy.networks_client.list, project=project, what="list networks")
+    assert _calls(sandbox, networks, since) == [400]

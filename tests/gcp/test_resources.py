@@ -357,3 +357,24 @@ def test_lustre_still_creating_is_waited_on_through_its_listed_operation(
     again = ensure(lustre, hook, adopt_existing=False)
     assert again.action == "exists"
     assert again.operation == first.operation
+
+
+def test_the_lustre_firewall_takes_the_range_google_picked_and_goes_before_the_network(
+    sandbox: SandboxProcess, hook: GcpHook, spec: RunSpec
+) -> None:
+    # Google's GKE Managed Lustre guide: tcp 988 and 6988 from the private-services range, on the main network.
+    _provision(hook, spec, [t.NET, t.PEERING_RANGE, t.LUSTRE_FW])
+    found = resources(spec, owner_of(spec))
+    address = found[t.PEERING_RANGE].get(hook)
+    rule = found[t.LUSTRE_FW].get(hook)
+    assert address is not None and rule is not None
+    assert rule["sourceRanges"] == [f"{address['address']}/{address['prefixLength']}"]
+    assert rule["allowed"] == [{"IPProtocol": "tcp", "ports": ["988", "6988"]}]
+    assert rule["network"].endswith(f"/global/networks/{spec.network}")
+    assert found[t.LUSTRE_FW].drift(rule) == []
+    assert ensure(found[t.LUSTRE_FW], hook, adopt_existing=False).action == "exists"
+    for key in (t.LUSTRE_FW, t.PEERING_RANGE, t.NET):
+        result = delete_resource(found[key], hook, used=True)
+        assert result.action == "deleted" and result.operation is not None, key
+        assert wait_for(hook, result.operation).error == "", key
+    assert found[t.NET].get(hook) is None

@@ -45,7 +45,7 @@ HOUR = 3600.0
 # Everything a run makes before it trains, but the node pool (it goes with the cluster, as the sweep says).
 INFRA = [s.task_id for s in t.gcp_resources() if s.task_id != t.NODE_POOL]
 # What Lustre keeps while it holds a pending checkpoint.
-FOR_LUSTRE = {t.PEERING, t.PEERING_RANGE, t.NET}
+FOR_LUSTRE = {t.PEERING, t.PEERING_RANGE, t.LUSTRE_FW, t.NET}
 # Every run here is a 2-GPU-node run on the reservation the node pool checks.
 RESERVATION = "gpu-res"
 # Another group's names: none of its resources shares a name with the default group's.
@@ -194,7 +194,8 @@ def test_a_run_killed_mid_way_is_swept_and_its_pending_checkpoint_survives_until
     assert swept["skipped"] == ""
     assert f"the lease of run {killed.owner.run} expired" in swept["why"] and "the run is failed" in swept["why"]
     assert set(swept["found"]) == everything
-    # Lustre stays for its checkpoint, and with it the peering, its range and the main network; the rest is gone.
+    # Lustre stays for its checkpoint, and with it the peering, its range, its firewall rule and the main network;
+    # the rest is gone.
     kept = _labels(killed, FOR_LUSTRE | {t.LUSTRE})
     assert first.kept(group) == {
         **{label: outcomes.KEPT_FOR_LUSTRE for label in _labels(killed, FOR_LUSTRE)},
@@ -206,7 +207,8 @@ def test_a_run_killed_mid_way_is_swept_and_its_pending_checkpoint_survives_until
         f"the node pool and the Kubernetes objects go with GKE cluster {killed.spec.cluster_name}"
     ]
     left = project_resources(sandbox, project)
-    assert set(left) == {killed.spec.network, killed.spec.peering_range, killed.spec.lustre_name}
+    spec = killed.spec
+    assert set(left) == {spec.network, spec.peering_range, spec.lustre_firewall, spec.lustre_name}
     # The waves were waited on by deferring, never in the worker.
     assert first.deferrals >= 3
     # The group is left warm by this sweep, so the next one tries again whatever the warm TTL.

@@ -254,3 +254,36 @@ def test_a_pool_resized_to_zero_reports_no_nodes_and_a_negative_size_is_refused(
     assert clients.gke.get_cluster(name=SPEC.cluster_path).current_node_count == 2 + before
     status, body = raw(sandbox.url, "POST", f"/v1/{SPEC.node_pool_path}:setSize", {"nodeCount": -1})
     assert status == 400 and "nodeCount must not be negative" in json.dumps(body)
+
+
+def test_node_pool_create_and_delete_are_refused_while_the_cluster_create_runs(clients, sandbox):
+    # Real GKE: 400 FAILED_PRECONDITION, reason failedPrecondition, "Cluster is running incompatible operation ...".
+    create_networks(clients)
+    sandbox.set_latency(scale=1.0, seconds={"container.clusters.create": 0.5})
+    cluster_op = create_cluster(clients)
+    body = gke.node_pool_create_request(SPEC, OWNER).body
+    status, answer = raw(sandbox.url, "POST", f"/v1/{SPEC.cluster_path}/nodePools", body)
+    assert status == 400, answer
+    error = answer["error"]
+    assert error["status"] == "FAILED_PRECONDITION"
+    assert [e["reason"] for e in error["errors"]] == ["failedPrecondition"]
+    assert error["message"] == f"Cluster is running incompatible operation {cluster_op.name}."
+    status, answer = raw(sandbox.url, "DELETE", f"/v1/{SPEC.cluster_path}/nodePools/default-pool")
+    assert status == 400 and "incompatible operation" in answer["error"]["message"], answer
+    time.sleep(0.55)
+    sandbox.set_latency(scale=0.0)
+    assert create_node_pool(clients).status == OpStatus.DONE
+
+
+def test_a_pool_on_a_used_up_reservation_reports_a_stockout_condition(clients, sandbox):
+    # GKE puts what keeps a pool's nodes from coming in its conditions: code GCE_STOCKOUT.
+    create_networks(clients)
+    create_cluster(clients)
+    create_node_pool(clients)
+    assert not clients.gke.get_node_pool(name=SPEC.node_pool_path).conditions
+    sandbox.seed_reservation(PROJECT, SPEC.zone, SPEC.reservation, SPEC.effective_machine_type, 2, in_use_count=2)
+    pool = clients.gke.get_node_pool(name=SPEC.node_pool_path)
+    [condition] = pool.conditions
+    assert condition.code == container_v1.StatusCondition.Code.GCE_STOCKOUT
+    assert f"reservations/{SPEC.reservation}' does not have available resources" in condition.message
+    assert pool.status == container_v1.NodePool.Status.RUNNING

@@ -152,6 +152,7 @@ def test_operation_faults_count_only_calls_that_start_an_operation(clients, sand
         {"match": {"verb": "GET"}, "status": 503},
         {"match": {"path": "x"}, "status": 503, "nth": 0},
         {"match": {"path": "x"}, "status": 503, "operation": "error"},
+        {"match": {"path": "x"}, "status": 403, "reason": ""},
     ],
 )
 def test_bad_fault_specs_are_refused(sandbox, spec):
@@ -175,3 +176,17 @@ def test_servicenetworking_status_fault_reaches_the_discovery_client(clients, sa
     with pytest.raises(HttpError) as failed:
         project_number(clients)
     assert failed.value.resp.status == 503
+
+
+def test_a_rate_limit_fault_answers_with_compute_s_real_403_body(clients, sandbox):
+    # Compute's rate quota: 403 with errors[].reason rateLimitExceeded (domain usageLimits) and ErrorInfo
+    # RATE_LIMIT_EXCEEDED; a permission 403 says forbidden.
+    sandbox.add_fault(NETWORKS, status=403, reason="rateLimitExceeded", message="Quota exceeded for quota metric")
+    status, answer = raw(sandbox.url, "POST", f"/compute/v1/projects/{PROJECT}/global/networks", {"name": "n"})
+    assert status == 403
+    error = answer["error"]
+    assert error["errors"] == [
+        {"message": "Quota exceeded for quota metric", "domain": "usageLimits", "reason": "rateLimitExceeded"}
+    ]
+    assert error["status"] == "PERMISSION_DENIED"
+    assert error["details"][0]["reason"] == "RATE_LIMIT_EXCEEDED"

@@ -8,7 +8,7 @@ from typing import Any
 from urllib.parse import quote
 
 from nemo_rl_gke import topology as t
-from nemo_rl_gke.gcp import peering
+from nemo_rl_gke.gcp import networks, peering
 from nemo_rl_gke.gcp.api import ApiRequest
 from nemo_rl_gke.gcp.resources import resources
 from nemo_rl_gke.ownership import PLANNED_RUN, run_label
@@ -31,8 +31,13 @@ def test_the_printed_plan_provisions_and_tears_down_everything(clients, sandbox)
     number = project_number(clients)
 
     def with_number(request: ApiRequest) -> tuple[str, str, Any]:
-        # What the run fills in at run time: the project number, and the creating run's digest in labels.
+        # What the run fills in at run time: the project number, the creating run's digest in labels, and the peering
+        # range's CIDR as Google picked it (the range exists by then: it comes first in the plan).
         text = json.dumps(request.body).replace(peering.PROJECT_NUMBER_PLACEHOLDER, number)
+        if networks.PEERING_CIDR_PLACEHOLDER in text:
+            _, address = raw(sandbox.url, "GET", "/compute/v1/" + SPEC.global_address_path(SPEC.peering_range))
+            cidr = f"{address['address']}/{address['prefixLength']}"
+            text = text.replace(networks.PEERING_CIDR_PLACEHOLDER, cidr)
         text = text.replace(run_label(PLANNED_RUN), run_label("nemo_rl_grpo_gke/manual__replay"))
         path = request.path.replace(peering.PROJECT_NUMBER_PLACEHOLDER, number)
         return request.http_method, path.replace(quote(peering.PROJECT_NUMBER_PLACEHOLDER), number), json.loads(text)

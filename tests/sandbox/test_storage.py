@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from google.api_core import exceptions
-from google.cloud import lustre_v1
+from google.cloud import compute_v1, lustre_v1
 from google.longrunning import operations_pb2
 from googleapiclient.errors import HttpError
 
@@ -99,9 +99,10 @@ def test_lustre_create_get_list_delete(clients, sandbox):
     # Lustre still uses the peering, and the network.
     number = project_number(clients)
     delete = peering.connection_delete_request(SPEC, number)
-    with pytest.raises(HttpError) as in_use:
-        _connections(clients).deleteConnection(name=peering.ANY_CONNECTION, body=delete.body).execute()
-    assert in_use.value.resp.status == 400 and b"still using this connection" in in_use.value.content
+    # Refused inside the operation, not on the call (FACTS §13, §19).
+    in_use = _connections(clients).deleteConnection(name=peering.ANY_CONNECTION, body=delete.body).execute()
+    assert in_use["done"] and in_use["error"]["code"] == 9, in_use
+    assert "still using this connection" in in_use["error"]["message"]
     with pytest.raises(exceptions.BadRequest):
         clients.networks.delete(project=PROJECT, network=SPEC.network)
 
@@ -173,7 +174,7 @@ def test_export_copies_files_to_the_bucket_directory(clients, sandbox):
     request = lustre_v1.ExportDataRequest(
         name=SPEC.lustre_path,
         lustre_path=lustre_v1.LustrePath(path="/checkpoints"),
-        gcs_path=lustre_v1.GcsPath(uri="gs://my-bucket/run-1"),
+        gcs_path=lustre_v1.GcsPath(uri="gs://my-bucket/run-1/"),
     )
     operation = clients.lustre.export_data(request=request)
     operation.result(timeout=30, polling=FAST_POLLING)
@@ -184,14 +185,14 @@ def test_export_copies_files_to_the_bucket_directory(clients, sandbox):
     missing = lustre_v1.ExportDataRequest(
         name=SPEC.lustre_path,
         lustre_path=lustre_v1.LustrePath(path="/nothing"),
-        gcs_path=lustre_v1.GcsPath(uri="gs://my-bucket/x"),
+        gcs_path=lustre_v1.GcsPath(uri="gs://my-bucket/x/"),
     )
     with pytest.raises(exceptions.NotFound):
         clients.lustre.export_data(request=missing).result(timeout=30, polling=FAST_POLLING)
     escape = lustre_v1.ExportDataRequest(
         name=SPEC.lustre_path,
         lustre_path=lustre_v1.LustrePath(path="/../../.."),
-        gcs_path=lustre_v1.GcsPath(uri="gs://my-bucket/x"),
+        gcs_path=lustre_v1.GcsPath(uri="gs://my-bucket/x/"),
     )
     with pytest.raises(exceptions.BadRequest):
         clients.lustre.export_data(request=escape)
@@ -255,3 +256,96 @@ def test_both_clients_list_the_operations_of_their_location(clients, sandbox):
     assert lustre_v1.OperationMetadata.deserialize(lustre_op.metadata.value).target == SPEC.lustre_path
     [gke_op] = clients.gke.list_operations(parent=SPEC.lustre_parent).operations
     assert gke_op.name == cluster_op.name and gke_op.target_link.endswith(f"/clusters/{SPEC.cluster_name}")
+
+
+# --- errors where Google puts them (issue 17 item 4) -------------------------------------------------------------
+def _delete_connection(clients, number: str) -> dict:
+    delete = peering.connection_delete_request(SPEC, number)
+    return _connections(clients).deleteConnection(name=peering.ANY_CONNECTION, body=delete.body).execute()
+
+
+def _peerings(clients) -> list[str]:
+    return [p.name for p in clients.networks.get(project=PROJECT, network=SPEC.network).peerings]
+
+
+def test_delete_connection_fails_inside_its_operation_for_a_while_after_lustre_is_gone(clients, sandbox):
+    create_networks(clients)
+    number = create_peering(clients)
+    create_lustre(clients)
+    instant = {"lustre.instances.delete": 0.0, "servicenetworking.connections.deleteConnection": 0.0}
+    sandbox.set_latency(scale=1.0, seconds={**instant, "servicenetworking.producers.linger": 0.5})
+    clients.lustre.delete_instance(name=SPEC.lustre_path).result(timeout=10, polling=FAST_POLLING)
+    # The instance is gone, yet Service Networking still counts it: code 9 inside the operation, as on real GCP.
+    lingering = _delete_connection(clients, number)
+    assert lingering["done"] and lingering["error"]["code"] == 9, lingering
+    assert "Producer services (e.g. CloudSQL, Cloud Memstore, etc.) are still using" in lingering["error"]["message"]
+    assert _peerings(clients) == [peering.PEERING_NAME]
+    time.sleep(0.55)
+    gone = _delete_connection(clients, number)
+    assert gone["done"] and "error" not in gone, gone
+    assert _peerings(clients) == []
+
+
+def test_remove_peering_is_a_compute_operation_that_takes_the_peering_away(clients, sandbox):
+    create_networks(clients)
+    create_peering(clients)
+    create_lustre(clients)
+    sandbox.set_latency(scale=1.0, seconds={"compute.networks.removePeering": 0.4, "compute.globalAddresses.delete": 0})
+    removal = clients.networks.remove_peering_unary(
+        project=PROJECT,
+        network=SPEC.network,
+        networks_remove_peering_request_resource=compute_v1.NetworksRemovePeeringRequest(name=peering.PEERING_NAME),
+    )
+    assert removal.status != compute_v1.Operation.Status.DONE
+    assert removal.operation_type == "removePeering"
+    # Listed until the operation ends; another peering change meanwhile is refused, in text only (FACTS §19).
+    assert _peerings(clients) == [peering.PEERING_NAME]
+    with pytest.raises(exceptions.BadRequest) as busy:
+        clients.networks.remove_peering_unary(
+            project=PROJECT,
+            network=SPEC.network,
+            networks_remove_peering_request_resource=compute_v1.NetworksRemovePeeringRequest(name=peering.PEERING_NAME),
+        )
+    assert "There is a peering operation in progress" in busy.value.message
+    done = clients.global_operations.wait(project=PROJECT, operation=removal.name)
+    assert done.status == compute_v1.Operation.Status.DONE and not done.error.errors
+    assert _peerings(clients) == []
+    # The range is free now: it goes, as the teardown's next step sends it.
+    assert insert_compute_delete(clients)
+
+
+def insert_compute_delete(clients) -> bool:
+    operation = clients.addresses.delete_unary(project=PROJECT, address=SPEC.peering_range)
+    return clients.global_operations.wait(project=PROJECT, operation=operation.name).status.name == "DONE"
+
+
+def _import(clients, path: str, uri: str = "gs://my-bucket/run-1/"):
+    request = lustre_v1.ImportDataRequest(
+        name=SPEC.lustre_path, gcs_path=lustre_v1.GcsPath(uri=uri), lustre_path=lustre_v1.LustrePath(path=path)
+    )
+    return clients.lustre.import_data(request=request)
+
+
+def test_import_needs_an_existing_target_path_and_one_transfer_runs_at_a_time(clients, sandbox):
+    create_networks(clients)
+    create_peering(clients)
+    create_lustre(clients)
+    bucket = sandbox.state_dir / "gcs" / "my-bucket" / "run-1" / "ckpt" / "step_3"
+    bucket.mkdir(parents=True)
+    (bucket / "training_info.json").write_text("{}")
+    # LustrePath: "any path other than the default must already exist" (google-cloud-lustre 0.4.3).
+    with pytest.raises(exceptions.BadRequest) as missing:
+        _import(clients, "/ckpt/step_3")
+    assert "does not exist" in missing.value.message
+    with pytest.raises(exceptions.BadRequest, match="forward slash"):
+        _import(clients, "/", uri="gs://my-bucket/run-1")
+
+    sandbox.set_latency(scale=1.0, seconds={"lustre.instances.importData": 0.4})
+    first = _import(clients, "/")
+    with pytest.raises(exceptions.Conflict) as second:
+        _import(clients, "/")
+    assert "unable to queue the operation" in second.value.message
+    assert second.value.response.json()["error"]["status"] == "ABORTED"
+    first.result(timeout=10, polling=FAST_POLLING)
+    [item] = [i for i in sandbox.inventory() if i["kind"] == "lustre.instance"]
+    assert (Path(item["data_dir"]) / "ckpt" / "step_3" / "training_info.json").read_text() == "{}"

@@ -228,6 +228,23 @@ def test_transient_errors_are_retried_then_success(monkeypatch: pytest.MonkeyPat
     assert len(paths) == 5
 
 
+def test_a_rate_limited_403_is_retried_a_permission_403_is_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Compute's rate quota answers 403 with errors[].reason rateLimitExceeded (ErrorInfo RATE_LIMIT_EXCEEDED).
+    rate = {
+        "error": {
+            "code": 403,
+            "message": "Quota exceeded for quota metric 'Queries'",
+            "status": "PERMISSION_DENIED",
+            "errors": [{"message": "Quota exceeded", "domain": "usageLimits", "reason": "rateLimitExceeded"}],
+            "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "RATE_LIMIT_EXCEEDED"}],
+        }
+    }
+    scripts = {COMPUTE_OP.path: [(403, rate), (200, DONE["compute"])]}
+    events, paths = run_against(monkeypatch, scripts, trigger_for(COMPUTE_OP))
+    assert [(e["status"], e["state"]) for e in events] == [("success", "DONE")]
+    assert len(paths) == 2
+
+
 def test_timeout_names_the_resource_and_its_last_state(monkeypatch: pytest.MonkeyPatch) -> None:
     started = time.time()
     trigger = trigger_for(CONTAINER_OP, timeout=0.3, started_at=started)

@@ -427,7 +427,9 @@ def plan_problems(spec: RunSpec) -> list[str]:
         problems.append(f"final step {step!r} is not an int")
     if not re.fullmatch(r"/[A-Za-z0-9_./-]*/step_[0-9]+", spec.checkpoint_lustre_path(step)):
         problems.append(f"checkpoint path {spec.checkpoint_lustre_path(step)!r}")
-    if not re.fullmatch(r"gs://[a-z0-9._-]+/fuzz/[A-Za-z0-9_.-]+/step_[0-9]+/", spec.export_uri("fuzz", "r1", step)):
+    if not re.fullmatch(
+        r"gs://[a-z0-9._-]+/fuzz/r1(/[A-Za-z0-9_.-]+)*/step_[0-9]+/", spec.export_uri("fuzz", "r1", step)
+    ) or not spec.export_uri("fuzz", "r1", step).endswith(spec.checkpoint_lustre_path(step) + "/"):
         problems.append(f"export uri {spec.export_uri('fuzz', 'r1', step)!r}")
     for stage, param in STAGE_TIMEOUT_PARAM.items():
         timeout = getattr(spec, param)

@@ -711,6 +711,7 @@ def test_paths_only_hold_names_from_the_spec(conf: dict[str, Any]) -> None:
         spec.rdma_network,
         *spec.rdma_subnets,
         spec.peering_range,
+        spec.lustre_firewall,
         spec.cluster_name,
         spec.node_pool_name,
         spec.lustre_name,

@@ -32,6 +32,7 @@ def test_requests_come_in_dependency_order(plan) -> None:
         "projects.get",
         "services.connections.list",
         "services.connections.create",
+        "firewalls.insert",
         "projects.locations.instances.create",
     ]
     cluster = [m for s, m, _ in order if s == "cluster"]
@@ -74,6 +75,22 @@ def test_teardown_order_and_policy(plan) -> None:
     assert plan.teardown[-1].task_id == topology.DELETE_NET
     lustre = next(t for t in plan.teardown if t.task_id == topology.DELETE_LUSTRE)
     assert "only after the checkpoint export to gs://nemo-rl-demo-nemo-rl-checkpoints succeeded" in lustre.note
+
+
+def test_lustre_traffic_is_allowed_on_the_main_network_and_the_rule_goes_before_it(plan) -> None:
+    # Google's GKE Managed Lustre guide: tcp 988 and 6988 from the peering range, on the network Lustre peers with.
+    [rule] = [p.request for p in plan.requests if p.request.resource == "firewall nemo-rl-lustre-fw"]
+    assert rule.body["network"].endswith("/global/networks/nemo-rl-net")
+    assert rule.body["allowed"] == [{"IPProtocol": "tcp", "ports": ["988", "6988"]}]
+    assert rule.body["sourceRanges"] == ["<PEERING_RANGE_CIDR>"]  # Google picks the range's address at create
+    fixed = build_plan(RunSpec.from_conf({"peering_range_address": "10.90.0.0"}))
+    [rule] = [p.request for p in fixed.requests if p.request.resource == "firewall nemo-rl-lustre-fw"]
+    assert rule.body["sourceRanges"] == ["10.90.0.0/20"]
+    tasks = [t.task_id for t in plan.teardown]
+    order = [topology.DELETE_LUSTRE, topology.DELETE_LUSTRE_FW, topology.DELETE_NET]
+    assert [tasks.index(task) for task in order] == sorted(tasks.index(task) for task in order)
+    [delete] = [t for t in plan.teardown if t.task_id == topology.DELETE_LUSTRE_FW]
+    assert delete.target.startswith("/compute/v1/projects/nemo-rl-demo/global/firewalls/nemo-rl-lustre-fw ")
 
 
 @pytest.mark.parametrize(

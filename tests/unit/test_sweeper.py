@@ -153,7 +153,7 @@ def test_lustre_with_a_pending_checkpoint_keeps_itself_and_what_it_needs() -> No
     assert kept_for_storage(t.LUSTRE, lustre, marked, run=SWEEP_RUN, accepts_own_loss=True) is not None  # type: ignore[arg-type]
     assert kept_for_storage(t.LUSTRE, lustre, {"labels": {}}, **sweeper) is None  # type: ignore[arg-type]
     # What Lustre needs stays while it exists, whatever its mark; nothing else does.
-    assert storage_keys() == {t.LUSTRE, t.PEERING, t.PEERING_RANGE, t.NET}
+    assert storage_keys() == {t.LUSTRE, t.PEERING, t.PEERING_RANGE, t.LUSTRE_FW, t.NET}
     for key in storage_keys() - {t.LUSTRE}:
         assert kept_for_storage(key, lustre, {"labels": {}}, **sweeper)[0] == outcomes.KEPT_FOR_LUSTRE  # type: ignore[arg-type,index]
         assert kept_for_storage(key, lustre, None, **sweeper) is None  # type: ignore[arg-type]

@@ -31,6 +31,9 @@ DEFAULT_ENDPOINTS: dict[str, str] = {
 }
 # 408 and 429 say "try later"; every 5xx is the server's problem, not the request's.
 TRANSIENT_STATUSES = frozenset({408, 429})
+# A 403 with a rate-quota reason says "try later" too (the sync hook's RATE_LIMIT_REASONS; not imported from there,
+# which would load every google.cloud client into the triggerer).
+RATE_LIMIT_REASONS = frozenset({"rateLimitExceeded", "userRateLimitExceeded", "RATE_LIMIT_EXCEEDED"})
 DEFAULT_REQUEST_TIMEOUT_S = 30.0
 _PREFIX = "extra__google_cloud_platform__"
 
@@ -46,7 +49,7 @@ class GcpApiError(Exception):
 
 
 class TransientApiError(GcpApiError):
-    """A failure worth retrying: 408, 429, any 5xx, a connection error or a request timeout."""
+    """A failure worth retrying: 408, 429, any 5xx, a rate-limited 403, a connection error or a request timeout."""
 
 
 class PermanentApiError(GcpApiError):
@@ -88,6 +91,20 @@ def _error_text(raw: str) -> str:
     if isinstance(err, dict):
         return " ".join(str(p) for p in (err.get("status"), err.get("message")) if p) or raw.strip()[:500]
     return str(err)[:500] if err else raw.strip()[:500]
+
+
+def _is_rate_limited(status: int, raw: str) -> bool:
+    """A 403 whose body names a rate quota in ``errors[].reason`` or an ErrorInfo ``details[].reason``."""
+    if status != 403:
+        return False
+    try:
+        err = json.loads(raw).get("error") or {}
+    except (ValueError, AttributeError):
+        return False
+    if not isinstance(err, dict):
+        return False
+    entries = [*(err.get("errors") or []), *(err.get("details") or [])]
+    return any(isinstance(e, dict) and e.get("reason") in RATE_LIMIT_REASONS for e in entries)
 
 
 class GcpAsyncHook(GoogleBaseAsyncHook):
@@ -174,7 +191,7 @@ class GcpAsyncHook(GoogleBaseAsyncHook):
     async def get_json(self, service: str, path: str) -> dict[str, Any]:
         """GET ``path`` (with its version prefix) from ``service`` and return the JSON object.
 
-        Raises :class:`TransientApiError` for 408/429/5xx, connection errors and timeouts, and
+        Raises :class:`TransientApiError` for 408/429/5xx, a rate-limited 403, connection errors and timeouts, and
         :class:`PermanentApiError` for any other non-2xx status or a body that is not a JSON object.
         """
         url = await self.base_url(service) + (path if path.startswith("/") else "/" + path)
@@ -195,7 +212,8 @@ class GcpAsyncHook(GoogleBaseAsyncHook):
                 f"GET {service} {path}: {type(exc).__name__}: {exc}", status=None, service=service, path=path
             ) from exc
         if status >= 400:
-            cls = TransientApiError if status >= 500 or status in TRANSIENT_STATUSES else PermanentApiError
+            retry = status >= 500 or status in TRANSIENT_STATUSES or _is_rate_limited(status, raw)
+            cls = TransientApiError if retry else PermanentApiError
             raise cls(
                 f"GET {service} {path}: HTTP {status}: {_error_text(raw)}", status=status, service=service, path=path
             )

@@ -14,12 +14,20 @@ The connection's extras (DESIGN rule 7: the same code locally and in the cloud):
   cloudresourcemanager, serviceusage.
 
 Clients are built lazily and cached on the hook, with their own retries turned off: :meth:`GcpHook.call` and
-:meth:`GcpHook.execute` apply one bounded retry policy to transient errors only, so a 400, a 403 or a 409 surfaces at
-once and a fault is retried the same way whichever client library sent the request.
+:meth:`GcpHook.execute` apply two bounded retry policies, whichever client library sent the request:
+
+- transient errors (429, 5xx, 403 ``rateLimitExceeded``/``userRateLimitExceeded``, a dropped socket): seconds;
+- "busy" refusals that clear once another operation ends (compute ``resourceNotReady`` and "There is a peering
+  operation in progress", GKE ``FAILED_PRECONDITION`` "incompatible operation", ``ABORTED``): minutes.
+
+Any other 4xx (a 400, a permission 403, a 409 ``alreadyExists``) surfaces at once. Errors are told apart by the
+body's ``error.status``, ``error.errors[].reason`` and ErrorInfo ``details[].reason``; text only where Google gives
+nothing else (see :data:`BUSY_TEXT`).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import time
@@ -58,6 +66,23 @@ _TRANSIENT_EXCEPTIONS: tuple[type[BaseException], ...] = (
     TimeoutError,
 )
 _GRPC_TRANSIENT = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "INTERNAL"})
+# A 403 with one of these reasons is a rate quota ("wait a minute then try again", compute api-quota docs), not a
+# missing permission. ErrorInfo spells it RATE_LIMIT_EXCEEDED.
+RATE_LIMIT_REASONS = frozenset({"rateLimitExceeded", "userRateLimitExceeded", "RATE_LIMIT_EXCEEDED"})
+# Compute's reason for "the resource is still being created or deleted": retry once that operation ends.
+BUSY_REASONS = frozenset({"resourceNotReady"})
+# ABORTED is google.rpc's "retry at a higher level": e.g. Lustre's "unable to queue the operation" while another
+# transfer runs on the instance (FACTS §14).
+BUSY_STATUSES = frozenset({"ABORTED"})
+# Google gives these only as text: their reason is the generic failedPrecondition/FAILED_PRECONDITION (GKE) or none
+# that tells them from a permanent 400 (compute). terraform-provider-google matches the same text
+# (IsPeeringOperationInProgress, the node pool's retry on "incompatible operation").
+BUSY_TEXT = (
+    "There is a peering operation in progress",
+    "There is a route operation in progress",
+    "is running incompatible operation",
+    "Please wait and try again once it is done",
+)
 COMPUTE_CLIENTS: dict[str, type] = {
     "networks": compute_v1.NetworksClient,
     "subnetworks": compute_v1.SubnetworksClient,
@@ -91,18 +116,89 @@ def is_conflict(exc: BaseException) -> bool:
     return isinstance(exc, api_exceptions.Conflict) or http_status(exc) == 409
 
 
-def is_transient(exc: BaseException) -> bool:
-    """Whether an error is worth retrying: 429, 500, 502, 503, 504, UNAVAILABLE, DEADLINE_EXCEEDED, a dropped socket.
+@dataclass(frozen=True)
+class ErrorFacts:
+    """What a Google error body says: HTTP status, ``error.status``, every reason and the message."""
 
-    400, 403, 404 and 409 are never transient: the same request would fail the same way.
+    http: int | None
+    status: str
+    reasons: frozenset[str]
+    message: str
+
+
+def _error_payload(exc: BaseException) -> dict[str, Any]:
+    """The ``error`` object of the response body, from either client family; ``{}`` when there is none."""
+    raw: Any = None
+    if isinstance(exc, HttpError):
+        raw = exc.content
+    elif isinstance(exc, api_exceptions.GoogleAPICallError):
+        response = exc.response
+        raw = getattr(response, "content", None) if response is not None else None
+    if isinstance(raw, bytes | str) and raw:
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            return {}
+        error = body.get("error") if isinstance(body, dict) else None
+        return error if isinstance(error, dict) else {}
+    return {}
+
+
+def error_facts(exc: BaseException) -> ErrorFacts:
+    """The status, reasons and message of a google-cloud or googleapiclient error (empty for anything else)."""
+    payload = _error_payload(exc)
+    reasons = {str(e.get("reason")) for e in payload.get("errors") or [] if isinstance(e, dict) and e.get("reason")}
+    reasons |= {
+        str(d.get("reason"))
+        for d in payload.get("details") or []
+        if isinstance(d, dict) and d.get("@type", "").endswith("google.rpc.ErrorInfo") and d.get("reason")
+    }
+    if isinstance(exc, api_exceptions.GoogleAPICallError):
+        reasons |= {str(e["reason"]) for e in exc.errors if isinstance(e, dict) and e.get("reason")}
+        if exc.reason:
+            reasons.add(str(exc.reason))
+    message = str(payload.get("message") or getattr(exc, "message", "") or exc)
+    return ErrorFacts(http_status(exc), str(payload.get("status") or ""), frozenset(reasons), message)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether an error is worth retrying soon: 429, 500, 502, 503, 504, UNAVAILABLE, DEADLINE_EXCEEDED, a dropped
+    socket, and a 403 whose reason is a rate quota (``rateLimitExceeded``, ``userRateLimitExceeded``).
+
+    Any other 400, 403, 404 and 409 is not: the same request would fail the same way (see :func:`is_busy` for the
+    refusals that clear once another operation ends).
     """
     if isinstance(exc, _TRANSIENT_EXCEPTIONS):
         return True
     status = http_status(exc)
     if status in TRANSIENT_STATUSES:
         return True
+    if status == 403 and error_facts(exc).reasons & RATE_LIMIT_REASONS:
+        return True
     grpc_status = getattr(exc, "grpc_status_code", None)
     return grpc_status is not None and getattr(grpc_status, "name", "") in _GRPC_TRANSIENT
+
+
+def is_busy(exc: BaseException) -> bool:
+    """Whether the API refused because another operation holds the resource: worth retrying for minutes.
+
+    compute 400 ``resourceNotReady`` or "There is a peering operation in progress", GKE 400 FAILED_PRECONDITION
+    "Cluster is running incompatible operation" / "Operation ... is currently ... Please wait and try again once it
+    is done", and any ABORTED (Lustre's second transfer on an instance).
+    """
+    status = http_status(exc)
+    if status not in (400, 409):
+        return False
+    facts = error_facts(exc)
+    if facts.status in BUSY_STATUSES or facts.reasons & BUSY_REASONS:
+        return True
+    return status == 400 and busy_text(facts.message)
+
+
+def busy_text(message: str) -> bool:
+    """Whether an error message is one of the busy refusals Google gives only as text (:data:`BUSY_TEXT`); also how
+    an operation that failed inside with one of them is told apart (Service Networking's code 3)."""
+    return any(text in message for text in BUSY_TEXT)
 
 
 @dataclass(frozen=True)
@@ -120,36 +216,45 @@ class RetryPolicy:
         return [random.uniform(0.0, cap) for cap in caps]
 
 
+# Refusals that last as long as another operation: a GKE cluster's reconcile or upgrade, a peering change, a
+# Lustre transfer. Up to 12 calls, 10 s doubling to 90 s with full jitter: at most 13 minutes of waits, about 6.5 on
+# average (GKE's own reconciles take minutes; terraform-provider-google waits out the same refusals).
+BUSY_RETRY = RetryPolicy(attempts=12, initial_s=10.0, maximum_s=90.0)
+
+
 def retry_transient(
     fn: Callable[[], T],
     *,
     what: str,
     policy: RetryPolicy = RetryPolicy(),
     transient: Callable[[BaseException], bool] = is_transient,
+    busy: Callable[[BaseException], bool] | None = None,
+    busy_policy: RetryPolicy = BUSY_RETRY,
 ) -> T:
     """Call ``fn``; on a transient error sleep and call it again, at most ``policy.attempts`` times in all.
 
     Anything that is not transient is raised at once, and the last transient error is raised when the attempts run out.
-    ``transient`` tells them apart (Google's errors by default; the Kubernetes hook passes its own).
+    ``transient`` tells them apart (Google's errors by default; the Kubernetes hook passes its own). ``busy`` errors
+    (:func:`is_busy` for Google's) are retried under the longer ``busy_policy``, counted apart.
     """
-    delays = policy.delays()
-    for attempt in range(policy.attempts):
+    delays = {"transient": policy.delays(), "busy": busy_policy.delays()}
+    limits = {"transient": policy.attempts, "busy": busy_policy.attempts}
+    tries = {"transient": 0, "busy": 0}
+    while True:
         try:
             return fn()
         except Exception as exc:
-            if not transient(exc) or attempt == policy.attempts - 1:
+            kind = "busy" if busy is not None and busy(exc) else "transient" if transient(exc) else None
+            if kind is None:
                 raise
-            delay = delays[attempt]
+            tries[kind] += 1
+            if tries[kind] >= limits[kind]:
+                raise
+            delay = delays[kind][tries[kind] - 1]
             log.warning(
-                "%s: transient error (attempt %s of %s), retrying in %.2fs: %s",
-                what,
-                attempt + 1,
-                policy.attempts,
-                delay,
-                exc,
+                "%s: %s error (retry %s of %s) in %.2fs: %s", what, kind, tries[kind], limits[kind] - 1, delay, exc
             )
             time.sleep(delay)
-    raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
 
 
 class GcpHook(GoogleBaseHook):
@@ -159,6 +264,7 @@ class GcpHook(GoogleBaseHook):
     :param impersonation_chain: optional service account(s) to impersonate, as in every google provider hook.
     :param timeout_s: the per-request timeout of every call.
     :param retry_policy: the backoff for transient errors (tests pass a fast one).
+    :param busy_policy: the longer backoff for refusals while another operation runs (:func:`is_busy`).
     """
 
     def __init__(
@@ -168,11 +274,13 @@ class GcpHook(GoogleBaseHook):
         *,
         timeout_s: float = 60.0,
         retry_policy: RetryPolicy | None = None,
+        busy_policy: RetryPolicy | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(gcp_conn_id=gcp_conn_id, impersonation_chain=impersonation_chain, **kwargs)
         self.timeout_s = timeout_s
         self.retry_policy = retry_policy or RetryPolicy()
+        self.busy_policy = busy_policy or BUSY_RETRY
         self._compute: dict[str, Any] = {}
         self._discovery: dict[tuple[str, str], Any] = {}
         self._project_numbers: dict[str, str] = {}
@@ -309,12 +417,22 @@ class GcpHook(GoogleBaseHook):
         which stacked under ours would make a bounded retry unbounded in practice.
         """
         return retry_transient(
-            lambda: method(*args, retry=None, timeout=self.timeout_s, **kwargs), what=what, policy=self.retry_policy
+            lambda: method(*args, retry=None, timeout=self.timeout_s, **kwargs),
+            what=what,
+            policy=self.retry_policy,
+            busy=is_busy,
+            busy_policy=self.busy_policy,
         )
 
     def execute(self, request: HttpRequest, *, what: str) -> dict[str, Any]:
         """Execute a googleapiclient request under the hook's retry policy (its own ``num_retries`` left at 0)."""
-        return retry_transient(lambda: request.execute(num_retries=0), what=what, policy=self.retry_policy)
+        return retry_transient(
+            lambda: request.execute(num_retries=0),
+            what=what,
+            policy=self.retry_policy,
+            busy=is_busy,
+            busy_policy=self.busy_policy,
+        )
 
     def project_number(self, project: str) -> str:
         """The project *number* of ``project`` (Cloud Resource Manager ``projects.get``), cached per hook."""

@@ -1,9 +1,10 @@
-"""The VPC networks, subnets and firewall rule of a run, as Compute Engine REST requests.
+"""The VPC networks, subnets and firewall rules of a run, as Compute Engine REST requests.
 
-Three networks (gcloud.md §1-3, FACTS §4): the main network NET (auto subnets: the cluster and Lustre live on it), the
-gVNIC network (one subnet, one internal firewall rule) and the RDMA network (RoCE network profile, eight subnets, one
-per GPU NIC). None of them can carry labels, so each carries its owner's exact description record (FACTS §15);
-gcloud sends no description, and that record is what lets teardown and adoption tell a group's resources apart.
+Three networks (gcloud.md §1-3, FACTS §4): the main network NET (auto subnets: the cluster and Lustre live on it, with
+a rule that lets Lustre traffic in from the peering range), the gVNIC network (one subnet, one internal firewall rule)
+and the RDMA network (RoCE network profile, eight subnets, one per GPU NIC). None of them can carry labels, so each
+carries its owner's exact description record (FACTS §15); gcloud sends no description, and that record is what lets
+teardown and adoption tell a group's resources apart.
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ GVNIC_FIREWALL_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("udp", ("0-65535",)),
     ("icmp", ()),
 )
+# Lustre's ports, opened from the private-services range on the VPC (Google's GKE Managed Lustre guide, FACTS §19):
+# 988, and 6988, the legacy port of instances made with gke-support-enabled (as ours are).
+LUSTRE_FIREWALL_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (("tcp", ("988", "6988")),)
+# The range's CIDR when Google picks its address: known only once the range exists (the create reads it then).
+PEERING_CIDR_PLACEHOLDER = "<PEERING_RANGE_CIDR>"
 # gcloud always sends a routing mode; its --bgp-routing-mode defaults to regional (gcloud.md §1).
 ROUTING_MODE = compute_v1.NetworkRoutingConfig.RoutingMode.REGIONAL.name
 
@@ -115,6 +121,25 @@ def gvnic_firewall_request(spec: RunSpec, owner: Owner) -> ApiRequest:
         source_ranges=[spec.firewall_source_range],
     )
     return _insert(f"firewall {spec.gvnic_firewall}", "firewalls", spec.firewall_path(spec.gvnic_firewall), firewall)
+
+
+def lustre_firewall_request(spec: RunSpec, owner: Owner, source_range: str = "") -> ApiRequest:
+    """Allow Lustre's tcp 988 and 6988 into NET from the peering range (``firewall-rules create L-fw
+    --network=NET --allow=tcp:988,tcp:6988 --source-ranges=RANGE``, Google's GKE Managed Lustre guide).
+
+    ``source_range`` is the range's CIDR as read from the API; without it, the conf's, else a placeholder.
+    """
+    firewall = compute_v1.Firewall(
+        name=spec.lustre_firewall,
+        description=owner.description,
+        network=compute_url(spec.network_path(spec.network)),
+        direction=compute_v1.Firewall.Direction.INGRESS.name,
+        allowed=[
+            compute_v1.Allowed(I_p_protocol=protocol, ports=list(ports)) for protocol, ports in LUSTRE_FIREWALL_RULES
+        ],
+        source_ranges=[source_range or spec.peering_range_cidr or PEERING_CIDR_PLACEHOLDER],
+    )
+    return _insert(f"firewall {spec.lustre_firewall}", "firewalls", spec.firewall_path(spec.lustre_firewall), firewall)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

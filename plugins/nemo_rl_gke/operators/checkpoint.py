@@ -137,7 +137,8 @@ class ValidateCheckpointOperator(StepOperator):
 
 
 class ExportCheckpointOperator(StepOperator):
-    """Exports the validated step to ``gs://<bucket>/<dag>/<run>/step_N/`` with Lustre's exportData, deferred.
+    """Exports the validated step to ``gs://<bucket>/<dag>/<run>/<dir>/step_N/`` (``<dir>``: checkpoint_dir under
+    /data, so a resume can import the run's prefix into Lustre's ``/``) with Lustre's exportData, deferred.
 
     On success it publishes an event on its outlet Asset with ``{"uri", "step", "metrics", "shards"}`` in the extra,
     and returns ``{"action": "exported", "uri", "step"}``. A failed export fails the task and says where the checkpoint
@@ -257,11 +258,13 @@ class ResumeOperator(StepOperator):
             # Kept warm (exists) or adopted: the lineage's newest checkpoint is still on it, where NeMo RL resumes.
             self.log.info("Resuming from step %d on the warm Lustre, training to step %d", start, max_steps)
             return {**result, "action": "warm", "resumed_from": {"step": start, "source": "lustre"}}
+        source = self.import_source(spec, parent["uri"], start)
         target = spec.checkpoint_lustre_path(start)
-        request = self.import_request(context, spec, parent["uri"], target, start)
+        request = self.import_request(context, spec, source, start)
+        # A transfer already running on the instance refuses this one (ABORTED): the hook retries it, bounded.
         operation = self.hook.call(self.hook.lustre_client.import_data, request=request, what=f"import {target}")
         ref = OperationRef("lustre", f"/v1/{operation.operation.name}", LONGRUNNING, f"import {parent['uri']}")
-        what = f"import of {parent['uri']} into Lustre {spec.lustre_name}:{target} (operation {ref.path})"
+        what = f"import of {source} into Lustre {spec.lustre_name}:/ for {target} (operation {ref.path})"
         pending = {**result, "action": outcomes.IMPORTED, "resumed_from": {"step": start, "source": parent["uri"]}}
         self.defer_until(context, spec, OperationTrigger, what=what, pending=pending, operation=ref.to_dict())
 
@@ -321,14 +324,32 @@ class ResumeOperator(StepOperator):
             )
         self.log.info("Step budget: step %d + %d = %s", start, max_steps - start, budget.explain())
 
-    def import_request(self, context: Context, spec: RunSpec, uri: str, target: str, step: int) -> Any:
-        """Lustre's importData request; its id is stable per run and step, so a retry reuses the operation."""
+    def import_source(self, spec: RunSpec, uri: str, step: int) -> str:
+        """The prefix to import into Lustre's ``/`` so the step lands at its checkpoint path.
+
+        An import's Lustre path other than ``/`` must already exist (FACTS §14), and on a new instance only ``/``
+        does. The export lays the step out under the exporting run's prefix at its Lustre path
+        (:meth:`RunSpec.export_uri`), so that prefix, imported into ``/``, puts it back in place.
+        """
+        layout = spec.checkpoint_lustre_path(step).lstrip("/") + "/"
+        if not uri.endswith("/" + layout):
+            raise AirflowFailException(
+                f"the lineage's checkpoint {uri} is not laid out as {layout} under its run's prefix, so importing it "
+                f"into a new Lustre cannot put it at {spec.checkpoint_dir}/step_{step}: it was exported with another "
+                "checkpoint_dir (or by an older version of this package). Fix: trigger with the checkpoint_dir it "
+                f"was exported from, or copy it to <run prefix>/{layout} (gcloud storage cp -r), or resume=none."
+            )
+        return uri.removesuffix(layout)
+
+    def import_request(self, context: Context, spec: RunSpec, source: str, step: int) -> Any:
+        """Lustre's importData request of ``source`` into ``/``; its id is stable per run and step, so a retry reuses
+        the operation."""
         from google.cloud import lustre_v1
 
         request_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{context['dag'].dag_id}/{context['run_id']}/import/{step}"))
         return lustre_v1.ImportDataRequest(
             name=spec.lustre_path,
-            gcs_path=lustre_v1.GcsPath(uri=uri),
-            lustre_path=lustre_v1.LustrePath(path=target),
+            gcs_path=lustre_v1.GcsPath(uri=source),
+            lustre_path=lustre_v1.LustrePath(path="/"),
             request_id=request_id,
         )

@@ -114,8 +114,12 @@ class EnsureGcpResourceOperator(_ResourceStep):
         resource = self.resource(context, spec)
         if event.get("status") == "success":
             return self.check_ready(resource, self.pending(context)["action"])
+        from nemo_rl_gke.gcp.hooks import busy_text
+
         message = self.event_failure(resource, event)
-        if event.get("status") == "error" and event.get("state") == "DONE":
+        # An operation that failed because another one held the network (Service Networking's code 3 "There is a
+        # peering operation in progress") is worth another try; any other failure inside the operation is final.
+        if event.get("status") == "error" and event.get("state") == "DONE" and not busy_text(message):
             raise AirflowFailException(message)
         raise AirflowException(message)
 
@@ -124,6 +128,9 @@ class EnsureGcpResourceOperator(_ResourceStep):
         actual = resource.get(self.hook)
         if actual is None:
             raise AirflowException(f"{self.describe(resource)} does not exist after it was {action}")
+        problem = resource.problem(actual)
+        if problem:
+            raise AirflowFailException(problem)  # the same conf meets the same stock-out: not retried
         if not resource.ready(actual):
             state = resource.state(actual) or "unknown"
             raise AirflowException(f"{self.describe(resource)} is not ready: state {state}")
@@ -195,6 +202,14 @@ class DeleteGcpResourceOperator(_ResourceStep):
             return self.result(resource, outcomes.DELETED)
         if event.get("status") == "success":
             raise AirflowException(f"{self.describe(resource)} still exists after its delete operation finished")
+        if event.get("status") == "error" and event.get("state") == "DONE" and event.get("operation"):
+            # The delete failed inside its operation: some resources have a documented other way (the peering).
+            from nemo_rl_gke.gcp.operations import OperationRef
+
+            fallback = resource.fallback_delete(self.hook, OperationRef.from_dict(event["operation"]))
+            if fallback is not None:
+                self.log.warning("%s: %s; deleting it another way", self.describe(resource), event.get("message"))
+                self.wait_on(context, spec, fallback, resource, outcomes.DELETED)
         # Retryable on purpose: a delete refused while a dependent is still going away succeeds on a later try.
         raise AirflowException(self.event_failure(resource, event))
 

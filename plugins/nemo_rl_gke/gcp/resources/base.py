@@ -159,6 +159,14 @@ class Resource(ABC):
         """The unfinished operation working on it (for a resource found mid-create), or ``None``."""
         return None
 
+    def problem(self, actual: dict[str, Any]) -> str:
+        """Why it cannot serve the run although it exists, in words with the fix ('' when nothing is wrong)."""
+        return ""
+
+    def fallback_delete(self, hook: GcpHook, failed: OperationRef) -> OperationRef | None:
+        """Another way to delete it after its delete operation ``failed`` (inside the operation), or ``None``."""
+        return None
+
 
 def list_operations(hook: GcpHook, method: Callable[..., Any], resource: Resource, **kwargs: Any) -> Any:
     """An ``operations.list`` answer, or ``None`` where the endpoint does not serve the listing (404, 405, 501)."""

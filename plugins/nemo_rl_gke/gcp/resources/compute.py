@@ -1,12 +1,14 @@
-"""Compute Engine objects of a run: the networks, subnets, the firewall rule and the peering range."""
+"""Compute Engine objects of a run: the networks, subnets, the firewall rules and the peering range."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from nemo_rl_gke.gcp.networks import lustre_firewall_request
 from nemo_rl_gke.gcp.operations import COMPUTE, OperationRef
 from nemo_rl_gke.gcp.resources.base import Resource, absent_on_404, request_id
 from nemo_rl_gke.gcp.resources.drift import Check, as_int, message_dict
+from nemo_rl_gke.gcp.resources.errors import NotReadyError
 from nemo_rl_gke.ownership import Owner, owner_from_description
 
 if TYPE_CHECKING:
@@ -113,6 +115,31 @@ class Firewall(_ComputeResource):
         Check("allowed", norm=_rules),
         Check("sourceRanges", norm=lambda v: sorted(v or [])),
     )
+
+
+class LustreFirewall(Firewall):
+    """NET's rule letting Lustre traffic in from the peering range, whose CIDR Google may pick: read at create time."""
+
+    def __init__(self, *args: Any, peering_range: GlobalAddress, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.peering_range = peering_range
+
+    def create(self, hook: GcpHook) -> OperationRef:
+        """Insert the rule with the range's CIDR as the API reports it (the conf's address is only a request)."""
+        actual = self.peering_range.get(hook)
+        if actual is None or not actual.get("address"):
+            raise NotReadyError(f"{self.peering_range.label} has no address yet; run the task again once it has")
+        cidr = f"{actual['address']}/{actual.get('prefixLength', self.spec.peering_prefix_length)}"
+        message = lustre_firewall_request(self.spec, self.owner, cidr).message
+        request = {**self._scope(), "firewall_resource": message, "request_id": request_id()}
+        operation = hook.call(self._client(hook).insert_unary, request=request, what=f"create {self.label}")
+        return self._operation(operation.name)
+
+    def drift(self, actual: dict[str, Any]) -> list[str]:
+        """As :meth:`Resource.drift`, but the source range is only compared when the conf fixes the range's address."""
+        if self.spec.peering_range_cidr:
+            return super().drift(actual)
+        return [line for line in super().drift(actual) if not line.startswith("sourceRanges")]
 
 
 class GlobalAddress(_ComputeResource):

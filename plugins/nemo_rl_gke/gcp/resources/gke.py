@@ -135,6 +135,19 @@ class GkeNodePool(_GkeResource):
         config = actual.get("config") or {}
         return owner_from_labels(config.get("resourceLabels"))
 
+    def problem(self, actual: dict[str, Any]) -> str:
+        """A stock-out GKE reports on the pool (a GCE_STOCKOUT condition): its GPU nodes will not come."""
+        stockouts = [c for c in actual.get("conditions") or [] if c.get("code") == "GCE_STOCKOUT"]
+        if not stockouts:
+            return ""
+        said = "; ".join(str(c.get("message", "")) for c in stockouts)
+        return (
+            f"{self.label}: GKE reports a stock-out (GCE_STOCKOUT: {said}), so its GPU nodes will not come: "
+            f"reservation '{self.spec.reservation}' in zone {self.spec.zone} has no capacity left. Fix: use a "
+            "reservation (or zone) that has free machines (reservation, zone), wait until this one frees up and "
+            "run again, or ask for fewer GPU nodes (a smaller worker_replicas)."
+        )
+
     def scale_to_zero(self, hook: GcpHook) -> OperationRef | None:
         """``setSize`` to 0 nodes: a cluster kept warm bills no GPU node until the next run scales it up (the pool
         autoscales from 0 when the RayCluster's pods ask for GPUs). ``None`` when the pool is gone."""

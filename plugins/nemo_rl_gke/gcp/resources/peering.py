@@ -35,8 +35,10 @@ log = logging.getLogger(__name__)
 
 # Where the connection's annotation of its peering range lives in the dict PeeringConnection.get returns.
 PEERING_RANGE_FIELD = "x-nemoRlPeeringRange"
-# What Service Networking answers while it still counts producer services on the connection (FACTS §13).
+# What Service Networking answers while it still counts producer services on the connection (FACTS §13): code 9
+# (FAILED_PRECONDITION) with no reason or detail of its own, so the text tells it from other failed preconditions.
 PRODUCERS_IN_USE = "are still using this connection"
+FAILED_PRECONDITION_CODE = 9
 
 
 class PeeringConnection(Resource):
@@ -110,8 +112,8 @@ class PeeringConnection(Resource):
     def delete(self, hook: GcpHook) -> OperationRef | None:
         """Take our range out of the connection; delete the connection only when no other range is left.
 
-        When Service Networking refuses with "producer services are still using this connection", which can outlast
-        the instance (FACTS §13), the network's peering is removed instead (compute ``networks.removePeering``).
+        Service Networking refuses the delete while producers still use the connection inside the operation, not on
+        the call (FACTS §13, §19): :meth:`fallback_delete` takes over once that operation has failed.
         """
         connection = self.get(hook)
         if connection is None:
@@ -123,15 +125,25 @@ class PeeringConnection(Resource):
             return OperationRef("servicenetworking", f"/v1/{operation['name']}", LONGRUNNING, self.label)
         body = connection_delete_request(self.spec, number).body
         request = hook.servicenetworking.services().connections().deleteConnection(name=ANY_CONNECTION, body=body)
-        try:
-            operation = absent_on_404(lambda: hook.execute(request, what=f"delete {self.label}"))
-        except Exception as exc:
-            if PRODUCERS_IN_USE not in str(exc):
-                raise
-            return self._remove_peering(hook)
+        operation = absent_on_404(lambda: hook.execute(request, what=f"delete {self.label}"))
         if operation is None:
             return None
         return OperationRef("servicenetworking", f"/v1/{operation['name']}", LONGRUNNING, self.label)
+
+    def fallback_delete(self, hook: GcpHook, failed: OperationRef) -> OperationRef | None:
+        """After ``deleteConnection`` failed inside its operation with code 9 "Producer services ... are still using
+        this connection", which can last a while after the Lustre instance is gone (FACTS §13, §19): remove the
+        network's peering with compute instead (terraform-provider-google #18834). Any other failure: ``None``."""
+        if failed.service != "servicenetworking":
+            return None
+        name = failed.path.removeprefix("/v1/")
+        operation = hook.execute(
+            hook.servicenetworking.operations().get(name=name), what=f"read the failed delete of {self.label}"
+        )
+        error = operation.get("error") or {}
+        if error.get("code") != FAILED_PRECONDITION_CODE or PRODUCERS_IN_USE not in str(error.get("message", "")):
+            return None
+        return self._remove_peering(hook)
 
     def _remove_peering(self, hook: GcpHook) -> OperationRef:
         log.warning("%s: Service Networking still sees producers on it; removing the network's peering", self.label)

@@ -20,6 +20,7 @@ from nemo_rl_gke.gcp.networks import (
     gvnic_firewall_request,
     gvnic_network_request,
     gvnic_subnet_request,
+    lustre_firewall_request,
     main_network_request,
     network_delete_request,
     rdma_network_request,
@@ -27,7 +28,7 @@ from nemo_rl_gke.gcp.networks import (
     subnet_delete_request,
 )
 from nemo_rl_gke.gcp.peering import peering_range_delete_request, peering_range_request
-from nemo_rl_gke.gcp.resources.compute import Firewall, GlobalAddress, Network, Subnet
+from nemo_rl_gke.gcp.resources.compute import Firewall, GlobalAddress, LustreFirewall, Network, Subnet
 from nemo_rl_gke.gcp.resources.gke import GkeCluster, GkeNodePool
 from nemo_rl_gke.gcp.resources.lustre import LustreInstance
 from nemo_rl_gke.gcp.resources.peering import PeeringConnection
@@ -84,6 +85,16 @@ def resources(spec: RunSpec, owner: Owner) -> dict[str, Resource]:
         ),
         peering_range,
         PeeringConnection(spec, owner, key=t.PEERING, peering_range=peering_range),
+        LustreFirewall(
+            spec,
+            owner,
+            key=t.LUSTRE_FW,
+            name=spec.lustre_firewall,
+            name_param="lustre_name",
+            request=lustre_firewall_request(spec, owner),
+            delete_request=firewall_delete_request(spec, spec.lustre_firewall),
+            peering_range=peering_range,
+        ),
         LustreInstance(
             spec,
             owner,
