@@ -254,7 +254,7 @@ def bucket_findings(spec: RunSpec, hook: GcpHook) -> list[Finding]:
     buckets = hook.storage.buckets()
     number = hook.project_number(spec.project)
     agent = _lustre_agent(number)
-    grant = f"gcloud storage buckets add-iam-policy-binding gs://{bucket} --member={agent} --role={EXPORT_ROLE}"
+    grant = f"gcloud storage buckets add-iam-policy-binding gs://{bucket} --member {agent} --role {EXPORT_ROLE}"
     try:
         hook.execute(buckets.get(bucket=bucket), what=f"buckets.get {bucket}")
     except Exception as exc:
@@ -397,7 +397,7 @@ def gpu_quota_findings(spec: RunSpec, hook: GcpHook) -> list[Finding]:
             Finding(
                 "live.gpu-quota",
                 ("gpu_type", "region"),
-                {"metric": GPU_FAMILY_METRIC, "gpu_family": family, "region": spec.region},
+                {"gpu_family": family, "region": spec.region},
                 f"project {spec.project} has no {family} GPU quota listed in region {spec.region} "
                 f"({GPU_FAMILY_METRIC}); the run needs {needed} GPUs",
                 f"{fix}, or pick a region where the project has {family} quota",
@@ -409,9 +409,9 @@ def gpu_quota_findings(spec: RunSpec, hook: GcpHook) -> list[Finding]:
         Finding(
             "live.gpu-quota",
             ("worker_replicas", "region"),
-            {"metric": GPU_FAMILY_METRIC, "gpu_family": family, "limit": limit, "needed": needed},
-            f"the {family} GPU quota of region {spec.region} is {limit:g}, below the run's {needed} GPUs "
-            f"({spec.worker_replicas} nodes x {spec.gpus_per_node})",
+            {"gpu_family": family, "limit": limit, "needed": needed},
+            f"the {family} GPU quota ({GPU_FAMILY_METRIC}) of region {spec.region} is {limit:g}, below the run's "
+            f"{needed} GPUs ({spec.worker_replicas} nodes x {spec.gpus_per_node})",
             f"{fix} of at least {needed}, or lower worker_replicas",
         )
     ]
