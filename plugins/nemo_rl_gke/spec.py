@@ -72,6 +72,10 @@ RESERVATION_PATTERN = (
 )
 RESERVATION = re.compile(RESERVATION_PATTERN)
 RESERVATION_MAX = 200
+RESERVATION_FORMS = (
+    "RESERVATION, projects/PROJECT/reservations/RESERVATION, or either + /reservationBlocks/BLOCK "
+    "(RESERVATION and BLOCK: lowercase RFC 1035 names; PROJECT: a project ID)"
+)
 
 
 @dataclass(frozen=True)
@@ -214,6 +218,7 @@ class RunSpec:
         maxLength=RESERVATION_MAX,
         # Python's named groups are not JSON Schema: the form gets the same grammar without the names.
         pattern=RESERVATION_PATTERN.replace("?P<owner>", "").replace("?P<name>", "").replace("?P<block>", ""),
+        patternForms=RESERVATION_FORMS,
     )
     node_pool_name: str = _param(
         "gpu-pool",
@@ -1164,7 +1169,7 @@ def _string_problem(schema: Mapping[str, Any], value: str) -> tuple[str, str] | 
     if "minLength" in schema and len(value) < schema["minLength"]:
         return "minLength", f"{shown(value)} is shorter than {schema['minLength']} characters"
     if "pattern" in schema and not _pattern(schema["pattern"]).fullmatch(value):
-        return "pattern", f"{shown(value)} does not match {schema['pattern']}"
+        return "pattern", f"{shown(value)} does not match {schema.get('patternForms') or schema['pattern']}"
     return None
 
 
@@ -1208,7 +1213,9 @@ def schema_fix(schema: Mapping[str, Any]) -> str:
             parts.append(f"{text} {schema[key]}")
     if "string" in kinds:
         parts.append("printable characters only")
-    if "pattern" in schema:
+    if "patternForms" in schema:
+        parts.append(f"in one of the forms {schema['patternForms']}")
+    elif "pattern" in schema:
         parts.append(f"matching {schema['pattern']} as a whole")
     return ", ".join(parts)
 
