@@ -88,7 +88,6 @@ def build_params(overrides: dict[str, Any] | None = None) -> dict[str, Param]:
     for f in form_fields():
         schema = dict(f.metadata["schema"])
         description = schema.pop("description")
-        schema.pop("patternForms", None)  # ours, for findings; the form's JSON Schema has the pattern itself
         value = defaults[f.name]
         if _is_optional(schema) and value in ("", []):
             value = None

@@ -72,10 +72,13 @@ RESERVATION_PATTERN = (
 )
 RESERVATION = re.compile(RESERVATION_PATTERN)
 RESERVATION_MAX = 200
-RESERVATION_FORMS = (
-    "RESERVATION, projects/PROJECT/reservations/RESERVATION, or either + /reservationBlocks/BLOCK "
-    "(RESERVATION and BLOCK: lowercase RFC 1035 names; PROJECT: a project ID)"
-)
+# Python's named groups are not JSON Schema: the form gets the same grammar without the names.
+RESERVATION_JSON_PATTERN = RESERVATION_PATTERN.replace("?P<owner>", "").replace("?P<name>", "").replace("?P<block>", "")
+# Patterns too long to read in a finding, said in words instead.
+PATTERN_WORDS: dict[str, str] = {
+    RESERVATION_JSON_PATTERN: "RESERVATION, projects/PROJECT/reservations/RESERVATION, or either + "
+    "/reservationBlocks/BLOCK (RESERVATION and BLOCK: lowercase RFC 1035 names; PROJECT: a project ID)"
+}
 
 
 @dataclass(frozen=True)
@@ -216,9 +219,7 @@ class RunSpec:
         "/reservationBlocks/BLOCK to use one reservation block.",
         minLength=1,
         maxLength=RESERVATION_MAX,
-        # Python's named groups are not JSON Schema: the form gets the same grammar without the names.
-        pattern=RESERVATION_PATTERN.replace("?P<owner>", "").replace("?P<name>", "").replace("?P<block>", ""),
-        patternForms=RESERVATION_FORMS,
+        pattern=RESERVATION_JSON_PATTERN,
     )
     node_pool_name: str = _param(
         "gpu-pool",
@@ -1169,7 +1170,7 @@ def _string_problem(schema: Mapping[str, Any], value: str) -> tuple[str, str] | 
     if "minLength" in schema and len(value) < schema["minLength"]:
         return "minLength", f"{shown(value)} is shorter than {schema['minLength']} characters"
     if "pattern" in schema and not _pattern(schema["pattern"]).fullmatch(value):
-        return "pattern", f"{shown(value)} does not match {schema.get('patternForms') or schema['pattern']}"
+        return "pattern", f"{shown(value)} does not match {PATTERN_WORDS.get(schema['pattern'], schema['pattern'])}"
     return None
 
 
@@ -1213,8 +1214,8 @@ def schema_fix(schema: Mapping[str, Any]) -> str:
             parts.append(f"{text} {schema[key]}")
     if "string" in kinds:
         parts.append("printable characters only")
-    if "patternForms" in schema:
-        parts.append(f"in one of the forms {schema['patternForms']}")
+    if schema.get("pattern") in PATTERN_WORDS:
+        parts.append(f"in one of the forms {PATTERN_WORDS[schema['pattern']]}")
     elif "pattern" in schema:
         parts.append(f"matching {schema['pattern']} as a whole")
     return ", ".join(parts)

@@ -36,7 +36,7 @@ GRANTING_ROLES: dict[str, str] = {
     "resourcemanager.projects.get": "roles/browser",
     "servicenetworking.": "roles/servicenetworking.networksAdmin",
     "serviceusage.": "roles/serviceusage.serviceUsageViewer",
-    "storage.": "roles/storage.admin",
+    "storage.buckets.": "roles/storage.admin",
 }
 
 
