@@ -227,6 +227,20 @@ def test_a_shared_reservation_is_looked_up_in_its_owner_project(
     assert f"--project={owner}" in findings[0].fix
     sandbox.seed_reservation(owner, ZONE, "shared", spec.effective_machine_type, spec.worker_replicas)
     assert reservation_findings(spec, hook) == []
+    # Its GPUs count against the owner's quota, not this project's (which lists none in us-west1, say).
+    elsewhere = RunSpec.from_conf({**spec.to_conf(), "region": "us-west1", "zone": "us-west1-a"})
+    assert gpu_quota_findings(elsewhere, hook) == []
+
+
+def test_a_shared_reservation_the_project_cannot_read_is_not_a_finding(
+    sandbox: SandboxProcess, hook: GcpHook, project: str
+) -> None:
+    owner = f"{project[:22]}-owner"
+    spec = RunSpec.from_conf({"project": project, "zone": ZONE, "reservation": f"projects/{owner}/reservations/shared"})
+    sandbox.seed({"iam_denied": {owner: ["compute.reservations.get"]}})
+    with pytest.raises(api_exceptions.Forbidden, match=r"Required 'compute\.reservations\.get' permission"):
+        hook.reservations_client.get(project=owner, zone=ZONE, reservation="shared")
+    assert reservation_findings(spec, hook) == []
 
 
 def test_a_reservation_block_is_checked_through_its_reservation(

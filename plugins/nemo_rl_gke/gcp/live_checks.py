@@ -23,6 +23,7 @@ value, the rule and the fix:
   (``NVIDIA_B200``, ``NVIDIA_H200``; Service Usage v1beta1 ``consumerQuotaMetrics``) is at least the run's GPUs.
   ``regions.get`` does not list B200 or H200 quotas, which is why reading it always ended "unknown". A quota that is
   not listed for the region is reported as such. Usage is not compared: the reservation already holds its share.
+  A shared reservation's quota is its owner's, so it is not checked here.
 """
 
 from __future__ import annotations
@@ -129,6 +130,12 @@ def reservation_findings(spec: RunSpec, hook: GcpHook) -> list[Finding]:
             what=f"get reservation {spec.reservation}",
         )
     except Exception as exc:
+        if http_status(exc) == 403 and owner != spec.project:
+            # A consumer of a shared reservation need not be able to read it in its owner's project.
+            log.warning(
+                "Cannot read shared reservation %s in project %s (%s); not checked", spec.reservation, owner, exc
+            )
+            return []
         if not is_not_found(exc):
             raise
         shared = "" if owner == spec.project else f" (a reservation shared by project {owner})"
@@ -377,6 +384,12 @@ def gpu_quota_findings(spec: RunSpec, hook: GcpHook) -> list[Finding]:
     """The region's GPU quota for the GPU family covers the run's GPUs (Service Usage ``consumerQuotaMetrics``)."""
     needed = spec.worker_replicas * spec.gpus_per_node
     family = gpu_family(spec.gpu.accelerator_type)
+    if spec.reservation_project != spec.project:
+        # A shared reservation's machines count against its owner's quota, which this project cannot read.
+        log.info(
+            "GPU quota not checked: reservation %s is shared by project %s", spec.reservation, spec.reservation_project
+        )
+        return []
     name = f"projects/{spec.project}/services/compute.googleapis.com/consumerQuotaMetrics/" + GPU_FAMILY_METRIC.replace(
         "/", "%2F"
     )
