@@ -100,6 +100,15 @@ def test_every_missing_permission_is_named_with_a_role_that_grants_it_in_one_cal
     assert len(tests) == 1
 
 
+def test_reads_refused_for_a_missing_permission_leave_the_iam_findings_and_the_other_checks(
+    sandbox: SandboxProcess, hook: GcpHook, good: RunSpec
+) -> None:
+    denied = ["compute.reservations.get", "storage.buckets.get"]
+    sandbox.seed({"iam_denied": {good.project: denied}})
+    findings = live_findings(good, hook)
+    assert [(f.rule_id, f.value) for f in findings] == [("live.iam", p) for p in denied]
+
+
 def test_the_lease_write_without_its_permission_is_refused_with_computes_403(
     sandbox: SandboxProcess, hook: GcpHook, project: str
 ) -> None:

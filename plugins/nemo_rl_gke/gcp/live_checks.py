@@ -71,15 +71,24 @@ REGIONAL_CLUSTER_ZONES = 3
 
 def live_findings(spec: RunSpec, hook: GcpHook) -> list[Finding]:
     """Every live problem of the run's project, zone and reservation, all at once; ``[]`` when the run can start."""
-    return [
-        *iam_findings(spec, hook),
-        *reservation_findings(spec, hook),
-        *network_profile_findings(spec, hook),
-        *api_findings(spec, hook),
-        *bucket_findings(spec, hook),
-        *cpu_quota_findings(spec, hook),
-        *gpu_quota_findings(spec, hook),
-    ]
+    findings = iam_findings(spec, hook)
+    checks = (
+        reservation_findings,
+        network_profile_findings,
+        api_findings,
+        bucket_findings,
+        cpu_quota_findings,
+        gpu_quota_findings,
+    )
+    for check in checks:
+        try:
+            findings += check(spec, hook)
+        except Exception as exc:
+            # A read refused for a permission live.iam already names: that finding says it, the others still run.
+            if http_status(exc) != 403 or not findings:
+                raise
+            log.warning("%s not checked: %s", check.__name__, exc)
+    return findings
 
 
 def iam_findings(spec: RunSpec, hook: GcpHook) -> list[Finding]:
