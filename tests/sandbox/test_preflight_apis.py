@@ -75,3 +75,31 @@ def test_buckets_exist_only_when_seeded_and_show_their_bindings(sandbox):
         assert status == 403 and "storage.buckets.getIamPolicy" in body["error"]["message"]
     finally:
         sandbox.seed({"iam_denied": {PROJECT: []}})
+
+
+def test_every_guarded_route_exists_and_checks_only_role_file_permissions():
+    from sandbox.apis import router
+    from sandbox.iam import ROUTE_PERMISSIONS
+
+    routes = {(r.method, r.template) for r in router().routes}
+    assert set(ROUTE_PERMISSIONS) <= routes
+    assert {p for ps in ROUTE_PERMISSIONS.values() for p in ps} <= set(role_permissions())
+
+
+def test_a_call_without_its_permission_gets_its_apis_403(sandbox):
+    sandbox.seed({"iam_denied": {PROJECT: ["container.clusters.create", "compute.networks.create"]}})
+    try:
+        status, body = raw(sandbox.url, "POST", f"/v1/projects/{PROJECT}/locations/us-central1/clusters", {})
+        assert status == 403 and body["error"]["status"] == "PERMISSION_DENIED"
+        assert "container.clusters.create" in body["error"]["message"]
+        status, body = raw(sandbox.url, "POST", f"/compute/v1/projects/{PROJECT}/global/networks", {"name": "n"})
+        assert status == 403 and body["error"]["errors"][0]["reason"] == "forbidden"
+        assert (
+            body["error"]["message"]
+            == f"Required 'compute.networks.create' permission for 'projects/{PROJECT}/global/networks'"
+        )
+    finally:
+        sandbox.seed({"iam_denied": {PROJECT: []}})
+    # Granted again: the same bad body now reaches the handler and its own 400.
+    status, _ = raw(sandbox.url, "POST", f"/v1/projects/{PROJECT}/locations/us-central1/clusters", {})
+    assert status == 400
