@@ -24,7 +24,7 @@ def require_compute(sb: Sandbox, project: str, permission: str, resource: str | 
         raise ApiError("PERMISSION_DENIED", f"Required '{permission}' permission for '{where}'", reason="forbidden")
 
 
-def require_storage(sb: Sandbox, project: str, permission: str, bucket: str) -> None:
+def require_storage(sb: Sandbox, project: str, permission: str) -> None:
     """Cloud Storage's 403 on a bucket, reason ``forbidden``."""
     if permission not in sb.store.config.granted(project):
         raise ApiError(

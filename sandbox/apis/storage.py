@@ -26,7 +26,7 @@ def _bucket(sb: Sandbox, call: Call, permission: str) -> Bucket:
     bucket = sb.store.config.buckets.get(call.params["bucket"])
     if bucket is None:
         raise ApiError("NOT_FOUND", "The specified bucket does not exist.", reason="notFound")
-    require_storage(sb, bucket.project, permission, bucket.name)
+    require_storage(sb, bucket.project, permission)
     return bucket
 
 
