@@ -71,7 +71,8 @@ REGIONAL_CLUSTER_ZONES = 3
 
 def live_findings(spec: RunSpec, hook: GcpHook) -> list[Finding]:
     """Every live problem of the run's project, zone and reservation, all at once; ``[]`` when the run can start."""
-    findings = iam_findings(spec, hook)
+    iam = iam_findings(spec, hook)
+    findings = list(iam)
     checks = (
         reservation_findings,
         network_profile_findings,
@@ -85,7 +86,7 @@ def live_findings(spec: RunSpec, hook: GcpHook) -> list[Finding]:
             findings += check(spec, hook)
         except Exception as exc:
             # A read refused for a permission live.iam already names: that finding says it, the others still run.
-            if http_status(exc) != 403 or not findings:
+            if http_status(exc) != 403 or not iam:
                 raise
             log.warning("%s not checked: %s", check.__name__, exc)
     return findings
