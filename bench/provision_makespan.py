@@ -69,7 +69,15 @@ SEED = {
             "machine_type": "a4-highgpu-8g",
             "count": 2,
         }
-    ]
+    ],
+    # The export bucket, writable by the project's Lustre service agent (preflight_live checks both).
+    "buckets": [
+        {
+            "project": "nemo-rl-demo",
+            "name": "nemo-rl-demo-nemo-rl-checkpoints",
+            "lustre_agent_role": "roles/storage.objectUser",
+        }
+    ],
 }
 # The sandbox operation kind each ensure task waits on (sandbox/operations.py DEFAULT_LATENCY_SECONDS).
 KIND = {

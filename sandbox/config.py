@@ -8,9 +8,19 @@ is JSON (every key optional)::
      "reservations": [{"project": "p", "zone": "us-central1-b", "name": "res", "machine_type": "a4-highgpu-8g",
                        "count": 2, "in_use_count": 0}],
      "latency_seconds": {"container.clusters.create": 420},
-     "quotas": {"NVIDIA_B200_GPUS": 64}}
+     "quotas": {"N2_CPUS": 600},
+     "gpu_family_quotas": {"NVIDIA_B200": 64},
+     "buckets": [{"project": "p", "name": "p-ckpt", "lustre_agent_role": "roles/storage.objectUser"}],
+     "iam_denied": {"p": ["compute.projects.setCommonInstanceMetadata"]},
+     "kuberay_conditions": false}
 
 ``quotas`` are the regional quota limits every region reports (``regions.get``), merged into the defaults.
+``gpu_family_quotas`` are the ``compute.googleapis.com/gpus_per_gpu_family`` limits per ``gpu_family`` in every
+region (Service Usage v1beta1 ``consumerQuotaMetrics``): regions.get does not list B200 or H200 quotas, as on Google.
+``buckets`` are the Cloud Storage buckets that exist (each with the default legacy bindings, plus a binding of the
+project's Lustre service agent when ``lustre_agent_role`` is given). Every project is granted every permission of
+``include/iam/nemo-rl-gke-role.yaml`` except those ``iam_denied`` lists for it. ``kuberay_conditions: false``
+makes the KubeRay stand-in behave like KubeRay 1.2 without its feature gate: no ``status.conditions``.
 """
 
 from __future__ import annotations
@@ -18,7 +28,13 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
 from typing import Any
+
+import yaml
+
+from sandbox import formats
 
 DEFAULT_ROCE_ZONES: tuple[str, ...] = ("us-central1-b", "europe-west1-b", "us-east4-b")
 DEFAULT_ENABLED_SERVICES: tuple[str, ...] = (
@@ -35,16 +51,28 @@ GPU_MACHINES: dict[str, tuple[str, int]] = {
     "a3-ultragpu-8g": ("nvidia-h200-141gb", 8),
 }
 ZONE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
-# Regional quota limits regions.get reports, in every region (usage is always 0).
+# Regional quota limits regions.get reports, in every region (usage is always 0). Like Google's, they list no B200
+# or H200 metric: compute v1's Quota.metric enum has none, those quotas live in gpus_per_gpu_family (below).
 DEFAULT_QUOTAS: dict[str, float] = {
     "CPUS": 2400.0,
-    "NVIDIA_B200_GPUS": 64.0,
-    "NVIDIA_H200_141GB_GPUS": 64.0,
+    "N2_CPUS": 600.0,
     "NETWORKS": 50.0,
     "SUBNETWORKS": 275.0,
     "FIREWALLS": 500.0,
 }
-SEED_KEYS = {"roce_zones", "enabled_services", "reservations", "latency_seconds", "quotas"}
+# compute.googleapis.com/gpus_per_gpu_family limits in every region, by gpu_family (the Cloud Quotas dimension).
+DEFAULT_GPU_FAMILY_QUOTAS: dict[str, float] = {"NVIDIA_B200": 64.0, "NVIDIA_H200": 64.0}
+SEED_KEYS = {
+    "roce_zones",
+    "enabled_services",
+    "reservations",
+    "latency_seconds",
+    "quotas",
+    "gpu_family_quotas",
+    "buckets",
+    "iam_denied",
+    "kuberay_conditions",
+}
 RESERVATION_KEYS = {
     "project",
     "zone",
@@ -54,7 +82,18 @@ RESERVATION_KEYS = {
     "in_use_count",
     "accelerator_type",
     "accelerator_count",
+    "blocks",
 }
+BUCKET_KEYS = {"project", "name", "location", "lustre_agent_role"}
+BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
+# The permissions every project grants by default: the project's own custom-role file (what a user applies).
+ROLE_FILE = Path(__file__).resolve().parents[1] / "include" / "iam" / "nemo-rl-gke-role.yaml"
+
+
+@cache
+def default_permissions() -> frozenset[str]:
+    """Every permission of the custom-role file: what a project grants unless ``iam_denied`` takes some away."""
+    return frozenset(yaml.safe_load(ROLE_FILE.read_text())["includedPermissions"])
 
 
 class SeedError(ValueError):
@@ -74,6 +113,7 @@ class Reservation:
     accelerator_type: str = ""
     accelerator_count: int = 0
     created: float = 0.0
+    blocks: list[str] = field(default_factory=list)
 
     @property
     def key(self) -> str:
@@ -105,7 +145,41 @@ class Reservation:
             accelerator_type=str(record.get("accelerator_type", accelerator)),
             accelerator_count=int(record.get("accelerator_count", accelerators)),
             created=at,
+            blocks=[str(b) for b in record.get("blocks", [])],
         )
+
+
+@dataclass
+class Bucket:
+    """A Cloud Storage bucket that exists, with its IAM policy bindings (``role -> members``)."""
+
+    project: str
+    name: str
+    location: str = "US"
+    bindings: dict[str, list[str]] = field(default_factory=dict)
+    created: float = 0.0
+
+    @classmethod
+    def from_seed(cls, record: dict[str, Any], at: float) -> Bucket:
+        """Validate one seed record; the bindings are a new bucket's defaults plus the Lustre agent's, if asked."""
+        unknown = set(record) - BUCKET_KEYS
+        if unknown:
+            raise SeedError(f"bucket: unknown keys {sorted(unknown)}; known: {sorted(BUCKET_KEYS)}")
+        if not {"project", "name"} <= set(record):
+            raise SeedError("bucket: project and name are required")
+        name, project = str(record["name"]), str(record["project"])
+        if not BUCKET_NAME.match(name):
+            raise SeedError(f"bucket: {name!r} is not a bucket name")
+        number = formats.project_number(project)
+        # What GCS gives every new bucket (uniform access): the project's owners and editors own it, viewers read.
+        bindings = {
+            "roles/storage.legacyBucketOwner": [f"projectEditor:{project}", f"projectOwner:{project}"],
+            "roles/storage.legacyBucketReader": [f"projectViewer:{project}"],
+        }
+        if record.get("lustre_agent_role"):
+            member = f"serviceAccount:service-{number}@gcp-sa-lustre.iam.gserviceaccount.com"
+            bindings.setdefault(str(record["lustre_agent_role"]), []).append(member)
+        return cls(project, name, str(record.get("location", "US")).upper(), bindings, at)
 
 
 @dataclass
@@ -117,6 +191,10 @@ class Config:
     reservations: dict[str, Reservation] = field(default_factory=dict)
     latency_seconds: dict[str, float] = field(default_factory=dict)
     quotas: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_QUOTAS))
+    gpu_family_quotas: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_GPU_FAMILY_QUOTAS))
+    buckets: dict[str, Bucket] = field(default_factory=dict)
+    iam_denied: dict[str, list[str]] = field(default_factory=dict)
+    kuberay_conditions: bool = True
     # Service Networking names networks by project number; these are the project IDs it can map back to.
     known_projects: list[str] = field(default_factory=list)
 
@@ -139,6 +217,19 @@ class Config:
             self.latency_seconds[str(kind)] = float(seconds)
         for metric, limit in seed.get("quotas", {}).items():
             self.quotas[str(metric)] = float(limit)
+        for family, limit in seed.get("gpu_family_quotas", {}).items():
+            self.gpu_family_quotas[str(family)] = float(limit)
+        for record in seed.get("buckets", []):
+            bucket = Bucket.from_seed(record, at)
+            self.buckets[bucket.name] = bucket
+        for project, denied in seed.get("iam_denied", {}).items():
+            self.iam_denied[str(project)] = sorted({str(p) for p in denied})
+        if "kuberay_conditions" in seed:
+            self.kuberay_conditions = bool(seed["kuberay_conditions"])
+
+    def granted(self, project: str) -> frozenset[str]:
+        """The permissions the caller holds on ``project``."""
+        return default_permissions() - set(self.iam_denied.get(project, []))
 
     def add_reservation(self, reservation: Reservation) -> None:
         """Add or replace a reservation."""
@@ -153,6 +244,7 @@ class Config:
         """A JSON-safe record for the state file."""
         record = dataclasses.asdict(self)
         record["reservations"] = [dataclasses.asdict(r) for r in self.reservations.values()]
+        record["buckets"] = [dataclasses.asdict(b) for b in self.buckets.values()]
         return record
 
     @classmethod
@@ -160,6 +252,8 @@ class Config:
         """The inverse of :meth:`to_json`."""
         record = dict(record)
         reservations = [Reservation(**r) for r in record.pop("reservations", [])]
+        buckets = [Bucket(**b) for b in record.pop("buckets", [])]
         config = cls(**record)
         config.reservations = {r.key: r for r in reservations}
+        config.buckets = {b.name: b for b in buckets}
         return config

@@ -61,7 +61,7 @@ def latest_run(dag_id: str) -> dict[str, Any]:
 
 
 def start_demo_sandbox(home: Path, conf: dict[str, Any]) -> tuple[Any, dict[str, str]]:
-    """The local GCP sandbox, seeded with the conf's reservation, and the connection env pointing at it."""
+    """The local GCP sandbox, seeded with the conf's reservation and export bucket, and the connection env for it."""
     from nemo_rl_gke.spec import RunSpec
 
     spec = RunSpec.from_conf(conf)
@@ -74,7 +74,11 @@ def start_demo_sandbox(home: Path, conf: dict[str, Any]) -> tuple[Any, dict[str,
                 "machine_type": spec.effective_machine_type,
                 "count": spec.worker_replicas,
             }
-        ]
+        ],
+        # The export bucket, writable by the project's Lustre service agent (preflight_live checks both).
+        "buckets": [
+            {"project": spec.project, "name": spec.export_bucket_name, "lustre_agent_role": "roles/storage.objectUser"}
+        ],
     }
     # Operations take a few hundred milliseconds, so the waits really are deferrals.
     sandbox = start_sandbox(home / f"sandbox-{time.strftime('%Y%m%d-%H%M%S')}", latency_scale=0.002, seed=seed)

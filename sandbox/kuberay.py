@@ -365,6 +365,9 @@ class KubeRay:
                 },
             ],
         }
+        if not self.store.config.kuberay_conditions:
+            # KubeRay 1.2 without the RayClusterStatusConditions gate reports no conditions (FACTS §19).
+            del obj["status"]["conditions"]
         cluster.put("ray.io/v1", "rayclusters", obj)
 
     def _event(self, cluster: KubeCluster, head: RayHead, reason: str, message: str) -> None:

@@ -135,7 +135,7 @@ def compute_names(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
         "gvnic_prefix": [spec.gvnic_network, spec.gvnic_subnet, spec.gvnic_firewall],
         "rdma_prefix": [spec.rdma_network, *spec.rdma_subnets],
         "lustre_name": [spec.peering_range, spec.lustre_firewall],
-        "reservation": [spec.reservation],
+        "reservation": [spec.reservation_name, *filter(None, [spec.reservation_block])],
     }
     for param, names in derived.items():
         bad = [n for n in names if not RFC1035.fullmatch(n)]

@@ -62,6 +62,23 @@ DAY = 24 * HOUR
 # Compute Engine machine types: family-shape(-size...), e.g. a4-highgpu-8g, n2-highmem-80, n2-custom-8-16384.
 MACHINE_TYPE = r"[a-z][a-z0-9]*(-[a-z0-9]+)+"
 CONN_ID_PATTERN = r"^[A-Za-z0-9_.-]*$"
+# A reservation as GKE's reservationAffinity takes it (FACTS §19): NAME (the run's project), a shared reservation
+# projects/OWNER/reservations/NAME, and either followed by /reservationBlocks/BLOCK. Names are RFC 1035; the owner is
+# a project ID. A strict grammar: the value reaches a GKE request body and a gcloud command in a finding.
+_RFC1035 = r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?"
+RESERVATION_PATTERN = (
+    rf"^(?:projects/(?P<owner>[a-z][-a-z0-9]{{4,28}}[a-z0-9])/reservations/)?(?P<name>{_RFC1035})"
+    rf"(?:/reservationBlocks/(?P<block>{_RFC1035}))?$"
+)
+RESERVATION = re.compile(RESERVATION_PATTERN)
+RESERVATION_MAX = 200
+# Python's named groups are not JSON Schema: the form gets the same grammar without the names.
+RESERVATION_JSON_PATTERN = RESERVATION_PATTERN.replace("?P<owner>", "").replace("?P<name>", "").replace("?P<block>", "")
+# Patterns too long to read in a finding, said in words instead.
+PATTERN_WORDS: dict[str, str] = {
+    RESERVATION_JSON_PATTERN: "RESERVATION, projects/PROJECT/reservations/RESERVATION, or either + "
+    "/reservationBlocks/BLOCK (RESERVATION and BLOCK: lowercase RFC 1035 names; PROJECT: a project ID)"
+}
 
 
 @dataclass(frozen=True)
@@ -197,9 +214,12 @@ class RunSpec:
         "nemo-rl-reservation",
         section=SECTION_GPU,
         title="Reservation",
-        description="Name of the Compute Engine reservation in the zone that holds the GPU machines.",
+        description="The Compute Engine reservation in the zone that holds the GPU machines: NAME (in the run's "
+        "project), a shared reservation projects/OWNER/reservations/NAME, or either followed by "
+        "/reservationBlocks/BLOCK to use one reservation block.",
         minLength=1,
-        maxLength=NAME_MAX,
+        maxLength=RESERVATION_MAX,
+        pattern=RESERVATION_JSON_PATTERN,
     )
     node_pool_name: str = _param(
         "gpu-pool",
@@ -712,6 +732,24 @@ class RunSpec:
         return self.machine_type or self.gpu.machine_type
 
     @property
+    def reservation_project(self) -> str:
+        """The project that owns the reservation: the shared reservation's owner, else the run's project."""
+        found = RESERVATION.match(self.reservation)
+        return (found and found.group("owner")) or self.project
+
+    @property
+    def reservation_name(self) -> str:
+        """The reservation's own name, without its owner or block."""
+        found = RESERVATION.match(self.reservation)
+        return found.group("name") if found else self.reservation
+
+    @property
+    def reservation_block(self) -> str | None:
+        """The reservation block the pool is pinned to, if the conf names one."""
+        found = RESERVATION.match(self.reservation)
+        return found.group("block") if found else None
+
+    @property
     def gpus_per_node(self) -> int:
         """GPUs on every GPU node (cluster.gpus_per_node)."""
         return self.gpu.gpus_per_node
@@ -1144,7 +1182,7 @@ def _string_problem(schema: Mapping[str, Any], value: str) -> tuple[str, str] | 
     if "minLength" in schema and len(value) < schema["minLength"]:
         return "minLength", f"{shown(value)} is shorter than {schema['minLength']} characters"
     if "pattern" in schema and not _pattern(schema["pattern"]).fullmatch(value):
-        return "pattern", f"{shown(value)} does not match {schema['pattern']}"
+        return "pattern", f"{shown(value)} does not match {PATTERN_WORDS.get(schema['pattern'], schema['pattern'])}"
     return None
 
 
@@ -1188,7 +1226,9 @@ def schema_fix(schema: Mapping[str, Any]) -> str:
             parts.append(f"{text} {schema[key]}")
     if "string" in kinds:
         parts.append("printable characters only")
-    if "pattern" in schema:
+    if schema.get("pattern") in PATTERN_WORDS:
+        parts.append(f"in one of the forms {PATTERN_WORDS[schema['pattern']]}")
+    elif "pattern" in schema:
         parts.append(f"matching {schema['pattern']} as a whole")
     return ", ".join(parts)
 

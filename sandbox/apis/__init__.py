@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from sandbox.apis import compute, compute_projects, container, locations, lustre, misc, servicenetworking
+from sandbox.apis import compute, compute_projects, container, locations, lustre, misc, servicenetworking, storage
 from sandbox.http import Router
+from sandbox.iam import guard
 
 # Inventory state names per resource kind, from each API's own status vocabulary.
 STATES: dict[str, dict[str, str]] = {
@@ -17,6 +18,6 @@ STATES: dict[str, dict[str, str]] = {
 def router() -> Router:
     """A router with every API's routes."""
     routes = Router()
-    for module in (compute, compute_projects, container, lustre, locations, servicenetworking, misc):
+    for module in (compute, compute_projects, container, lustre, locations, servicenetworking, misc, storage):
         module.register(routes)
-    return routes
+    return guard(routes)

@@ -24,6 +24,7 @@ from sandbox import formats
 from sandbox.apis import servicenetworking
 from sandbox.errors import HTTP_PHRASES, ApiError, already_exists, in_use, invalid, not_found, not_ready
 from sandbox.http import Call, Reply, Router, reply
+from sandbox.iam import require_compute
 from sandbox.operations import Effect, Operation
 from sandbox.store import Resource
 from sandbox.validation import (
@@ -650,6 +651,7 @@ def _zone(call: Call) -> str:
 async def get_reservation(sb: Sandbox, call: Call) -> Reply:
     """``reservations.get`` (reservations are seeded, never created through the API)."""
     key = f"projects/{call.params['project']}/zones/{_zone(call)}/reservations/{call.params['name']}"
+    require_compute(sb, call.params["project"], "compute.reservations.get", key)
     if key not in sb.store.config.reservations:
         raise not_found(f"The resource '{key}' was not found")
     return reply(render_reservation(sb, key))

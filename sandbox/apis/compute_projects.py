@@ -1,5 +1,8 @@
 """Compute Engine v1 projects: ``projects.get`` and ``projects.setCommonInstanceMetadata``.
 
+A caller without ``compute.projects.setCommonInstanceMetadata`` on the project gets compute's 403 (the lease writes
+need it, and the tutorial's roles do not grant it).
+
 A project's common instance metadata is a list of key/value items with a fingerprint. Every write must send the
 fingerprint it read; a stale one is refused with 412 ``conditionNotMet`` (optimistic locking, as GCE does), so two
 writers that read the same version cannot both win. The run's lease on its group lives here.
@@ -16,6 +19,7 @@ from sandbox import formats
 from sandbox.apis.compute import PREFIX, SERVICE, render_operation
 from sandbox.errors import ApiError, invalid
 from sandbox.http import Call, Reply, Router, reply
+from sandbox.iam import require_compute
 from sandbox.operations import Effect
 from sandbox.validation import check_request_id
 
@@ -82,6 +86,7 @@ def _check_items(items: Any) -> list[dict[str, str]]:
 async def set_common_instance_metadata(sb: Sandbox, call: Call) -> Reply:
     """``projects.setCommonInstanceMetadata``: replace the items, if the fingerprint is the current one."""
     project = call.params["project"]
+    require_compute(sb, project, "compute.projects.setCommonInstanceMetadata")
     body = call.json()
     request_id = check_request_id(call.arg("requestId"))
     metadata = _metadata(sb, project)

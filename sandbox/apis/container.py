@@ -11,6 +11,7 @@ runs, ``endpoint`` is ``127.0.0.1:PORT``, where :mod:`sandbox.kube` serves its K
 from __future__ import annotations
 
 import copy
+import re
 from typing import TYPE_CHECKING, Any
 
 # The sandbox runs as its own process, never inside a DAG parse: the heavy import ban does not apply.
@@ -125,6 +126,12 @@ def _check_accelerators(config: dict[str, Any], field: str) -> None:
             )
 
 
+RESERVATION_VALUE = re.compile(
+    r"^(?:projects/(?P<owner>[a-z][-a-z0-9]{4,28}[a-z0-9])/reservations/)?(?P<name>[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)"
+    r"(?:/reservationBlocks/(?P<block>[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?))?$"
+)
+
+
 def _check_reservation(sb: Sandbox, project: str, config: dict[str, Any], zones: list[str], field: str) -> None:
     affinity = config.get("reservationAffinity")
     if not affinity or affinity.get("consumeReservationType") != "SPECIFIC_RESERVATION":
@@ -132,14 +139,22 @@ def _check_reservation(sb: Sandbox, project: str, config: dict[str, Any], zones:
     if affinity.get("key") != RESERVATION_KEY or not affinity.get("values"):
         raise invalid(f"{field}.reservationAffinity: SPECIFIC_RESERVATION needs key {RESERVATION_KEY} and a value.")
     for value in affinity["values"]:
-        parts = value.split("/")
-        owner, name = (parts[1], parts[-1]) if len(parts) == 4 and parts[0] == "projects" else (project, value)
+        # GKE's forms: NAME, projects/OWNER/reservations/NAME, either + /reservationBlocks/BLOCK (FACTS §19).
+        form = RESERVATION_VALUE.match(value)
+        if not form:
+            raise invalid(
+                f'{field}.reservationAffinity.values: "{value}" is not RESERVATION, '
+                "projects/PROJECT/reservations/RESERVATION or RESERVATION/reservationBlocks/BLOCK."
+            )
+        owner, name, block = form.group("owner") or project, form.group("name"), form.group("block")
         found = [
             sb.store.config.reservations.get(f"projects/{owner}/zones/{zone}/reservations/{name}") for zone in zones
         ]
         reservations = [r for r in found if r is not None]
         if not reservations:
             raise invalid(f'{field}.reservationAffinity: reservation "{value}" was not found in zones {zones}.')
+        if block and not any(block in r.blocks for r in reservations):
+            raise invalid(f'{field}.reservationAffinity: reservation block "{block}" of "{name}" was not found.')
         for reservation in reservations:
             if reservation.machine_type != config["machineType"]:
                 raise invalid(

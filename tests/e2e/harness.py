@@ -39,7 +39,15 @@ SEED = {
             "machine_type": RunSpec().effective_machine_type,
             "count": RunSpec().worker_replicas,
         }
-    ]
+    ],
+    # The export bucket, writable by the project's Lustre service agent (preflight_live checks both).
+    "buckets": [
+        {
+            "project": RunSpec().project,
+            "name": RunSpec().export_bucket_name,
+            "lustre_agent_role": "roles/storage.objectUser",
+        }
+    ],
 }
 
 

@@ -33,7 +33,7 @@ from nemo_rl_gke.kube.objects import (
     group_objects,
     lustre_ip,
 )
-from nemo_rl_gke.kube.raycluster import diagnose
+from nemo_rl_gke.kube.raycluster import diagnose, pods_not_ready, reports_conditions
 from nemo_rl_gke.spec import RunSpec
 from nemo_rl_gke.triggers.raycluster import CLASSPATH, RayClusterTrigger
 from tests.gcp.conftest import ensure_done
@@ -337,3 +337,71 @@ def test_deleting_the_gke_cluster_stops_its_ray(cluster_spec: RunSpec, hook: Gcp
     while (_ray_heads(sandbox) or pid_alive(pid)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _ray_heads(sandbox) == [] and not pid_alive(pid)
+
+
+# --- KubeRay 1.2: no status.conditions ------------------------------------------------------------------------------
+def _pod(name: str, role: str, ready: bool) -> dict[str, Any]:
+    status = {"phase": "Running" if ready else "Pending", "conditions": [{"type": "Ready", "status": str(ready)}]}
+    return {"metadata": {"name": name, "labels": {"ray.io/node-type": role}}, "status": status}
+
+
+def test_without_conditions_readiness_is_every_pod_the_spec_asks_for_ready() -> None:
+    raycluster = {"spec": {"workerGroupSpecs": [{"replicas": 2}]}, "status": {"state": "ready"}}
+    head, w1, w2 = _pod("h", "head", True), _pod("w1", "worker", True), _pod("w2", "worker", True)
+    assert not reports_conditions(raycluster)
+    assert pods_not_ready(raycluster, [head, w1, w2]) == []
+    # status.state says ready, but one worker is missing and another not ready: not ready.
+    problems = pods_not_ready(raycluster, [head, _pod("w1", "worker", False)])
+    assert problems == ["1 of 2 worker pods created", "pod w1 Pending"]
+    assert pods_not_ready(raycluster, []) == ["no head pod yet", "0 of 2 worker pods created"]
+    text = diagnose("rc", raycluster, [head], [])
+    assert "KubeRay reports no status.conditions (KubeRay before 1.3 without the RayClusterStatusConditions" in text
+    assert "0 of 2 worker pods created" in text
+
+
+@pytest.fixture
+def kuberay_1_2(sandbox: SandboxProcess) -> Any:
+    """The sandbox's KubeRay behaves like 1.2 without its feature gate (no conditions) for one test."""
+    sandbox.seed({"kuberay_conditions": False})
+    yield sandbox
+    sandbox.seed({"kuberay_conditions": True})
+
+
+def test_a_raycluster_without_conditions_is_ready_when_its_pods_are(
+    cluster_spec: RunSpec, hook: GcpHook, kuberay_1_2: SandboxProcess
+) -> None:
+    kube = _kube(cluster_spec, hook)
+    storage = group_objects(
+        cluster_spec, t.LUSTRE_STORAGE, owner_of(cluster_spec), lustre_address=lustre_ip(cluster_spec, hook)
+    )
+    raycluster = group_objects(cluster_spec, t.RAYCLUSTER, owner_of(cluster_spec))
+    apply_objects(kube, [*storage, *raycluster], owner_of(cluster_spec), adopt=False)
+    try:
+        event = asyncio.run(_first_event(_trigger(cluster_spec)))
+        found = kube.get(ObjectRef("ray.io/v1", "RayCluster", cluster_spec.raycluster_name, cluster_spec.namespace))
+        assert found is not None and "conditions" not in found.get("status", {})
+    finally:
+        delete_objects(kube, [*storage, *raycluster], owner_of(cluster_spec))
+    assert event["status"] == "success", event
+    assert "Ready (KubeRay reports no conditions)" in event["message"]
+
+
+def test_a_raycluster_without_conditions_times_out_naming_its_pods(
+    cluster_spec: RunSpec, hook: GcpHook, kuberay_1_2: SandboxProcess
+) -> None:
+    kuberay_1_2.add_fault(
+        {"method": "PATCH", "path": "/rayclusters/"},
+        operation="hang",
+        message="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+    )
+    kube = _kube(cluster_spec, hook)
+    raycluster = group_objects(cluster_spec, t.RAYCLUSTER, owner_of(cluster_spec))
+    try:
+        apply_objects(kube, raycluster, owner_of(cluster_spec), adopt=False)
+        event = asyncio.run(_first_event(_trigger(cluster_spec, timeout=1.5)))
+    finally:
+        kuberay_1_2.clear_faults()
+        delete_objects(kube, raycluster, owner_of(cluster_spec))
+    assert event["status"] == "timeout"
+    assert "KubeRay reports no status.conditions" in event["message"]
+    assert "Unschedulable: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu." in event["message"]

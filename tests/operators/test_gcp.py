@@ -285,6 +285,8 @@ def test_preflight_live_passes_with_the_reservation(
     sandbox.seed_reservation(
         project, ZONE, spec.reservation, machine_type=spec.effective_machine_type, count=spec.worker_replicas
     )
+    bucket = {"project": project, "name": spec.export_bucket_name, "lustre_agent_role": "roles/storage.objectUser"}
+    sandbox.seed({"buckets": [bucket]})
     assert run_step(run, t.PREFLIGHT_LIVE) == (None, None)
     assert (t.PREFLIGHT_LIVE, t.FINDINGS) not in run.xcom
 

@@ -287,3 +287,52 @@ def test_a_pool_on_a_used_up_reservation_reports_a_stockout_condition(clients, s
     assert condition.code == container_v1.StatusCondition.Code.GCE_STOCKOUT
     assert f"reservations/{SPEC.reservation}' does not have available resources" in condition.message
     assert pool.status == container_v1.NodePool.Status.RUNNING
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "projects/shared-owner/zones/us-central1-b/reservations/my-res",  # a compute URL, not GKE's form
+        "projects/shared-owner/reservations/",
+        "my-res/reservationBlocks/",
+        "my-res/blocks/b1",
+        "../my-res",
+    ],
+)
+def test_node_pool_refuses_a_reservation_value_not_in_gkes_forms(clients, sandbox, value):
+    create_networks(clients)
+    create_cluster(clients)
+    body = gke.node_pool_create_request(SPEC, OWNER).body
+    body["nodePool"]["config"]["reservationAffinity"]["values"] = [value]
+    status, answer = raw(sandbox.url, "POST", f"/v1/{SPEC.cluster_path}/nodePools", body)
+    assert status == 400, answer
+    assert "is not RESERVATION, projects/PROJECT/reservations/RESERVATION" in answer["error"]["message"]
+
+
+def test_node_pool_consumes_a_shared_reservations_block_of_another_project(clients, sandbox):
+    # The reservation lives in another project and is named in GKE's shared form with one of its blocks.
+    owner, value = "shared-owner", "projects/shared-owner/reservations/shared/reservationBlocks/block-1"
+    sandbox.seed_reservation(owner, SPEC.zone, "shared", machine_type=SPEC.effective_machine_type, count=2)
+    create_networks(clients)
+    create_cluster(clients)
+    body = gke.node_pool_create_request(SPEC, OWNER).body
+    body["nodePool"]["config"]["reservationAffinity"]["values"] = [value]
+    status, answer = raw(sandbox.url, "POST", f"/v1/{SPEC.cluster_path}/nodePools", body)
+    assert status == 400 and 'reservation block "block-1" of "shared" was not found' in answer["error"]["message"]
+    sandbox.seed(
+        {
+            "reservations": [
+                {
+                    "project": owner,
+                    "zone": SPEC.zone,
+                    "name": "shared",
+                    "machine_type": SPEC.effective_machine_type,
+                    "count": 2,
+                    "blocks": ["block-1"],
+                }
+            ]
+        }
+    )
+    status, answer = raw(sandbox.url, "POST", f"/v1/{SPEC.cluster_path}/nodePools", body)
+    assert status == 200, answer
+    assert clients.gke.get_node_pool(name=SPEC.node_pool_path).config.reservation_affinity.values == [value]

@@ -195,3 +195,46 @@ def test_interpolated_logprob_batch_follows_the_micro_batch() -> None:
 
 def test_image_tag_variant_of_the_release_is_accepted() -> None:
     assert not _run("nemo.image-version", {"image_tag": "v0.5.0.nemotron_3_nano"})
+
+
+@pytest.mark.parametrize(
+    ("reservation", "owner", "name", "block"),
+    [
+        ("nemo-rl-reservation", "my-project", "nemo-rl-reservation", None),
+        ("projects/shared-owner/reservations/gpus", "shared-owner", "gpus", None),
+        ("gpus/reservationBlocks/block-7", "my-project", "gpus", "block-7"),
+        ("projects/shared-owner/reservations/gpus/reservationBlocks/b1", "shared-owner", "gpus", "b1"),
+    ],
+)
+def test_shared_reservations_and_reservation_blocks_are_accepted(
+    reservation: str, owner: str, name: str, block: str | None
+) -> None:
+    spec = validate({"project": "my-project", "reservation": reservation})
+    assert (spec.reservation_project, spec.reservation_name, spec.reservation_block) == (owner, name, block)
+    # GKE takes the conf's form as the pool's reservationAffinity value, unchanged (FACTS §19).
+    from nemo_rl_gke.gcp.gke import node_pool_create_request
+    from nemo_rl_gke.ownership import Owner
+
+    request = node_pool_create_request(spec, Owner("d", "g", "r"))
+    assert request.body["nodePool"]["config"]["reservationAffinity"]["values"] == [reservation]
+
+
+@pytest.mark.parametrize(
+    "reservation",
+    [
+        "projects/shared-owner/zones/us-central1-b/reservations/gpus",  # a compute URL
+        "projects/shared-owner/reservations/",
+        "projects/UPPER/reservations/gpus",
+        "projects/x/reservations/gpus",  # project IDs have 6-30 characters
+        "gpus/reservationBlocks/",
+        "gpus/blocks/b1",
+        "gpus/reservationBlocks/b1/extra",
+        "../gpus",
+        "gpus ; rm -rf /",
+        "Gpus",
+    ],
+)
+def test_a_reservation_outside_the_grammar_is_refused_naming_the_parameter(reservation: str) -> None:
+    spec, findings = check_conf({"project": "my-project", "reservation": reservation})
+    assert spec is None
+    assert [f.param for f in findings] == ["reservation"], findings

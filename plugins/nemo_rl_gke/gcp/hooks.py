@@ -11,7 +11,7 @@ The connection's extras (DESIGN rule 7: the same code locally and in the cloud):
   real endpoints;
 - ``endpoints``: ``{service: url}`` per-service overrides that win over ``api_endpoint``. Services are named as in
   :class:`~nemo_rl_gke.gcp.operations.OperationRef`: compute, container, lustre, servicenetworking,
-  cloudresourcemanager, serviceusage.
+  cloudresourcemanager, serviceusage, storage.
 
 Clients are built lazily and cached on the hook, with their own retries turned off: :meth:`GcpHook.call` and
 :meth:`GcpHook.execute` apply two bounded retry policies, whichever client library sent the request:
@@ -382,7 +382,9 @@ class GcpHook(GoogleBaseHook):
         key = (api, version)
         if key not in self._discovery:
             endpoint = self.endpoint(api)
-            client_options = {"api_endpoint": endpoint + "/"} if endpoint else None
+            # An override replaces the whole base URL; Storage's methods sit under its servicePath, storage/v1/.
+            suffix = f"/storage/{version}/" if api == "storage" else "/"
+            client_options = {"api_endpoint": endpoint + suffix} if endpoint else None
             http = build_http() if self.is_anonymous else self._authorize()
             self._discovery[key] = gdiscovery.build(
                 api,
@@ -408,6 +410,16 @@ class GcpHook(GoogleBaseHook):
     def serviceusage(self) -> Any:
         """Service Usage v1 (which APIs are enabled)."""
         return self.discovery("serviceusage", "v1")
+
+    @property
+    def serviceusage_beta(self) -> Any:
+        """Service Usage v1beta1 (consumer quota metrics: the GPU quota per GPU family)."""
+        return self.discovery("serviceusage", "v1beta1")
+
+    @property
+    def storage(self) -> Any:
+        """Cloud Storage JSON API v1 (the export bucket and its IAM policy)."""
+        return self.discovery("storage", "v1")
 
     # --- calls ---------------------------------------------------------------------------------------------------
     def call(self, method: Callable[..., T], /, *args: Any, what: str, **kwargs: Any) -> T:

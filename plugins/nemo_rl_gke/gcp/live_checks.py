@@ -3,17 +3,27 @@
 Every check reads; none creates. All findings come back at once (DESIGN rule 5), each naming the parameter, the
 value, the rule and the fix:
 
+- ``live.iam``: the connection's identity holds every permission of ``include/iam/nemo-rl-gke-role.yaml`` (one
+  ``projects.testIamPermissions`` call); each missing one is named with a predefined role that grants it.
 - ``live.reservation`` / ``live.reservation-machine-type`` / ``live.reservation-capacity``: the reservation exists in
-  ``spec.zone``, holds ``spec.effective_machine_type`` machines, and has at least ``spec.worker_replicas`` of them
-  free (``count - inUseCount``). The run needs one GPU node per Ray worker; ``gpu_pool_max_nodes`` is only the
-  autoscaler's ceiling (offline preflight already checks it is >= worker_replicas), and a pool that cannot grow to
-  its ceiling still runs the job, so the worker count is the honest minimum.
+  ``spec.zone`` of its owner project (the run's, or a shared reservation's ``projects/OWNER``), holds
+  ``spec.effective_machine_type`` machines, and has at least ``spec.worker_replicas`` of them free
+  (``count - inUseCount``). The run needs one GPU node per Ray worker; ``gpu_pool_max_nodes`` is only the
+  autoscaler's ceiling, so the worker count is the honest minimum. A reservation block is checked through its
+  reservation.
 - ``live.network-profile``: ``{zone}-vpc-roce`` exists (only A3 Ultra / A4 zones have it; the RDMA network needs it).
 - ``live.api-enabled``: every API the run calls is enabled (Service Usage ``services.batchGet``). When Service Usage
   itself cannot be read (403), that is logged and not reported: the create calls would say so precisely anyway.
-- ``live.gpu-quota``: best effort. A regional GPU quota limit below the run's GPU count is reported; a quota the API
-  does not show (or a region read that fails) is "unknown", logged, and not a finding. Usage is not compared: the
-  reservation already holds its share of the quota, so usage near the limit is expected.
+- ``live.export-bucket`` / ``live.export-bucket-access``: the export bucket exists (Storage ``buckets.get``) and
+  the Lustre service agent holds a role that writes objects on it (``buckets.getIamPolicy``), or exportData fails
+  after the GPU-hours are spent.
+- ``live.cpu-quota``: the region's CPU quota of the default pool's machine family (``N2_CPUS`` for n2-*, from
+  ``regions.get``) has room for the nodes the cluster create makes at once (initial nodes per zone x zones x vCPUs).
+- ``live.gpu-quota``: the region's ``compute.googleapis.com/gpus_per_gpu_family`` limit for the GPU family
+  (``NVIDIA_B200``, ``NVIDIA_H200``; Service Usage v1beta1 ``consumerQuotaMetrics``) is at least the run's GPUs.
+  ``regions.get`` does not list B200 or H200 quotas, which is why reading it always ended "unknown". A quota that is
+  not listed for the region is reported as such. Usage is not compared: the reservation already holds its share.
+  A shared reservation's quota is its owner's, so it is not checked here.
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from nemo_rl_gke.findings import Finding
 from nemo_rl_gke.gcp.hooks import http_status, is_not_found
+from nemo_rl_gke.gcp.iam import granting_role, missing_permissions, role_permissions
 from nemo_rl_gke.gcp.resources.drift import message_dict, normalize_ref
 
 if TYPE_CHECKING:
@@ -41,47 +52,112 @@ REQUIRED_SERVICES: tuple[str, ...] = (
     "servicenetworking.googleapis.com",
     "cloudresourcemanager.googleapis.com",
 )
+# Bucket roles that let the Lustre service agent write objects (exportData), and the one a finding grants.
+WRITER_ROLES = frozenset(
+    {
+        "roles/storage.objectUser",
+        "roles/storage.objectCreator",
+        "roles/storage.objectAdmin",
+        "roles/storage.admin",
+        "roles/storage.legacyBucketWriter",
+        "roles/storage.legacyBucketOwner",
+    }
+)
+EXPORT_ROLE = "roles/storage.objectUser"
+GPU_FAMILY_METRIC = "compute.googleapis.com/gpus_per_gpu_family"
+# A regional cluster's default pool gets its node count in each of this many zones of the region (GKE's default).
+REGIONAL_CLUSTER_ZONES = 3
 
 
 def live_findings(spec: RunSpec, hook: GcpHook) -> list[Finding]:
     """Every live problem of the run's project, zone and reservation, all at once; ``[]`` when the run can start."""
+    iam = iam_findings(spec, hook)
+    findings = list(iam)
+    checks = (
+        reservation_findings,
+        network_profile_findings,
+        api_findings,
+        bucket_findings,
+        cpu_quota_findings,
+        gpu_quota_findings,
+    )
+    for check in checks:
+        try:
+            findings += check(spec, hook)
+        except Exception as exc:
+            # A read refused for a permission live.iam already names: that finding says it, the others still run.
+            if http_status(exc) != 403 or not iam:
+                raise
+            log.warning("%s not checked: %s", check.__name__, exc)
+    return findings
+
+
+def iam_findings(spec: RunSpec, hook: GcpHook) -> list[Finding]:
+    """The identity holds every permission the run uses; one finding per missing permission, with a granting role."""
+    try:
+        missing = missing_permissions(hook, spec.project, role_permissions())
+    except Exception as exc:
+        if http_status(exc) == 403:
+            # Resource Manager disabled: api_findings names it; testIamPermissions itself needs no permission.
+            log.warning("Cannot test IAM permissions on %s (%s); not checked", spec.project, exc)
+            return []
+        raise
     return [
-        *reservation_findings(spec, hook),
-        *network_profile_findings(spec, hook),
-        *api_findings(spec, hook),
-        *gpu_quota_findings(spec, hook),
+        Finding(
+            "live.iam",
+            ("project",),
+            permission,
+            f"the Google connection's identity lacks {permission} on project {spec.project}, which the run uses",
+            f"grant {granting_role(permission)} (gcloud projects add-iam-policy-binding {spec.project} "
+            f"--member=MEMBER --role={granting_role(permission)}), or the custom role of "
+            "include/iam/nemo-rl-gke-role.yaml, which has every permission the run uses (README: IAM roles)",
+        )
+        for permission in missing
     ]
 
 
 def _reservation_command(spec: RunSpec) -> str:
     return (
-        f"gcloud compute reservations create {spec.reservation} --project={spec.project} --zone={spec.zone} "
-        f"--machine-type={spec.effective_machine_type} --vm-count={spec.worker_replicas} "
+        f"gcloud compute reservations create {spec.reservation_name} --project={spec.reservation_project} "
+        f"--zone={spec.zone} --machine-type={spec.effective_machine_type} --vm-count={spec.worker_replicas} "
         "--require-specific-reservation"
     )
 
 
 def reservation_findings(spec: RunSpec, hook: GcpHook) -> list[Finding]:
-    """The reservation exists in the zone, holds the pool's machine type and has enough free machines."""
+    """The reservation exists in the zone of its owner project, holds the pool's machine type and has room.
+
+    A shared reservation (``projects/OWNER/reservations/NAME``) is read in OWNER; a block
+    (``.../reservationBlocks/BLOCK``) through its reservation.
+    """
+    owner = spec.reservation_project
     try:
         found = hook.call(
             hook.reservations_client.get,
-            project=spec.project,
+            project=owner,
             zone=spec.zone,
-            reservation=spec.reservation,
+            reservation=spec.reservation_name,
             what=f"get reservation {spec.reservation}",
         )
     except Exception as exc:
+        if http_status(exc) == 403 and owner != spec.project:
+            # A consumer of a shared reservation need not be able to read it in its owner's project.
+            log.warning(
+                "Cannot read shared reservation %s in project %s (%s); not checked", spec.reservation, owner, exc
+            )
+            return []
         if not is_not_found(exc):
             raise
+        shared = "" if owner == spec.project else f" (a reservation shared by project {owner})"
         return [
             Finding(
                 "live.reservation",
                 ("reservation", "zone"),
                 spec.reservation,
-                f"reservation {spec.reservation} does not exist in zone {spec.zone} of project {spec.project}; "
-                "the GPU pool consumes only that reservation",
-                f"create it ({_reservation_command(spec)}) or name an existing reservation of zone {spec.zone}",
+                f"reservation {spec.reservation_name} does not exist in zone {spec.zone} of project {owner}"
+                f"{shared}; the GPU pool consumes only that reservation",
+                f"create it ({_reservation_command(spec)}), share it with project {spec.project}, or name an "
+                f"existing reservation of zone {spec.zone}",
             )
         ]
     reservation = message_dict(found)
@@ -185,41 +261,180 @@ def api_findings(spec: RunSpec, hook: GcpHook) -> list[Finding]:
     return findings
 
 
-def _quota_metrics(accelerator_type: str) -> tuple[str, ...]:
-    # nvidia-b200 -> NVIDIA_B200_GPUS; nvidia-h200-141gb -> NVIDIA_H200_141GB_GPUS or NVIDIA_H200_GPUS (the memory
-    # suffix is dropped in some quota names, as for NVIDIA_H100_GPUS).
-    parts = accelerator_type.upper().split("-")
-    full = "_".join(parts) + "_GPUS"
-    short = "_".join(parts[:2]) + "_GPUS"
-    return (full, short) if full != short else (full,)
+def _lustre_agent(number: str) -> str:
+    return f"serviceAccount:service-{number}@gcp-sa-lustre.iam.gserviceaccount.com"
 
 
-def gpu_quota_findings(spec: RunSpec, hook: GcpHook) -> list[Finding]:
-    """Best effort: the region's GPU quota limit is at least the run's GPUs; unknown is logged, not reported."""
-    needed = spec.worker_replicas * spec.gpus_per_node
-    metrics = _quota_metrics(spec.gpu.accelerator_type)
+def bucket_findings(spec: RunSpec, hook: GcpHook) -> list[Finding]:
+    """The export bucket exists and Managed Lustre's service agent may write objects to it (exportData runs as it)."""
+    bucket = spec.export_bucket_name
+    buckets = hook.storage.buckets()
+    number = hook.project_number(spec.project)
+    agent = _lustre_agent(number)
+    grant = f"gcloud storage buckets add-iam-policy-binding gs://{bucket} --member {agent} --role {EXPORT_ROLE}"
     try:
-        region = hook.call(
+        hook.execute(buckets.get(bucket=bucket), what=f"buckets.get {bucket}")
+    except Exception as exc:
+        if not is_not_found(exc):
+            raise
+        return [
+            Finding(
+                "live.export-bucket",
+                ("export_bucket", "project"),
+                bucket,
+                f"the export bucket gs://{bucket} does not exist; the checkpoint export would fail after training",
+                f"create it (gcloud storage buckets create gs://{bucket} --project={spec.project} "
+                f"--location={spec.region} --uniform-bucket-level-access), then {grant}; or set export_bucket",
+            )
+        ]
+    policy = hook.execute(buckets.getIamPolicy(bucket=bucket), what=f"buckets.getIamPolicy {bucket}")
+    roles = {b.get("role") for b in policy.get("bindings") or [] if agent in (b.get("members") or [])}
+    if roles & WRITER_ROLES:
+        return []
+    return [
+        Finding(
+            "live.export-bucket-access",
+            ("export_bucket",),
+            bucket,
+            f"Managed Lustre's service agent ({agent.split(':', 1)[1]}) holds no role that writes objects in "
+            f"gs://{bucket} (it has {', '.join(sorted(r for r in roles if r)) or 'none'}); exportData runs as it",
+            grant,
+        )
+    ]
+
+
+def _machine_vcpus(machine_type: str) -> int | None:
+    # n2-highmem-80 -> 80, n2-custom-8-16384 -> 8; None for a shape the name does not give (e.g. e2-medium).
+    parts = machine_type.split("-")
+    if len(parts) >= 3 and parts[1] == "custom" and parts[2].isdigit():
+        return int(parts[2])
+    return int(parts[-1]) if parts[-1].isdigit() else None
+
+
+def _region(spec: RunSpec, hook: GcpHook) -> dict[str, Any] | None:
+    try:
+        found = hook.call(
             hook.regions_client.get, project=spec.project, region=spec.region, what=f"get region {spec.region}"
         )
     except Exception as exc:
-        log.info("GPU quota unknown (region %s could not be read: %s); not checked", spec.region, exc)
+        if http_status(exc) in {403, 404}:
+            log.warning("Region %s cannot be read (%s); CPU quota not checked", spec.region, exc)
+            return None
+        raise
+    return message_dict(found)
+
+
+def cpu_quota_findings(spec: RunSpec, hook: GcpHook) -> list[Finding]:
+    """The region's CPU quota of the default pool's family has room for the nodes the cluster create makes at once."""
+    vcpus = _machine_vcpus(spec.system_machine_type)
+    region = _region(spec, hook)
+    if vcpus is None or region is None:
         return []
-    quotas: list[dict[str, Any]] = message_dict(region).get("quotas") or []
-    quota = next((q for q in quotas if q.get("metric") in metrics), None)
+    zones = min(REGIONAL_CLUSTER_ZONES, len(region.get("zones") or []) or REGIONAL_CLUSTER_ZONES)
+    nodes = spec.system_initial_nodes * zones
+    needed = nodes * vcpus
+    family = spec.system_machine_type.split("-", 1)[0].upper()
+    quotas = {str(q.get("metric")): q for q in region.get("quotas") or []}
+    # A family with its own quota (N2_CPUS, N2D_CPUS, C3_CPUS...) counts there; N1 and E2 count in CPUS.
+    metric = f"{family}_CPUS" if f"{family}_CPUS" in quotas else "CPUS"
+    quota = quotas.get(metric)
+    counted = (
+        f"{nodes} nodes x {vcpus} vCPUs: system_initial_nodes={spec.system_initial_nodes} in each of {zones} zones"
+    )
     if quota is None:
-        log.info("GPU quota unknown: region %s shows none of %s; not checked", spec.region, ", ".join(metrics))
+        return [
+            Finding(
+                "live.cpu-quota",
+                ("system_machine_type", "region"),
+                spec.system_machine_type,
+                f"region {spec.region} lists no {metric} quota (regions.get), so the project cannot create "
+                f"{spec.system_machine_type} nodes there; the default pool needs {needed} vCPUs ({counted})",
+                f"request {metric} quota in {spec.region} (console: IAM & Admin > Quotas), or pick another "
+                "system_machine_type",
+            )
+        ]
+    free = float(quota.get("limit") or 0) - float(quota.get("usage") or 0)
+    if free >= needed:
         return []
-    limit = float(quota.get("limit") or 0)
+    return [
+        Finding(
+            "live.cpu-quota",
+            ("system_initial_nodes", "system_machine_type", "region"),
+            {"metric": metric, "free": free, "needed": needed},
+            f"the {metric} quota of region {spec.region} has {free:g} vCPUs free, below the {needed} the default "
+            f"pool needs ({counted})",
+            f"request a {metric} increase in {spec.region} to at least {float(quota.get('usage') or 0) + needed:g}, "
+            "or lower system_initial_nodes or pick a smaller system_machine_type",
+        )
+    ]
+
+
+def gpu_family(accelerator_type: str) -> str:
+    """The ``gpu_family`` quota dimension of an accelerator: nvidia-b200 -> NVIDIA_B200, nvidia-h200-141gb ->
+    NVIDIA_H200 (the memory suffix is not part of the family)."""
+    return "_".join(accelerator_type.upper().split("-")[:2])
+
+
+def _bucket_limit(metric: dict[str, Any], region: str, family: str) -> float | None:
+    # Buckets go from least to most specific; the most specific one whose dimensions all match is enforced.
+    best: tuple[int, float] | None = None
+    for limit in metric.get("consumerQuotaLimits") or []:
+        for bucket in limit.get("quotaBuckets") or []:
+            dims = bucket.get("dimensions") or {}
+            wanted = {"region": region, "gpu_family": family}
+            if any(wanted.get(k) != v for k, v in dims.items()):
+                continue
+            value = float(bucket.get("effectiveLimit", 0))
+            if best is None or len(dims) >= best[0]:
+                best = (len(dims), value)
+    return None if best is None else best[1]
+
+
+def gpu_quota_findings(spec: RunSpec, hook: GcpHook) -> list[Finding]:
+    """The region's GPU quota for the GPU family covers the run's GPUs (Service Usage ``consumerQuotaMetrics``)."""
+    needed = spec.worker_replicas * spec.gpus_per_node
+    family = gpu_family(spec.gpu.accelerator_type)
+    if spec.reservation_project != spec.project:
+        # A shared reservation's machines count against its owner's quota, which this project cannot read.
+        log.info(
+            "GPU quota not checked: reservation %s is shared by project %s", spec.reservation, spec.reservation_project
+        )
+        return []
+    name = f"projects/{spec.project}/services/compute.googleapis.com/consumerQuotaMetrics/" + GPU_FAMILY_METRIC.replace(
+        "/", "%2F"
+    )
+    request = hook.serviceusage_beta.services().consumerQuotaMetrics().get(name=name, view="FULL")
+    fix = f"request {GPU_FAMILY_METRIC} quota for gpu_family={family} in {spec.region} (console: IAM & Admin > Quotas)"
+    try:
+        metric = hook.execute(request, what=f"consumerQuotaMetrics.get {GPU_FAMILY_METRIC}")
+    except Exception as exc:
+        if http_status(exc) == 403:
+            log.warning("Cannot read the GPU quota of %s (%s): live.iam names the permission", spec.project, exc)
+            return []
+        if not is_not_found(exc):
+            raise
+        metric = {}
+    limit = _bucket_limit(metric, spec.region, family)
+    if limit is None:
+        return [
+            Finding(
+                "live.gpu-quota",
+                ("gpu_type", "region"),
+                {"gpu_family": family, "region": spec.region},
+                f"project {spec.project} has no {family} GPU quota listed in region {spec.region} "
+                f"({GPU_FAMILY_METRIC}); the run needs {needed} GPUs",
+                f"{fix}, or pick a region where the project has {family} quota",
+            )
+        ]
     if limit >= needed:
         return []
     return [
         Finding(
             "live.gpu-quota",
             ("worker_replicas", "region"),
-            {"metric": quota["metric"], "limit": limit, "needed": needed},
-            f"the {quota['metric']} quota of region {spec.region} is {limit:g}, below the run's {needed} GPUs "
-            f"({spec.worker_replicas} nodes x {spec.gpus_per_node})",
-            f"request a quota increase for {quota['metric']} in {spec.region}, or lower worker_replicas",
+            {"gpu_family": family, "limit": limit, "needed": needed},
+            f"the {family} GPU quota ({GPU_FAMILY_METRIC}) of region {spec.region} is {limit:g}, below the run's "
+            f"{needed} GPUs ({spec.worker_replicas} nodes x {spec.gpus_per_node})",
+            f"{fix} of at least {needed}, or lower worker_replicas",
         )
     ]

@@ -1,6 +1,10 @@
 """When a RayCluster is ready, and, when it is not, what exactly is stuck: pure reading of API objects.
 
-Ready means the conditions ``HeadPodReady`` and ``RayClusterProvisioned`` are both True. ``status.state`` is
+Ready means the conditions ``HeadPodReady`` and ``RayClusterProvisioned`` are both True. KubeRay sets them by default
+from 1.3; 1.2 only behind its ``RayClusterStatusConditions`` feature gate, and without it reports no
+``status.conditions`` at all. Then readiness falls back on what those conditions stand for: the head pod and every
+worker the spec asks for exist and are Running and Ready (pods by ``ray.io/cluster=NAME``). Failing instead would
+strand users of GKE's managed Ray add-on, whose KubeRay version they do not choose. ``status.state`` is
 deprecated and can read ``ready`` while pods are still Pending (kuberay #2188), so it is never used. When the wait
 times out, the message names each condition that is not True (with its reason) and what the pods say: their phase,
 an unschedulable reason, container waiting reasons such as ImagePullBackOff, and their Warning events.
@@ -51,6 +55,33 @@ def is_ready(raycluster: Mapping[str, Any]) -> bool:
     return not missing_conditions(raycluster)
 
 
+def reports_conditions(raycluster: Mapping[str, Any]) -> bool:
+    """Whether KubeRay writes ``status.conditions`` for this RayCluster (1.3+, or 1.2 with the feature gate)."""
+    return bool((raycluster.get("status") or {}).get("conditions"))
+
+
+def desired_workers(raycluster: Mapping[str, Any]) -> int:
+    """The worker pods the spec asks for: the sum of its worker groups' replicas."""
+    groups = (raycluster.get("spec") or {}).get("workerGroupSpecs") or []
+    return sum(int(group.get("replicas") or 0) for group in groups)
+
+
+def pods_not_ready(raycluster: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Without conditions: what keeps the cluster's pods from standing for HeadPodReady and RayClusterProvisioned."""
+    roles = [((p.get("metadata") or {}).get("labels") or {}).get("ray.io/node-type") for p in pods]
+    problems = []
+    if "head" not in roles:
+        problems.append("no head pod yet")
+    workers, wanted = roles.count("worker"), desired_workers(raycluster)
+    if workers < wanted:
+        problems.append(f"{workers} of {wanted} worker pods created")
+    for pod in pods:
+        problem = pod_problem(pod)
+        if problem is not None:
+            problems.append(f"pod {(pod.get('metadata') or {}).get('name', '?')} {problem}")
+    return problems
+
+
 def pod_problem(pod: Mapping[str, Any]) -> str | None:
     """What keeps one pod from being ready, or None when it is Running and Ready."""
     status = pod.get("status") or {}
@@ -80,7 +111,14 @@ def diagnose(
     """One message saying what is stuck: the missing conditions, then each pod's problem and its Warning events."""
     if raycluster is None:
         return f"RayCluster {name} does not exist"
-    parts = [f"RayCluster {name} is not ready: missing " + ", ".join(missing_conditions(raycluster))]
+    if reports_conditions(raycluster):
+        parts = [f"RayCluster {name} is not ready: missing " + ", ".join(missing_conditions(raycluster))]
+    else:
+        parts = [
+            f"RayCluster {name} is not ready: KubeRay reports no status.conditions (KubeRay before 1.3 without the "
+            "RayClusterStatusConditions feature gate), so its pods were checked: "
+            + ("; ".join(pods_not_ready(raycluster, pods)) or "all ready")
+        ]
     if not pods:
         parts.append("no pods were created for it (is the KubeRay operator running?)")
     for pod in pods:

@@ -139,7 +139,7 @@ def secret_findings(spec: RunSpec, deployment: Deployment) -> list[Finding]:
 
 
 class PreflightLiveOperator(StepOperator):
-    """Checks the live project before anything is created: reservation, RoCE profile, APIs, quota.
+    """Checks the live project before anything is created: IAM, reservation, RoCE profile, APIs, export bucket, quota.
 
     Fails (no retries) with every finding at once, in the same format as the offline validate task, and pushes them
     to XCom under ``findings``.
@@ -160,7 +160,7 @@ class PreflightLiveOperator(StepOperator):
             context["ti"].xcom_push(key=FINDINGS, value=[f.to_dict() for f in findings])
             raise AirflowFailException(format_findings(findings))
         self.log.info(
-            "Live preflight passed in project %s: reservation %s, network profile, APIs and quota",
+            "Live preflight passed in project %s: IAM, reservation %s, network profile, APIs, export bucket and quota",
             spec.project,
             spec.reservation,
         )

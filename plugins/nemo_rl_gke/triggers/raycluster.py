@@ -1,6 +1,7 @@
 """The trigger that waits for a RayCluster to be ready (or to be gone) without holding a worker slot.
 
-Ready is the conditions ``HeadPodReady`` and ``RayClusterProvisioned`` (never ``status.state``); gone is a 404 after a
+Ready is the conditions ``HeadPodReady`` and ``RayClusterProvisioned`` (never ``status.state``) or, where KubeRay
+reports no conditions (1.2 without its feature gate), the head and worker pods all Ready; gone is a 404 after a
 delete. It polls the cluster's API with async calls only and ends with exactly one event::
 
     {"status": "success" | "error" | "timeout", "message": str, "raycluster": str, "wait_for": "ready" | "deleted"}
@@ -20,7 +21,16 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from nemo_rl_gke.kube.access import ClusterUnreachableError
 from nemo_rl_gke.kube.async_client import AsyncKubeHook
 from nemo_rl_gke.kube.client import KubeApiError, is_kube_transient
-from nemo_rl_gke.kube.raycluster import CLUSTER_LABEL, diagnose, events_path, is_ready, pods_path, raycluster_path
+from nemo_rl_gke.kube.raycluster import (
+    CLUSTER_LABEL,
+    diagnose,
+    events_path,
+    is_ready,
+    pods_not_ready,
+    pods_path,
+    raycluster_path,
+    reports_conditions,
+)
 from nemo_rl_gke.triggers.operations import ERROR, SUCCESS, TIMEOUT, backoff_delay
 
 CLASSPATH = "nemo_rl_gke.triggers.raycluster.RayClusterTrigger"
@@ -102,6 +112,9 @@ class RayClusterTrigger(BaseTrigger):
                 delay = self.poll_interval
                 try:
                     obj = await kube.get(path)
+                    # Without conditions (KubeRay 1.2, no feature gate) the pods say whether it is ready.
+                    fallback = self.wait_for == "ready" and obj is not None and not reports_conditions(obj)
+                    pods = await self._pods(kube) if fallback else []
                 except ClusterUnreachableError as exc:
                     if self.wait_for == "deleted":
                         return self._event(SUCCESS, f"RayCluster {self.name} is gone with its cluster ({exc})")
@@ -120,6 +133,12 @@ class RayClusterTrigger(BaseTrigger):
                         return self._event(
                             SUCCESS, f"RayCluster {self.name} is ready (HeadPodReady, RayClusterProvisioned)"
                         )
+                    if fallback and obj is not None and not pods_not_ready(obj, pods):
+                        return self._event(
+                            SUCCESS,
+                            f"RayCluster {self.name} is ready: its head and {len(pods) - 1} worker pods are "
+                            "Ready (KubeRay reports no conditions)",
+                        )
                     if self.wait_for == "ready" and obj is None:
                         return self._event(ERROR, f"RayCluster {self.name} does not exist (deleted while waiting?)")
                 remaining = self.started_at + self.timeout - time.time()
@@ -127,14 +146,17 @@ class RayClusterTrigger(BaseTrigger):
                     return self._event(TIMEOUT, await self._timeout_message(kube, last_error))
                 await asyncio.sleep(min(delay, remaining))
 
+    async def _pods(self, kube: AsyncKubeHook) -> list[dict[str, Any]]:
+        found = await kube.get(pods_path(self.namespace), {"labelSelector": f"{CLUSTER_LABEL}={self.name}"})
+        return list((found or {}).get("items") or [])
+
     async def _timeout_message(self, kube: AsyncKubeHook, last_error: str) -> str:
         head = f"timed out after {self.timeout:.0f}s waiting for RayCluster {self.name} to be {self.wait_for}"
         if self.wait_for == "deleted":
             return head
         try:
             obj = await kube.get(raycluster_path(self.namespace, self.name))
-            pods = await kube.get(pods_path(self.namespace), {"labelSelector": f"{CLUSTER_LABEL}={self.name}"})
-            items = list((pods or {}).get("items") or [])
+            items = await self._pods(kube)
             events: list[dict[str, Any]] = []
             for pod in items:
                 pod_name = pod.get("metadata", {}).get("name", "")
