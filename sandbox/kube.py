@@ -50,6 +50,7 @@ RESOURCES: dict[str, tuple[tuple[str, str, bool], ...]] = {
         ("pods", "Pod", True),
         ("events", "Event", True),
         ("configmaps", "ConfigMap", True),
+        ("secrets", "Secret", True),
     ),
     "apps/v1": (("daemonsets", "DaemonSet", True),),
     "networking.gke.io/v1": (("gkenetworkparamsets", "GKENetworkParamSet", False), ("networks", "Network", False)),

@@ -26,12 +26,36 @@ if TYPE_CHECKING:
 
 
 def dashboard(spec: RunSpec, hook: GcpHook, deployment: Deployment) -> tuple[DashboardAddress, dict[str, str]]:
-    """The Ray dashboard of the run's RayCluster (or the deployment's) and the headers a request to it needs."""
-    from nemo_rl_gke.kube.client import KubeHook
+    """The Ray dashboard of the run's RayCluster (or the deployment's) and the headers a request to it needs: the
+    Google token through the API server, and the Ray token (masked first) when the RayCluster has token auth."""
+    from airflow.sdk.log import mask_secret
+
+    from nemo_rl_gke.kube.client import KubeHook, ObjectRef
+    from nemo_rl_gke.raysubmit import kuberay_name, ray_token_headers, ray_token_of, ray_token_secret_path
 
     kube = KubeHook(spec, hook)
     address = kube.dashboard(deployment)
-    return address, kube.dashboard_headers(address)
+    headers = kube.dashboard_headers(address)
+    if ray_token_source(spec):
+        secret = kube.get(ObjectRef("v1", "Secret", kuberay_name(spec.raycluster_name), spec.namespace))
+        token = ray_token_of(secret, ray_token_secret_path(spec.namespace, spec.raycluster_name))
+        mask_secret(token)
+        headers.update(ray_token_headers(token))
+    return address, headers
+
+
+def ray_token_source(spec: RunSpec) -> dict[str, str]:
+    """The trigger kwargs that say where the Ray token is (the Secret's cluster and path, never its value), or none
+    when the recipe's Ray has no token auth (its RayCluster has no ``authOptions``)."""
+    from nemo_rl_gke.raysubmit import ray_token_secret_path
+    from nemo_rl_gke.recipes import load_recipe
+
+    if not load_recipe(spec.recipe).version.ray_token_auth:
+        return {}
+    return {
+        "cluster_path": spec.cluster_path,
+        "ray_token_secret": ray_token_secret_path(spec.namespace, spec.raycluster_name),
+    }
 
 
 class SubmitRayJobOperator(StepOperator):
@@ -139,6 +163,7 @@ class RayJobSensor(StepOperator):
             zero_learning_steps=spec.zero_learning_steps if spec.zero_learning_guard else 0,
             secret_conn_ids=[secret.conn_id for secret in job_secrets(spec, self.deployment)],
             ca_pem=address.ca_pem,
+            **ray_token_source(spec),
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:

@@ -35,7 +35,9 @@ from airflow.providers.common.compat.connection import get_async_connection
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from nemo_rl_gke.gcp.async_hooks import GcpAsyncHook
+from nemo_rl_gke.kube.async_client import AsyncKubeHook
 from nemo_rl_gke.metrics import LogFollower, ZeroLearningVerdict, check_zero_learning, saved_after
+from nemo_rl_gke.raysubmit import ray_token_headers, ray_token_of
 from nemo_rl_gke.redaction import StreamRedactor
 from nemo_rl_gke.triggers.operations import backoff_delay
 
@@ -64,6 +66,10 @@ class RayJobTrigger(BaseTrigger):
         that prints one gets it replaced by ``***`` in the task log and the event, since the triggerer is not the
         process that masked it at submit time.
     :param ca_pem: the CA that signs an https ``address`` (the GKE API server's own); empty: the system's CAs.
+    :param cluster_path: the GKE cluster (``projects/P/locations/L/clusters/C``) whose API holds the Ray token.
+    :param ray_token_secret: the API path of KubeRay's Secret with the Ray token (empty: the RayCluster has no token
+        auth). The token is read in ``run`` and sent as ``X-Ray-Authorization``; like the Google token, it is never
+        a kwarg, and it is masked in everything the trigger logs or sends.
     """
 
     def __init__(
@@ -79,6 +85,8 @@ class RayJobTrigger(BaseTrigger):
         zero_learning_steps: int = 3,
         secret_conn_ids: Sequence[str] = (),
         ca_pem: str = "",
+        cluster_path: str = "",
+        ray_token_secret: str = "",
     ) -> None:
         super().__init__()
         self.address = address.rstrip("/")
@@ -91,6 +99,9 @@ class RayJobTrigger(BaseTrigger):
         self.zero_learning_steps = int(zero_learning_steps)
         self.secret_conn_ids = list(secret_conn_ids)
         self.ca_pem = ca_pem
+        self.cluster_path = cluster_path
+        self.ray_token_secret = ray_token_secret
+        self._ray_headers: dict[str, str] = {}
         self._converged_logged = False
         # Replaced once the secret values are loaded in run(): values never reach __init__, kwargs or the DB.
         self._redactor = StreamRedactor(())
@@ -111,14 +122,20 @@ class RayJobTrigger(BaseTrigger):
                 "zero_learning_steps": self.zero_learning_steps,
                 "secret_conn_ids": self.secret_conn_ids,
                 "ca_pem": self.ca_pem,
+                "cluster_path": self.cluster_path,
+                "ray_token_secret": self.ray_token_secret,
             },
         )
 
     # --- secrets ----------------------------------------------------------------------------------------------------
     async def _load_secrets(self) -> None:
-        """Build the redactor from the job's secret values (the async connection API also registers them with the
-        masker); the follower gets it before it reads any log text."""
+        """Build the redactor from the job's secret values and the Ray token (the async connection API also
+        registers the passwords with the masker); the follower gets it before it reads any log text."""
         values: list[str] = []
+        if self.ray_token_secret:
+            token = await self._ray_token()
+            values.append(token)
+            self._ray_headers = ray_token_headers(token)
         for conn_id in self.secret_conn_ids:
             try:
                 password = (await get_async_connection(conn_id)).password
@@ -128,6 +145,12 @@ class RayJobTrigger(BaseTrigger):
                 values.append(password)
         self._redactor = StreamRedactor(values)
         self.follower = LogFollower(redactor=self._redactor)
+
+    async def _ray_token(self) -> str:
+        """The Ray token from KubeRay's Secret, through the cluster's API (async; raises RayTokenMissingError)."""
+        async with AsyncKubeHook(self.gcp_conn_id, self.cluster_path) as kube:
+            secret = await kube.get(self.ray_token_secret)
+        return ray_token_of(secret, self.ray_token_secret)
 
     def _session(self, timeout: aiohttp.ClientTimeout) -> aiohttp.ClientSession:
         """An HTTP session that verifies TLS: against the cluster's own CA when there is one, else the system's."""
@@ -139,8 +162,8 @@ class RayJobTrigger(BaseTrigger):
     # --- HTTP -----------------------------------------------------------------------------------------------------
     async def _headers(self, gcp: GcpAsyncHook) -> dict[str, str]:
         if not self.needs_token:
-            return {"Accept": "application/json"}
-        return await gcp.headers()
+            return {"Accept": "application/json", **self._ray_headers}
+        return {**(await gcp.headers()), **self._ray_headers}
 
     async def _call(self, session: aiohttp.ClientSession, gcp: GcpAsyncHook, method: str, path: str) -> tuple[int, Any]:
         headers = await self._headers(gcp)
@@ -321,6 +344,11 @@ class RayJobTrigger(BaseTrigger):
     async def on_kill(self) -> None:
         """The user marked the task failed/success or cleared it: stop the job (cleanup() never does)."""
         timeout = aiohttp.ClientTimeout(total=STOP_TIMEOUT_S)
+        if self.ray_token_secret and not self._ray_headers:
+            try:
+                self._ray_headers = ray_token_headers(await self._ray_token())
+            except Exception as exc:
+                self.log.warning("The Ray token could not be read (%s); stopping without it", type(exc).__name__)
         async with GcpAsyncHook(self.gcp_conn_id) as gcp, self._session(timeout) as session:
             outcome = await self._stop(session, gcp)
         self.log.warning("The task was killed: Ray job %s: %s", self.submission_id, outcome)
