@@ -788,6 +788,16 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
+def notices_of(spec: RunSpec | None) -> list[str]:
+    """The notices of a valid conf's recipe (none for an invalid conf: its findings come first)."""
+    if spec is None:
+        return []
+    try:
+        return security_notices(load_recipe(spec.recipe))
+    except RecipeError:
+        return []
+
+
 def security_notices(recipe: Recipe) -> list[str]:
     """What ``validate`` reports about a recipe without refusing it: today, a pinned Ray without token auth."""
     version = recipe.version
