@@ -51,3 +51,11 @@ def test_the_secret_name_follows_kuberays_checkname() -> None:
     long_name = "a" * 10 + "b" * 50
     assert kuberay_name(long_name) == "b" * 50  # the last 50 characters, as utils.CheckName keeps
     assert kuberay_name("1rc") == "rrc"
+
+
+def test_the_submit_task_is_bounded_since_rays_client_sets_no_request_timeout() -> None:
+    from nemo_rl_gke.operators.rayjob import SubmitRayJobOperator
+    from nemo_rl_gke.topology import SUBMIT
+
+    operator = SubmitRayJobOperator(step=SUBMIT)
+    assert operator.execution_timeout is not None and operator.execution_timeout.total_seconds() == 15 * 60

@@ -8,6 +8,7 @@ Thin glue: the job comes from :mod:`nemo_rl_gke.rayjobs` (rendered from the reci
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Context
@@ -16,6 +17,8 @@ from airflow.sdk.exceptions import AirflowFailException
 from nemo_rl_gke.links import JOB_LINKS, WAIT_LINKS
 from nemo_rl_gke.operators.base import StepOperator, epoch_of, iso_now, pull
 from nemo_rl_gke.topology import JOB_STEPS, JOB_SUMMARY, LUSTRE, SUBMIT
+
+SUBMIT_TIMEOUT_S = 15 * 60
 
 if TYPE_CHECKING:
     from nemo_rl_gke.deployment import Deployment
@@ -68,6 +71,13 @@ class SubmitRayJobOperator(StepOperator):
 
     operator_extra_links = JOB_LINKS
     ui_color = "#f3e8fb"
+
+    def __init__(self, **kwargs: Any) -> None:
+        # Ray's JobSubmissionClient sets no timeout on its requests: a connection that hangs would hold the worker
+        # slot for ever. A submit is seconds (a status GET, a small working_dir upload, the POST) plus the Lustre
+        # mark; 15 min bounds it with room for the API server's retries, and a retry adopts a job that did start.
+        kwargs.setdefault("execution_timeout", timedelta(seconds=SUBMIT_TIMEOUT_S))
+        super().__init__(**kwargs)
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Render the job, resolve its secrets, submit or adopt it."""
