@@ -325,6 +325,7 @@ def test_trigger_serializes_exactly_and_round_trips() -> None:
         "ca_pem": "",
         "cluster_path": "",
         "ray_token_secret": "",
+        "log_stream": True,
     }
     assert RayJobTrigger(**kwargs).serialize() == (classpath, kwargs)
 
@@ -475,3 +476,33 @@ def test_a_job_that_prints_its_secret_in_pieces_shows_none_of_it(
     task_lines = [line for line in recorder.lines if "pid=" in line and "task" in line]
     assert any(line.endswith("task has ***") for line in task_lines), recorder.lines
     assert any(line.endswith("*** task end") for line in task_lines), recorder.lines
+
+
+# A log that grows over many polls: 80 lines of ~200 characters, one every 50 ms.
+GROWING_SCRIPT = (
+    "import time\nfor k in range(80):\n    print(f'line {k:04d} ' + 'x' * 200, flush=True)\n    time.sleep(0.05)\n"
+)
+
+
+def test_the_log_follower_fetches_only_what_is_new(ray_spec: RunSpec, ray_hook: GcpHook) -> None:
+    # Through the service proxy (a websocket upgrade, with the Ray token), side by side with whole-log polls.
+    from ray.job_submission import JobSubmissionClient
+
+    address, headers = dashboard(ray_spec, ray_hook, Deployment())
+    submit_once(_request("nemo-rl-grow-1", f"python -c {_quoted(GROWING_SCRIPT)}"), address.url, headers, {})
+    streamed, whole = _trigger(address, "nemo-rl-grow-1"), _trigger(address, "nemo-rl-grow-1", log_stream=False)
+    streamed._log, whole._log = _Recorder(), _Recorder()
+
+    async def both() -> list[dict[str, Any]]:
+        return list(await asyncio.gather(_first(streamed), _first(whole)))
+
+    events = asyncio.run(both())
+    assert [e["status"] for e in events] == ["success", "success"], events
+    final = len(JobSubmissionClient(address.url, headers=headers).get_job_logs("nemo-rl-grow-1").encode())
+    shown = [[line for line in t._log.lines if line.startswith("[ray job]")] for t in (streamed, whole)]
+    assert shown[0] == shown[1]  # the same lines, each once
+    assert sum(line.startswith("[ray job] line 0") for line in shown[0]) == 80
+    assert not any("whole downloads" in line for line in streamed._log.lines), streamed._log.lines
+    print(f"fetched/size: stream {streamed.bytes_fetched / final:.2f}, whole logs {whole.bytes_fetched / final:.2f}")
+    assert streamed.bytes_fetched / final <= 1.2
+    assert whole.bytes_fetched / final > 2  # every poll downloaded everything so far
