@@ -382,6 +382,11 @@ class RayJobTrigger(BaseTrigger):
                         outcome = await self._stop(session, gcp)
                         message = f"{verdict.message} Ray job {self.submission_id}: {outcome}."
                         return await self._event("zero_learning", message, job_status, verdict)
+                    if verdict is not None and not self._converged_logged:
+                        # Said once, also when the save came in the same read (a stream chunk can hold both).
+                        self._converged_logged = True
+                        wait = " Waiting for the next checkpoint save." if saved is None else ""
+                        self.log.info("%s%s", verdict.message, wait)
                     if saved is not None:
                         assert verdict is not None
                         outcome = await self._stop(session, gcp)
@@ -390,9 +395,6 @@ class RayJobTrigger(BaseTrigger):
                             f"Ray job {self.submission_id}: {outcome}."
                         )
                         return await self._event("converged", message, job_status, verdict, saved)
-                    if verdict is not None and not self._converged_logged:
-                        self._converged_logged = True
-                        self.log.info("%s Waiting for the next checkpoint save.", verdict.message)
                 remaining = self.started_at + self.timeout - time.time()
                 if remaining <= 0:
                     outcome = await self._stop(session, gcp)
