@@ -506,3 +506,17 @@ def test_the_log_follower_fetches_only_what_is_new(ray_spec: RunSpec, ray_hook: 
     print(f"fetched/size: stream {streamed.bytes_fetched / final:.2f}, whole logs {whole.bytes_fetched / final:.2f}")
     assert streamed.bytes_fetched / final <= 1.2
     assert whole.bytes_fetched / final > 2  # every poll downloaded everything so far
+
+
+def test_the_trigger_reads_the_ray_token_again_after_a_transient_error(
+    ray_spec: RunSpec, ray_hook: GcpHook, sandbox: SandboxProcess
+) -> None:
+    address, headers = dashboard(ray_spec, ray_hook, Deployment())
+    submit_once(_request("nemo-rl-token-retry-1", "python -c \"print('hello')\""), address.url, headers, {})
+    sandbox.add_fault({"method": "GET", "path": f"/secrets/{ray_spec.raycluster_name}$"}, status=503, times=2)
+    try:
+        event = asyncio.run(_first(_trigger(address, "nemo-rl-token-retry-1")))
+    finally:
+        sandbox.clear_faults()
+    assert event["status"] == "success", event
+    assert "hello" in event["tail"]

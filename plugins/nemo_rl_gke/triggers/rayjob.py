@@ -37,6 +37,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from nemo_rl_gke.gcp.async_hooks import GcpAsyncHook
 from nemo_rl_gke.kube.async_client import AsyncKubeHook
+from nemo_rl_gke.kube.client import KubeApiError, is_kube_transient
 from nemo_rl_gke.metrics import LogFollower, ZeroLearningVerdict, check_zero_learning, saved_after
 from nemo_rl_gke.raysubmit import ray_token_headers, ray_token_of
 from nemo_rl_gke.redaction import StreamRedactor
@@ -51,6 +52,7 @@ TAIL_MAX_BYTES = 2500
 TAIL_LINE_MAX_BYTES = 300
 MESSAGE_MAX_BYTES = 2500
 STOP_TIMEOUT_S = 30.0
+RAY_TOKEN_ATTEMPTS = 4
 
 
 class RayJobTrigger(BaseTrigger):
@@ -157,10 +159,18 @@ class RayJobTrigger(BaseTrigger):
         self.follower = LogFollower(redactor=self._redactor)
 
     async def _ray_token(self) -> str:
-        """The Ray token from KubeRay's Secret, through the cluster's API (async; raises RayTokenMissingError)."""
-        async with AsyncKubeHook(self.gcp_conn_id, self.cluster_path) as kube:
-            secret = await kube.get(self.ray_token_secret)
-        return ray_token_of(secret, self.ray_token_secret)
+        """The Ray token from KubeRay's Secret, through the cluster's API (async; transient errors retried a few
+        times; raises RayTokenMissingError or KubeApiError)."""
+        for attempt in range(1, RAY_TOKEN_ATTEMPTS + 1):
+            try:
+                async with AsyncKubeHook(self.gcp_conn_id, self.cluster_path) as kube:
+                    secret = await kube.get(self.ray_token_secret)
+                return ray_token_of(secret, self.ray_token_secret)
+            except KubeApiError as exc:
+                if attempt == RAY_TOKEN_ATTEMPTS or not is_kube_transient(exc):
+                    raise
+                await asyncio.sleep(backoff_delay(attempt, self.poll_interval))
+        raise AssertionError("unreachable")
 
     def _ssl_context(self) -> ssl.SSLContext | None:
         """The TLS check against the cluster's own CA when there is one (None: the system's CAs)."""
