@@ -63,6 +63,7 @@ RESOURCES: dict[str, tuple[tuple[str, str, bool], ...]] = {
         ("pods", "Pod", True),
         ("events", "Event", True),
         ("configmaps", "ConfigMap", True),
+        ("secrets", "Secret", True),
     ),
     "apps/v1": (("daemonsets", "DaemonSet", True),),
     "networking.gke.io/v1": (("gkenetworkparamsets", "GKENetworkParamSet", False), ("networks", "Network", False)),
@@ -374,10 +375,10 @@ class KubeApi:
         return items
 
     # --- HTTP ---------------------------------------------------------------------------------------------------
-    async def _on_listener(self, request: web.Request) -> web.Response:
+    async def _on_listener(self, request: web.Request) -> web.StreamResponse:
         return await self.handle(request, self.verify(request.headers.get("Authorization")))
 
-    async def handle(self, request: web.Request, verdict: Verdict) -> web.Response:
+    async def handle(self, request: web.Request, verdict: Verdict) -> web.StreamResponse:
         """Answer one request on a cluster's listener (the cluster is the listener's); ``verdict`` is the bearer
         token's (the API server authenticates first: without a valid Google token every path, the service proxy
         included, is 401 Unauthorized)."""
@@ -582,7 +583,9 @@ class KubeApi:
         }
 
     # --- service proxy -----------------------------------------------------------------------------------------
-    async def _proxy(self, request: web.Request, cluster: KubeCluster, target: Target, raw: bytes) -> web.Response:
+    async def _proxy(
+        self, request: web.Request, cluster: KubeCluster, target: Target, raw: bytes
+    ) -> web.StreamResponse:
         """Forward ``services/{name}:{port}/proxy/...`` to the local process behind that service."""
         service_name, _, port = (target.name or "").partition(":")
         service = cluster.get("v1", "services", target.namespace, service_name)
@@ -597,6 +600,8 @@ class KubeApi:
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300))
+        if request.headers.get("Upgrade", "").lower() == "websocket":
+            return await self._proxy_websocket(request, url, headers)
         try:
             async with self._session.request(
                 request.method, url, params=request.query, data=raw or None, headers=headers
@@ -606,6 +611,43 @@ class KubeApi:
                 return web.Response(status=upstream.status, body=body, headers={"Content-Type": content_type})
         except aiohttp.ClientError as exc:
             raise KubeError(503, "ServiceUnavailable", f"error trying to reach service: {exc}") from exc
+
+    async def _proxy_websocket(self, request: web.Request, url: str, headers: dict[str, str]) -> web.StreamResponse:
+        """An upgrade through the service proxy, as kube-apiserver's UpgradeAwareHandler does it: the backend's
+        refusal is passed back as it is; once both sides are upgraded, frames go through untouched both ways."""
+        assert self._session is not None
+        upstream_headers = {k: v for k, v in headers.items() if not k.lower().startswith("sec-websocket")}
+        upstream_headers.pop("Upgrade", None)
+        try:
+            upstream = await self._session.ws_connect(
+                url, params=request.query, headers=upstream_headers, timeout=aiohttp.ClientWSTimeout(ws_close=10)
+            )
+        except aiohttp.WSServerHandshakeError as exc:
+            return web.Response(status=exc.status, text=exc.message or "")
+        except aiohttp.ClientError as exc:
+            raise KubeError(503, "ServiceUnavailable", f"error trying to reach service: {exc}") from exc
+        downstream = web.WebSocketResponse(autoping=True)
+        await downstream.prepare(request)
+
+        async def pipe(source: Any, sink: Any) -> None:
+            async for message in source:
+                if message.type == aiohttp.WSMsgType.TEXT:
+                    await sink.send_str(message.data)
+                elif message.type == aiohttp.WSMsgType.BINARY:
+                    await sink.send_bytes(message.data)
+                else:
+                    break
+
+        down = asyncio.ensure_future(pipe(upstream, downstream))
+        up = asyncio.ensure_future(pipe(downstream, upstream))
+        try:
+            await asyncio.wait({down, up}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (down, up):
+                task.cancel()
+            await upstream.close()
+            await downstream.close()
+        return downstream
 
     async def close(self) -> None:
         """Stop every listener and close the proxy's HTTP session."""

@@ -9,12 +9,22 @@ directory so jobs can map ``/data`` onto it. When the dashboard answers, the pod
 Deleting the RayCluster stops that Ray by its own process group (never ``ray stop``, which stops every Ray on the
 machine), and only then does the object go, as KubeRay's finalizer does. Deleting the GKE cluster stops its Rays too.
 
+A RayCluster with ``spec.authOptions: {mode: token}`` gets what KubeRay 1.5.1+ gives it: a Secret named after it
+(``utils.CheckName``) holding a random token under ``auth_token``, and ``RAY_AUTH_MODE=token`` / ``RAY_AUTH_TOKEN``
+on its Ray, so Ray itself answers 401/403 to a request without the token (docs.ray.io kuberay user-guides/auth).
+
+Every Ray listens on loopback only: ``--node-ip-address=127.0.0.1`` alone is not enough, since ``ray start`` swaps
+a loopback address for the machine's own (``services.resolve_ip_for_localhost``), and the GCS, raylet, client
+server and dashboard agent then bind to that. ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` keeps it at 127.0.0.1 (the
+single-node mode Ray uses on laptops); its one cost, no second node joining, is what the sandbox wants anyway.
+
 What stays fake: the worker pods are shown but not run (there are no GPUs); everything runs on the head.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
 import os
@@ -43,6 +53,8 @@ DASHBOARD_PORT = "8265"
 READY_TIMEOUT_S = 180.0
 # `ray start --block` forwards SIGTERM to its children but can wait long on busy workers; then SIGKILL the group.
 STOP_TIMEOUT_S = 5.0
+# KubeRay's Secret key for the token (utils.RAY_AUTH_TOKEN_SECRET_KEY).
+RAY_TOKEN_KEY = "auth_token"
 DEFAULT_STUCK_MESSAGE = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu. preemption: 0/4 nodes are available."
 # Ray's ports, one free port each: two heads on one machine would otherwise collide on Ray's defaults.
 PORT_FLAGS = (
@@ -70,6 +82,8 @@ class RayHead:
     temp_dir: str = ""
     log_path: str = ""
     data_dir: str = ""
+    # The Ray token when the RayCluster asked for token auth ("" : none); never logged or shown in the inventory.
+    token: str = field(default="", repr=False)
     ready: bool = False
     stopping: bool = False
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -126,6 +140,8 @@ class KubeRay:
                 workers.append(f"{name}-{group.get('groupName', 'workers')}-worker-{suffix}{n}")
         head = RayHead(cluster.cluster_id, namespace, name, f"{name}-head-{suffix}", workers)
         self.heads[(cluster.cluster_id, namespace, name)] = head
+        if ((obj.get("spec") or {}).get("authOptions") or {}).get("mode") == "token":
+            head.token = self._token_secret(cluster, head, meta)
         for pod in [head.head_pod, *workers]:
             role = "head" if pod == head.head_pod else "worker"
             labels = {"ray.io/cluster": name, "ray.io/node-type": role, **(meta.get("labels") or {})}
@@ -134,6 +150,26 @@ class KubeRay:
         self._set_conditions(cluster, head, head_ready=False, reason="HeadPodNotReady")
         task = asyncio.get_running_loop().create_task(self._reconcile(cluster, head, stuck_message))
         head.tasks.append(task)
+
+    def _token_secret(self, cluster: KubeCluster, head: RayHead, meta: dict[str, Any]) -> str:
+        """KubeRay's token Secret for a RayCluster with token auth: the existing one's token, or a new one."""
+        name = check_name(head.name)
+        existing = cluster.get("v1", "secrets", head.namespace, name)
+        if existing is not None:
+            return base64.b64decode(existing.get("data", {}).get(RAY_TOKEN_KEY, "")).decode()
+        token = secrets.token_urlsafe(32)
+        body = {
+            "metadata": {
+                "labels": {"ray.io/cluster": head.name},
+                "ownerReferences": [
+                    {"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": head.name, "uid": meta.get("uid", "")}
+                ],
+            },
+            "type": "Opaque",
+            "data": {RAY_TOKEN_KEY: base64.b64encode(token.encode()).decode()},
+        }
+        cluster.put("v1", "secrets", cluster.new_object("v1", "Secret", name, head.namespace, body))
+        return token
 
     def deleting(self, cluster: KubeCluster, obj: dict[str, Any]) -> None:
         """A RayCluster was deleted: stop its Ray, then remove its pods, service and the object itself."""
@@ -247,7 +283,19 @@ class KubeRay:
         ]
         # Jobs run `python` from PATH, as in the NeMo RL image: here, the sandbox's own interpreter (it has torch).
         path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-        env = {**os.environ, "PATH": path, "SANDBOX_DATA_DIR": head.data_dir, "RAY_USAGE_STATS_ENABLED": "0"}
+        env = {
+            **os.environ,
+            "PATH": path,
+            "SANDBOX_DATA_DIR": head.data_dir,
+            "RAY_USAGE_STATS_ENABLED": "0",
+            # Loopback only (see the module docstring): without it ray start binds to the machine's own address.
+            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+        }
+        for variable in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+            env.pop(variable, None)
+        if head.token:
+            # What KubeRay sets on every Ray container of a RayCluster with authOptions {mode: token}.
+            env.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": head.token})
         with open(head.log_path, "ab") as out:
             head.process = await asyncio.create_subprocess_exec(
                 *args, stdout=out, stderr=asyncio.subprocess.STDOUT, env=env, start_new_session=True
@@ -257,12 +305,13 @@ class KubeRay:
     async def _wait_dashboard(self, head: RayHead) -> bool:
         deadline = time.monotonic() + READY_TIMEOUT_S
         url = f"http://{HOST}:{head.dashboard_port}/api/version"
+        headers = {"Authorization": f"Bearer {head.token}"} if head.token else {}
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session:
             while time.monotonic() < deadline and not head.stopping:
                 if head.process is not None and head.process.returncode is not None:
                     return False
                 with contextlib.suppress(aiohttp.ClientError, TimeoutError, OSError):
-                    async with session.get(url) as response:
+                    async with session.get(url, headers=headers) as response:
                         if response.status == 200:
                             return True
                 await asyncio.sleep(0.5)
@@ -390,6 +439,8 @@ class KubeRay:
             for pod in [head.head_pod, *head.worker_pods]:
                 cluster.remove("v1", "pods", head.namespace, pod)
             cluster.remove("v1", "services", head.namespace, f"{head.name}-head-svc")
+        # The token Secret is owned by the RayCluster: Kubernetes' garbage collector removes it with it.
+        cluster.remove("v1", "secrets", meta["namespace"], check_name(meta["name"]))
         cluster.remove("ray.io/v1", "rayclusters", meta["namespace"], meta["name"])
 
     async def _stop_and_forget(self, key: tuple[str, str, str], head: RayHead) -> None:
@@ -420,6 +471,12 @@ async def _stop(head: RayHead) -> None:
             os.killpg(process.pid, signal.SIGKILL)
     if head.temp_dir:
         shutil.rmtree(head.temp_dir, ignore_errors=True)
+
+
+def check_name(name: str) -> str:
+    """KubeRay's ``utils.CheckName``: the last 50 characters, a leading digit or punctuation replaced by ``r``."""
+    name = name[-50:]
+    return "r" + name[1:] if name and (name[0].isdigit() or not name[0].isalnum()) else name
 
 
 def _pending_status(reason: str, message: str) -> dict[str, Any]:

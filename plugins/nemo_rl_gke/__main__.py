@@ -27,14 +27,19 @@ def _load_conf(path: str) -> dict[str, Any]:
 def _cmd_validate(args: argparse.Namespace) -> int:
     from nemo_rl_gke.deployment import Deployment
     from nemo_rl_gke.preflight import check_conf
+    from nemo_rl_gke.recipes import notices_of
 
     spec, findings = check_conf(_load_conf(args.conf), Deployment.from_env())
+    notices = notices_of(spec)
     if args.format == "json":
-        print(json.dumps({"valid": spec is not None, "findings": [f.to_dict() for f in findings]}, indent=2))
+        body = {"valid": spec is not None, "findings": [f.to_dict() for f in findings], "notices": notices}
+        print(json.dumps(body, indent=2))
     elif findings:
         print(format_findings(findings))
     else:
         print(f"OK: conf is valid ({spec.recipe}, {spec.worker_replicas} x {spec.gpu_type} nodes, mode {spec.mode})")
+        for notice in notices:
+            print(f"Notice: {notice}")
     return 0 if spec is not None else 1
 
 

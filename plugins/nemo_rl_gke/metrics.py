@@ -590,6 +590,17 @@ class LogFollower:
         new, self.offset = new_log_text(full_text, self.offset)
         return self.feed(new)
 
+    def feed_at(self, text: str, start: int) -> list[str]:
+        """Consume a chunk that begins at character ``start`` of the log, from a stream that resends the log from
+        its start when it is reopened: only the part past :attr:`offset` is new, and each character is read once."""
+        if not isinstance(text, str):
+            return []
+        new = text[max(0, self.offset - start) :]
+        if not new:
+            return []
+        self.offset = max(self.offset, start) + len(new)
+        return self.feed(new)
+
     def catch_up(self, full_text: str, offset: int) -> None:
         """Re-read the first ``offset`` characters of a whole log without returning their lines.
 

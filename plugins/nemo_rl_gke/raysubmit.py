@@ -23,6 +23,12 @@ from nemo_rl_gke.paths import RECIPES_DIR
 from nemo_rl_gke.rayjobs import JobRequest, allowed_secret_conn_ids
 
 log = logging.getLogger(__name__)
+# KubeRay 1.5.1+ with ``authOptions: {mode: token}`` keeps the Ray token in a Secret named after the RayCluster
+# (``utils.CheckName(name)``), under this key (``utils.RAY_AUTH_TOKEN_SECRET_KEY``; `kubectl ray get token` reads it).
+RAY_TOKEN_KEY = "auth_token"
+# Through the API server's service proxy ``Authorization`` carries the Google token and is consumed by the API server;
+# Ray's middleware reads this header next ("for proxies and KubeRay", ray._private.authentication).
+RAY_TOKEN_HEADER = "X-Ray-Authorization"
 
 
 class SecretMissingError(RuntimeError):
@@ -31,6 +37,45 @@ class SecretMissingError(RuntimeError):
 
 class RayTlsError(RuntimeError):
     """The Ray Jobs API's TLS certificate does not verify against the CA it must be signed by (not retried)."""
+
+
+class RayTokenMissingError(RuntimeError):
+    """The RayCluster authenticates with a token, but KubeRay's Secret holding it is missing or has no token."""
+
+
+def kuberay_name(name: str) -> str:
+    """KubeRay's ``utils.CheckName``: the last 50 characters, a leading digit or punctuation replaced by ``r``."""
+    name = name[-50:]
+    return "r" + name[1:] if name and (name[0].isdigit() or not name[0].isalnum()) else name
+
+
+def ray_token_secret_path(namespace: str, raycluster: str) -> str:
+    """The Kubernetes API path of the Secret KubeRay keeps the RayCluster's Ray token in."""
+    return f"/api/v1/namespaces/{namespace}/secrets/{kuberay_name(raycluster)}"
+
+
+def ray_token_of(secret: Mapping[str, Any] | None, path: str) -> str:
+    """The Ray token in KubeRay's Secret (``data.auth_token``, base64); raises :class:`RayTokenMissingError`."""
+    import base64
+    import binascii
+
+    encoded = ((secret or {}).get("data") or {}).get(RAY_TOKEN_KEY) if isinstance(secret, Mapping) else None
+    try:
+        token = base64.b64decode(str(encoded or ""), validate=True).decode().strip()
+    except (binascii.Error, UnicodeDecodeError):
+        token = ""
+    if not token:
+        raise RayTokenMissingError(
+            f"the RayCluster authenticates with a Ray token, but {path} "
+            f"{'does not exist' if secret is None else f'has no {RAY_TOKEN_KEY}'}. KubeRay 1.5.1 or later creates it "
+            "for a RayCluster with authOptions {mode: token}: upgrade KubeRay, or check its operator log"
+        )
+    return token
+
+
+def ray_token_headers(token: str | None) -> dict[str, str]:
+    """The header that carries the Ray token to Ray (none without a token)."""
+    return {RAY_TOKEN_HEADER: f"Bearer {token}"} if token else {}
 
 
 @dataclass(frozen=True)

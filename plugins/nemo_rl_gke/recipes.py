@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 VERSIONS_DIR = RECIPES_DIR / "nemo_rl"
 LOCAL_DIR = RECIPES_DIR / "local"
 LOCAL_VERSION = "local"
+# Ray authenticates the dashboard, the Jobs API and the GCS with a static token from this release on
+# (docs.ray.io ray-security/token-auth: "Token authentication is available in Ray 2.52.0 or later").
+RAY_TOKEN_AUTH_SINCE = (2, 52, 0)
 # Longer overrides are refused before Hydra's (recursive, pure-Python ANTLR) parser sees them.
 OVERRIDE_MAX_CHARS = 4096
 # Hydra's OverrideType names -> the prefix an override is written with.
@@ -117,6 +120,19 @@ class NemoVersion:
     # hydra-core and omegaconf in the release's uv.lock: the parser the preflight uses must be the same one.
     hydra: str = ""
     omegaconf: str = ""
+
+    @property
+    def ray_version(self) -> str:
+        """The lowest Ray release the pin allows (``">=2.55.1"`` gives ``2.55.1``): what the image certainly runs,
+        and what KubeRay's ``spec.rayVersion`` declares. Empty when the pin names no version."""
+        match = re.search(r"\d+(?:\.\d+)+", self.ray)
+        return match.group() if match else ""
+
+    @property
+    def ray_token_auth(self) -> bool:
+        """Whether the pinned Ray authenticates with a token (``RAY_AUTH_MODE=token``, Ray 2.52 and later)."""
+        parts = tuple(int(n) for n in self.ray_version.split(".")) if self.ray_version else ()
+        return parts >= RAY_TOKEN_AUTH_SINCE
 
 
 @dataclass(frozen=True)
@@ -671,7 +687,8 @@ def load_version(version: str) -> NemoVersion:
     """Facts about one NeMo RL release; ``local`` is the sandbox trainer in include/recipes/local."""
     if version == LOCAL_VERSION:
         scripts = tuple(sorted(p.name for p in LOCAL_DIR.glob("*.py")))
-        return NemoVersion(LOCAL_VERSION, "", scripts, "flat", False)
+        ray = str(_read_yaml(LOCAL_DIR / "version.yaml")["ray"])
+        return NemoVersion(LOCAL_VERSION, ray, scripts, "flat", False)
     data = _read_yaml(VERSIONS_DIR / version / "version.yaml")
     return NemoVersion(
         version=str(data["version"]),
@@ -769,3 +786,26 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise RecipeError(f"{path} must hold a mapping")
     return data
+
+
+def notices_of(spec: RunSpec | None) -> list[str]:
+    """The notices of a valid conf's recipe (none for an invalid conf: its findings come first)."""
+    if spec is None:
+        return []
+    try:
+        return security_notices(load_recipe(spec.recipe))
+    except RecipeError:
+        return []
+
+
+def security_notices(recipe: Recipe) -> list[str]:
+    """What ``validate`` reports about a recipe without refusing it: today, a pinned Ray without token auth."""
+    version = recipe.version
+    if version.ray_token_auth:
+        return []
+    return [
+        f"recipe {recipe.name} pins NeMo RL {version.version} with Ray {version.ray or 'unknown'}, which predates "
+        "Ray token authentication (2.52.0): the RayCluster's dashboard, Jobs API and GCS accept anyone who reaches "
+        "the head, so any pod in the cluster can run code next to the job's HF and W&B tokens. Prefer a recipe on "
+        "NeMo RL v0.7.0 or later (Ray 2.55.1); see docs/security.md"
+    ]

@@ -594,6 +594,9 @@ class RunSpec:
         pattern=CONN_ID_PATTERN,
     )
     # --- Waiting -------------------------------------------------------------------------------------------
+    # The defaults fit the tutorial's A4 run: a GPU pool that starts at 0 nodes (gcp/gke.py: initialNodeCount 0,
+    # autoscaling) and a NeMo RL image of 20+ GB. 15 s polls are ~240 calls per hour per wait: far below the APIs'
+    # per-minute quotas, and a minute-scale wait is seen within a poll.
     poll_interval_s: float = _param(
         15.0,
         section=SECTION_WAITING,
@@ -619,6 +622,8 @@ class RunSpec:
         minimum=1,
         maximum=12 * HOUR,
     )
+    # GKE cluster creation takes ~5-10 min, a node-pool create ~2-5 min (its 0 GPU nodes come later, in the kube
+    # stage); an upgrade or reconcile in between can add as much again: 60 min leaves room for both.
     cluster_timeout_s: int = _param(
         3600,
         section=SECTION_WAITING,
@@ -627,12 +632,17 @@ class RunSpec:
         minimum=1,
         maximum=6 * HOUR,
     )
+    # RayClusterProvisioned waits for the GPU workers, so it covers the A4 pool's scale-up from 0 (cluster
+    # autoscaler + provisioning of 8-GPU a4-highgpu-8g nodes: ~10-20 min, longer when capacity is tight), the pull
+    # of the 20+ GB nemo-rl image on each new node (~10-20 min), and the head's setup script (apt, uv: a few min).
+    # 30 min (the old default) was spent by the first two alone on a slow day; 60 min covers them with margin.
     kube_timeout_s: int = _param(
-        1800,
+        3600,
         section=SECTION_WAITING,
         title="RayCluster readiness timeout (s)",
-        description="Longest wait for the RayCluster's HeadPodReady and RayClusterProvisioned conditions (image pulls "
-        "of the NeMo RL image take minutes).",
+        description="Longest wait for the RayCluster's HeadPodReady and RayClusterProvisioned conditions: the GPU "
+        "pool scales up from 0 nodes (an A4 node takes 10-20 min) and each new node pulls the 20+ GB NeMo RL image "
+        "(10-20 min).",
         minimum=1,
         maximum=6 * HOUR,
     )

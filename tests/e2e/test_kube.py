@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import ssl
+import urllib.error
 import urllib.request
 from typing import Any
 
@@ -13,13 +14,16 @@ import pytest
 from sandbox.testing import SandboxProcess, pid_alive
 
 from nemo_rl_gke import topology as t
+from nemo_rl_gke.deployment import Deployment
 from nemo_rl_gke.gcp.hooks import GcpHook
-from nemo_rl_gke.kube.client import KubeHook
+from nemo_rl_gke.operators.rayjob import dashboard
+from nemo_rl_gke.raysubmit import RAY_TOKEN_HEADER
 from nemo_rl_gke.spec import RunSpec
 from tests.e2e.harness import run_cli, run_in_process
 
 pytestmark = pytest.mark.airflow
-SPEC = RunSpec()
+# The names the harness's runs use (include/conf/local.json: the defaults) and its recipe, whose Ray has token auth.
+SPEC = RunSpec.from_conf({"recipe": "local-cpu-gsm8k"})
 KUBE_TASKS = [t.NCCL_INSTALLER, t.NETWORK_MAPPING, t.LUSTRE_STORAGE, t.RAYCLUSTER]
 
 
@@ -45,15 +49,21 @@ def test_kube_group_brings_up_objects_and_a_real_ray_then_teardown_leaves_nothin
     assert len(heads) == 1 and heads[0]["ready"] and pid_alive(heads[0]["pid"])
 
     # The dashboard, resolved the way later tasks resolve it: the API server's service proxy.
-    kube = KubeHook(SPEC, GcpHook())
-    address = kube.dashboard()
+    address, headers = dashboard(SPEC, GcpHook(), Deployment())
     assert address.url.endswith("/api/v1/namespaces/default/services/ray-cluster-kuberay-head-svc:8265/proxy")
     # Over https, verified against the cluster's CA.
     assert address.url.startswith("https://127.0.0.1:") and address.ca_pem
-    request = urllib.request.Request(address.url + "/api/version", headers=kube.dashboard_headers(address))
+    request = urllib.request.Request(address.url + "/api/version", headers=headers)
     context = ssl.create_default_context(cadata=address.ca_pem)
     with urllib.request.urlopen(request, timeout=30, context=context) as response:
         assert json.loads(response.read())["ray_version"] == "2.60.0"
+    # The local recipe's Ray has token auth: without KubeRay's token, Ray itself refuses.
+    others = {k: v for k, v in headers.items() if k != RAY_TOKEN_HEADER}
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(
+            urllib.request.Request(address.url + "/api/version", headers=others), timeout=30, context=context
+        )
+    assert refused.value.code == 401
 
     # A second run re-applies every object and changes nothing (same objects, same resourceVersions), then its
     # teardown deletes everything and stops that Ray.

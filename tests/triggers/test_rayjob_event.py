@@ -75,3 +75,12 @@ def test_a_failed_job_s_huge_message_and_tail_are_clipped() -> None:
     assert event["tail"] and all(len(line) <= 400 for line in event["tail"])
     assert len(json.dumps(event, ensure_ascii=False).encode()) < LINE_LIMIT_BYTES
     assert max(len(line.encode()) for line in lines) < LINE_LIMIT_BYTES
+
+
+def test_a_ray_without_the_tail_websocket_is_followed_by_whole_downloads() -> None:
+    # The scripted API answers the /logs/tail upgrade 404, as a Ray or a proxy without it would: the trigger says so
+    # once and reads the same lines from whole-log polls.
+    event, lines = _follow({"submission_id": JOB, "status": "SUCCEEDED"}, "step one\nstep two\n")
+    assert event["status"] == "success"
+    assert sum("following its log by whole downloads (HTTP 404" in line for line in lines) == 1, lines
+    assert [line for line in lines if line.startswith("[ray job]")] == ["[ray job] step one", "[ray job] step two"]

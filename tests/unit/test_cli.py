@@ -21,7 +21,19 @@ def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str
 def test_validate_tutorial_conf() -> None:
     result = cli("validate", "--conf", str(ROOT / "include/conf/tutorial.json"))
     assert result.returncode == 0
-    assert result.stdout.strip() == "OK: conf is valid (gemma3-27b-gsm8k-v0.5.0, 2 x b200 nodes, mode plan)"
+    lines = result.stdout.strip().splitlines()
+    assert lines[0] == "OK: conf is valid (gemma3-27b-gsm8k-v0.5.0, 2 x b200 nodes, mode plan)"
+    # Its Ray (2.49.2) predates token auth: said, not refused.
+    assert lines[1].startswith("Notice: recipe gemma3-27b-gsm8k-v0.5.0 pins NeMo RL v0.5.0 with Ray 2.49.2")
+    assert "predates Ray token authentication" in lines[1] and "docs/security.md" in lines[1]
+
+
+def test_validate_has_no_notice_for_a_ray_with_token_auth() -> None:
+    conf = '{"recipe": "qwen2.5-7b-gsm8k-v0.7.0", "dtensor_tp": 4, "vllm_tp": 4}'
+    data = json.loads(cli("validate", "--format", "json", stdin=conf).stdout)
+    assert data["valid"] is True and data["notices"] == []
+    data = json.loads(cli("validate", "--format", "json", "--conf", str(ROOT / "include/conf/tutorial.json")).stdout)
+    assert data["valid"] is True and len(data["notices"]) == 1
 
 
 def test_validate_reports_every_problem_and_exits_1(tmp_path) -> None:

@@ -603,3 +603,32 @@ def test_importing_the_modules_stays_light() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env={"PYTHONPATH": plugins}
     )
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def _raycluster_spec(recipe: str) -> dict[str, Any]:
+    spec = RunSpec.from_conf({"recipe": recipe})
+    (obj,) = [m.obj for m in render_manifests(spec, IMAGE, Owner("d", "g", "r")) if m.kind == "RayCluster"]
+    assert validate_manifest(obj) == []
+    return obj["spec"]
+
+
+def test_a_ray_with_token_auth_gets_authoptions_token_and_its_ray_version() -> None:
+    # KubeRay 1.5.1+ needs both: authOptions {mode: token} and spec.rayVersion >= 2.52.0.
+    spec = _raycluster_spec("qwen2.5-7b-gsm8k-v0.7.0")
+    assert spec["authOptions"] == {"mode": "token"}
+    assert spec["rayVersion"] == "2.55.1"
+    assert _raycluster_spec("local-cpu-gsm8k")["authOptions"] == {"mode": "token"}
+
+
+def test_a_ray_older_than_token_auth_declares_its_version_and_no_authoptions() -> None:
+    spec = _raycluster_spec("gemma3-27b-gsm8k-v0.5.0")
+    assert spec["rayVersion"] == "2.49.2"
+    assert "authOptions" not in spec
+
+
+def test_authoptions_are_schema_checked() -> None:
+    spec = RunSpec.from_conf({"recipe": "qwen2.5-7b-gsm8k-v0.7.0"})
+    (obj,) = [m.obj for m in render_manifests(spec, IMAGE, Owner("d", "g", "r")) if m.kind == "RayCluster"]
+    bad = copy.deepcopy(obj)
+    bad["spec"]["authOptions"] = {"mode": "password"}
+    assert validate_manifest(bad) != []

@@ -1011,3 +1011,15 @@ def test_a_redacting_follower_shows_a_log_without_secrets_exactly_as_a_plain_one
     lines += follower.flush()
     assert lines == display(text)
     assert [s.to_dict() for s in follower.metrics.steps] == EXPECTED_STEPS
+
+
+def test_a_reopened_stream_resends_the_log_and_each_line_is_shown_once() -> None:
+    log = "".join(f"line {k}\n" for k in range(50)) + "partial"
+    once = LogFollower()
+    expected = once.feed(log) + once.flush()
+    follower = LogFollower()
+    shown = follower.feed_at(log[:100], 0) + follower.feed_at(log[100:230], 100)
+    # The stream breaks; the new one starts again from character 0 and goes on to the end.
+    shown += follower.feed_at(log[:150], 0) + follower.feed_at(log[150:], 150)
+    shown += follower.feed_at("", len(log)) + follower.flush()
+    assert shown == expected and follower.offset == len(log)

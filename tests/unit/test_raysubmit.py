@@ -23,3 +23,39 @@ def test_ray_sdk_records_go_through_python_logging_not_stderr(
     assert "Uploading package" not in capfd.readouterr().err
     route_ray_logs()  # idempotent
     assert ray_logger.propagate
+
+
+def test_the_ray_token_comes_from_kuberays_secret_or_a_clear_error() -> None:
+    import base64
+
+    from nemo_rl_gke.raysubmit import RayTokenMissingError, ray_token_headers, ray_token_of, ray_token_secret_path
+
+    path = ray_token_secret_path("default", "ray-cluster-kuberay")
+    assert path == "/api/v1/namespaces/default/secrets/ray-cluster-kuberay"
+    secret = {"data": {"auth_token": base64.b64encode(b"s3cret-token\n").decode()}}
+    assert ray_token_of(secret, path) == "s3cret-token"
+    assert ray_token_headers("s3cret-token") == {"X-Ray-Authorization": "Bearer s3cret-token"}
+    assert ray_token_headers(None) == {}
+    with pytest.raises(RayTokenMissingError, match=r"does not exist\. KubeRay 1\.5\.1"):
+        ray_token_of(None, path)
+    with pytest.raises(RayTokenMissingError, match="has no auth_token"):
+        ray_token_of({"data": {"other": "eA=="}}, path)
+    with pytest.raises(RayTokenMissingError, match="has no auth_token"):
+        ray_token_of({"data": {"auth_token": "not base64!"}}, path)
+
+
+def test_the_secret_name_follows_kuberays_checkname() -> None:
+    from nemo_rl_gke.raysubmit import kuberay_name
+
+    assert kuberay_name("rc") == "rc"
+    long_name = "a" * 10 + "b" * 50
+    assert kuberay_name(long_name) == "b" * 50  # the last 50 characters, as utils.CheckName keeps
+    assert kuberay_name("1rc") == "rrc"
+
+
+def test_the_submit_task_is_bounded_since_rays_client_sets_no_request_timeout() -> None:
+    from nemo_rl_gke.operators.rayjob import SubmitRayJobOperator
+    from nemo_rl_gke.topology import SUBMIT
+
+    operator = SubmitRayJobOperator(step=SUBMIT)
+    assert operator.execution_timeout is not None and operator.execution_timeout.total_seconds() == 15 * 60

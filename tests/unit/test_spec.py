@@ -152,3 +152,17 @@ def test_a_former_run_parameter_the_deployment_now_decides_is_refused_unless_emp
     (finding,) = conf_findings({"ray_dashboard_url": "http://10.0.0.7:8265"})
     assert finding.rule_id == "conf.deployment-setting" and "10.0.0.7" not in str(finding)
     assert conf_findings({"ray_dashboard_url": ""}) == []
+
+
+# What the tutorial's A4 run waits for before the RayCluster is ready (spec.py's comment on kube_timeout_s): the GPU
+# pool's scale-up from 0 nodes and the NeMo RL image pull on each new node, each up to about 20 minutes.
+A4_SCALE_UP_S = 20 * 60
+NEMO_RL_IMAGE_PULL_S = 20 * 60
+
+
+def test_waiting_defaults_fit_an_a4_pool_scaling_from_zero_and_a_multi_gb_image_pull() -> None:
+    spec = RunSpec()
+    assert spec.kube_timeout_s >= A4_SCALE_UP_S + NEMO_RL_IMAGE_PULL_S + 10 * 60  # plus the head's setup script
+    assert spec.cluster_timeout_s >= 45 * 60
+    assert spec.poll_interval_s <= 30  # a minute-scale step is seen within a poll or two
+    assert spec.job_timeout_s >= spec.kube_timeout_s

@@ -151,7 +151,10 @@ def render_manifests(spec: RunSpec, image: str, owner: Owner, lustre_ip: str = L
     instance's mountPoint; plan mode leaves the placeholder.
     """
     # Each group's template in apply order, with what it needs besides the spec and the owner.
-    needs: dict[str, dict[str, str]] = {LUSTRE_STORAGE: {"lustre_ip": lustre_ip}, RAYCLUSTER: {"image": image}}
+    needs: dict[str, dict[str, Any]] = {
+        LUSTRE_STORAGE: {"lustre_ip": lustre_ip},
+        RAYCLUSTER: raycluster_context(spec, image),
+    }
     manifests: list[Manifest] = []
     for group, template in TEMPLATES.items():
         if group == NCCL_INSTALLER and spec.nccl_installer_source != "bundled":
@@ -159,6 +162,13 @@ def render_manifests(spec: RunSpec, image: str, owner: Owner, lustre_ip: str = L
         objects = render_template(template, spec=spec, owner=owner, **needs.get(group, {}))
         manifests += [Manifest(template, obj) for obj in objects]
     return manifests
+
+
+def raycluster_context(spec: RunSpec, image: str) -> dict[str, Any]:
+    """What the RayCluster template needs besides the spec and the owner: the image and the pinned Ray's facts."""
+    from nemo_rl_gke.recipes import load_recipe
+
+    return {"image": image, "ray": load_recipe(spec.recipe).version}
 
 
 def installer_source_problem(source: str, deployment: Deployment) -> str:

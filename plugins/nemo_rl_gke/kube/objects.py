@@ -20,6 +20,7 @@ from nemo_rl_gke.kube.manifests import (
     NETWORK_MAPPING_TEMPLATE,
     RAYCLUSTER_TEMPLATE,
     load_nccl_installer,
+    raycluster_context,
     render_template,
 )
 from nemo_rl_gke.ownership import RUN_KEY, Owner, owner_from_labels
@@ -90,7 +91,7 @@ def group_objects(
         return render_template(LUSTRE_STORAGE_TEMPLATE, spec=spec, owner=owner, lustre_ip=lustre_address)
     if group == RAYCLUSTER:
         image = load_recipe(spec.recipe).image_for(spec)
-        return render_template(RAYCLUSTER_TEMPLATE, spec=spec, owner=owner, image=image)
+        return render_template(RAYCLUSTER_TEMPLATE, spec=spec, owner=owner, **raycluster_context(spec, image))
     raise ValueError(f"unknown Kubernetes object group {group!r}; one of {', '.join(GROUPS)}")
 
 

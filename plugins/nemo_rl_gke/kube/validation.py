@@ -172,6 +172,12 @@ RAYCLUSTER_SCHEMA = _custom_object(
             "suspend": {"type": "boolean"},
             "managedBy": {"type": "string"},
             "gcsFaultToleranceOptions": {"type": "object"},
+            # KubeRay 1.5.1 (ray-operator/apis/ray/v1 AuthOptions): token mode needs rayVersion >= 2.52.0.
+            "authOptions": {
+                "type": "object",
+                "properties": {"mode": {"enum": ["disabled", "token"]}, "secretName": {"type": "string"}},
+                "additionalProperties": False,
+            },
         },
         "additionalProperties": False,
     },

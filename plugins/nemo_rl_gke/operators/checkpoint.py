@@ -18,7 +18,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from nemo_rl_gke import outcomes
 from nemo_rl_gke.links import EXPORT_LINKS
 from nemo_rl_gke.operators.base import StepOperator, pull
-from nemo_rl_gke.operators.rayjob import dashboard
+from nemo_rl_gke.operators.rayjob import dashboard, ray_token_source
 from nemo_rl_gke.topology import CHECK_CHECKPOINT, CHECKPOINT_REPORT, JOB_SUMMARY, LUSTRE, RESUME, SUBMIT, WAIT
 
 if TYPE_CHECKING:
@@ -107,6 +107,7 @@ class ValidateCheckpointOperator(StepOperator):
             needs_token=address.needs_token,
             zero_learning_steps=0,
             ca_pem=address.ca_pem,
+            **ray_token_source(spec),
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:

@@ -48,7 +48,7 @@ class ValidateConfOperator(StepOperator):
         from nemo_rl_gke.findings import format_findings
         from nemo_rl_gke.nemo_rules import step_budget
         from nemo_rl_gke.preflight import check_conf
-        from nemo_rl_gke.recipes import load_recipe
+        from nemo_rl_gke.recipes import load_recipe, notices_of
 
         spec, findings = check_conf(run_conf(context), self.deployment)
         if spec is None:
@@ -64,6 +64,8 @@ class ValidateConfOperator(StepOperator):
             spec.gpu_type,
             spec.mode,
         )
+        for notice in notices_of(spec):
+            self.log.warning("Notice: %s", notice)
         budget = step_budget(spec, load_recipe(spec.recipe))
         if budget is None:
             self.log.info(

@@ -8,6 +8,7 @@ Thin glue: the job comes from :mod:`nemo_rl_gke.rayjobs` (rendered from the reci
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Context
@@ -16,6 +17,8 @@ from airflow.sdk.exceptions import AirflowFailException
 from nemo_rl_gke.links import JOB_LINKS, WAIT_LINKS
 from nemo_rl_gke.operators.base import StepOperator, epoch_of, iso_now, pull
 from nemo_rl_gke.topology import JOB_STEPS, JOB_SUMMARY, LUSTRE, SUBMIT
+
+SUBMIT_TIMEOUT_S = 15 * 60
 
 if TYPE_CHECKING:
     from nemo_rl_gke.deployment import Deployment
@@ -26,12 +29,36 @@ if TYPE_CHECKING:
 
 
 def dashboard(spec: RunSpec, hook: GcpHook, deployment: Deployment) -> tuple[DashboardAddress, dict[str, str]]:
-    """The Ray dashboard of the run's RayCluster (or the deployment's) and the headers a request to it needs."""
-    from nemo_rl_gke.kube.client import KubeHook
+    """The Ray dashboard of the run's RayCluster (or the deployment's) and the headers a request to it needs: the
+    Google token through the API server, and the Ray token (masked first) when the RayCluster has token auth."""
+    from airflow.sdk.log import mask_secret
+
+    from nemo_rl_gke.kube.client import KubeHook, ObjectRef
+    from nemo_rl_gke.raysubmit import kuberay_name, ray_token_headers, ray_token_of, ray_token_secret_path
 
     kube = KubeHook(spec, hook)
     address = kube.dashboard(deployment)
-    return address, kube.dashboard_headers(address)
+    headers = kube.dashboard_headers(address)
+    if ray_token_source(spec):
+        secret = kube.get(ObjectRef("v1", "Secret", kuberay_name(spec.raycluster_name), spec.namespace))
+        token = ray_token_of(secret, ray_token_secret_path(spec.namespace, spec.raycluster_name))
+        mask_secret(token)
+        headers.update(ray_token_headers(token))
+    return address, headers
+
+
+def ray_token_source(spec: RunSpec) -> dict[str, str]:
+    """The trigger kwargs that say where the Ray token is (the Secret's cluster and path, never its value), or none
+    when the recipe's Ray has no token auth (its RayCluster has no ``authOptions``)."""
+    from nemo_rl_gke.raysubmit import ray_token_secret_path
+    from nemo_rl_gke.recipes import load_recipe
+
+    if not load_recipe(spec.recipe).version.ray_token_auth:
+        return {}
+    return {
+        "cluster_path": spec.cluster_path,
+        "ray_token_secret": ray_token_secret_path(spec.namespace, spec.raycluster_name),
+    }
 
 
 class SubmitRayJobOperator(StepOperator):
@@ -44,6 +71,13 @@ class SubmitRayJobOperator(StepOperator):
 
     operator_extra_links = JOB_LINKS
     ui_color = "#f3e8fb"
+
+    def __init__(self, **kwargs: Any) -> None:
+        # Ray's JobSubmissionClient sets no timeout on its requests: a connection that hangs would hold the worker
+        # slot for ever. A submit is seconds (a status GET, a small working_dir upload, the POST) plus the Lustre
+        # mark; 15 min bounds it with room for the API server's retries, and a retry adopts a job that did start.
+        kwargs.setdefault("execution_timeout", timedelta(seconds=SUBMIT_TIMEOUT_S))
+        super().__init__(**kwargs)
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Render the job, resolve its secrets, submit or adopt it."""
@@ -139,6 +173,7 @@ class RayJobSensor(StepOperator):
             zero_learning_steps=spec.zero_learning_steps if spec.zero_learning_guard else 0,
             secret_conn_ids=[secret.conn_id for secret in job_secrets(spec, self.deployment)],
             ca_pem=address.ca_pem,
+            **ray_token_source(spec),
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """The trigger that follows the GRPO Ray job: status, live driver log, step metrics, zero-learning guard, timeout.
 
-It polls the Jobs REST API (``GET /api/jobs/{id}`` and ``/api/jobs/{id}/logs``) with aiohttp only, writes each new
-driver-log line into the task log as it arrives (vLLM progress bars collapsed), parses NeMo RL's step metrics, and
-ends with exactly one event, small whatever the job's length (Airflow logs it as one line)::
+It polls the Jobs REST API (``GET /api/jobs/{id}``) with aiohttp only, reads the driver log where it is new (Ray's
+``/logs/tail`` websocket, or whole ``/logs`` downloads where no websocket gets through: :mod:`.joblog`), writes each
+new driver-log line into the task log as it arrives (vLLM progress bars collapsed), parses NeMo RL's step metrics,
+and ends with exactly one event, small whatever the job's length (Airflow logs it as one line)::
 
     {"status": "success" | "failed" | "stopped" | "zero_learning" | "converged" | "timeout" | "error",
      "message": str, "submission_id": str, "job_status": str, "summary": RunMetrics.summary(),
@@ -35,8 +36,12 @@ from airflow.providers.common.compat.connection import get_async_connection
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from nemo_rl_gke.gcp.async_hooks import GcpAsyncHook
+from nemo_rl_gke.kube.async_client import AsyncKubeHook
+from nemo_rl_gke.kube.client import KubeApiError, is_kube_transient
 from nemo_rl_gke.metrics import LogFollower, ZeroLearningVerdict, check_zero_learning, saved_after
+from nemo_rl_gke.raysubmit import ray_token_headers, ray_token_of
 from nemo_rl_gke.redaction import StreamRedactor
+from nemo_rl_gke.triggers.joblog import StreamRefused, TailStream
 from nemo_rl_gke.triggers.operations import backoff_delay
 
 CLASSPATH = "nemo_rl_gke.triggers.rayjob.RayJobTrigger"
@@ -47,6 +52,7 @@ TAIL_MAX_BYTES = 2500
 TAIL_LINE_MAX_BYTES = 300
 MESSAGE_MAX_BYTES = 2500
 STOP_TIMEOUT_S = 30.0
+RAY_TOKEN_ATTEMPTS = 4
 
 
 class RayJobTrigger(BaseTrigger):
@@ -64,6 +70,12 @@ class RayJobTrigger(BaseTrigger):
         that prints one gets it replaced by ``***`` in the task log and the event, since the triggerer is not the
         process that masked it at submit time.
     :param ca_pem: the CA that signs an https ``address`` (the GKE API server's own); empty: the system's CAs.
+    :param cluster_path: the GKE cluster (``projects/P/locations/L/clusters/C``) whose API holds the Ray token.
+    :param log_stream: read the log through Ray's tail websocket (each byte once); False: download the whole log
+        every poll, as for a proxy that passes no websocket upgrade (the trigger falls back to it by itself too).
+    :param ray_token_secret: the API path of KubeRay's Secret with the Ray token (empty: the RayCluster has no token
+        auth). The token is read in ``run`` and sent as ``X-Ray-Authorization``; like the Google token, it is never
+        a kwarg, and it is masked in everything the trigger logs or sends.
     """
 
     def __init__(
@@ -79,6 +91,9 @@ class RayJobTrigger(BaseTrigger):
         zero_learning_steps: int = 3,
         secret_conn_ids: Sequence[str] = (),
         ca_pem: str = "",
+        cluster_path: str = "",
+        ray_token_secret: str = "",
+        log_stream: bool = True,
     ) -> None:
         super().__init__()
         self.address = address.rstrip("/")
@@ -91,6 +106,13 @@ class RayJobTrigger(BaseTrigger):
         self.zero_learning_steps = int(zero_learning_steps)
         self.secret_conn_ids = list(secret_conn_ids)
         self.ca_pem = ca_pem
+        self.cluster_path = cluster_path
+        self.ray_token_secret = ray_token_secret
+        self._ray_headers: dict[str, str] = {}
+        self.log_stream = bool(log_stream)
+        self._stream: TailStream | None = None
+        # Log bytes fetched by whole-log downloads (the stream counts its own): what bench/log_follow.py measures.
+        self.download_bytes = 0
         self._converged_logged = False
         # Replaced once the secret values are loaded in run(): values never reach __init__, kwargs or the DB.
         self._redactor = StreamRedactor(())
@@ -111,14 +133,21 @@ class RayJobTrigger(BaseTrigger):
                 "zero_learning_steps": self.zero_learning_steps,
                 "secret_conn_ids": self.secret_conn_ids,
                 "ca_pem": self.ca_pem,
+                "cluster_path": self.cluster_path,
+                "ray_token_secret": self.ray_token_secret,
+                "log_stream": self.log_stream,
             },
         )
 
     # --- secrets ----------------------------------------------------------------------------------------------------
     async def _load_secrets(self) -> None:
-        """Build the redactor from the job's secret values (the async connection API also registers them with the
-        masker); the follower gets it before it reads any log text."""
+        """Build the redactor from the job's secret values and the Ray token (the async connection API also
+        registers the passwords with the masker); the follower gets it before it reads any log text."""
         values: list[str] = []
+        if self.ray_token_secret:
+            token = await self._ray_token()
+            values.append(token)
+            self._ray_headers = ray_token_headers(token)
         for conn_id in self.secret_conn_ids:
             try:
                 password = (await get_async_connection(conn_id)).password
@@ -129,19 +158,42 @@ class RayJobTrigger(BaseTrigger):
         self._redactor = StreamRedactor(values)
         self.follower = LogFollower(redactor=self._redactor)
 
+    async def _ray_token(self) -> str:
+        """The Ray token from KubeRay's Secret, through the cluster's API (async; transient errors retried a few
+        times; raises RayTokenMissingError or KubeApiError)."""
+        for attempt in range(1, RAY_TOKEN_ATTEMPTS + 1):
+            try:
+                async with AsyncKubeHook(self.gcp_conn_id, self.cluster_path) as kube:
+                    secret = await kube.get(self.ray_token_secret)
+                return ray_token_of(secret, self.ray_token_secret)
+            except KubeApiError as exc:
+                if attempt == RAY_TOKEN_ATTEMPTS or not is_kube_transient(exc):
+                    raise
+                await asyncio.sleep(backoff_delay(attempt, self.poll_interval))
+        raise AssertionError("unreachable")
+
+    def _ssl_context(self) -> ssl.SSLContext | None:
+        """The TLS check against the cluster's own CA when there is one (None: the system's CAs)."""
+        return ssl.create_default_context(cadata=self.ca_pem) if self.ca_pem else None
+
     def _session(self, timeout: aiohttp.ClientTimeout) -> aiohttp.ClientSession:
         """An HTTP session that verifies TLS: against the cluster's own CA when there is one, else the system's
         (never switched off)."""
-        if not self.ca_pem:
+        context = self._ssl_context()
+        if context is None:
             return aiohttp.ClientSession(timeout=timeout)
-        context = ssl.create_default_context(cadata=self.ca_pem)
         return aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(ssl=context))
+
+    @property
+    def bytes_fetched(self) -> int:
+        """Log bytes fetched so far, by the stream and by whole-log downloads."""
+        return self.download_bytes + (self._stream.bytes_received if self._stream is not None else 0)
 
     # --- HTTP -----------------------------------------------------------------------------------------------------
     async def _headers(self, gcp: GcpAsyncHook) -> dict[str, str]:
         if not self.needs_token:
-            return {"Accept": "application/json"}
-        return await gcp.headers()
+            return {"Accept": "application/json", **self._ray_headers}
+        return {**(await gcp.headers()), **self._ray_headers}
 
     async def _call(self, session: aiohttp.ClientSession, gcp: GcpAsyncHook, method: str, path: str) -> tuple[int, Any]:
         headers = await self._headers(gcp)
@@ -159,18 +211,52 @@ class RayJobTrigger(BaseTrigger):
         async with session.get(f"{self.address}{path}", headers=headers) as response:
             return response.status, await response.read()
 
-    # --- the log (worker thread) ------------------------------------------------------------------------------------
-    def _take_logs(self, status: int, body: bytes) -> tuple[ZeroLearningVerdict | None, int | None]:
-        """Feed a logs answer to the follower, log the new lines, and check the guard. Runs in a worker thread.
+    # --- the log ----------------------------------------------------------------------------------------------------
+    async def _read_log(
+        self, session: aiohttp.ClientSession, gcp: GcpAsyncHook, terminal: bool
+    ) -> tuple[ZeroLearningVerdict | None, int | None]:
+        """Read what is new in the log (the stream, else a whole download) and judge it in a worker thread.
 
-        Returns the guard's verdict and, for a converged run, the checkpoint saved since it converged (None until
-        that save has finished). Both are derived from the whole log each time, so a restarted triggerer decides the
-        same. The lines are redacted already (the follower redacts before it splits); they are logged from this
-        thread because asyncio.to_thread copies the context the triggerer binds the task's log to.
+        For a terminal job the stream is read to its end; if Ray does not end it in time, one whole download
+        completes the log (the follower skips what the stream gave).
         """
-        text = _log_text(status, body)
+        if self.log_stream and self._stream is None:
+            url = f"{self.address}/api/jobs/{self.submission_id}/logs/tail"
+            self._stream = TailStream(url, lambda: self._headers(gcp), self._ssl_context())
+        if self._stream is not None:
+            try:
+                await self._stream.ensure_open()
+                complete = not terminal or await self._stream.drain()
+                text, start = self._stream.take()
+                result = await asyncio.to_thread(self._take_logs, text, start)
+                if complete:
+                    return result
+            except StreamRefused as exc:
+                self.log.warning("Ray job %s: following its log by whole downloads (%s)", self.submission_id, exc)
+                await self._stream.close()
+                self.download_bytes += self._stream.bytes_received
+                self._stream = None
+                self.log_stream = False
+        status, body = await self._get_bytes(session, gcp, f"/api/jobs/{self.submission_id}/logs")
+        self.download_bytes += len(body)
+        return await asyncio.to_thread(self._take_download, status, body)
+
+    def _take_download(self, status: int, body: bytes) -> tuple[ZeroLearningVerdict | None, int | None]:
+        """:meth:`_take_logs` for a whole-log answer (decoded here, in the worker thread)."""
+        return self._take_logs(_log_text(status, body), None)
+
+    def _take_logs(self, text: str | None, start: int | None) -> tuple[ZeroLearningVerdict | None, int | None]:
+        """Feed log text to the follower, log the new lines, and check the guard. Runs in a worker thread.
+
+        ``text`` starts at character ``start`` of the log, or is the whole log (``start`` None). Returns the guard's
+        verdict and, for a converged run, the checkpoint saved since it converged (None until that save has
+        finished). Both are derived from everything read so far, so a restarted triggerer decides the same. The
+        lines are redacted already (the follower redacts before it splits); they are logged from this thread because
+        asyncio.to_thread copies the context the triggerer binds the task's log to.
+        """
         if text is not None:
-            for line in self.follower.feed_full_log(text):
+            lines = self.follower.feed_full_log(text) if start is None else self.follower.feed_at(text, start)
+            for line in lines:
                 self.log.info("[ray job] %s", line)
         if self.zero_learning_steps <= 0:
             return None, None
@@ -264,6 +350,13 @@ class RayJobTrigger(BaseTrigger):
         yield event
 
     async def _follow(self) -> TriggerEvent:
+        try:
+            return await self._poll()
+        finally:
+            if self._stream is not None:
+                await self._stream.close()
+
+    async def _poll(self) -> TriggerEvent:
         failures, job_status = 0, "UNKNOWN"
         timeout = aiohttp.ClientTimeout(total=60)
         await self._load_secrets()
@@ -281,8 +374,7 @@ class RayJobTrigger(BaseTrigger):
                             "error", f"reading Ray job {self.submission_id}: HTTP {code}: {info}", job_status
                         )
                     job_status = str(info.get("status", "UNKNOWN"))
-                    log_status, body = await self._get_bytes(session, gcp, f"/api/jobs/{self.submission_id}/logs")
-                    verdict, saved = await asyncio.to_thread(self._take_logs, log_status, body)
+                    verdict, saved = await self._read_log(session, gcp, terminal=job_status in TERMINAL)
                     failures = 0
                 except aiohttp.ClientConnectorCertificateError as exc:
                     # A wrong CA, or a server that is not the cluster's: waiting cannot fix it.
@@ -309,6 +401,11 @@ class RayJobTrigger(BaseTrigger):
                         outcome = await self._stop(session, gcp)
                         message = f"{verdict.message} Ray job {self.submission_id}: {outcome}."
                         return await self._event("zero_learning", message, job_status, verdict)
+                    if verdict is not None and not self._converged_logged:
+                        # Said once, also when the save came in the same read (a stream chunk can hold both).
+                        self._converged_logged = True
+                        wait = " Waiting for the next checkpoint save." if saved is None else ""
+                        self.log.info("%s%s", verdict.message, wait)
                     if saved is not None:
                         assert verdict is not None
                         outcome = await self._stop(session, gcp)
@@ -317,9 +414,6 @@ class RayJobTrigger(BaseTrigger):
                             f"Ray job {self.submission_id}: {outcome}."
                         )
                         return await self._event("converged", message, job_status, verdict, saved)
-                    if verdict is not None and not self._converged_logged:
-                        self._converged_logged = True
-                        self.log.info("%s Waiting for the next checkpoint save.", verdict.message)
                 remaining = self.started_at + self.timeout - time.time()
                 if remaining <= 0:
                     outcome = await self._stop(session, gcp)
@@ -330,6 +424,11 @@ class RayJobTrigger(BaseTrigger):
     async def on_kill(self) -> None:
         """The user marked the task failed/success or cleared it: stop the job (cleanup() never does)."""
         timeout = aiohttp.ClientTimeout(total=STOP_TIMEOUT_S)
+        if self.ray_token_secret and not self._ray_headers:
+            try:
+                self._ray_headers = ray_token_headers(await self._ray_token())
+            except Exception as exc:
+                self.log.warning("The Ray token could not be read (%s); stopping without it", type(exc).__name__)
         async with GcpAsyncHook(self.gcp_conn_id) as gcp, self._session(timeout) as session:
             outcome = await self._stop(session, gcp)
         self.log.warning("The task was killed: Ray job %s: %s", self.submission_id, outcome)
