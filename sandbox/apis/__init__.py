@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sandbox.apis import compute, compute_projects, container, locations, lustre, misc, servicenetworking
+from sandbox.apis import compute, compute_projects, container, locations, lustre, misc, servicenetworking, storage
 from sandbox.http import Router
 
 # Inventory state names per resource kind, from each API's own status vocabulary.
@@ -17,6 +17,6 @@ STATES: dict[str, dict[str, str]] = {
 def router() -> Router:
     """A router with every API's routes."""
     routes = Router()
-    for module in (compute, compute_projects, container, lustre, locations, servicenetworking, misc):
+    for module in (compute, compute_projects, container, lustre, locations, servicenetworking, misc, storage):
         module.register(routes)
     return routes

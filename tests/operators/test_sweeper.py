@@ -28,6 +28,7 @@ from nemo_rl_gke.operators.sweeper import STATE_KEY, TEXT_KEY, SweepOperator
 from nemo_rl_gke.ownership import FREE, Owner
 from nemo_rl_gke.sweeper import SWEEPER_DAG_ID, Sweep
 from tests.operators.harness import (
+    DAG_ID,
     Run,
     gcp_conn,
     operator,
@@ -169,6 +170,18 @@ def _last_seq(sandbox: SandboxProcess) -> int:
     return calls[-1]["seq"] if calls else 0
 
 
+def _exported(run: Run, step: int) -> None:
+    """What checkpoint.export does once the export succeeded: the run's record names the copy."""
+    from nemo_rl_gke.gcp.pending import CheckpointRecords
+    from nemo_rl_gke.ownership import PendingCheckpoint
+
+    actual = run.resources()[t.LUSTRE].get(_hook())
+    uri = run.spec.export_uri(DAG_ID, run.run_id, step)
+    CheckpointRecords(_hook(), run.spec, actual).put(
+        PendingCheckpoint(run.owner.run, step, run.spec.checkpoint_dir, uri)
+    )
+
+
 def _killed_run(sandbox: SandboxProcess, project: str) -> Run:
     """A run that made its networks, storage and cluster, marked Lustre for the checkpoint its job was about to
     write, and was killed: teardown never ran and its lease is held but expired."""
@@ -219,8 +232,8 @@ def test_a_run_killed_mid_way_is_swept_and_its_pending_checkpoint_survives_until
     assert again.group(group)["deleted"] == [] and set(again.kept(group)) == kept
     assert again.group(group)["notes"] == []  # the cluster was gone already
 
-    # The checkpoint is exported: the mark comes off as checkpoint.export's unmark takes it off.
-    killed.resources()[t.LUSTRE].mark(_hook(), None)
+    # The checkpoint is exported: its record becomes a receipt, as checkpoint.export's unmark makes it.
+    _exported(killed, 20)
     last = sweep(project, {again.run: "success"})
     assert f"left by sweep {again.run}" in last.group(group)["why"]
     assert set(last.group(group)["deleted"]) == kept and last.group(group)["kept"] == []
@@ -382,8 +395,8 @@ def test_a_dry_run_lists_what_it_would_delete_and_keep_and_writes_nothing(
     assert set(result.kept(killed.owner.group)) == kept
     assert swept["lease"] == "untouched (dry run)" and result.deferrals == 0
     assert "(dry run: nothing was written)" in result.text and "would delete" in result.text
-    # Without the mark the dry run would delete it all.
-    killed.resources()[t.LUSTRE].mark(_hook(), None)
+    # Without the pending record the dry run would delete it all.
+    _exported(killed, 20)
     seq = _last_seq(sandbox)
     result = sweep(project, {killed.owner.run: "failed"}, dry_run=True)
     assert set(result.group(killed.owner.group)["deleted"]) == set(swept["found"])

@@ -9,7 +9,7 @@ The connection's extras (DESIGN rule 7: the same code locally and in the cloud):
   real endpoints;
 - ``endpoints``: ``{service: url}`` per-service overrides that win over ``api_endpoint``. Services are named as in
   :class:`~nemo_rl_gke.gcp.operations.OperationRef`: compute, container, lustre, servicenetworking,
-  cloudresourcemanager, serviceusage.
+  cloudresourcemanager, serviceusage, storage.
 
 Clients are built lazily and cached on the hook, with their own retries turned off: :meth:`GcpHook.call` and
 :meth:`GcpHook.execute` apply one bounded retry policy to transient errors only, so a 400, a 403 or a 409 surfaces at
@@ -55,6 +55,9 @@ _TRANSIENT_EXCEPTIONS: tuple[type[BaseException], ...] = (
     ConnectionError,
     TimeoutError,
 )
+# The servicePath a discovery API's methods are relative to, where it is not empty: an endpoint override replaces the
+# rootUrl and the servicePath both, so it is put back (Cloud Storage's is storage/v1/).
+SERVICE_PATHS = {"storage": "storage/v1/"}
 _GRPC_TRANSIENT = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "INTERNAL"})
 COMPUTE_CLIENTS: dict[str, type] = {
     "networks": compute_v1.NetworksClient,
@@ -272,7 +275,7 @@ class GcpHook(GoogleBaseHook):
         key = (api, version)
         if key not in self._discovery:
             endpoint = self.endpoint(api)
-            client_options = {"api_endpoint": endpoint + "/"} if endpoint else None
+            client_options = {"api_endpoint": endpoint + "/" + SERVICE_PATHS.get(api, "")} if endpoint else None
             http = build_http() if self.is_anonymous else self._authorize()
             self._discovery[key] = gdiscovery.build(
                 api,
@@ -288,6 +291,11 @@ class GcpHook(GoogleBaseHook):
     def servicenetworking(self) -> Any:
         """Service Networking v1 (the private services peering for Lustre)."""
         return self.discovery("servicenetworking", "v1")
+
+    @property
+    def storage(self) -> Any:
+        """Cloud Storage JSON API v1 (the pending-checkpoint records and the exported copies in the export bucket)."""
+        return self.discovery("storage", "v1")
 
     @property
     def resourcemanager(self) -> Any:

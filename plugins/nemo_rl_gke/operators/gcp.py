@@ -146,7 +146,7 @@ class DeleteGcpResourceOperator(_ResourceStep):
 
     def execute(self, context: Context) -> dict[str, str]:
         """Delete the resource when the policy, ownership and checkpoints allow; defer on the delete operation."""
-        from nemo_rl_gke.gcp.resources import delete_resource
+        from nemo_rl_gke.gcp.resources import delete_resource, delete_verdict
         from nemo_rl_gke.gcp.resources.keep import kept_for_storage, storage_keys
 
         spec = self.run_spec(context)
@@ -155,20 +155,28 @@ class DeleteGcpResourceOperator(_ResourceStep):
             self.keep(
                 context, self.result(resource, outcomes.KEPT_BY_POLICY), f"teardown_policy={spec.teardown_policy}"
             )
+        ensured = pull(context, self.resource_key) or {}
+        used = ensured.get("action") in (outcomes.CREATED, outcomes.EXISTS)
+        records: list[Any] = []
         if self.resource_key in storage_keys():
             lustre: LustreInstance = self.resource_of(context, spec, topology.LUSTRE)  # type: ignore[assignment]
+            lustre_actual = lustre.get(self.hook)
+            run = self.identity(context, spec).run
+            if self.resource_key == topology.LUSTRE and lustre_actual is not None and lustre.owned(lustre_actual):
+                records = self.lustre_records(context, spec, lustre_actual, run)
             kept = kept_for_storage(
                 self.resource_key,
                 lustre,
-                lustre.get(self.hook),
-                run=self.identity(context, spec).run,
+                lustre_actual,
+                run=run,
+                records=records,
                 accepts_own_loss=spec.accept_checkpoint_loss,
                 release_run=spec.release_checkpoint_of_run,
             )
             if kept:
                 self.keep(context, self.result(resource, kept[0]), kept[1])
-        ensured = pull(context, self.resource_key) or {}
-        used = ensured.get("action") in (outcomes.CREATED, outcomes.EXISTS)
+            if records and delete_verdict(resource, lustre_actual, used=used) == outcomes.DELETED:
+                self.forget_records(spec, lustre_actual)
         outcome = delete_resource(resource, self.hook, used=used)
         if outcome.action in outcomes.KEPT:
             self.keep(context, self.result(resource, outcome.action), f"{self.describe(resource)}: {outcome.reason}")
@@ -176,6 +184,26 @@ class DeleteGcpResourceOperator(_ResourceStep):
             self.wait_on(context, spec, outcome.operation, resource, outcome.action)
         self.log.info("%s: %s", self.describe(resource), outcome.action)
         return self.result(resource, outcome.action)
+
+    def lustre_records(self, context: Context, spec: RunSpec, actual: dict[str, Any], run: str) -> list[Any]:
+        """Lustre's checkpoint records, after this run's listing of its step directories (taken by the validation
+        job while the cluster was up) was compared with them; None listing when the run did not get that far."""
+        from nemo_rl_gke.gcp.pending import records_before_delete
+
+        report = pull(context, topology.CHECK_CHECKPOINT, topology.CHECKPOINT_REPORT) or {}
+        listing = report.get("steps_present")
+        return records_before_delete(
+            self.hook, spec, actual, run=run, listing=listing if isinstance(listing, list) else None
+        )
+
+    def forget_records(self, spec: RunSpec, actual: dict[str, Any]) -> None:
+        """The instance goes, and every record with it: each was exported or released (a stale record would keep
+        the next instance of that name)."""
+        from nemo_rl_gke.gcp.pending import CheckpointRecords
+
+        removed = CheckpointRecords(self.hook, spec, actual).remove_all()
+        self.log.info("Removed %s checkpoint record(s) of Lustre instance %s before deleting it", removed,
+                      spec.lustre_name)  # fmt: skip
 
     def resource_of(self, context: Context, spec: RunSpec, key: str) -> Resource:
         """Another resource of the run, judged as this run's."""

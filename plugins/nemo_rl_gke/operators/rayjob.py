@@ -85,8 +85,11 @@ class SubmitRayJobOperator(StepOperator):
 
 
 def mark_checkpoint_pending(operator: StepOperator, context: Context, spec: RunSpec, step: int) -> None:
-    """Mark the run's Lustre instance with the checkpoint it will hold (before the job writes it): until an export
-    copies it, every later run's teardown and the sweeper keep the instance (the mark lives on the instance)."""
+    """Record the checkpoint the run's Lustre instance will hold, before the job can write it: until an export copies
+    it, every later run's teardown and the sweeper keep the instance. The record is this run's own object in the
+    bucket the instance names (:mod:`nemo_rl_gke.gcp.pending`): one request, done when it returns, so the submit waits
+    on no long-running operation."""
+    from nemo_rl_gke.gcp.pending import CheckpointRecords
     from nemo_rl_gke.gcp.resources import resources
     from nemo_rl_gke.ownership import PendingCheckpoint
 
@@ -95,12 +98,13 @@ def mark_checkpoint_pending(operator: StepOperator, context: Context, spec: RunS
     actual = lustre.get(operator.hook)
     if actual is None or not lustre.owned(actual):
         # An adopted instance is never deleted by this package: there is nothing to guard, and it stays as it is.
-        operator.log.info("%s is not this group's: no checkpoint mark needed", lustre.label)
+        operator.log.info("%s is not this group's: no checkpoint record needed", lustre.label)
         return
-    lustre.mark(operator.hook, PendingCheckpoint(owner.run, step, spec.checkpoint_dir))  # type: ignore[attr-defined]
+    where = CheckpointRecords(operator.hook, spec, actual).put(PendingCheckpoint(owner.run, step, spec.checkpoint_dir))
     operator.log.info(
-        "Marked %s: it holds run %s's checkpoint (step %s) until an export copies it", lustre.label, owner.run, step
-    )
+        "Recorded at %s: %s holds run %s's checkpoint (step %s) until an export copies it", where, lustre.label,
+        owner.run, step,
+    )  # fmt: skip
 
 
 class RayJobSensor(StepOperator):
