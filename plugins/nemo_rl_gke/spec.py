@@ -423,8 +423,9 @@ class RunSpec:
         section=SECTION_TRAINING,
         title="Resume",
         description="latest: continue from the newest checkpoint this DAG exported (its lineage): from Lustre when "
-        "it was kept warm, else imported from Cloud Storage into the new Lustre before the job starts. none: start "
-        "from checkpoint_dir as it is (NeMo RL still resumes from a step_N already there).",
+        "it was kept warm, else imported from Cloud Storage into the new Lustre before the job starts; the job refuses "
+        "a checkpoint_dir whose newest step_N is not that one. none: start from step 0; the job refuses a "
+        "checkpoint_dir that already holds a step_N (NeMo RL would resume from it).",
         enum=["none", "latest"],
     )
     steps_per_run: int = _param(
@@ -532,7 +533,8 @@ class RunSpec:
         section=SECTION_TRAINING,
         title="Checkpoint directory",
         description="checkpointing.checkpoint_dir; must be under /data, the Lustre mount, with path components of "
-        "letters, digits, '_', '.' and '-'. NeMo RL resumes from the highest step_N already there.",
+        "letters, digits, '_', '.' and '-'. NeMo RL resumes from the highest step_N there, so the job checks it "
+        "holds exactly what resume asks for (none: no step_N).",
         maxLength=1024,
     )
     # --- Logging and secrets -------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from nemo_rl_gke.links import JOB_LINKS, WAIT_LINKS
 from nemo_rl_gke.operators.base import StepOperator, epoch_of, iso_now, pull
-from nemo_rl_gke.topology import JOB_STEPS, JOB_SUMMARY, LUSTRE, SUBMIT
+from nemo_rl_gke.topology import JOB_STEPS, JOB_SUMMARY, LUSTRE, RESUME, SUBMIT
 
 if TYPE_CHECKING:
     from nemo_rl_gke.deployment import Deployment
@@ -57,8 +57,15 @@ class SubmitRayJobOperator(StepOperator):
 
         spec = self.run_spec(context)
         try:
+            # The job refuses to train unless checkpoint_dir holds exactly the step it starts from (rayjobs).
+            resumed = (pull(context, RESUME) or {}).get("resumed_from") or {}
             request = job_request(
-                spec, load_recipe(spec.recipe), context["dag"].dag_id, context["run_id"], deployment=self.deployment
+                spec,
+                load_recipe(spec.recipe),
+                context["dag"].dag_id,
+                context["run_id"],
+                deployment=self.deployment,
+                resumed_step=resumed.get("step"),
             )
         except ConnectionNotAllowedError as exc:
             raise AirflowFailException(str(exc)) from exc
