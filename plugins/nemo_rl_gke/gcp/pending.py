@@ -18,6 +18,7 @@ label mark (:meth:`~nemo_rl_gke.ownership.PendingCheckpoint.on_instance`) still 
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -29,6 +30,8 @@ from nemo_rl_gke.ownership import PendingCheckpoint, records_location, run_label
 if TYPE_CHECKING:
     from nemo_rl_gke.gcp.hooks import GcpHook
     from nemo_rl_gke.spec import RunSpec
+
+log = logging.getLogger(__name__)
 
 RECORDS_PATH = "nemo-rl-gke/records"
 # A listing's orphan record sits beside the listing run's own: its key is the run's digest and this.
@@ -79,6 +82,10 @@ class CheckpointRecords:
         )
         self._execute(request, f"write the checkpoint record gs://{self.bucket}/{name}")
         return f"gs://{self.bucket}/{name}"
+
+    def remove_record(self, record: PendingCheckpoint) -> bool:
+        """Delete the object ``record`` was read from (a run's own, or its listing's unrecorded directories)."""
+        return self.remove(record.run, ORPHANS if record.dirs else "")
 
     def remove(self, run: str, suffix: str = "") -> bool:
         """Delete ``run``'s own record; False when it had none."""
@@ -183,3 +190,31 @@ def records_before_delete(
             records = [r for r in records if not (r.dirs and r.belongs_to(run))] + [orphans]
     legacy = PendingCheckpoint.on_instance(actual.get("labels"), actual.get("description"))
     return [*records, legacy] if legacy is not None else records
+
+
+def release(
+    hook: GcpHook,
+    spec: RunSpec,
+    actual: dict[str, Any],
+    records: Sequence[PendingCheckpoint],
+    *,
+    run: str,
+    accepts_own_loss: bool,
+    release_run: str,
+) -> list[PendingCheckpoint]:
+    """Delete the pending records this teardown releases (its own run's with ``accepts_own_loss``, or the run the
+    conf names) and return the records left: a release is final, even when another run's record keeps the instance.
+    The pre-records label mark cannot be removed without writing the instance: it stays, and counts, until then."""
+    store = CheckpointRecords(hook, spec, actual)
+    left = []
+    for record in records:
+        released = record.pending and record.releasable_by(
+            run, accepts_own_loss=accepts_own_loss, release_run=release_run
+        )
+        if released and record != PendingCheckpoint.on_instance(actual.get("labels"), actual.get("description")):
+            store.remove_record(record)
+            log.warning("Released the unexported checkpoint of run %s (%s) on Lustre instance %s: record deleted",
+                        record.run, record.where, spec.lustre_name)  # fmt: skip
+            continue
+        left.append(record)
+    return left

@@ -175,7 +175,8 @@ class DeleteGcpResourceOperator(_ResourceStep):
             )
             if kept:
                 self.keep(context, self.result(resource, kept[0]), kept[1])
-            if records and delete_verdict(resource, lustre_actual, used=used) == outcomes.DELETED:
+            goes = delete_verdict(resource, lustre_actual, used=used) == outcomes.DELETED
+            if self.resource_key == topology.LUSTRE and lustre_actual is not None and goes:
                 self.forget_records(spec, lustre_actual)
         outcome = delete_resource(resource, self.hook, used=used)
         if outcome.action in outcomes.KEPT:
@@ -188,13 +189,15 @@ class DeleteGcpResourceOperator(_ResourceStep):
     def lustre_records(self, context: Context, spec: RunSpec, actual: dict[str, Any], run: str) -> list[Any]:
         """Lustre's checkpoint records, after this run's listing of its step directories (taken by the validation
         job while the cluster was up) was compared with them; None listing when the run did not get that far."""
-        from nemo_rl_gke.gcp.pending import records_before_delete
+        from nemo_rl_gke.gcp.pending import records_before_delete, release
 
         report = pull(context, topology.CHECK_CHECKPOINT, topology.CHECKPOINT_REPORT) or {}
         listing = report.get("steps_present")
-        return records_before_delete(
+        records = records_before_delete(
             self.hook, spec, actual, run=run, listing=listing if isinstance(listing, list) else None
         )
+        return release(self.hook, spec, actual, records, run=run, accepts_own_loss=spec.accept_checkpoint_loss,
+                       release_run=spec.release_checkpoint_of_run)  # fmt: skip
 
     def forget_records(self, spec: RunSpec, actual: dict[str, Any]) -> None:
         """The instance goes, and every record with it: each was exported or released (a stale record would keep
