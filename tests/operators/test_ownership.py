@@ -26,6 +26,7 @@ from nemo_rl_gke.gcp.lease import read_lease
 from nemo_rl_gke.gcp.pending import CheckpointRecords
 from nemo_rl_gke.operators.checkpoint import VALIDATOR
 from nemo_rl_gke.operators.rayjob import mark_checkpoint_pending
+from nemo_rl_gke.training_view import pending_checkpoints
 from sandbox import files
 from tests.operators.harness import (
     DAG_ID,
@@ -272,8 +273,6 @@ def test_a_second_run_on_the_instance_keeps_the_first_runs_pending_checkpoint(
     second = start_run(project, checkpoint_dir="/data/next_experiment")
     assert _steps(second, LUSTRE_CHAIN)[t.LUSTRE] == outcomes.EXISTS
     _submit(sandbox, second, 10)
-    assert _pending(second) == sorted([(first.owner.run, 10, first.spec.checkpoint_dir),
-                                       (second.owner.run, 10, second.spec.checkpoint_dir)])  # fmt: skip
     _export(second, 10)
     result, _ = run_step(second, t.DELETE_LUSTRE)
 
@@ -282,6 +281,11 @@ def test_a_second_run_on_the_instance_keeps_the_first_runs_pending_checkpoint(
     assert second.owner.run not in result["reason"]
     assert second.spec.lustre_name in project_resources(sandbox, project)
     assert _pending(second) == [(first.owner.run, 10, first.spec.checkpoint_dir)]
+    # What the Training view and the run report list: every pending checkpoint, with the conf that releases it.
+    assert pending_checkpoints(result) == [
+        {"run": first.owner.run, "step": 10, "where": "/data/nemo_rl_gemma3_27b_3_17/step_10",
+         "release": f"release_checkpoint_of_run='{first.owner.run}'"}
+    ]  # fmt: skip
     assert (_lustre_dir(sandbox, first) / "nemo_rl_gemma3_27b_3_17/step_10/training_info.json").exists()
 
 

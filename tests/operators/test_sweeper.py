@@ -442,3 +442,52 @@ def test_the_sweep_state_survives_a_deferral_as_json(sandbox: SandboxProcess, pr
     state = json.loads(json.dumps(ti.xcom[STATE_KEY]))
     assert Sweep.from_dict(state["sweep"]).to_dict() == state["sweep"]
     assert deferred.value.trigger.serialize()[1]["operation"]["resource"] == f"network {killed.spec.network}"
+
+
+def test_an_adopted_cluster_loses_the_groups_objects_and_keeps_the_lustre_a_pv_there_names(
+    sandbox: SandboxProcess, project: str
+) -> None:
+    from nemo_rl_gke.kube.client import KubeHook, ObjectRef
+    from nemo_rl_gke.kube.objects import group_objects
+
+    # Team B's cluster, with a PV of theirs that mounts the Lustre instance our group is about to make.
+    theirs = start_run(project, deployment="team-b")
+    assert set(_steps(theirs, [t.NET, t.GKE_CLUSTER]).values()) == {outcomes.CREATED}
+    release(_hook(), project, theirs.owner, warm=False)
+    their_pv = group_objects(theirs.spec, t.LUSTRE_STORAGE, theirs.owner, lustre_address="10.9.0.2")[0]
+    their_pv = {**their_pv, "metadata": {**their_pv["metadata"], "name": "team-b-lustre-pv"}}
+    their_pv["spec"] = {k: v for k, v in their_pv["spec"].items() if k != "claimRef"}
+    kube = KubeHook(theirs.spec, _hook())
+    kube.apply(their_pv)
+    # Our run adopts their network and cluster, makes Lustre and its own PV/PVC there, and is killed.
+    ours = start_run(project, adopt_existing=True)
+    made = _steps(ours, [t.NET, t.PEERING_RANGE, t.PEERING, t.LUSTRE, t.GKE_CLUSTER])
+    assert made[t.GKE_CLUSTER] == outcomes.ADOPTED and made[t.LUSTRE] == outcomes.CREATED
+    applied, _ = run_step(ours, t.LUSTRE_STORAGE)
+    assert [o["action"] for o in applied["objects"]] == ["created", "created"]
+    pvc = ObjectRef("v1", "PersistentVolumeClaim", ours.spec.lustre_pvc, ours.spec.namespace)
+    assert kube.get(pvc) is not None
+    _expire(ours)
+
+    result = sweep(project, {ours.owner.run: "failed"})
+
+    group = result.group(ours.owner.group)
+    lustre = _labels(ours, [t.LUSTRE]).pop()
+    cluster = _labels(ours, [t.GKE_CLUSTER]).pop()
+    kept = {k["resource"]: k for k in group["kept"]}
+    assert kept[lustre]["action"] == outcomes.KEPT_FOR_LUSTRE
+    assert kept[lustre]["reason"] == (
+        f"PV team-b-lustre-pv in {cluster}, which stays, still names it: delete the PV first"
+    )
+    assert kept[cluster]["action"] == outcomes.KEPT_UNOWNED
+    # Our own objects in the cluster that stays went first; theirs stayed.
+    assert kube.get(pvc) is None
+    assert kube.get(ObjectRef("v1", "PersistentVolume", ours.spec.lustre_pv)) is None
+    assert kube.get(ObjectRef("v1", "PersistentVolume", "team-b-lustre-pv")) is not None
+    assert group["notes"][0].startswith(f"{cluster} stays: deleted ")
+    assert ours.spec.lustre_name in project_resources(sandbox, project)
+
+    # Once their PV is gone, the next sweep deletes the Lustre.
+    kube.delete(ObjectRef("v1", "PersistentVolume", "team-b-lustre-pv"))
+    again = sweep(project, {result.run: "success"})
+    assert lustre in again.group(ours.owner.group)["deleted"]

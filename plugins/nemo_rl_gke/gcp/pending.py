@@ -153,6 +153,15 @@ def exported_copy_exists(hook: GcpHook, uri: str) -> bool:
     return bool(page.get("items"))
 
 
+def pending_rows(records: Sequence[PendingCheckpoint]) -> list[dict[str, Any]]:
+    """The pending checkpoints as the run report and the Training view list them: whose, which, and how to release."""
+    return [
+        {"run": r.run, "step": r.step, "where": r.where, "release": f"release_checkpoint_of_run={r.run!r}"}
+        for r in records
+        if r.pending
+    ]
+
+
 def unrecorded(listing: Sequence[str], records: Sequence[PendingCheckpoint]) -> list[str]:
     """The listed step directories (Lustre paths, ``/x/step_N``) no record accounts for: not saved by an export
     (:meth:`PendingCheckpoint.covers`, the exported copy checked separately) and not in a pending record's directory."""

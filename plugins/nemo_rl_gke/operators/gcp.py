@@ -174,7 +174,12 @@ class DeleteGcpResourceOperator(_ResourceStep):
                 release_run=spec.release_checkpoint_of_run,
             )
             if kept:
-                self.keep(context, self.result(resource, kept[0]), kept[1])
+                found = self.result(resource, kept[0])
+                if self.resource_key == topology.LUSTRE:
+                    from nemo_rl_gke.gcp.pending import pending_rows
+
+                    found["pending"] = pending_rows(records)  # type: ignore[assignment]
+                self.keep(context, found, kept[1])
             goes = delete_verdict(resource, lustre_actual, used=used) == outcomes.DELETED
             if self.resource_key == topology.LUSTRE and lustre_actual is not None and goes:
                 self.forget_records(spec, lustre_actual)
