@@ -416,7 +416,7 @@ class Sweep:
             objects = [group_objects(spec, name, owner) for name in reversed(GROUPS)]
             done = [r for group_of in objects for r in delete_objects(kube, group_of, owner)]
             gone = [str(r.ref) for r in done if r.action == outcomes.DELETED]
-            group.kube_objects = f"deleted {', '.join(gone)} from the kept {cluster.label}" if gone else ""
+            group.kube_objects = f"the group's {', '.join(gone)} deleted from it" if gone else ""
             names = [
                 pv["metadata"]["name"]
                 for pv in kube.list("v1", "PersistentVolume", None)

@@ -484,7 +484,10 @@ def test_an_adopted_cluster_loses_the_groups_objects_and_keeps_the_lustre_a_pv_t
     assert kube.get(pvc) is None
     assert kube.get(ObjectRef("v1", "PersistentVolume", ours.spec.lustre_pv)) is None
     assert kube.get(ObjectRef("v1", "PersistentVolume", "team-b-lustre-pv")) is not None
-    assert group["notes"][0].startswith(f"{cluster} stays: deleted ")
+    assert group["notes"] == [
+        f"{cluster} stays: the group's PersistentVolumeClaim {ours.spec.namespace}/{ours.spec.lustre_pvc}, "
+        f"PersistentVolume {ours.spec.lustre_pv} deleted from it"
+    ]
     assert ours.spec.lustre_name in project_resources(sandbox, project)
 
     # Once their PV is gone, the next sweep deletes the Lustre.
