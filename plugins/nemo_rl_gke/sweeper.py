@@ -137,8 +137,8 @@ def _cluster_deletion() -> str:
 
 
 def needs(deletion: topology.Step) -> tuple[str, ...]:
-    """The deletions ``deletion`` waits for. The sweeper deletes no Kubernetes object (they go with the cluster), so
-    a wait for them is a wait for the cluster's deletion instead."""
+    """The deletions ``deletion`` waits for. Kubernetes objects go with the cluster (a cluster that stays has the
+    group's objects deleted before Lustre is decided), so a wait for them is a wait for the cluster's deletion."""
     found: list[str] = []
     for need in deletion.needs:
         if topology.step(need).op is topology.Op.DELETE_GCP:
@@ -275,11 +275,15 @@ class Sweep:
             lustre = group.resources.get(topology.LUSTRE)
             # Lustre stands for what it needs unless this dry run would delete it (or found it gone).
             stays = key == topology.LUSTRE or (lustre is not None and lustre.action not in outcomes.GONE)
-            records = []
+            records, mounted = [], ""
             if key == topology.LUSTRE and actual[key] is not None:
                 records = found[key].records(hook, actual[key])  # type: ignore[attr-defined]
+                # The cluster is decided after Lustre in the table: a PV matters only in a cluster that stays.
+                cluster = self._decide(found, topology.GKE_CLUSTER, actual[topology.GKE_CLUSTER], None)[0]
+                if cluster != outcomes.DELETED:
+                    mounted = self._clear_cluster(hook, group, found, write=False)
             action, reason, owned = self._decide(
-                found, key, actual[key], actual[topology.LUSTRE] if stays else None, records
+                found, key, actual[key], actual[topology.LUSTRE] if stays else None, records, mounted=mounted
             )
             group.resources[key] = ResourceSweep(key, found[key].label, action, reason, owned)
         group.done = True
@@ -397,12 +401,16 @@ class Sweep:
             self._finish(hook, group, found, lease)
         return waiting
 
-    def _clear_cluster(self, hook: GcpHook, group: GroupSweep, found: Mapping[str, Resource]) -> str:
+    def _clear_cluster(
+        self, hook: GcpHook, group: GroupSweep, found: Mapping[str, Resource], *, write: bool = True
+    ) -> str:
         """Before Lustre goes while the group's cluster stays (adopted, or its deletion kept it): delete the group's
         Kubernetes objects in it, then say which PV there still names the instance ('' when none does, or the
-        cluster is gone). A cluster that cannot be read keeps Lustre: nobody can tell what mounts it."""
+        cluster is gone). A cluster that cannot be read keeps Lustre: nobody can tell what mounts it. A dry run
+        (``write=False``) deletes nothing and counts only the PVs that the real sweep would not delete."""
         from nemo_rl_gke.kube.client import KubeHook
         from nemo_rl_gke.kube.objects import GROUPS, delete_objects, group_objects
+        from nemo_rl_gke.ownership import owner_from_labels
         from nemo_rl_gke.spec import RunSpec
 
         cluster = found[topology.GKE_CLUSTER]
@@ -412,15 +420,17 @@ class Sweep:
             spec = RunSpec.from_conf(group.names)
             kube = KubeHook(spec, hook)
             owner = self.owner(group.group)
-            # The RayCluster first, as a run's teardown does.
-            objects = [group_objects(spec, name, owner) for name in reversed(GROUPS)]
-            done = [r for group_of in objects for r in delete_objects(kube, group_of, owner)]
-            gone = [str(r.ref) for r in done if r.action == outcomes.DELETED]
-            group.kube_objects = f"the group's {', '.join(gone)} deleted from it" if gone else ""
+            if write:
+                # The RayCluster first, as a run's teardown does.
+                objects = [group_objects(spec, name, owner) for name in reversed(GROUPS)]
+                done = [r for group_of in objects for r in delete_objects(kube, group_of, owner)]
+                gone = [str(r.ref) for r in done if r.action == outcomes.DELETED]
+                group.kube_objects = f"the group's {', '.join(gone)} deleted from it" if gone else ""
             names = [
                 pv["metadata"]["name"]
                 for pv in kube.list("v1", "PersistentVolume", None)
                 if (pv.get("spec", {}).get("csi") or {}).get("volumeHandle") == spec.lustre_volume_handle
+                and (write or not owner.owns(owner_from_labels(pv["metadata"].get("labels"))))
             ]
         except Exception as exc:  # the cluster's API did not answer: what mounts Lustre there is unknown
             return f"{cluster.label} still exists and its PVs could not be read ({exc})"

@@ -2,8 +2,9 @@
 
 Objects are the files under ``gcs/{bucket}/`` in the state dir, the same tree ``exportData`` writes into, so an
 exported checkpoint lists here as it would in the bucket. An object's custom ``metadata`` lives beside the tree
-(``gcs-meta/{bucket}/{name}.json``). Every valid bucket name exists, as ``exportData`` treats it (no bucket IAM here).
-Object names may hold ``/``: the object routes match the rest of the path (the server routes the decoded path).
+(``gcs-meta/{bucket}/{name}.json``); an object ``exportData`` wrote has none, as on Cloud Storage. Every valid
+bucket name exists, as ``exportData`` treats it (no bucket IAM here). Object names may hold ``/``: the object routes
+match the rest of the path (the server routes the decoded path).
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
     from sandbox.context import Sandbox
 
 SERVICE = "storage"
-META_DIR = "gcs-meta"
 # Bucket names (cloud.google.com/storage/docs/buckets#naming), without the dotted form's 222 characters.
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
 # Custom metadata is limited to 8 KiB in total (cloud.google.com/storage/quotas#objects).
@@ -49,7 +49,7 @@ def _object_path(root: Path, name: str) -> Path:
 
 
 def _meta_path(sb: Sandbox, bucket: str, name: str) -> Path:
-    return files.inside(sb.state_dir / META_DIR / bucket, name + ".json")
+    return files.inside(files.gcs_meta_root(sb.state_dir) / bucket, name + ".json")
 
 
 def _resource(sb: Sandbox, bucket: str, name: str, path: Path) -> dict[str, Any]:

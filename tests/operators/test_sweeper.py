@@ -468,6 +468,10 @@ def test_an_adopted_cluster_loses_the_groups_objects_and_keeps_the_lustre_a_pv_t
     pvc = ObjectRef("v1", "PersistentVolumeClaim", ours.spec.lustre_pvc, ours.spec.namespace)
     assert kube.get(pvc) is not None
     _expire(ours)
+    # A dry run says the same about Lustre, and deletes nothing in the cluster.
+    dry = sweep(project, {ours.owner.run: "failed"}, dry_run=True)
+    assert dry.kept(ours.owner.group)[_labels(ours, [t.LUSTRE]).pop()] == outcomes.KEPT_FOR_LUSTRE
+    assert kube.get(pvc) is not None
 
     result = sweep(project, {ours.owner.run: "failed"})
 
