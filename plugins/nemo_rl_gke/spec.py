@@ -663,8 +663,9 @@ class RunSpec:
         type=["null", "string"],
         section=SECTION_TEARDOWN,
         title="Release the pending checkpoint of run",
-        description="dag_id/run_id of the run whose unexported checkpoint keeps Lustre (the teardown message and the "
-        "instance's labels name it). Naming it lets this run's teardown delete Lustre and that checkpoint with it.",
+        description="dag_id/run_id of the run whose unexported checkpoint keeps Lustre (the teardown message, the run "
+        "report and the Training view name it). Naming it releases that run's checkpoint for good; Lustre goes once "
+        "no other run's checkpoint is pending on it.",
         maxLength=500,
         pattern=r"^([A-Za-z0-9_.:+-]{1,250}/[A-Za-z0-9_.:+-]{1,250})?$",
     )

@@ -137,9 +137,10 @@ class DeleteGcpResourceOperator(_ResourceStep):
     Kept (the task ends skipped, its result in XCom, so the grid shows it apart from a deletion): by policy (the
     topology says which policies delete what); another deployment's or group's resource, or an adopted one (DESIGN
     rule 2); one of the group's that this run refused or never reached; Lustre while it holds a checkpoint that no
-    export has copied (marked on the instance itself), and what Lustre needs while it stays. One that is already gone
-    counts as deleted (404 is success). The wait on the delete operation is deferred with the teardown timeout.
-    Returns ``{"key", "name", "action"}`` with an :mod:`~nemo_rl_gke.outcomes` action.
+    export has copied (any run's record, :mod:`nemo_rl_gke.gcp.pending`, or a step directory the listing found that
+    no record names), and what Lustre needs while it stays. One that is already gone counts as deleted (404 is
+    success). The wait on the delete operation is deferred with the teardown timeout. Returns ``{"key", "name",
+    "action"}`` with an :mod:`~nemo_rl_gke.outcomes` action; a kept Lustre adds ``pending``, every pending record.
     """
 
     ui_color = "#fbe9e3"
