@@ -58,7 +58,10 @@ class CheckpointRecords:
 
     def __init__(self, hook: GcpHook, spec: RunSpec, actual: dict[str, Any] | None) -> None:
         self.hook = hook
-        self.uri = records_location((actual or {}).get("description")) or records_uri(spec)
+        named = records_location((actual or {}).get("description"))
+        # The instance names where its records went: a bucket missing there means they cannot be read, not none.
+        self.named = named is not None
+        self.uri = named or records_uri(spec)
         match = _URI.match(self.uri)
         assert match is not None, self.uri
         self.bucket, self.prefix = match.group(1), match.group(2)
@@ -110,8 +113,14 @@ class CheckpointRecords:
             try:
                 page = self._execute(request, f"list the checkpoint records under {self.uri}")
             except Exception as exc:
-                if is_not_found(exc):  # no such bucket: no record can be in it
+                if is_not_found(exc) and not self.named:  # an instance made before records, no such bucket: none
                     return found
+                if is_not_found(exc):
+                    raise RuntimeError(
+                        f"the checkpoint records bucket of this Lustre instance ({self.uri}) does not exist, so what "
+                        "is pending on it cannot be read: the instance is kept. Recreate the bucket, or delete the "
+                        "instance by hand once its checkpoints are safe"
+                    ) from exc
                 raise
             found += [(item["name"], item.get("metadata") or {}) for item in page.get("items", [])]
             token = page.get("nextPageToken")
