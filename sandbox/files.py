@@ -12,6 +12,7 @@ from pathlib import Path
 
 LUSTRE_DIR = "lustre"
 GCS_DIR = "gcs"
+GCS_META_DIR = "gcs-meta"  # objects' custom metadata, beside their bytes (sandbox.apis.storage)
 
 
 class PathEscapeError(ValueError):
@@ -26,6 +27,11 @@ def lustre_dir(state_dir: Path, project: str, zone: str, instance: str) -> Path:
 def gcs_root(state_dir: Path) -> Path:
     """The directory that holds one subdirectory per bucket."""
     return state_dir / GCS_DIR
+
+
+def gcs_meta_root(state_dir: Path) -> Path:
+    """The directory that holds the objects' metadata, one subdirectory per bucket."""
+    return state_dir / GCS_META_DIR
 
 
 def inside(root: Path, relative: str) -> Path:

@@ -131,6 +131,7 @@ class Store:
         self.operations.clear()
         self.metadata.clear()
         files.remove_tree(files.gcs_root(self.state_dir))
+        files.remove_tree(files.gcs_meta_root(self.state_dir))
         self.dirty = True
 
     # --- resources -----------------------------------------------------------------------------------------------

@@ -246,6 +246,7 @@ class Report:
     tensors: int = 0
     training_info: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    steps_present: list[str] | None = None  # every step_N on the mount, when asked (--list-steps)
 
     @property
     def valid(self) -> bool:
@@ -273,6 +274,7 @@ class Report:
             "training_info": self.training_info,
             "notes": list(self.notes),
             "expect": self.expect.to_dict(),
+            **({"steps_present": list(self.steps_present)} if self.steps_present is not None else {}),
         }
 
     def to_text(self) -> str:
@@ -297,6 +299,46 @@ def validate_checkpoint(checkpoint_dir: str | Path, expect: Expectation | Mappin
     :class:`ExpectationError` only when ``expect`` itself is malformed.
     """
     return _Validator(Path(checkpoint_dir).absolute(), Expectation.from_dict(expect)).run()
+
+
+# How deep and how many directories the step listing walks; past either it says so, and the listing keeps Lustre.
+LIST_DEPTH = 8
+LIST_LIMIT = 20_000
+LIST_TRUNCATED = "<listing truncated>"
+_STEP_DIR = re.compile(r"^step_[0-9]+$")
+
+
+def list_step_dirs(mount: str | Path) -> list[str]:
+    """Every ``step_N`` directory on a Lustre mount, as paths on the filesystem (``/dir/step_N``), sorted.
+
+    Teardown compares them with the checkpoint records before it deletes the instance. A ``step_N`` directory is not
+    entered, symbolic links are not followed; past :data:`LIST_DEPTH` levels or :data:`LIST_LIMIT` directories the
+    list ends with :data:`LIST_TRUNCATED`, which no record accounts for (so Lustre is kept, not guessed about).
+    """
+    root = Path(mount)
+    found: list[str] = []
+    todo = [(root, 0)]
+    seen = 0
+    while todo:
+        directory, depth = todo.pop()
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            seen += 1
+            if seen > LIST_LIMIT:
+                return [*sorted(found), LIST_TRUNCATED]
+            path = "/" + Path(entry.path).relative_to(root).as_posix()
+            if _STEP_DIR.match(entry.name):
+                found.append(path)
+            elif depth + 1 < LIST_DEPTH:
+                todo.append((Path(entry.path), depth + 1))
+            else:
+                return [*sorted(found), LIST_TRUNCATED]
+    return sorted(found)
 
 
 def find_report(log_text: str) -> dict[str, Any] | None:
@@ -1256,12 +1298,15 @@ def main(argv: Iterable[str] | None = None) -> int:
     validate.add_argument(
         "--format", choices=("json", "text"), default="json", help="json: one marker line (default); text: for people"
     )
+    validate.add_argument("--list-steps", metavar="MOUNT", help="also list every step_N directory under MOUNT")
     args = parser.parse_args(None if argv is None else list(argv))
     try:
         report = validate_checkpoint(args.checkpoint_dir, _load_expectation(args))
     except (ExpectationError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.list_steps:
+        report.steps_present = list_step_dirs(args.list_steps)
     if args.format == "text":
         print(report.to_text())
     else:

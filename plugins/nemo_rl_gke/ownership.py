@@ -193,39 +193,98 @@ _LEASE_TYPES: dict[str, Any] = {
 }
 
 
-# A Lustre instance that holds a checkpoint not yet exported says so itself (FACTS §15: labels and description).
+# Before issue 18 a Lustre instance carried one pending checkpoint in its labels and description: still read (an
+# instance marked so is kept), never written.
 CHECKPOINT_RUN_KEY = "nemo-rl-ckpt-run"
 CHECKPOINT_STEP_KEY = "nemo-rl-ckpt-step"
 CHECKPOINT_PREFIX = "nemo-rl-gke pending checkpoint v1 "
+# A Lustre instance names, in its description, written once at create, where its checkpoint records live.
+RECORDS_PREFIX = "nemo-rl-gke checkpoint records v1 "
+
+
+def records_description(uri: str) -> str:
+    """The description of a new Lustre instance: where its checkpoint records live (``gs://BUCKET/PREFIX/``)."""
+    return RECORDS_PREFIX + uri
+
+
+def records_location(description: Any) -> str | None:
+    """The records URI a Lustre instance's description names, or None (an instance made before records)."""
+    if not isinstance(description, str) or not description.startswith(RECORDS_PREFIX):
+        return None
+    uri = description[len(RECORDS_PREFIX) :]
+    return uri if uri.startswith("gs://") and uri.endswith("/") and " " not in uri else None
 
 
 @dataclass(frozen=True)
 class PendingCheckpoint:
-    """The checkpoint a Lustre instance holds that no export has copied yet: whose run, which step, where.
+    """A checkpoint on a Lustre instance: whose run, which step, where; pending until an export copies it.
 
-    Every run and the sweeper keep a marked instance until that checkpoint is exported, or a conf names the run to
-    release it (``release_checkpoint_of_run``), or that very run accepts the loss.
+    ``uri`` is set once the export succeeded: the record then stays as a receipt (the listing before a delete counts
+    that directory, and the older steps beside it, as saved) and keeps nothing. ``dirs`` are step directories a
+    listing found that no record named: recorded under the listing run, so they keep the instance until released.
+    Every run and the sweeper keep an instance while a pending record remains, until that checkpoint is exported, or a
+    conf names its run to release it (``release_checkpoint_of_run``), or that very run accepts the loss.
     """
 
     run: str
     step: int
     path: str
+    uri: str = ""
+    dirs: tuple[str, ...] = ()
+
+    @property
+    def pending(self) -> bool:
+        """Whether it is the only copy (no export has copied it)."""
+        return not self.uri
+
+    @property
+    def where(self) -> str:
+        """The directories it names, for a message."""
+        return ", ".join(self.dirs) if self.dirs else f"{self.path}/step_{self.step}"
 
     @property
     def labels(self) -> dict[str, str]:
-        """The labels that mark the instance (filterable: ``labels.nemo-rl-ckpt-run:*``)."""
+        """The labels of the pre-records mark (read only, for instances marked before records)."""
         return {CHECKPOINT_RUN_KEY: run_label(self.run), CHECKPOINT_STEP_KEY: str(self.step)}
 
     @property
     def description(self) -> str:
-        """The instance's description while the mark is on: the whole record, readable."""
+        """The description of the pre-records mark (read only)."""
         record = {"run": self.run, "step": self.step, "path": self.path}
         return CHECKPOINT_PREFIX + json.dumps(record, separators=(",", ":"))
 
+    @property
+    def metadata(self) -> dict[str, str]:
+        """The record as a Cloud Storage object's custom metadata (strings only)."""
+        found = {"run": self.run, "step": str(self.step), "path": self.path}
+        if self.uri:
+            found["uri"] = self.uri
+        if self.dirs:
+            found["dirs"] = json.dumps(list(self.dirs), separators=(",", ":"))
+        return found
+
+    @classmethod
+    def from_metadata(cls, metadata: Any, name: str) -> PendingCheckpoint:
+        """The record an object's metadata holds. One that cannot be read still keeps the instance: it counts as a
+        pending checkpoint of a run named by its object ``name`` (anyone who can write the bucket can write one)."""
+        metadata = metadata if isinstance(metadata, Mapping) else {}
+        run, step, path = metadata.get("run"), str(metadata.get("step", "")), metadata.get("path")
+        if not (isinstance(run, str) and run and step.isdigit() and isinstance(path, str)):
+            return cls(name, 0, "")
+        dirs: Any = ()
+        if "dirs" in metadata:
+            try:
+                dirs = json.loads(str(metadata["dirs"]))
+            except (ValueError, RecursionError):
+                dirs = None
+            if not isinstance(dirs, list) or not all(isinstance(d, str) for d in dirs):
+                return cls(run, int(step), path, dirs=(f"unreadable directory list in {name}",))
+        return cls(run, int(step), path, str(metadata.get("uri") or ""), tuple(dirs))
+
     @classmethod
     def on_instance(cls, labels: Any, description: Any) -> PendingCheckpoint | None:
-        """The mark an instance carries, or None. A mark in the labels with no readable description still counts:
-        the checkpoint is kept rather than lost (its run then shows as the label's digest)."""
+        """The pre-records mark an instance carries, or None. A mark in the labels with no readable description still
+        counts: the checkpoint is kept rather than lost (its run then shows as the label's digest)."""
         labels = labels if isinstance(labels, Mapping) else {}
         digest = labels.get(CHECKPOINT_RUN_KEY)
         record: Any = None
@@ -249,6 +308,15 @@ class PendingCheckpoint:
 
     def releasable_by(self, run: str, *, accepts_own_loss: bool, release_run: str) -> bool:
         """Whether ``run``'s teardown may delete the instance anyway: that run accepts losing its own checkpoint, or
-        the conf names the marking run (a blanket flag never releases another run's checkpoint)."""
+        the conf names the record's run (a blanket flag never releases another run's checkpoint, nor directories a
+        listing found that no record named: those only by name)."""
         named = bool(release_run) and self.belongs_to(release_run)
-        return (self.belongs_to(run) and accepts_own_loss) or named
+        return (self.belongs_to(run) and accepts_own_loss and not self.dirs) or named
+
+    def covers(self, directory: str) -> bool:
+        """Whether this exported record accounts for a listed step directory (a Lustre path, ``/x/step_N``): its own
+        step, or an older step of the same directory (an intermediate save the exported one supersedes)."""
+        parent, _, leaf = directory.rstrip("/").rpartition("/")
+        if self.pending or not leaf.startswith("step_") or not leaf[5:].isdigit():
+            return False
+        return parent == self.path.removeprefix("/data").rstrip("/") and int(leaf[5:]) <= self.step

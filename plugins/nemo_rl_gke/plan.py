@@ -227,6 +227,9 @@ def build_plan(
         requests=tuple(gcp_requests(spec, owner)),
         manifests=tuple(manifests),
         installer_source=spec.nccl_installer_source,
-        job=job_request(spec, recipe, dag_id, run_id, deployment),
+        # With resume=latest the step the job checks for is known only once the resume step read the lineage.
+        job=job_request(
+            spec, recipe, dag_id, run_id, deployment, resumed_step="<lineage step>" if spec.resume == "latest" else None
+        ),
         teardown=tuple(teardown_steps(spec, manifests, owner)),
     )

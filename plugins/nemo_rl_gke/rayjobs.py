@@ -89,20 +89,62 @@ def allowed_secret_conn_ids(deployment: Deployment) -> dict[str, tuple[str, ...]
     return {HF_TOKEN_ENV: deployment.hf_conn_ids, WANDB_KEY_ENV: deployment.wandb_conn_ids}
 
 
+# The exit status of a job the lineage guard stopped before it trained.
+LINEAGE_EXIT = 3
+
+
+def lineage_guard(spec: RunSpec, resumed_step: int | str | None) -> str:
+    """Shell lines that stop the job before it trains unless ``checkpoint_dir`` holds exactly what this run means
+    to start from. NeMo RL resumes from the highest ``step_N`` it finds there, whoever wrote it: with ``resume=none``
+    (or ``latest`` with no lineage yet) it must hold none, so the run starts from step 0; with ``latest`` its highest
+    must be the lineage's ``resumed_step``, so the run continues its own lineage and nobody else's. The directory is
+    read where the job runs (``/data`` is the Lustre mount; the sandbox's Ray sets ``SANDBOX_DATA_DIR``)."""
+    rest = shlex.quote(spec.checkpoint_dir.removeprefix("/data"))
+    expected = "none" if resumed_step is None else str(resumed_step)
+    if resumed_step is None:
+        why = (
+            f"resume={spec.resume} starts from step 0, but checkpoint_dir {spec.checkpoint_dir} already holds "
+            "step_$newest, which NeMo RL would resume from. Fix: a checkpoint_dir of its own for this run"
+            + (", or resume=latest to continue that lineage." if spec.resume == "none" else ".")
+        )
+    else:
+        why = (
+            f"resume=latest continues this DAG's lineage from step {resumed_step}, but the newest checkpoint in "
+            f"checkpoint_dir {spec.checkpoint_dir} is step_$newest, which this lineage did not export (another DAG's, "
+            "or a failed run's). Fix: a checkpoint_dir of its own for this DAG, or resume=none with an empty one."
+        )
+    # The message names the step found: $newest is left outside the single quotes, so the shell expands it.
+    message = shlex.quote("nemo-rl-gke: not started: " + why).replace("$newest", "'$newest'")
+    return "\n".join(
+        [
+            f'ckpt_dir="${{SANDBOX_DATA_DIR:-/data}}"{rest}',
+            "newest=$(find \"$ckpt_dir\" -mindepth 1 -maxdepth 1 -type d -name 'step_*' -printf '%f\\n' "
+            "2>/dev/null | sed -n 's/^step_\\([0-9][0-9]*\\)$/\\1/p' | sort -n | tail -n 1 || true)",
+            f'if [ "${{newest:-none}}" != {shlex.quote(expected)} ]; then',
+            f"  echo {message} >&2",
+            f"  exit {LINEAGE_EXIT}",
+            "fi",
+        ]
+    )
+
+
 def job_request(
     spec: RunSpec,
     recipe: Recipe,
     dag_id: str,
     run_id: str = RUN_ID_PLACEHOLDER,
     deployment: Deployment | None = None,
+    *,
+    resumed_step: int | str | None = None,
 ) -> JobRequest:
-    """The GRPO job of one DAG run; the submission id is stable across retries of the same run."""
+    """The GRPO job of one DAG run; the submission id is stable across retries of the same run. ``resumed_step`` is
+    the lineage's step the resume step chose (None: the run starts from step 0), which the job checks first."""
     known = run_id != RUN_ID_PLACEHOLDER
     return JobRequest(
         submission_id=spec.submission_id(dag_id, run_id)
         if known
         else "<derived from the DAG run: nemo-rl-<run id>-<hash>>",
-        entrypoint=recipe.command(spec),
+        entrypoint=lineage_guard(spec, resumed_step) + "\n" + recipe.command(spec),
         env_vars=dict(recipe.env),
         secrets=job_secrets(spec, deployment),
         working_dir_files=recipe.files,

@@ -107,6 +107,8 @@ class RunInputs:
     teardown_actions: Mapping[str, str] = field(default_factory=dict)  # task_id -> deleted, absent, kept-...
     # The DAG's earlier checkpoints this run continued (resume=latest), oldest first: run, step, uri, rewards.
     lineage: Sequence[Mapping[str, Any]] = ()
+    # Every checkpoint still pending on the run's Lustre instance when teardown kept it: run, step, where, release.
+    pending_checkpoints: Sequence[Mapping[str, Any]] = ()
     next_run_at: float | None = None  # epoch seconds of the DAG's next scheduled run (None: not scheduled)
 
 
@@ -266,6 +268,7 @@ class RunReport:
     absent: tuple[TeardownItem, ...]  # nothing to delete (never created, or deleted by an earlier try)
     kept: tuple[TeardownItem, ...]  # the action is the reason: kept-by-policy, kept-unowned, ...
     lineage: tuple[dict[str, Any], ...] = ()  # earlier checkpoints of this DAG this run continued, oldest first
+    pending_checkpoints: tuple[dict[str, Any], ...] = ()  # what keeps the Lustre instance, any run's
 
     def stage(self, name: str) -> StageSummary:
         """The stage called ``name`` (KeyError if the run has no such stage)."""
@@ -294,6 +297,7 @@ class RunReport:
                     "kept": [{"task_id": i.task_id, "action": i.action} for i in self.kept],
                 },
                 "lineage": list(self.lineage),
+                "pending_checkpoints": list(self.pending_checkpoints),
             }
         )
 
@@ -305,6 +309,7 @@ class RunReport:
         lines += self._gpu_text()
         lines += self._training_text()
         lines += ["Checkpoint", f"  {self.checkpoint_uri or 'none: not exported'}", ""]
+        lines += self._pending_text()
         lines += self._lineage_text()
         lines += self._teardown_text()
         return "\n".join(lines).rstrip() + "\n"
@@ -405,6 +410,17 @@ class RunReport:
             final = self.training_summary.get("final_step")
             lines.append(f"  converged at step {converged}: the job was stopped after saving step {final}")
         lines += [f"  {k:<{width}}  {_value_text(summary[k])}" for k in keys]
+        return [*lines, ""]
+
+    def _pending_text(self) -> list[str]:
+        """Every checkpoint on the kept Lustre instance that no export has copied, whoever's run made it."""
+        if not self.pending_checkpoints:
+            return []
+        lines = [f"Pending checkpoints on the kept Lustre instance ({len(self.pending_checkpoints)}; each keeps it "
+                 "until exported, or released by a later run's conf)"]  # fmt: skip
+        for item in self.pending_checkpoints:
+            lines.append(f"  run {item.get('run')}, step {item.get('step')}, {item.get('where')}")
+            lines.append(f"    release: {item.get('release')}")
         return [*lines, ""]
 
     def _lineage_text(self) -> list[str]:
@@ -625,6 +641,7 @@ def build_report(timings: Iterable[TaskTiming], upstream: Mapping[str, Sequence[
         absent=tuple(absent),
         kept=tuple(kept),
         lineage=tuple(dict(item) for item in inputs.lineage),
+        pending_checkpoints=tuple(dict(item) for item in inputs.pending_checkpoints),
     )
 
 

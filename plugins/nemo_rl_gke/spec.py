@@ -444,8 +444,9 @@ class RunSpec:
         section=SECTION_TRAINING,
         title="Resume",
         description="latest: continue from the newest checkpoint this DAG exported (its lineage): from Lustre when "
-        "it was kept warm, else imported from Cloud Storage into the new Lustre before the job starts. none: start "
-        "from checkpoint_dir as it is (NeMo RL still resumes from a step_N already there).",
+        "it was kept warm, else imported from Cloud Storage into the new Lustre before the job starts; the job refuses "
+        "a checkpoint_dir whose newest step_N is not that one. none: start from step 0; the job refuses a "
+        "checkpoint_dir that already holds a step_N (NeMo RL would resume from it).",
         enum=["none", "latest"],
     )
     steps_per_run: int = _param(
@@ -553,7 +554,8 @@ class RunSpec:
         section=SECTION_TRAINING,
         title="Checkpoint directory",
         description="checkpointing.checkpoint_dir; must be under /data, the Lustre mount, with path components of "
-        "letters, digits, '_', '.' and '-'. NeMo RL resumes from the highest step_N already there.",
+        "letters, digits, '_', '.' and '-'. NeMo RL resumes from the highest step_N there, so the job checks it "
+        "holds exactly what resume asks for (none: no step_N).",
         maxLength=1024,
     )
     # --- Logging and secrets -------------------------------------------------------------------------------
@@ -692,8 +694,9 @@ class RunSpec:
         type=["null", "string"],
         section=SECTION_TEARDOWN,
         title="Release the pending checkpoint of run",
-        description="dag_id/run_id of the run whose unexported checkpoint keeps Lustre (the teardown message and the "
-        "instance's labels name it). Naming it lets this run's teardown delete Lustre and that checkpoint with it.",
+        description="dag_id/run_id of the run whose unexported checkpoint keeps Lustre (the teardown message, the run "
+        "report and the Training view name it). Naming it releases that run's checkpoint for good; Lustre goes once "
+        "no other run's checkpoint is pending on it.",
         maxLength=500,
         pattern=r"^([A-Za-z0-9_.:+-]{1,250}/[A-Za-z0-9_.:+-]{1,250})?$",
     )

@@ -15,9 +15,12 @@ the group exclusive: whoever is first), then deletes in the topology's teardown 
 starts once every deletion it needs has finished. It decides what goes exactly as a run's teardown does
 (:func:`~nemo_rl_gke.gcp.resources.delete_verdict`, :func:`~nemo_rl_gke.gcp.resources.keep.kept_for_storage`): never
 another deployment's or group's resource, or a foreign one, and never Lustre while it holds a checkpoint no export has
-copied, nor what Lustre needs. The Kubernetes objects and the node pool go with the cluster, so Lustre waits for the
-cluster instead of for them. When nothing of the group is left, the lease record is removed; otherwise it is released,
-warm, and the next sweep tries again. A dry run reads and reports, and writes nothing (not even the lease).
+copied (:mod:`nemo_rl_gke.gcp.pending`: any run's pending record keeps it), nor what Lustre needs. The Kubernetes
+objects and the node pool go with the cluster, so Lustre waits for the cluster instead of for them; when the cluster
+stays (adopted, or kept), the group's own Kubernetes objects in it are deleted before Lustre is decided, and Lustre is
+kept while a PV there still names it (someone else's, or one that would not go). When nothing of the group is left,
+the lease record is removed; otherwise it is released, warm, and the next sweep tries again. A dry run reads and
+reports, and writes nothing (not even the lease).
 
 The caller waits on the operations each pass returns (the operator defers on them) and calls :meth:`Sweep.advance`
 again. The sweep's state is plain data (:meth:`Sweep.to_dict`) so it survives a deferral. No Airflow import here.
@@ -26,12 +29,12 @@ again. The sweep's state is plain data (:meth:`Sweep.to_dict`) so it survives a 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from nemo_rl_gke import outcomes, topology
-from nemo_rl_gke.ownership import FREE, HELD, Lease, Owner
+from nemo_rl_gke.ownership import FREE, HELD, Lease, Owner, PendingCheckpoint
 from nemo_rl_gke.spec import GROUP_NAME_PARAMS
 from nemo_rl_gke.sweep_report import GroupReport, Kept, SweepReport, iso
 
@@ -134,8 +137,8 @@ def _cluster_deletion() -> str:
 
 
 def needs(deletion: topology.Step) -> tuple[str, ...]:
-    """The deletions ``deletion`` waits for. The sweeper deletes no Kubernetes object (they go with the cluster), so
-    a wait for them is a wait for the cluster's deletion instead."""
+    """The deletions ``deletion`` waits for. Kubernetes objects go with the cluster (a cluster that stays has the
+    group's objects deleted before Lustre is decided), so a wait for them is a wait for the cluster's deletion."""
     found: list[str] = []
     for need in deletion.needs:
         if topology.step(need).op is topology.Op.DELETE_GCP:
@@ -177,6 +180,7 @@ class GroupSweep:
     held: bool = False
     done: bool = False
     record: str = ""  # the lease record as read, to remove it only if nobody wrote it since
+    kube_objects: str = ""  # what it deleted from a cluster that stays
 
     @property
     def active(self) -> bool:
@@ -271,7 +275,16 @@ class Sweep:
             lustre = group.resources.get(topology.LUSTRE)
             # Lustre stands for what it needs unless this dry run would delete it (or found it gone).
             stays = key == topology.LUSTRE or (lustre is not None and lustre.action not in outcomes.GONE)
-            action, reason, owned = self._decide(found, key, actual[key], actual[topology.LUSTRE] if stays else None)
+            records, mounted = [], ""
+            if key == topology.LUSTRE and actual[key] is not None:
+                records = found[key].records(hook, actual[key])  # type: ignore[attr-defined]
+                # The cluster is decided after Lustre in the table: a PV matters only in a cluster that stays.
+                cluster = self._decide(found, topology.GKE_CLUSTER, actual[topology.GKE_CLUSTER], None)[0]
+                if cluster != outcomes.DELETED:
+                    mounted = self._clear_cluster(hook, group, found, write=False)
+            action, reason, owned = self._decide(
+                found, key, actual[key], actual[topology.LUSTRE] if stays else None, records, mounted=mounted
+            )
             group.resources[key] = ResourceSweep(key, found[key].label, action, reason, owned)
         group.done = True
         group.lease = "untouched (dry run)"
@@ -294,10 +307,18 @@ class Sweep:
 
     # --- deciding -----------------------------------------------------------------------------------------------
     def _decide(
-        self, found: Mapping[str, Resource], key: str, actual: dict[str, Any] | None, lustre: dict[str, Any] | None
+        self,
+        found: Mapping[str, Resource],
+        key: str,
+        actual: dict[str, Any] | None,
+        lustre: dict[str, Any] | None,
+        records: Sequence[PendingCheckpoint] = (),
+        *,
+        mounted: str = "",
     ) -> tuple[str, str, bool]:
         """What the teardown of ``key`` does now, as a run's teardown decides it: (action, reason, owned); action
-        ``deleted`` means it goes. ``lustre`` is the Lustre instance as it stands (None: gone, or going)."""
+        ``deleted`` means it goes. ``lustre`` is the Lustre instance as it stands (None: gone, or going), ``records``
+        its checkpoint records, ``mounted`` why a PV in the group's live cluster still names it ('' when none does)."""
         from nemo_rl_gke.gcp.resources import delete_verdict
         from nemo_rl_gke.gcp.resources.keep import kept_for_storage
 
@@ -305,9 +326,11 @@ class Sweep:
         if actual is None:
             return outcomes.ABSENT, "", False
         owned = resource.owned(actual)
-        kept = kept_for_storage(key, found[topology.LUSTRE], lustre, run=self.run)  # type: ignore[arg-type]
+        kept = kept_for_storage(key, found[topology.LUSTRE], lustre, run=self.run, records=records)  # type: ignore[arg-type]
         if kept:
             return kept[0], kept[1], owned
+        if key == topology.LUSTRE and mounted:
+            return outcomes.KEPT_FOR_LUSTRE, mounted, owned
         # Used: the group has no live run, and the sweeper took it on as its own; ownership is still checked.
         verdict = delete_verdict(resource, actual, used=True)
         return verdict, _unowned(resource, actual) if verdict == outcomes.KEPT_UNOWNED else "", owned
@@ -369,7 +392,7 @@ class Sweep:
                 key = deletion.deletes[0]
                 if key in group.resources or not self._ready(group, deletion):
                     continue
-                result = self._delete(hook, found, key)
+                result = self._delete(hook, group, found, key)
                 group.resources[key] = result
                 progress = True
                 if result.operation is not None:
@@ -377,6 +400,43 @@ class Sweep:
         if not waiting and all(r.settled for r in group.resources.values()):
             self._finish(hook, group, found, lease)
         return waiting
+
+    def _clear_cluster(
+        self, hook: GcpHook, group: GroupSweep, found: Mapping[str, Resource], *, write: bool = True
+    ) -> str:
+        """Before Lustre goes while the group's cluster stays (adopted, or its deletion kept it): delete the group's
+        Kubernetes objects in it, then say which PV there still names the instance ('' when none does, or the
+        cluster is gone). A cluster that cannot be read keeps Lustre: nobody can tell what mounts it. A dry run
+        (``write=False``) deletes nothing and counts only the PVs that the real sweep would not delete."""
+        from nemo_rl_gke.kube.client import KubeHook
+        from nemo_rl_gke.kube.objects import GROUPS, delete_objects, group_objects
+        from nemo_rl_gke.ownership import owner_from_labels
+        from nemo_rl_gke.spec import RunSpec
+
+        cluster = found[topology.GKE_CLUSTER]
+        try:
+            if cluster.get(hook) is None:
+                return ""
+            spec = RunSpec.from_conf(group.names)
+            kube = KubeHook(spec, hook)
+            owner = self.owner(group.group)
+            if write:
+                # The RayCluster first, as a run's teardown does.
+                objects = [group_objects(spec, name, owner) for name in reversed(GROUPS)]
+                done = [r for group_of in objects for r in delete_objects(kube, group_of, owner)]
+                gone = [str(r.ref) for r in done if r.action == outcomes.DELETED]
+                group.kube_objects = f"the group's {', '.join(gone)} deleted from it" if gone else ""
+            names = [
+                pv["metadata"]["name"]
+                for pv in kube.list("v1", "PersistentVolume", None)
+                if (pv.get("spec", {}).get("csi") or {}).get("volumeHandle") == spec.lustre_volume_handle
+                and (write or not owner.owns(owner_from_labels(pv["metadata"].get("labels"))))
+            ]
+        except Exception as exc:  # the cluster's API did not answer: what mounts Lustre there is unknown
+            return f"{cluster.label} still exists and its PVs could not be read ({exc})"
+        if not names:
+            return ""
+        return f"PV {', '.join(names)} in {cluster.label}, which stays, still names it: delete the PV first"
 
     def _ready(self, group: GroupSweep, deletion: topology.Step) -> bool:
         """Whether every deletion ``deletion`` needs has settled, none of them failed."""
@@ -405,14 +465,19 @@ class Sweep:
                 result.action, result.reason, result.operation = FAILED, ended, None
                 log.warning("%s: %s", result.label, ended)
 
-    def _delete(self, hook: GcpHook, found: Mapping[str, Resource], key: str) -> ResourceSweep:
+    def _delete(self, hook: GcpHook, group: GroupSweep, found: Mapping[str, Resource], key: str) -> ResourceSweep:
         """Decide about one resource now and, when it goes, request its deletion."""
         from nemo_rl_gke.gcp.resources import delete_resource
 
         resource = found[key]
         try:
             lustre = found[topology.LUSTRE].get(hook) if key in _storage() else None
-            action, reason, owned = self._decide(found, key, resource.get(hook), lustre)
+            records: list[PendingCheckpoint] = []
+            mounted = ""
+            if key == topology.LUSTRE and lustre is not None:
+                records = found[topology.LUSTRE].records(hook, lustre)  # type: ignore[attr-defined]
+                mounted = self._clear_cluster(hook, group, found)
+            action, reason, owned = self._decide(found, key, resource.get(hook), lustre, records, mounted=mounted)
             if action != outcomes.DELETED:
                 if action in outcomes.KEPT:
                     log.warning("%s kept (%s): %s", resource.label, action, reason)
@@ -486,8 +551,10 @@ class Sweep:
         if not group.skipped and cluster is not None and cluster.action != outcomes.ABSENT:
             goes = cluster.action == outcomes.DELETED
             notes = (
-                f"the node pool and the Kubernetes objects {'go' if goes else 'stay'} with {cluster.label}"
-                + ("" if goes else " (the sweeper deletes no Kubernetes object itself)"),
+                f"the node pool and the Kubernetes objects go with {cluster.label}"
+                if goes
+                else f"{cluster.label} stays: "
+                + (group.kube_objects or "the sweeper deleted none of the group's Kubernetes objects in it"),
             )
         return GroupReport(
             group=group.group,

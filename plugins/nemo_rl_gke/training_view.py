@@ -176,6 +176,16 @@ def checkpoints(spec_conf: Mapping[str, Any] | None, metrics: RunMetrics, export
     ]
 
 
+def pending_checkpoints(kept: Any) -> list[dict[str, Any]]:
+    """Every checkpoint pending on the run's Lustre instance when its teardown kept it (any run's), with the conf
+    that releases it; empty while teardown has not decided, or when nothing is pending."""
+    rows = kept.get("pending") if isinstance(kept, Mapping) else None
+    if not isinstance(rows, list):
+        return []
+    keys = ("run", "step", "where", "release")
+    return [{k: row.get(k) for k in keys} for row in rows if isinstance(row, Mapping)]
+
+
 def _teardown_actions(results: Mapping[str, Any]) -> dict[str, str]:
     actions = {}
     for step in topology.teardown_steps():
@@ -233,6 +243,7 @@ def build_view(inputs: ViewInputs) -> dict[str, Any]:
         "spec": None,
         "cost": None,
         "checkpoints": checkpoints(inputs.conf, metrics, inputs.results.get(topology.EXPORT)),
+        "pending_checkpoints": pending_checkpoints(inputs.results.get(topology.DELETE_LUSTRE)),
         "running": [],
         "running_usd_per_hour": 0.0,
     }

@@ -7,9 +7,13 @@ steps each scenario is about: the whole-DAG wiring of lease, teardown and releas
 from __future__ import annotations
 
 import itertools
+import json
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +23,11 @@ from sandbox.testing import SandboxProcess, start_sandbox
 from nemo_rl_gke import outcomes
 from nemo_rl_gke import topology as t
 from nemo_rl_gke.gcp.lease import read_lease
+from nemo_rl_gke.gcp.pending import CheckpointRecords
+from nemo_rl_gke.operators.checkpoint import VALIDATOR
 from nemo_rl_gke.operators.rayjob import mark_checkpoint_pending
+from nemo_rl_gke.training_view import pending_checkpoints
+from sandbox import files
 from tests.operators.harness import (
     DAG_ID,
     Run,
@@ -198,3 +206,179 @@ def test_a_held_group_skips_the_run_when_the_conf_says_skip(sandbox: SandboxProc
     seq = _last_seq(sandbox)
     assert run_step(skipper, t.LEASE) == ("skipped", None)
     assert _writes_since(sandbox, seq) == []
+
+
+# --- many pending checkpoints on one instance (issue 18) -----------------------------------------------------------
+def _lustre_dir(sandbox: SandboxProcess, run: Run) -> Path:
+    """The sandbox's directory standing for the instance's filesystem (what the pods mount as /data)."""
+    return files.lustre_dir(sandbox.state_dir, run.spec.project, run.spec.zone, run.spec.lustre_name)
+
+
+def _trained(sandbox: SandboxProcess, run: Run, step: int, checkpoint_dir: str | None = None) -> None:
+    """What the job leaves on Lustre: ``checkpoint_dir/step_N`` with a file in it."""
+    where = (checkpoint_dir or run.spec.checkpoint_dir).removeprefix("/data").strip("/")
+    step_dir = _lustre_dir(sandbox, run) / where / f"step_{step}"
+    step_dir.mkdir(parents=True, exist_ok=True)
+    (step_dir / "training_info.json").write_text(json.dumps({"total_steps": step}))
+
+
+def _submit(sandbox: SandboxProcess, run: Run, step: int) -> None:
+    """The submit step's record, then the job's checkpoint."""
+    mark_checkpoint_pending(operator(t.SUBMIT), run.context(t.SUBMIT), run.spec, step)
+    _trained(sandbox, run, step)
+
+
+def _export(run: Run, step: int) -> dict[str, Any]:
+    """The real export step (Lustre exportData, deferred), after a job that ended at ``step``."""
+    run.xcom[(t.WAIT, t.RETURN)] = {"final_step": step, "converged_at": None}
+    result, deferred = run_step(run, t.EXPORT)
+    assert deferred is not None and result["action"] == outcomes.EXPORTED, result
+    return result
+
+
+def _pending(run: Run) -> list[tuple[str, int, str]]:
+    """The pending checkpoints the instance's records list: (run, step, directory)."""
+    lustre = run.resources()[t.LUSTRE]
+    actual = lustre.get(_hook())
+    assert actual is not None
+    return sorted((r.run, r.step, r.path) for r in lustre.records(_hook(), actual) if r.pending)  # type: ignore[attr-defined]
+
+
+def _listing(sandbox: SandboxProcess, run: Run) -> None:
+    """The validation job's report, as the real validator prints it when run on the instance's filesystem (what the
+    Ray job does on the cluster): it lists every step_N there for teardown to compare."""
+    from nemo_rl_gke.checkpoints import find_report
+
+    mount = _lustre_dir(sandbox, run)
+    ran = subprocess.run(
+        [sys.executable, str(VALIDATOR), "validate", str(mount / run.spec.checkpoint_dir.removeprefix("/data/")),
+         "--list-steps", str(mount)],
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    report = find_report(ran.stdout)
+    assert report is not None, ran.stderr
+    run.xcom[(t.CHECK_CHECKPOINT, t.CHECKPOINT_REPORT)] = report
+
+
+def test_a_second_run_on_the_instance_keeps_the_first_runs_pending_checkpoint(
+    sandbox: SandboxProcess, project: str
+) -> None:
+    first = start_run(project, checkpoint_dir="/data/nemo_rl_gemma3_27b_3_17")
+    assert set(_steps(first, LUSTRE_CHAIN).values()) == {outcomes.CREATED}
+    _submit(sandbox, first, 10)
+    # Its export failed: teardown keeps the instance for run 1.
+    assert _steps(first, [*LUSTRE_TEARDOWN, t.RELEASE_LEASE])[t.DELETE_LUSTRE] == outcomes.KEPT_FOR_CHECKPOINT
+
+    # Run 2, same group, the next experiment's directory: it trains, exports, and tears down.
+    second = start_run(project, checkpoint_dir="/data/next_experiment")
+    assert _steps(second, LUSTRE_CHAIN)[t.LUSTRE] == outcomes.EXISTS
+    _submit(sandbox, second, 10)
+    _export(second, 10)
+    result, _ = run_step(second, t.DELETE_LUSTRE)
+
+    assert result["action"] == outcomes.KEPT_FOR_CHECKPOINT
+    assert f"run {first.owner.run}, step 10, /data/nemo_rl_gemma3_27b_3_17/step_10" in result["reason"]
+    assert second.owner.run not in result["reason"]
+    assert second.spec.lustre_name in project_resources(sandbox, project)
+    assert _pending(second) == [(first.owner.run, 10, first.spec.checkpoint_dir)]
+    # What the Training view and the run report list: every pending checkpoint, with the conf that releases it.
+    assert pending_checkpoints(result) == [
+        {"run": first.owner.run, "step": 10, "where": "/data/nemo_rl_gemma3_27b_3_17/step_10",
+         "release": f"release_checkpoint_of_run='{first.owner.run}'"}
+    ]  # fmt: skip
+    assert (_lustre_dir(sandbox, first) / "nemo_rl_gemma3_27b_3_17/step_10/training_info.json").exists()
+
+
+def test_three_runs_two_failed_exports_keep_the_instance_until_both_are_released(
+    sandbox: SandboxProcess, project: str
+) -> None:
+    runs = []
+    for n, exported in ((1, False), (2, True), (3, False)):
+        run = start_run(project, checkpoint_dir=f"/data/exp_{n}")
+        _steps(run, LUSTRE_CHAIN)
+        _submit(sandbox, run, 5)
+        if exported:
+            _export(run, 5)
+        assert _steps(run, [*LUSTRE_TEARDOWN, t.RELEASE_LEASE])[t.DELETE_LUSTRE] == outcomes.KEPT_FOR_CHECKPOINT
+        runs.append(run)
+    one, _, three = runs
+    assert _pending(three) == sorted([(one.owner.run, 5, "/data/exp_1"), (three.owner.run, 5, "/data/exp_3")])
+
+    # Releasing run 1 leaves run 3's checkpoint: still kept, and the reason names only run 3 now.
+    release_one = start_run(project, release_checkpoint_of_run=one.owner.run)
+    _steps(release_one, LUSTRE_CHAIN)
+    result, _ = run_step(release_one, t.DELETE_LUSTRE)
+    assert result["action"] == outcomes.KEPT_FOR_CHECKPOINT
+    assert f"release_checkpoint_of_run='{three.owner.run}'" in result["reason"]
+    assert f"release_checkpoint_of_run='{one.owner.run}'" not in result["reason"]
+    # A release is final: the released record is gone even though the instance stays for run 3.
+    assert _pending(release_one) == [(three.owner.run, 5, "/data/exp_3")]
+    _steps(release_one, [*LUSTRE_TEARDOWN[1:], t.RELEASE_LEASE])
+
+    # Releasing run 3 as well: nothing pending is left, so the instance and what it needs go, its records with it.
+    release_three = start_run(project, release_checkpoint_of_run=three.owner.run)
+    _steps(release_three, LUSTRE_CHAIN)
+    assert _pending(release_three) == [(three.owner.run, 5, "/data/exp_3")]
+    assert set(_steps(release_three, LUSTRE_TEARDOWN).values()) == {outcomes.DELETED}
+    assert project_resources(sandbox, project) == {}
+    assert CheckpointRecords(_hook(), release_three.spec, None).names() == []
+
+
+def test_a_step_directory_no_record_names_keeps_the_instance(sandbox: SandboxProcess, project: str) -> None:
+    run = start_run(project)
+    _steps(run, LUSTRE_CHAIN)
+    _submit(sandbox, run, 10)
+    # A directory whose record was lost in a crash: it is on the instance, and nothing names it.
+    _trained(sandbox, run, 7, "/data/crashed_run")
+    _export(run, 10)
+    _listing(sandbox, run)
+    listed = run.xcom[(t.CHECK_CHECKPOINT, t.CHECKPOINT_REPORT)]["steps_present"]
+    assert listed == ["/crashed_run/step_7", "/nemo_rl_gemma3_27b_3_17/step_10"]
+
+    result, _ = run_step(run, t.DELETE_LUSTRE)
+
+    # Its own step_10 is exported (a receipt accounts for it); step_7 is neither exported nor released.
+    assert result["action"] == outcomes.KEPT_FOR_CHECKPOINT
+    assert f"listed by run {run.owner.run}: /crashed_run/step_7" in result["reason"]
+    assert "step_10" not in result["reason"]
+    assert _pending(run) == [(run.owner.run, 0, "")]
+    _steps(run, [*LUSTRE_TEARDOWN[1:], t.RELEASE_LEASE])
+    # Accepting the loss of its own checkpoint does not release what nobody recorded; naming the run does.
+    careless = start_run(project, accept_checkpoint_loss=True)
+    _steps(careless, LUSTRE_CHAIN)
+    assert run_step(careless, t.DELETE_LUSTRE)[0]["action"] == outcomes.KEPT_FOR_CHECKPOINT
+    _steps(careless, [*LUSTRE_TEARDOWN[1:], t.RELEASE_LEASE])
+    release = start_run(project, release_checkpoint_of_run=run.owner.run)
+    _steps(release, LUSTRE_CHAIN)
+    assert set(_steps(release, LUSTRE_TEARDOWN).values()) == {outcomes.DELETED}
+
+
+def test_resume_none_on_a_warm_lustre_holding_steps_does_not_resume(sandbox: SandboxProcess, project: str) -> None:
+    from nemo_rl_gke.rayjobs import LINEAGE_EXIT, job_request
+    from nemo_rl_gke.recipes import load_recipe
+
+    yesterday = start_run(project, teardown_policy=t.KEEP_WARM)
+    _steps(yesterday, LUSTRE_CHAIN)
+    _submit(sandbox, yesterday, 10)
+    _export(yesterday, 10)
+    assert _steps(yesterday, [*LUSTRE_TEARDOWN, t.RELEASE_LEASE])[t.DELETE_LUSTRE] == outcomes.KEPT_BY_POLICY
+    # Today's run asks for a fresh start in the same directory of the warm instance.
+    fresh = start_run(project, resume="none")
+    assert _steps(fresh, [*LUSTRE_CHAIN, t.RESUME])[t.RESUME] == outcomes.NOT_NEEDED
+    resumed = (fresh.xcom[(t.RESUME, t.RETURN)].get("resumed_from") or {}).get("step")
+    job = job_request(fresh.spec, load_recipe(fresh.spec.recipe), DAG_ID, fresh.run_id, resumed_step=resumed)
+
+    # The job's entrypoint, run where the sandbox's Ray runs it: /data is the instance's directory.
+    ran = subprocess.run(
+        ["bash", "-c", job.entrypoint],
+        env={"PATH": "/usr/bin:/bin", "SANDBOX_DATA_DIR": str(_lustre_dir(sandbox, fresh))},
+        capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+
+    assert ran.returncode == LINEAGE_EXIT, (ran.returncode, ran.stderr)
+    assert ran.stderr.strip() == (
+        "nemo-rl-gke: not started: resume=none starts from step 0, but checkpoint_dir /data/nemo_rl_gemma3_27b_3_17 "
+        "already holds step_10, which NeMo RL would resume from. Fix: a checkpoint_dir of its own for this run, or "
+        "resume=latest to continue that lineage."
+    )
+    assert ran.stdout == ""

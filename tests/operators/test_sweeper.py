@@ -28,6 +28,7 @@ from nemo_rl_gke.operators.sweeper import STATE_KEY, TEXT_KEY, SweepOperator
 from nemo_rl_gke.ownership import FREE, Owner
 from nemo_rl_gke.sweeper import SWEEPER_DAG_ID, Sweep
 from tests.operators.harness import (
+    DAG_ID,
     Run,
     gcp_conn,
     operator,
@@ -169,6 +170,18 @@ def _last_seq(sandbox: SandboxProcess) -> int:
     return calls[-1]["seq"] if calls else 0
 
 
+def _exported(run: Run, step: int) -> None:
+    """What checkpoint.export does once the export succeeded: the run's record names the copy."""
+    from nemo_rl_gke.gcp.pending import CheckpointRecords
+    from nemo_rl_gke.ownership import PendingCheckpoint
+
+    actual = run.resources()[t.LUSTRE].get(_hook())
+    uri = run.spec.export_uri(DAG_ID, run.run_id, step)
+    CheckpointRecords(_hook(), run.spec, actual).put(
+        PendingCheckpoint(run.owner.run, step, run.spec.checkpoint_dir, uri)
+    )
+
+
 def _killed_run(sandbox: SandboxProcess, project: str) -> Run:
     """A run that made its networks, storage and cluster, marked Lustre for the checkpoint its job was about to
     write, and was killed: teardown never ran and its lease is held but expired."""
@@ -221,8 +234,8 @@ def test_a_run_killed_mid_way_is_swept_and_its_pending_checkpoint_survives_until
     assert again.group(group)["deleted"] == [] and set(again.kept(group)) == kept
     assert again.group(group)["notes"] == []  # the cluster was gone already
 
-    # The checkpoint is exported: the mark comes off as checkpoint.export's unmark takes it off.
-    killed.resources()[t.LUSTRE].mark(_hook(), None)
+    # The checkpoint is exported: its record becomes a receipt, as checkpoint.export's unmark makes it.
+    _exported(killed, 20)
     last = sweep(project, {again.run: "success"})
     assert f"left by sweep {again.run}" in last.group(group)["why"]
     assert set(last.group(group)["deleted"]) == kept and last.group(group)["kept"] == []
@@ -384,8 +397,8 @@ def test_a_dry_run_lists_what_it_would_delete_and_keep_and_writes_nothing(
     assert set(result.kept(killed.owner.group)) == kept
     assert swept["lease"] == "untouched (dry run)" and result.deferrals == 0
     assert "(dry run: nothing was written)" in result.text and "would delete" in result.text
-    # Without the mark the dry run would delete it all.
-    killed.resources()[t.LUSTRE].mark(_hook(), None)
+    # Without the pending record the dry run would delete it all.
+    _exported(killed, 20)
     seq = _last_seq(sandbox)
     result = sweep(project, {killed.owner.run: "failed"}, dry_run=True)
     assert set(result.group(killed.owner.group)["deleted"]) == set(swept["found"])
@@ -431,3 +444,59 @@ def test_the_sweep_state_survives_a_deferral_as_json(sandbox: SandboxProcess, pr
     state = json.loads(json.dumps(ti.xcom[STATE_KEY]))
     assert Sweep.from_dict(state["sweep"]).to_dict() == state["sweep"]
     assert deferred.value.trigger.serialize()[1]["operation"]["resource"] == f"network {killed.spec.network}"
+
+
+def test_an_adopted_cluster_loses_the_groups_objects_and_keeps_the_lustre_a_pv_there_names(
+    sandbox: SandboxProcess, project: str
+) -> None:
+    from nemo_rl_gke.kube.client import KubeHook, ObjectRef
+    from nemo_rl_gke.kube.objects import group_objects
+
+    # Team B's cluster, with a PV of theirs that mounts the Lustre instance our group is about to make.
+    theirs = start_run(project, deployment="team-b")
+    assert set(_steps(theirs, [t.NET, t.GKE_CLUSTER]).values()) == {outcomes.CREATED}
+    release(_hook(), project, theirs.owner, warm=False)
+    their_pv = group_objects(theirs.spec, t.LUSTRE_STORAGE, theirs.owner, lustre_address="10.9.0.2")[0]
+    their_pv = {**their_pv, "metadata": {**their_pv["metadata"], "name": "team-b-lustre-pv"}}
+    their_pv["spec"] = {k: v for k, v in their_pv["spec"].items() if k != "claimRef"}
+    kube = KubeHook(theirs.spec, _hook())
+    kube.apply(their_pv)
+    # Our run adopts their network and cluster, makes Lustre and its own PV/PVC there, and is killed.
+    ours = start_run(project, adopt_existing=True)
+    made = _steps(ours, [t.NET, t.PEERING_RANGE, t.PEERING, t.LUSTRE, t.GKE_CLUSTER])
+    assert made[t.GKE_CLUSTER] == outcomes.ADOPTED and made[t.LUSTRE] == outcomes.CREATED
+    applied, _ = run_step(ours, t.LUSTRE_STORAGE)
+    assert [o["action"] for o in applied["objects"]] == ["created", "created"]
+    pvc = ObjectRef("v1", "PersistentVolumeClaim", ours.spec.lustre_pvc, ours.spec.namespace)
+    assert kube.get(pvc) is not None
+    _expire(ours)
+    # A dry run says the same about Lustre, and deletes nothing in the cluster.
+    dry = sweep(project, {ours.owner.run: "failed"}, dry_run=True)
+    assert dry.kept(ours.owner.group)[_labels(ours, [t.LUSTRE]).pop()] == outcomes.KEPT_FOR_LUSTRE
+    assert kube.get(pvc) is not None
+
+    result = sweep(project, {ours.owner.run: "failed"})
+
+    group = result.group(ours.owner.group)
+    lustre = _labels(ours, [t.LUSTRE]).pop()
+    cluster = _labels(ours, [t.GKE_CLUSTER]).pop()
+    kept = {k["resource"]: k for k in group["kept"]}
+    assert kept[lustre]["action"] == outcomes.KEPT_FOR_LUSTRE
+    assert kept[lustre]["reason"] == (
+        f"PV team-b-lustre-pv in {cluster}, which stays, still names it: delete the PV first"
+    )
+    assert kept[cluster]["action"] == outcomes.KEPT_UNOWNED
+    # Our own objects in the cluster that stays went first; theirs stayed.
+    assert kube.get(pvc) is None
+    assert kube.get(ObjectRef("v1", "PersistentVolume", ours.spec.lustre_pv)) is None
+    assert kube.get(ObjectRef("v1", "PersistentVolume", "team-b-lustre-pv")) is not None
+    assert group["notes"] == [
+        f"{cluster} stays: the group's PersistentVolumeClaim {ours.spec.namespace}/{ours.spec.lustre_pvc}, "
+        f"PersistentVolume {ours.spec.lustre_pv} deleted from it"
+    ]
+    assert ours.spec.lustre_name in project_resources(sandbox, project)
+
+    # Once their PV is gone, the next sweep deletes the Lustre.
+    kube.delete(ObjectRef("v1", "PersistentVolume", "team-b-lustre-pv"))
+    again = sweep(project, {result.run: "success"})
+    assert lustre in again.group(ours.owner.group)["deleted"]

@@ -330,7 +330,7 @@ GCLOUD_LUSTRE = {
 }
 
 
-def test_lustre_create_is_gclouds_plus_labels() -> None:
+def test_lustre_create_is_gclouds_plus_labels_and_where_its_checkpoint_records_live() -> None:
     request = lustre_create_request(SPEC, OWNER)
     assert (request.service, request.method, request.http_method) == (
         "lustre",
@@ -339,7 +339,13 @@ def test_lustre_create_is_gclouds_plus_labels() -> None:
     )
     # --location=ZONE in the path; the instance ID is a query parameter, not a body field
     assert request.path == f"/v1/projects/{P}/locations/{Z}/instances?instanceId={LUSTRE}"
-    assert request.body == {**GCLOUD_LUSTRE, "labels": LABELS}  # labels: our ownership marker, gcloud sends none
+    # labels: our ownership marker, gcloud sends none; the description names the records' place once (gcp.pending)
+    records = f"gs://{SPEC.export_bucket_name}/nemo-rl-gke/records/{P}/{Z}/{LUSTRE}/"
+    assert request.body == {
+        **GCLOUD_LUSTRE,
+        "labels": LABELS,
+        "description": "nemo-rl-gke checkpoint records v1 " + records,
+    }
 
 
 def test_lustre_delete() -> None:

@@ -175,9 +175,13 @@ CALLS: dict[str, tuple[tuple[str, ...], tuple[str, str]]] = {
         ("storage.buckets.getIamPolicy",),
         ("gcp/live_checks.py", "buckets.getIamPolicy("),
     ),
+    # The pending-checkpoint records: one object per run in the export bucket.
+    "storage.objects.insert": (("storage.objects.create",), ("gcp/pending.py", "storage.objects().insert(")),
+    "storage.objects.delete": (("storage.objects.delete",), ("gcp/pending.py", "storage.objects().delete(")),
+    "storage.objects.list": (("storage.objects.list",), ("gcp/pending.py", "storage.objects().list(")),
 }
 # The discovery clients' resources: a call is ``resource().method(`` or ``resource.method(`` on a saved one.
-DISCOVERY_RESOURCES = ("projects", "services", "connections", "consumerQuotaMetrics", "buckets")
+DISCOVERY_RESOURCES = ("projects", "services", "connections", "consumerQuotaMetrics", "buckets", "objects")
 # Calls that need no permission of their own.
 FREE_CALLS = {"cloudresourcemanager.projects.testIamPermissions": ("gcp/iam.py", "projects.testIamPermissions(")}
 

@@ -558,3 +558,24 @@ def test_a_scheduled_run_states_the_gpu_node_hours_until_its_next_run() -> None:
     r = build_report(timings(schedule), UPSTREAM, inputs(teardown_actions=kept, now=now, next_run_at=next_run))
     assert r.gpu.node_hours_to_next_run == pytest.approx(2 * 20.0)
     assert "until the next run      40.000 GPU node-hours (2 nodes x 20.0 h to " in r.to_text()
+
+
+def test_the_report_lists_every_pending_checkpoint_on_the_kept_instance_and_how_to_release_it() -> None:
+    pending = [
+        {"run": "nemo_rl_grpo_gke/manual__1", "step": 10, "where": "/data/exp_a/step_10",
+         "release": "release_checkpoint_of_run='nemo_rl_grpo_gke/manual__1'"},
+        {"run": "nemo_rl_grpo_gke/manual__3", "step": 5, "where": "/data/exp_c/step_5",
+         "release": "release_checkpoint_of_run='nemo_rl_grpo_gke/manual__3'"},
+    ]  # fmt: skip
+    r = build_report(timings(), UPSTREAM, inputs(pending_checkpoints=pending))
+    text = r.to_text()
+    assert (
+        "Pending checkpoints on the kept Lustre instance (2; each keeps it until exported, or released by a later "
+        "run's conf)\n"
+        "  run nemo_rl_grpo_gke/manual__1, step 10, /data/exp_a/step_10\n"
+        "    release: release_checkpoint_of_run='nemo_rl_grpo_gke/manual__1'\n"
+        "  run nemo_rl_grpo_gke/manual__3, step 5, /data/exp_c/step_5\n"
+        "    release: release_checkpoint_of_run='nemo_rl_grpo_gke/manual__3'\n"
+    ) in text
+    assert r.to_dict()["pending_checkpoints"] == pending
+    assert "Pending checkpoints" not in build_report(timings(), UPSTREAM, inputs()).to_text()

@@ -143,21 +143,36 @@ def test_the_sweep_deletes_no_kubernetes_object_so_lustre_waits_for_the_cluster_
 def test_lustre_with_a_pending_checkpoint_keeps_itself_and_what_it_needs() -> None:
     spec = RunSpec()
     lustre = resources(spec, owner_of(spec))[t.LUSTRE]
-    marked = {"labels": PendingCheckpoint(TEST_RUN, 7, "/data/x").labels, "description": ""}
+    found = {"labels": {}}
+    pending = [PendingCheckpoint(TEST_RUN, 7, "/data/x")]
     sweeper = {"run": SWEEP_RUN}
-    kept = kept_for_storage(t.LUSTRE, lustre, marked, **sweeper)  # type: ignore[arg-type]
+    kept = kept_for_storage(t.LUSTRE, lustre, found, records=pending, **sweeper)  # type: ignore[arg-type]
     assert kept is not None and kept[0] == outcomes.KEPT_FOR_CHECKPOINT and "step 7" in kept[1]
-    # Only naming the marking run releases it; the sweeper never does (no conf), a blanket flag does not either.
+    # Only naming the record's run releases it; the sweeper never does (no conf), a blanket flag does not either.
     named = {"accepts_own_loss": False, "release_run": TEST_RUN}
-    assert kept_for_storage(t.LUSTRE, lustre, marked, **sweeper, **named) is None  # type: ignore[arg-type]
-    assert kept_for_storage(t.LUSTRE, lustre, marked, run=SWEEP_RUN, accepts_own_loss=True) is not None  # type: ignore[arg-type]
-    assert kept_for_storage(t.LUSTRE, lustre, {"labels": {}}, **sweeper) is None  # type: ignore[arg-type]
-    # What Lustre needs stays while it exists, whatever its mark; nothing else does.
+    assert kept_for_storage(t.LUSTRE, lustre, found, records=pending, **sweeper, **named) is None  # type: ignore[arg-type]
+    assert kept_for_storage(t.LUSTRE, lustre, found, records=pending, run=SWEEP_RUN, accepts_own_loss=True)  # type: ignore[arg-type]
+    assert kept_for_storage(t.LUSTRE, lustre, found, **sweeper) is None  # type: ignore[arg-type]
+    # An exported record is a receipt: it keeps nothing. Another run's pending record still keeps it after a release.
+    other = PendingCheckpoint("dag/other", 3, "/data/y")
+    receipt = PendingCheckpoint(TEST_RUN, 7, "/data/x", uri="gs://b/dag/run/step_7/")
+    assert kept_for_storage(t.LUSTRE, lustre, found, records=[receipt], **sweeper) is None  # type: ignore[arg-type]
+    both = kept_for_storage(t.LUSTRE, lustre, found, records=[*pending, other], **sweeper, **named)  # type: ignore[arg-type]
+    assert both is not None and "run dag/other, step 3, /data/y/step_3" in both[1] and TEST_RUN not in both[1]
+    # Directories a listing found that no record named: only naming the listing run releases them.
+    unrecorded = PendingCheckpoint(TEST_RUN, 0, "", dirs=("/lost/step_2",))
+    own = {"run": TEST_RUN, "accepts_own_loss": True}
+    assert kept_for_storage(t.LUSTRE, lustre, found, records=[unrecorded], **own) is not None  # type: ignore[arg-type]
+    # An instance marked before records: its label mark still counts (its run shows as the label's digest).
+    marked = {"labels": PendingCheckpoint(TEST_RUN, 7, "/data/x").labels, "description": ""}
+    legacy = lustre.legacy_mark(marked)  # type: ignore[attr-defined]
+    assert legacy is not None and legacy.belongs_to(TEST_RUN) and legacy.step == 7
+    # What Lustre needs stays while it exists, whatever its records; nothing else does.
     assert storage_keys() == {t.LUSTRE, t.PEERING, t.PEERING_RANGE, t.LUSTRE_FW, t.NET}
     for key in storage_keys() - {t.LUSTRE}:
         assert kept_for_storage(key, lustre, {"labels": {}}, **sweeper)[0] == outcomes.KEPT_FOR_LUSTRE  # type: ignore[arg-type,index]
         assert kept_for_storage(key, lustre, None, **sweeper) is None  # type: ignore[arg-type]
-    assert kept_for_storage(t.GKE_CLUSTER, lustre, marked, **sweeper) is None  # type: ignore[arg-type]
+    assert kept_for_storage(t.GKE_CLUSTER, lustre, marked, records=pending, **sweeper) is None  # type: ignore[arg-type]
 
 
 def _report(dry_run: bool) -> SweepReport:

@@ -65,6 +65,9 @@ _TRANSIENT_EXCEPTIONS: tuple[type[BaseException], ...] = (
     ConnectionError,
     TimeoutError,
 )
+# The servicePath a discovery API's methods are relative to, where it is not empty: an endpoint override replaces the
+# rootUrl and the servicePath both, so it is put back (Cloud Storage's is storage/v1/).
+SERVICE_PATHS = {"storage": "storage/v1/"}
 _GRPC_TRANSIENT = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "INTERNAL"})
 # A 403 with one of these reasons is a rate quota ("wait a minute then try again", compute api-quota docs), not a
 # missing permission. ErrorInfo spells it RATE_LIMIT_EXCEEDED.
@@ -382,9 +385,7 @@ class GcpHook(GoogleBaseHook):
         key = (api, version)
         if key not in self._discovery:
             endpoint = self.endpoint(api)
-            # An override replaces the whole base URL; Storage's methods sit under its servicePath, storage/v1/.
-            suffix = f"/storage/{version}/" if api == "storage" else "/"
-            client_options = {"api_endpoint": endpoint + suffix} if endpoint else None
+            client_options = {"api_endpoint": endpoint + "/" + SERVICE_PATHS.get(api, "")} if endpoint else None
             http = build_http() if self.is_anonymous else self._authorize()
             self._discovery[key] = gdiscovery.build(
                 api,
@@ -402,6 +403,11 @@ class GcpHook(GoogleBaseHook):
         return self.discovery("servicenetworking", "v1")
 
     @property
+    def storage(self) -> Any:
+        """Cloud Storage JSON API v1 (the export bucket, its IAM policy, the pending-checkpoint records, the copies)."""
+        return self.discovery("storage", "v1")
+
+    @property
     def resourcemanager(self) -> Any:
         """Cloud Resource Manager v1 (the project number)."""
         return self.discovery("cloudresourcemanager", "v1")
@@ -415,11 +421,6 @@ class GcpHook(GoogleBaseHook):
     def serviceusage_beta(self) -> Any:
         """Service Usage v1beta1 (consumer quota metrics: the GPU quota per GPU family)."""
         return self.discovery("serviceusage", "v1beta1")
-
-    @property
-    def storage(self) -> Any:
-        """Cloud Storage JSON API v1 (the export bucket and its IAM policy)."""
-        return self.discovery("storage", "v1")
 
     # --- calls ---------------------------------------------------------------------------------------------------
     def call(self, method: Callable[..., T], /, *args: Any, what: str, **kwargs: Any) -> T:

@@ -37,6 +37,8 @@ GRANTING_ROLES: dict[str, str] = {
     "servicenetworking.": "roles/servicenetworking.networksAdmin",
     "serviceusage.": "roles/serviceusage.serviceUsageViewer",
     "storage.buckets.": "roles/storage.admin",
+    # The pending-checkpoint records are objects in the export bucket (gcp/pending.py).
+    "storage.objects.": "roles/storage.objectUser",
 }
 
 

@@ -25,7 +25,11 @@ def lustre_create_request(spec: RunSpec, owner: Owner) -> ApiRequest:
 
     The body is the Instance itself; its ID is the ``instanceId`` query parameter. ``network`` is the relative path
     gcloud resolves ``--network`` to. The labels are the owner's (deployment, group, creating run); gcloud sends none.
+    The description names where the instance's checkpoint records live (:mod:`nemo_rl_gke.gcp.pending`), once.
     """
+    from nemo_rl_gke.gcp.pending import records_uri
+    from nemo_rl_gke.ownership import records_description
+
     instance = lustre_v1.Instance(
         filesystem=spec.lustre_filesystem,
         capacity_gib=spec.lustre_capacity_gib,
@@ -34,6 +38,7 @@ def lustre_create_request(spec: RunSpec, owner: Owner) -> ApiRequest:
         # The tutorial passes it; the API now calls it deprecated and unneeded for GKE, and still accepts it.
         gke_support_enabled=True,
         labels=owner.labels,
+        description=records_description(records_uri(spec)),
     )
     return ApiRequest(
         service=SERVICE,

@@ -79,12 +79,15 @@ class ValidateCheckpointOperator(StepOperator):
         submitted = pull(context, SUBMIT)
         # /data is the Lustre mount on GKE; the sandbox sets SANDBOX_DATA_DIR to the directory standing in for it.
         rest = spec.checkpoint_dir.removeprefix("/data")
-        target = f'"${{SANDBOX_DATA_DIR:-/data}}"{shlex.quote(rest)}'
+        mount = '"${SANDBOX_DATA_DIR:-/data}"'
+        target = f"{mount}{shlex.quote(rest)}"
         converged = (pull(context, WAIT) or {}).get("converged_at") is not None
         expected = expectation(spec, final_step(context, spec), stopped=converged)
         request = JobRequest(
             submission_id=f"{submitted['submission_id']}-validate",
-            entrypoint=f"python checkpoints.py validate {target} --expect {shlex.quote(json.dumps(expected))}",
+            # --list-steps: every step_N on the instance, which teardown compares with the records before a delete.
+            entrypoint=f"python checkpoints.py validate {target} --expect {shlex.quote(json.dumps(expected))} "
+            f"--list-steps {mount}",
             env_vars={},
             secrets=(),
             working_dir_files=(str(VALIDATOR),),
@@ -176,17 +179,21 @@ class ExportCheckpointOperator(StepOperator):
         what = f"export of Lustre {spec.lustre_name}:{source} to {uri} (operation {ref.path})"
         self.defer_until(context, spec, OperationTrigger, what=what, operation=ref.to_dict())
 
-    def unmark(self, context: Context, spec: RunSpec) -> None:
-        """The checkpoint has a copy now: take this run's pending mark off Lustre (another run's mark stays)."""
+    def unmark(self, context: Context, spec: RunSpec, step: int, uri: str) -> None:
+        """The checkpoint has a copy now: this run's record becomes a receipt naming it (other runs' records stay)."""
+        from nemo_rl_gke.gcp.pending import CheckpointRecords
         from nemo_rl_gke.gcp.resources import resources
+        from nemo_rl_gke.ownership import PendingCheckpoint
 
         owner = self.identity(context, spec)
         lustre = resources(spec, owner)[LUSTRE]
         actual = lustre.get(self.hook)
-        pending = lustre.pending_checkpoint(actual) if actual is not None else None  # type: ignore[attr-defined]
-        if pending is not None and pending.belongs_to(owner.run):
-            lustre.mark(self.hook, None)  # type: ignore[attr-defined]
-            self.log.info("%s: the checkpoint mark of run %s is off", lustre.label, pending.run)
+        if actual is None or not lustre.owned(actual):
+            return
+        where = CheckpointRecords(self.hook, spec, actual).put(
+            PendingCheckpoint(owner.run, step, spec.checkpoint_dir, uri=uri)
+        )
+        self.log.info("%s: run %s's checkpoint is exported; its record %s says where", lustre.label, owner.run, where)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Publish the Asset event, or fail saying where the checkpoint still is."""
@@ -217,7 +224,7 @@ class ExportCheckpointOperator(StepOperator):
         for outlet in self.outlets:
             context["outlet_events"][outlet].extra = extra
         self.log.info("Checkpoint step %s exported to %s", step, uri)
-        self.unmark(context, spec)
+        self.unmark(context, spec, step, uri)
         return {"action": outcomes.EXPORTED, "uri": uri, "step": step}
 
 

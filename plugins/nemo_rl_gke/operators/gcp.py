@@ -144,16 +144,17 @@ class DeleteGcpResourceOperator(_ResourceStep):
     Kept (the task ends skipped, its result in XCom, so the grid shows it apart from a deletion): by policy (the
     topology says which policies delete what); another deployment's or group's resource, or an adopted one (DESIGN
     rule 2); one of the group's that this run refused or never reached; Lustre while it holds a checkpoint that no
-    export has copied (marked on the instance itself), and what Lustre needs while it stays. One that is already gone
-    counts as deleted (404 is success). The wait on the delete operation is deferred with the teardown timeout.
-    Returns ``{"key", "name", "action"}`` with an :mod:`~nemo_rl_gke.outcomes` action.
+    export has copied (any run's record, :mod:`nemo_rl_gke.gcp.pending`, or a step directory the listing found that
+    no record names), and what Lustre needs while it stays. One that is already gone counts as deleted (404 is
+    success). The wait on the delete operation is deferred with the teardown timeout. Returns ``{"key", "name",
+    "action"}`` with an :mod:`~nemo_rl_gke.outcomes` action; a kept Lustre adds ``pending``, every pending record.
     """
 
     ui_color = "#fbe9e3"
 
     def execute(self, context: Context) -> dict[str, str]:
         """Delete the resource when the policy, ownership and checkpoints allow; defer on the delete operation."""
-        from nemo_rl_gke.gcp.resources import delete_resource
+        from nemo_rl_gke.gcp.resources import delete_resource, delete_verdict
         from nemo_rl_gke.gcp.resources.keep import kept_for_storage, storage_keys
 
         spec = self.run_spec(context)
@@ -162,20 +163,34 @@ class DeleteGcpResourceOperator(_ResourceStep):
             self.keep(
                 context, self.result(resource, outcomes.KEPT_BY_POLICY), f"teardown_policy={spec.teardown_policy}"
             )
+        ensured = pull(context, self.resource_key) or {}
+        used = ensured.get("action") in (outcomes.CREATED, outcomes.EXISTS)
+        records: list[Any] = []
         if self.resource_key in storage_keys():
             lustre: LustreInstance = self.resource_of(context, spec, topology.LUSTRE)  # type: ignore[assignment]
+            lustre_actual = lustre.get(self.hook)
+            run = self.identity(context, spec).run
+            if self.resource_key == topology.LUSTRE and lustre_actual is not None and lustre.owned(lustre_actual):
+                records = self.lustre_records(context, spec, lustre_actual, run)
             kept = kept_for_storage(
                 self.resource_key,
                 lustre,
-                lustre.get(self.hook),
-                run=self.identity(context, spec).run,
+                lustre_actual,
+                run=run,
+                records=records,
                 accepts_own_loss=spec.accept_checkpoint_loss,
                 release_run=spec.release_checkpoint_of_run,
             )
             if kept:
-                self.keep(context, self.result(resource, kept[0]), kept[1])
-        ensured = pull(context, self.resource_key) or {}
-        used = ensured.get("action") in (outcomes.CREATED, outcomes.EXISTS)
+                found = self.result(resource, kept[0])
+                if self.resource_key == topology.LUSTRE:
+                    from nemo_rl_gke.gcp.pending import pending_rows
+
+                    found["pending"] = pending_rows(records)  # type: ignore[assignment]
+                self.keep(context, found, kept[1])
+            goes = delete_verdict(resource, lustre_actual, used=used) == outcomes.DELETED
+            if self.resource_key == topology.LUSTRE and lustre_actual is not None and goes:
+                self.forget_records(spec, lustre_actual)
         outcome = delete_resource(resource, self.hook, used=used)
         if outcome.action in outcomes.KEPT:
             self.keep(context, self.result(resource, outcome.action), f"{self.describe(resource)}: {outcome.reason}")
@@ -183,6 +198,28 @@ class DeleteGcpResourceOperator(_ResourceStep):
             self.wait_on(context, spec, outcome.operation, resource, outcome.action)
         self.log.info("%s: %s", self.describe(resource), outcome.action)
         return self.result(resource, outcome.action)
+
+    def lustre_records(self, context: Context, spec: RunSpec, actual: dict[str, Any], run: str) -> list[Any]:
+        """Lustre's checkpoint records, after this run's listing of its step directories (taken by the validation
+        job while the cluster was up) was compared with them; None listing when the run did not get that far."""
+        from nemo_rl_gke.gcp.pending import records_before_delete, release
+
+        report = pull(context, topology.CHECK_CHECKPOINT, topology.CHECKPOINT_REPORT) or {}
+        listing = report.get("steps_present")
+        records = records_before_delete(
+            self.hook, spec, actual, run=run, listing=listing if isinstance(listing, list) else None
+        )
+        return release(self.hook, spec, actual, records, run=run, accepts_own_loss=spec.accept_checkpoint_loss,
+                       release_run=spec.release_checkpoint_of_run)  # fmt: skip
+
+    def forget_records(self, spec: RunSpec, actual: dict[str, Any]) -> None:
+        """The instance goes, and every record with it: each was exported or released (a stale record would keep
+        the next instance of that name)."""
+        from nemo_rl_gke.gcp.pending import CheckpointRecords
+
+        removed = CheckpointRecords(self.hook, spec, actual).remove_all()
+        self.log.info("Removed %s checkpoint record(s) of Lustre instance %s before deleting it", removed,
+                      spec.lustre_name)  # fmt: skip
 
     def resource_of(self, context: Context, spec: RunSpec, key: str) -> Resource:
         """Another resource of the run, judged as this run's."""

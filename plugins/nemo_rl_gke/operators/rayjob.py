@@ -16,7 +16,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from nemo_rl_gke.links import JOB_LINKS, WAIT_LINKS
 from nemo_rl_gke.operators.base import StepOperator, epoch_of, iso_now, pull
-from nemo_rl_gke.topology import JOB_STEPS, JOB_SUMMARY, LUSTRE, SUBMIT
+from nemo_rl_gke.topology import JOB_STEPS, JOB_SUMMARY, LUSTRE, RESUME, SUBMIT
 
 SUBMIT_TIMEOUT_S = 15 * 60
 
@@ -91,8 +91,15 @@ class SubmitRayJobOperator(StepOperator):
 
         spec = self.run_spec(context)
         try:
+            # The job refuses to train unless checkpoint_dir holds exactly the step it starts from (rayjobs).
+            resumed = (pull(context, RESUME) or {}).get("resumed_from") or {}
             request = job_request(
-                spec, load_recipe(spec.recipe), context["dag"].dag_id, context["run_id"], deployment=self.deployment
+                spec,
+                load_recipe(spec.recipe),
+                context["dag"].dag_id,
+                context["run_id"],
+                deployment=self.deployment,
+                resumed_step=resumed.get("step"),
             )
         except ConnectionNotAllowedError as exc:
             raise AirflowFailException(str(exc)) from exc
@@ -119,8 +126,11 @@ class SubmitRayJobOperator(StepOperator):
 
 
 def mark_checkpoint_pending(operator: StepOperator, context: Context, spec: RunSpec, step: int) -> None:
-    """Mark the run's Lustre instance with the checkpoint it will hold (before the job writes it): until an export
-    copies it, every later run's teardown and the sweeper keep the instance (the mark lives on the instance)."""
+    """Record the checkpoint the run's Lustre instance will hold, before the job can write it: until an export copies
+    it, every later run's teardown and the sweeper keep the instance. The record is this run's own object in the
+    bucket the instance names (:mod:`nemo_rl_gke.gcp.pending`): one request, done when it returns, so the submit waits
+    on no long-running operation."""
+    from nemo_rl_gke.gcp.pending import CheckpointRecords
     from nemo_rl_gke.gcp.resources import resources
     from nemo_rl_gke.ownership import PendingCheckpoint
 
@@ -129,12 +139,13 @@ def mark_checkpoint_pending(operator: StepOperator, context: Context, spec: RunS
     actual = lustre.get(operator.hook)
     if actual is None or not lustre.owned(actual):
         # An adopted instance is never deleted by this package: there is nothing to guard, and it stays as it is.
-        operator.log.info("%s is not this group's: no checkpoint mark needed", lustre.label)
+        operator.log.info("%s is not this group's: no checkpoint record needed", lustre.label)
         return
-    lustre.mark(operator.hook, PendingCheckpoint(owner.run, step, spec.checkpoint_dir))  # type: ignore[attr-defined]
+    where = CheckpointRecords(operator.hook, spec, actual).put(PendingCheckpoint(owner.run, step, spec.checkpoint_dir))
     operator.log.info(
-        "Marked %s: it holds run %s's checkpoint (step %s) until an export copies it", lustre.label, owner.run, step
-    )
+        "Recorded at %s: %s holds run %s's checkpoint (step %s) until an export copies it", where, lustre.label,
+        owner.run, step,
+    )  # fmt: skip
 
 
 class RayJobSensor(StepOperator):

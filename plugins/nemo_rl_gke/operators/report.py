@@ -104,6 +104,7 @@ class RunReportOperator(StepOperator):
             if result:
                 teardown[step.task_id] = str(result.get("action"))
         exported = pull(context, EXPORT) or {}
+        pending = (pull(context, topology.DELETE_LUSTRE) or {}).get("pending") or ()
         report = build_report(
             timings,
             {t.task_id: sorted(t.upstream_task_ids) for t in dag.tasks},
@@ -118,6 +119,7 @@ class RunReportOperator(StepOperator):
                 checkpoint_uri=exported.get("uri"),
                 teardown_actions=teardown,
                 lineage=(pull(context, RESUME) or {}).get("lineage") or (),
+                pending_checkpoints=pending,
                 next_run_at=_next_run_at(dag),
             ),
         )

@@ -114,6 +114,22 @@ function drawCheckpoints(list) {
   }
 }
 
+function drawPending(list) {
+  const body = document.querySelector("#pending-checkpoints tbody");
+  body.replaceChildren();
+  document.getElementById("pending").hidden = list.length === 0;
+  for (const c of list) {
+    const row = el("tr", { "data-run": c.run });
+    row.appendChild(el("td", {}, c.run));
+    row.appendChild(el("td", {}, c.step));
+    row.appendChild(el("td", {}, c.where));
+    const release = el("td", {});
+    release.appendChild(el("code", {}, c.release));
+    row.appendChild(release);
+    body.appendChild(row);
+  }
+}
+
 function render(view) {
   const state = document.getElementById("run-state");
   state.textContent = view.run_state;
@@ -142,6 +158,7 @@ function render(view) {
   const url = view.wandb_url && safeHttps(view.wandb_url);
   if (url) wandb.appendChild(el("a", { href: url, target: "_blank", rel: "noopener noreferrer" }, "W&B run"));
   drawCheckpoints(view.checkpoints);
+  drawPending(view.pending_checkpoints || []);
   setText("updated", view.generated_at);
   document.body.setAttribute("data-points", view.points);
   document.body.setAttribute("data-run-state", view.run_state);

@@ -1,5 +1,6 @@
-"""Why a teardown keeps a resource of its group that it could delete: Lustre while it holds a checkpoint no export
-has copied, and what Lustre needs while it stays (the peering, its range and the main network).
+"""Why a teardown keeps a resource of its group that it could delete: Lustre while any checkpoint on it is pending
+(no export has copied it, nobody released it), and what Lustre needs while it stays (the peering, its range and the
+main network).
 
 One decision for every teardown: the DAG's delete steps (:class:`~nemo_rl_gke.operators.gcp.DeleteGcpResourceOperator`)
 and the sweeper (:mod:`nemo_rl_gke.sweeper`) both ask here. Pure: the caller reads the Lustre instance (or knows it is
@@ -9,12 +10,14 @@ gone, or will be) and passes what it read.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from nemo_rl_gke import outcomes, topology
 
 if TYPE_CHECKING:
     from nemo_rl_gke.gcp.resources.lustre import LustreInstance
+    from nemo_rl_gke.ownership import PendingCheckpoint
 
 log = logging.getLogger(__name__)
 
@@ -25,24 +28,37 @@ def storage_keys() -> frozenset[str]:
 
 
 def checkpoint_at_risk(
-    lustre: LustreInstance, actual: dict[str, Any] | None, *, run: str, accepts_own_loss: bool, release_run: str
+    lustre: LustreInstance,
+    actual: dict[str, Any] | None,
+    records: Sequence[PendingCheckpoint],
+    *,
+    run: str,
+    accepts_own_loss: bool,
+    release_run: str,
 ) -> str:
     """Why deleting Lustre now would lose the only copy of a checkpoint ('' when it would not, DESIGN rule 4).
 
-    ``actual`` is the instance as read now (None: it is gone). ``run`` is who would delete it; a mark is released only
-    by that run accepting the loss of its own checkpoint, or by naming the marking run (``release_run``).
+    ``actual`` is the instance as read now (None: it is gone); ``records`` are its checkpoint records
+    (:meth:`LustreInstance.records`). ``run`` is who would delete it; a pending record is released only by that run
+    accepting the loss of its own checkpoint, or by naming the record's run (``release_run``). Every pending record
+    that is not released keeps the instance, whoever's run it is.
     """
-    pending = lustre.pending_checkpoint(actual) if actual is not None else None
-    if pending is None:
+    if actual is None:
         return ""
-    if pending.releasable_by(run, accepts_own_loss=accepts_own_loss, release_run=release_run):
-        log.warning("Deleting %s with the unexported checkpoint of run %s: released", lustre.label, pending.run)
+    pending = [r for r in records if r.pending]
+    held = [r for r in pending if not r.releasable_by(run, accepts_own_loss=accepts_own_loss, release_run=release_run)]
+    for released in (r for r in pending if r not in held):
+        log.warning("Deleting %s with the unexported checkpoint of run %s (%s): released", lustre.label,
+                    released.run, released.where)  # fmt: skip
+    if not held:
         return ""
-    where = pending.path or lustre.spec.checkpoint_dir
+    what = "; ".join(f"run {r.run}, step {r.step}, {r.where}" if not r.dirs else f"listed by run {r.run}: {r.where}"
+                     for r in held)  # fmt: skip
+    releases = ", ".join(f"release_checkpoint_of_run={r.run!r}" for r in dict.fromkeys(held))
     return (
-        f"it holds the only copy of a checkpoint (run {pending.run}, step {pending.step}, {where}) that no "
-        f"export has copied. Export it (gcloud lustre instances export-data), or let teardown delete it: "
-        f"release_checkpoint_of_run={pending.run!r} in a later run's conf"
+        f"it holds the only copy of {len(held)} checkpoint(s) that no export has copied ({what}). Export them "
+        f"(gcloud lustre instances export-data), or let a later run's teardown delete them, one conf per run: "
+        f"{releases}"
     )
 
 
@@ -52,17 +68,18 @@ def kept_for_storage(
     lustre_actual: dict[str, Any] | None,
     *,
     run: str,
+    records: Sequence[PendingCheckpoint] = (),
     accepts_own_loss: bool = False,
     release_run: str = "",
 ) -> tuple[str, str] | None:
     """Whether the teardown of ``key`` must keep it for Lustre's sake: ``(action, reason)``, or None.
 
-    Lustre with an unreleased checkpoint mark -> ``kept-for-checkpoint``; a resource Lustre needs while Lustre still
+    Lustre with an unreleased pending record -> ``kept-for-checkpoint``; a resource Lustre needs while Lustre still
     exists (``lustre_actual`` not None, whoever's it is) -> ``kept-for-lustre``.
     """
     if key == topology.LUSTRE:
         reason = checkpoint_at_risk(
-            lustre, lustre_actual, run=run, accepts_own_loss=accepts_own_loss, release_run=release_run
+            lustre, lustre_actual, records, run=run, accepts_own_loss=accepts_own_loss, release_run=release_run
         )
         return (outcomes.KEPT_FOR_CHECKPOINT, reason) if reason else None
     if key in topology.requires(topology.LUSTRE) and lustre_actual is not None:

@@ -1,5 +1,5 @@
-"""The Managed Lustre instance of a run, as a resource, and the mark it carries while it holds the only copy of a
-checkpoint (:class:`~nemo_rl_gke.ownership.PendingCheckpoint`, on the instance itself)."""
+"""The Managed Lustre instance of a run, as a resource. Its checkpoint records live in Cloud Storage
+(:mod:`nemo_rl_gke.gcp.pending`); the instance itself is never written after its create."""
 
 from __future__ import annotations
 
@@ -7,18 +7,14 @@ from typing import TYPE_CHECKING, Any
 
 from google.cloud import lustre_v1
 from google.longrunning import operations_pb2
-from google.protobuf import field_mask_pb2
 
 from nemo_rl_gke.gcp.operations import LONGRUNNING, OperationRef
 from nemo_rl_gke.gcp.resources.base import Resource, absent_on_404, list_operations, request_id
 from nemo_rl_gke.gcp.resources.drift import Check, as_int, message_dict, same_ref
-from nemo_rl_gke.ownership import CHECKPOINT_RUN_KEY, CHECKPOINT_STEP_KEY, Owner, PendingCheckpoint, owner_from_labels
+from nemo_rl_gke.ownership import Owner, PendingCheckpoint, owner_from_labels
 
 if TYPE_CHECKING:
     from nemo_rl_gke.gcp.hooks import GcpHook
-
-# A labels-and-description update finishes in seconds; longer means the API is stuck, not slow.
-MARK_TIMEOUT_S = 120.0
 
 
 class LustreInstance(Resource):
@@ -65,30 +61,17 @@ class LustreInstance(Resource):
         """The labels."""
         return owner_from_labels(actual.get("labels"))
 
-    def pending_checkpoint(self, actual: dict[str, Any]) -> PendingCheckpoint | None:
-        """The checkpoint this instance holds unexported, if it is marked."""
+    def legacy_mark(self, actual: dict[str, Any]) -> PendingCheckpoint | None:
+        """The one pending checkpoint an instance marked before records carries in its labels, if any."""
         return PendingCheckpoint.on_instance(actual.get("labels"), actual.get("description"))
 
-    def mark(self, hook: GcpHook, pending: PendingCheckpoint | None) -> None:
-        """Put the pending-checkpoint mark on the instance (``None`` takes it off), keeping its other labels."""
-        actual = self.get(hook)
-        if actual is None:
-            raise RuntimeError(f"{self.label} does not exist: there is nothing to mark")
-        labels = {
-            k: v for k, v in (actual.get("labels") or {}).items() if k not in (CHECKPOINT_RUN_KEY, CHECKPOINT_STEP_KEY)
-        }
-        instance = lustre_v1.Instance(
-            name=self.spec.lustre_path,
-            labels={**labels, **(pending.labels if pending else {})},
-            description=pending.description if pending else "",
-        )
-        request = lustre_v1.UpdateInstanceRequest(
-            instance=instance,
-            update_mask=field_mask_pb2.FieldMask(paths=["labels", "description"]),
-            request_id=request_id(),
-        )
-        what = f"{'mark' if pending else 'unmark'} the checkpoint on {self.label}"
-        hook.call(hook.lustre_client.update_instance, request=request, what=what).result(timeout=MARK_TIMEOUT_S)
+    def records(self, hook: GcpHook, actual: dict[str, Any] | None) -> list[PendingCheckpoint]:
+        """Every checkpoint record of the instance (and its pre-records label mark), pending or exported."""
+        from nemo_rl_gke.gcp.pending import CheckpointRecords
+
+        found = CheckpointRecords(hook, self.spec, actual).all()
+        legacy = self.legacy_mark(actual) if actual is not None else None
+        return [*found, legacy] if legacy is not None else found
 
     state_field = "state"  # CREATING, ACTIVE, DELETING, ...
     ready_states = ("ACTIVE",)
