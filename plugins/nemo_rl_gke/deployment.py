@@ -13,6 +13,7 @@ environment variables are read, and every setting has a safe default.
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -36,6 +37,11 @@ CONN_ID = re.compile(r"[A-Za-z0-9_.-]{1,250}")
 # Ownership stamps it on labels, whose values are at most 63 lowercase letters, digits, '_' and '-' (FACTS §15).
 DEPLOYMENT_ID = re.compile(r"[a-z][a-z0-9_-]{0,62}")
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
+# A run's budget: a day covers the tutorial (about 2 h of provisioning and training on 2 A4 nodes), and 5,000 USD
+# is about 28 h of those 2 nodes at the report's B200 price (176 USD/h), so the hours bind first; a conf with 33
+# nodes (about 2,900 USD/h) stops within 2 h.
+DEFAULT_MAX_RUN_HOURS = 24.0
+DEFAULT_MAX_RUN_USD = 5000.0
 
 
 class DeploymentError(ValueError):
@@ -142,6 +148,8 @@ class Deployment:
       ``nccl_installer_source``; redirects must stay on it.
     - ``alert_conn_ids``: the Airflow connections run alerts may go to (a schedule may pick a subset); empty: alerts
       are only logged.
+    - ``max_run_hours`` / ``max_run_usd``: the most one run may last (from its start, provisioning included) and
+      spend (the run report's cost model: GPU price per hour x GPU nodes); a conf may only lower them. 0: no limit.
     """
 
     deployment_id: str = DEFAULT_DEPLOYMENT_ID
@@ -150,6 +158,8 @@ class Deployment:
     ray_dashboard_url: str = ""
     nccl_installer_allowlist: tuple[str, ...] = TUTORIAL_INSTALLER_URLS
     alert_conn_ids: tuple[str, ...] = ()
+    max_run_hours: float = DEFAULT_MAX_RUN_HOURS
+    max_run_usd: float = DEFAULT_MAX_RUN_USD
 
     def __post_init__(self) -> None:
         problems = list(self._problems())
@@ -184,6 +194,10 @@ class Deployment:
             problem = installer_url_problem(entry, (entry,))
             if problem or urlsplit(entry).query:
                 problems.append(f"nccl_installer_allowlist entry {entry[:80]!r} is not a plain https URL")
+        for name in ("max_run_hours", "max_run_usd"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+                problems.append(f"{name} must be a number >= 0 (0: no limit), got {str(value)[:40]!r}")
         return problems
 
     @property
@@ -216,7 +230,12 @@ class Deployment:
             raw = get(f.name)
             if raw is None or not raw.strip():
                 continue
-            values[f.name] = _split(raw) if isinstance(f.default, tuple) else raw.strip()
+            if isinstance(f.default, tuple):
+                values[f.name] = _split(raw)
+            elif isinstance(f.default, float):
+                values[f.name] = _number(raw)
+            else:
+                values[f.name] = raw.strip()
         return cls(**values)
 
     @classmethod
@@ -243,6 +262,14 @@ def _allowed(requested: str, allowed: tuple[str, ...], param: str) -> str:
 def _split(raw: str) -> tuple[str, ...]:
     # Comma- or whitespace-separated, so a list fits on one env var line or spans lines in airflow.cfg.
     return tuple(part for part in re.split(r"[\s,]+", raw.strip()) if part)
+
+
+def _number(raw: str) -> float | str:
+    # A setting that is not a number stays a string, so __post_init__ names it in its error.
+    try:
+        return float(raw.strip())
+    except ValueError:
+        return raw.strip()
 
 
 def load_deployment() -> Deployment:
@@ -299,6 +326,21 @@ SETTINGS_DOC: tuple[tuple[str, str, str], ...] = (
         "apache-airflow-providers-http), slackwebhook or slack (the Slack provider, if installed), smtp (the SMTP "
         "provider; recipients in the connection extra 'to'). Empty: alerts are only written to the task log. See "
         "docs/alerts.md.",
+    ),
+    (
+        "max_run_hours",
+        f"{DEFAULT_MAX_RUN_HOURS:g}",
+        "The longest a run may last, counted from its start (provisioning spends budget too). Training is given "
+        "NeMo RL's checkpointing.checkpoint_must_save_by from the time left, so it saves and exits in time; the "
+        "trigger stops the job at its next save when the budget is near (at once when it is spent), then the "
+        "checkpoint is validated and exported. A conf's max_run_hours may only lower it. 0: no limit.",
+    ),
+    (
+        "max_run_usd",
+        f"{DEFAULT_MAX_RUN_USD:g}",
+        "The most a run may spend, in USD at the run report's prices (GPU price per hour x GPU nodes, from the "
+        "run's start): it becomes hours, and the lower of the two limits applies. A conf's max_run_usd may only "
+        "lower it. 0: no limit.",
     ),
 )
 

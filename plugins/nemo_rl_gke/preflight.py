@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 # Importing the rule modules registers their rules.
-from nemo_rl_gke import nemo_rules, resource_rules  # noqa: F401
+from nemo_rl_gke import budget, nemo_rules, resource_rules  # noqa: F401
 from nemo_rl_gke.deployment import Deployment
 from nemo_rl_gke.findings import ConfError, Finding
 from nemo_rl_gke.recipes import Recipe, RecipeError, load_recipe

@@ -656,6 +656,37 @@ class RunSpec:
         minimum=1,
         maximum=14 * DAY,
     )
+    max_run_hours: float | None = _param(
+        None,
+        type=["null", "number"],
+        section=SECTION_WAITING,
+        title="Run budget (hours)",
+        description="The longest this run may last, from its start (provisioning included); empty: the "
+        "deployment's [nemo_rl_gke] max_run_hours. It may only lower that. Training saves and stops before it.",
+        exclusiveMinimum=0,
+        maximum=14 * 24,
+    )
+    max_run_usd: float | None = _param(
+        None,
+        type=["null", "number"],
+        section=SECTION_WAITING,
+        title="Run budget (USD)",
+        description="The most this run may spend at the run report's prices (GPU price per hour x GPU nodes, from "
+        "its start); empty: the deployment's [nemo_rl_gke] max_run_usd. It may only lower that.",
+        exclusiveMinimum=0,
+        maximum=10_000_000,
+    )
+    stall_after_s: int | None = _param(
+        None,
+        type=["null", "integer"],
+        section=SECTION_WAITING,
+        title="Stall after (s)",
+        description="A job that prints no new step for this long is stalled: it is stopped, its newest checkpoint "
+        "validated and exported, and the run fails. Empty: 10x the mean step time so far, at least 15 min, and "
+        "60 min before the first step.",
+        minimum=1,
+        maximum=14 * DAY,
+    )
     teardown_timeout_s: int = _param(
         3600,
         section=SECTION_WAITING,
@@ -958,6 +989,23 @@ class RunSpec:
 
         budget = step_budget(self, load_recipe(self.recipe))
         return budget.effective if budget is not None and budget.epoch_cap else self.max_steps
+
+    @property
+    def budget_hours(self) -> float | None:
+        """The hours this run may last under the deployment's settings as loaded now, its conf's lower limits and
+        the USD cap converted at the report's prices (None: no limit); :func:`nemo_rl_gke.budget.run_budget`."""
+        from nemo_rl_gke.budget import run_budget
+        from nemo_rl_gke.deployment import load_deployment
+
+        return run_budget(self, load_deployment()).hours
+
+    @property
+    def budget_usd(self) -> float | None:
+        """The USD this run may spend, likewise (None: no limit)."""
+        from nemo_rl_gke.budget import run_budget
+        from nemo_rl_gke.deployment import load_deployment
+
+        return run_budget(self, load_deployment()).usd
 
     def checkpoint_lustre_path(self, step: int) -> str:
         """A step's directory as a path on the Lustre filesystem (the PV mounts its root at /data)."""
