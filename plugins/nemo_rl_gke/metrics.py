@@ -96,6 +96,9 @@ _THROUGHPUT_RE = re.compile(
 _VAL_START_RE = re.compile(rf"Starting validation at step {_INT}\b")
 # print(f"Saving checkpoint for step {total_steps + 1}...")
 _CHECKPOINT_RE = re.compile(rf"\bSaving checkpoint for step {_INT}\b")
+# print("Timeout has been reached, stopping training early", flush=True): checkpoint_must_save_by was reached (grpo.py
+# at v0.5.0 and v0.7.0), after the save it forced.
+_TIMEOUT_REACHED = "Timeout has been reached, stopping training early"
 # wandb: "wandb: 🚀 View run at https://..." when the run starts, "wandb: 🚀 View run <name> at: https://..." when it
 # finishes; the emoji is dropped on terminals without them, the URL host differs on a self-hosted server. Three
 # searches, not one pattern with two lazy gaps (which rescanned the line once per "View run": quadratic).
@@ -285,6 +288,8 @@ class RunMetrics:
         self.steps: list[StepMetrics] = []
         self.wandb_url: str | None = None
         self.checkpoints: list[int] = []
+        # The job stopped itself at NeMo RL's checkpoint_must_save_by (the run's budget).
+        self.timeout_reached = False
         self.initial_val_accuracy: float | None = None
         self._epoch: int | None = None
         self._section: str | None = None
@@ -355,6 +360,9 @@ class RunMetrics:
         m = _VAL_START_RE.search(text)
         if m:
             self._val_step = int(m.group(1))
+            return
+        if text.startswith(_TIMEOUT_REACHED):
+            self.timeout_reached = True
             return
         m = _CHECKPOINT_RE.search(text)
         if m:
@@ -807,6 +815,52 @@ def saved_after(steps: Sequence[StepMetrics], index: int) -> int | None:
         if steps[position].checkpoint_step is not None:
             return steps[position].checkpoint_step
     return None
+
+
+def newest_save(steps: Sequence[StepMetrics]) -> int | None:
+    """The global step of the newest checkpoint whose save finished, else None.
+
+    NeMo RL (and the local trainer) print a step's training results after its save, so a save is finished once its
+    step completed or a later step started: a job that hangs after a step still has that step's save.
+    """
+    for position in range(len(steps) - 1, -1, -1):
+        step = steps[position]
+        if step.checkpoint_step is not None and (step.completed or position < len(steps) - 1):
+            return step.checkpoint_step
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Step timing: the stall rule and the budget's "less than a step left"
+# ---------------------------------------------------------------------------------------------------------------
+
+# Before the first step: pulling the image, loading the model and starting vLLM take tens of minutes on GKE.
+STARTUP_ALLOWANCE_S = 3600.0
+# After it: this many mean step times, and never less than the floor (a validation or a save makes a step longer).
+STALL_STEP_FACTOR = 10.0
+STALL_FLOOR_S = 900.0
+
+
+def mean_step_time(steps: Sequence[StepMetrics]) -> float | None:
+    """The mean ``Total step time`` of the completed steps, None before the first."""
+    return _mean([s.total_step_time_s for s in steps if s.completed])
+
+
+def stall_after(steps: Sequence[StepMetrics], override_s: float | None = None) -> float:
+    """Seconds without a new step that make a stall: the conf's ``stall_after_s`` when set, else
+    :data:`STALL_STEP_FACTOR` x the mean step time (at least :data:`STALL_FLOOR_S`), and
+    :data:`STARTUP_ALLOWANCE_S` before a step time is known."""
+    if override_s:
+        return float(override_s)
+    mean = mean_step_time(steps)
+    if mean is None:
+        return STARTUP_ALLOWANCE_S
+    return max(STALL_FLOOR_S, STALL_STEP_FACTOR * mean)
+
+
+def progress_mark(metrics: RunMetrics) -> tuple[int, int, int]:
+    """What grows while a job trains: step headers, completed steps and checkpoint saves."""
+    return len(metrics.steps), sum(1 for s in metrics.steps if s.completed), len(metrics.checkpoints)
 
 
 def _fmt(value: float | None) -> str:

@@ -5,14 +5,19 @@ It polls the Jobs REST API (``GET /api/jobs/{id}``) with aiohttp only, reads the
 new driver-log line into the task log as it arrives (vLLM progress bars collapsed), parses NeMo RL's step metrics,
 and ends with exactly one event, small whatever the job's length (Airflow logs it as one line)::
 
-    {"status": "success" | "failed" | "stopped" | "zero_learning" | "converged" | "timeout" | "error",
+    {"status": "success" | "failed" | "stopped" | "zero_learning" | "converged" | "budget" | "stalled" | "timeout"
+               | "error",
      "message": str, "submission_id": str, "job_status": str, "summary": RunMetrics.summary(),
      "final_step": last checkpoint saved | None, "guard": {"kind", "decided_at", "k"} | None,
      "tail": [last driver-log lines]}
 
 The per-step table is not in it: the sensor reads it from the job's log when it resumes. The guard stops a job
 that never learned (or collapsed) at once; a job that converged runs to its next checkpoint save and is stopped
-then ("converged", a success). The timeout stops the job before the event is sent. Marking the deferred task
+then ("converged", a success). The run's budget (``budget_deadline``) stops the job at its next save once less
+than a step is left, at once when it is spent, and a job that stopped itself at NeMo RL's
+``checkpoint_must_save_by`` is one too ("budget", a success: the newest save is exported). A job that prints no new
+step for the stall bound (:func:`~nemo_rl_gke.metrics.stall_after`) is stopped ("stalled": its newest finished save
+is exported, then the run fails). The timeout stops the job before the event is sent. Marking the deferred task
 failed or success in the UI (or clearing it) calls :meth:`on_kill`, which stops the job too. The Google token for
 the API server's service proxy is fetched here, never passed in: trigger kwargs are stored in the metadata DB.
 
@@ -38,7 +43,16 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from nemo_rl_gke.gcp.async_hooks import GcpAsyncHook
 from nemo_rl_gke.kube.async_client import AsyncKubeHook
 from nemo_rl_gke.kube.client import KubeApiError, is_kube_transient
-from nemo_rl_gke.metrics import LogFollower, ZeroLearningVerdict, check_zero_learning, saved_after
+from nemo_rl_gke.metrics import (
+    LogFollower,
+    ZeroLearningVerdict,
+    check_zero_learning,
+    mean_step_time,
+    newest_save,
+    progress_mark,
+    saved_after,
+    stall_after,
+)
 from nemo_rl_gke.raysubmit import ray_token_headers, ray_token_of
 from nemo_rl_gke.redaction import StreamRedactor
 from nemo_rl_gke.triggers.joblog import StreamRefused, TailStream
@@ -53,6 +67,8 @@ TAIL_LINE_MAX_BYTES = 300
 MESSAGE_MAX_BYTES = 2500
 STOP_TIMEOUT_S = 30.0
 RAY_TOKEN_ATTEMPTS = 4
+# "Near the budget": less than one mean step and this margin left (the save at the end of the step needs it).
+BUDGET_SAVE_MARGIN_S = 60.0
 
 
 class RayJobTrigger(BaseTrigger):
@@ -76,6 +92,11 @@ class RayJobTrigger(BaseTrigger):
     :param ray_token_secret: the API path of KubeRay's Secret with the Ray token (empty: the RayCluster has no token
         auth). The token is read in ``run`` and sent as ``X-Ray-Authorization``; like the Google token, it is never
         a kwarg, and it is masked in everything the trigger logs or sends.
+    :param budget_deadline: epoch seconds the run's budget ends (0: no budget); see the module docstring.
+    :param run_started_at: epoch seconds the run started (its budget's clock; 0: ``started_at``).
+    :param usd_per_hour: the run's GPU cost per hour at the report's prices (0: unknown), for the budget message.
+    :param max_steps: the steps the job was to train, for the budget message.
+    :param stall_after_s: seconds without a new step that make a stall; 0: derived from the step times.
     """
 
     def __init__(
@@ -94,6 +115,11 @@ class RayJobTrigger(BaseTrigger):
         cluster_path: str = "",
         ray_token_secret: str = "",
         log_stream: bool = True,
+        budget_deadline: float = 0.0,
+        run_started_at: float = 0.0,
+        usd_per_hour: float = 0.0,
+        max_steps: int = 0,
+        stall_after_s: float = 0.0,
     ) -> None:
         super().__init__()
         self.address = address.rstrip("/")
@@ -114,6 +140,15 @@ class RayJobTrigger(BaseTrigger):
         # Log bytes fetched by whole-log downloads (the stream counts its own): what bench/log_follow.py measures.
         self.download_bytes = 0
         self._converged_logged = False
+        self.budget_deadline = float(budget_deadline)
+        self.run_started_at = float(run_started_at) or self.started_at
+        self.usd_per_hour = float(usd_per_hour)
+        self.max_steps = int(max_steps)
+        self.stall_after_s = float(stall_after_s)
+        # The step the budget came near in (its save is awaited), and when the log last showed progress.
+        self._budget_near_index: int | None = None
+        self._progress = (0, 0, 0)
+        self._progress_at = self.started_at
         # Replaced once the secret values are loaded in run(): values never reach __init__, kwargs or the DB.
         self._redactor = StreamRedactor(())
         self.follower = LogFollower(redactor=self._redactor)
@@ -136,6 +171,11 @@ class RayJobTrigger(BaseTrigger):
                 "cluster_path": self.cluster_path,
                 "ray_token_secret": self.ray_token_secret,
                 "log_stream": self.log_stream,
+                "budget_deadline": self.budget_deadline,
+                "run_started_at": self.run_started_at,
+                "usd_per_hour": self.usd_per_hour,
+                "max_steps": self.max_steps,
+                "stall_after_s": self.stall_after_s,
             },
         )
 
@@ -396,6 +436,12 @@ class RayJobTrigger(BaseTrigger):
                 else:
                     if job_status in TERMINAL:
                         await asyncio.to_thread(self._flush_logs)
+                        metrics = self.follower.metrics
+                        if job_status == "SUCCEEDED" and metrics.timeout_reached:
+                            saved = newest_save(metrics.steps)
+                            message = f"{self._budget_text()}: the job saved step {saved} and exited by itself "
+                            message += "at NeMo RL's checkpoint_must_save_by"
+                            return await self._event("budget", message, job_status, verdict, saved)
                         return await self._event(TERMINAL[job_status], _end_message(info), job_status, verdict)
                     if verdict is not None and verdict.stops_now:
                         outcome = await self._stop(session, gcp)
@@ -414,12 +460,66 @@ class RayJobTrigger(BaseTrigger):
                             f"Ray job {self.submission_id}: {outcome}."
                         )
                         return await self._event("converged", message, job_status, verdict, saved)
+                watched = await self._watch(session, gcp, job_status)
+                if watched is not None:
+                    return watched
                 remaining = self.started_at + self.timeout - time.time()
                 if remaining <= 0:
                     outcome = await self._stop(session, gcp)
                     message = f"Ray job {self.submission_id} ran past the {self.timeout:.0f}s job timeout; {outcome}"
                     return await self._event("timeout", message, job_status)
                 await asyncio.sleep(min(delay, remaining))
+
+    # --- budget and stall ------------------------------------------------------------------------------------------
+    def _budget_text(self) -> str:
+        from nemo_rl_gke.budget import stop_text
+
+        done = len(self.follower.metrics.completed_steps)
+        usd = (time.time() - self.run_started_at) / 3600.0 * self.usd_per_hour if self.usd_per_hour else None
+        return stop_text(done, self.max_steps or done, usd)
+
+    async def _watch(self, session: aiohttp.ClientSession, gcp: GcpAsyncHook, job_status: str) -> TriggerEvent | None:
+        """The budget and the stall rule on a running job: the event that ends the wait, or None to go on."""
+        if job_status in TERMINAL:
+            return None
+        now = time.time()
+        steps = self.follower.metrics.steps
+        mark = progress_mark(self.follower.metrics)
+        if mark != self._progress:
+            self._progress, self._progress_at = mark, now
+        if self.budget_deadline:
+            left = self.budget_deadline - now
+            if left <= 0:
+                outcome = await self._stop(session, gcp)
+                saved = newest_save(steps)
+                message = f"{self._budget_text()}: the budget is spent; newest saved step {saved}. "
+                message += f"Ray job {self.submission_id}: {outcome}."
+                return await self._event("budget", message, job_status, None, saved)
+            if self._budget_near_index is None and left <= (mean_step_time(steps) or 0.0) + BUDGET_SAVE_MARGIN_S:
+                self._budget_near_index = max(len(steps) - 1, 0)
+                self.log.info(
+                    "Ray job %s: %.0fs of the run's budget left; stopping it at its next save", self.submission_id, left
+                )
+            if self._budget_near_index is not None:
+                saved = saved_after(steps, self._budget_near_index)
+                if saved is not None:
+                    outcome = await self._stop(session, gcp)
+                    message = f"{self._budget_text()}: checkpoint step {saved} is saved. "
+                    message += f"Ray job {self.submission_id}: {outcome}."
+                    return await self._event("budget", message, job_status, None, saved)
+        bound = stall_after(steps, self.stall_after_s)
+        if now - self._progress_at >= bound:
+            outcome = await self._stop(session, gcp)
+            done = self.follower.metrics.completed_steps
+            at = done[-1].label if done else "0 (no step completed)"
+            saved = newest_save(steps)
+            kept = f"newest saved step {saved}" if saved is not None else "no checkpoint was saved"
+            message = (
+                f"stalled at step {at}: no new step in the log for {now - self._progress_at:.0f}s (the bound is "
+                f"{bound:.0f}s); {kept}. Ray job {self.submission_id}: {outcome}."
+            )
+            return await self._event("stalled", message, job_status, None, saved)
+        return None
 
     async def on_kill(self) -> None:
         """The user marked the task failed/success or cleared it: stop the job (cleanup() never does)."""
