@@ -8,6 +8,8 @@ moment, straight into the request it sends to Ray. Which connections may be refe
 
 from __future__ import annotations
 
+import re
+
 import shlex
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -136,15 +138,23 @@ def job_request(
     deployment: Deployment | None = None,
     *,
     resumed_step: int | str | None = None,
+    must_save_by: str | None = None,
 ) -> JobRequest:
     """The GRPO job of one DAG run; the submission id is stable across retries of the same run. ``resumed_step`` is
-    the lineage's step the resume step chose (None: the run starts from step 0), which the job checks first."""
+    the lineage's step the resume step chose (None: the run starts from step 0), which the job checks first.
+    ``must_save_by`` ("DD:HH:MM:SS", from the budget left at submit) becomes NeMo RL's
+    ``checkpointing.checkpoint_must_save_by``, the last override (a key no conf override may touch)."""
     known = run_id != RUN_ID_PLACEHOLDER
+    command = recipe.command(spec)
+    if must_save_by is not None:
+        if not re.fullmatch(r"\d{2}:\d{2}:\d{2}:\d{2}", must_save_by):
+            raise ValueError(f"must_save_by must be DD:HH:MM:SS, got {must_save_by!r}")
+        command += f" checkpointing.checkpoint_must_save_by={must_save_by}"
     return JobRequest(
         submission_id=spec.submission_id(dag_id, run_id)
         if known
         else "<derived from the DAG run: nemo-rl-<run id>-<hash>>",
-        entrypoint=lineage_guard(spec, resumed_step) + "\n" + recipe.command(spec),
+        entrypoint=lineage_guard(spec, resumed_step) + "\n" + command,
         env_vars=dict(recipe.env),
         secrets=job_secrets(spec, deployment),
         working_dir_files=recipe.files,

@@ -70,6 +70,11 @@ DAG_KEYS = (
         "must stay on: the DAG validates and exports the final checkpoint",
         "remove it from extra_overrides",
     ),
+    (
+        "checkpointing.checkpoint_must_save_by",
+        "is set by the DAG from the run's budget (max_run_hours / max_run_usd)",
+        "set max_run_hours or max_run_usd instead",
+    ),
     # The job runs with the HF token and the W&B key in its environment: no override may pick code or a host.
     (
         "policy.tokenizer",

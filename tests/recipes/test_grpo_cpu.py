@@ -287,6 +287,71 @@ def test_full_solution_ground_truth_never_rewards(tmp_path: Path) -> None:
     assert metrics.check_zero_learning(follower.metrics.completed_steps, 3) is not None
 
 
+def test_checkpoint_must_save_by_saves_and_stops_as_nemo_rl_does(tmp_path: Path) -> None:
+    # A deadline already reached: NeMo RL's TimeoutChecker makes the first step save, then training stops (exit 0).
+    result = run_trainer(
+        tmp_path,
+        *DEFAULT_OVERRIDES,
+        "checkpointing.save_period=10",
+        "checkpointing.checkpoint_must_save_by=00:00:00:00",
+    )
+    assert result.returncode == 0, result.stderr
+    assert STEP.findall(result.stdout) == [("1", "20")]
+    assert "Saving checkpoint for step 1..." in result.stdout
+    assert result.stdout.rstrip().endswith("Timeout has been reached, stopping training early")
+    assert sorted(p.name for p in (tmp_path / "data" / "ckpt").iterdir()) == ["step_1"]
+    metrics = pytest.importorskip("nemo_rl_gke.metrics")
+    follower = metrics.LogFollower()
+    follower.feed(result.stdout)
+    assert follower.metrics.timeout_reached and metrics.newest_save(follower.metrics.steps) == 1
+
+
+def test_a_far_deadline_changes_nothing_and_a_bad_one_names_the_key(tmp_path: Path) -> None:
+    result = run_trainer(
+        tmp_path / "far",
+        *DEFAULT_OVERRIDES,
+        "grpo.max_num_steps=2",
+        "checkpointing.checkpoint_must_save_by=01:00:00:00",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Timeout has been reached" not in result.stdout and len(STEP.findall(result.stdout)) == 2
+    bad = run_trainer(tmp_path / "bad", "checkpointing.checkpoint_must_save_by=3h")
+    assert bad.returncode == 2 and "'checkpointing.checkpoint_must_save_by'" in bad.stderr
+
+
+def test_hang_after_step_prints_nothing_more_and_never_exits(tmp_path: Path) -> None:
+    job = tmp_path / "job"
+    job.mkdir()
+    for name in ("grpo_cpu.py", "config.yaml"):
+        shutil.copy(LOCAL / name, job / name)
+    overrides = [*DEFAULT_OVERRIDES, "checkpointing.save_period=1", "sandbox.hang_after_step=2"]
+    process = subprocess.Popen(
+        [sys.executable, "-u", "grpo_cpu.py", "--config", "config.yaml", *overrides],
+        cwd=job,
+        env={**os.environ, "SANDBOX_DATA_DIR": str(tmp_path / "data")},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        lines = []
+        for line in process.stdout:
+            lines.append(line.rstrip("\n"))
+            # The last line of a step's results; after step 2's the trainer is silent and alive.
+            if sum("Generation Worker Group (Tokens/sec)" in seen for seen in lines) == 2:
+                with pytest.raises(subprocess.TimeoutExpired):
+                    process.wait(timeout=5)
+                break
+        text = "\n".join(lines)
+        assert STEP.findall(text) == [("1", "20"), ("2", "20")], text[-2000:]
+        assert process.poll() is None
+        assert sorted(p.name for p in (tmp_path / "data" / "ckpt").iterdir()) == ["step_1", "step_2"]
+    finally:
+        process.kill()
+        process.wait()
+
+
 @pytest.mark.parametrize(
     ("override", "message"),
     [

@@ -16,7 +16,14 @@ behaves like it where the DAG can see it:
   Results, ``Saving checkpoint for step N...``), flushed line by line;
 * checkpoints use NeMo RL's layout: ``step_N/{config.yaml, training_info.json, train_dataloader.pt,
   policy/{weights,optimizer}/ (torch.distributed.checkpoint, one shard per training rank), policy/tokenizer/}``,
-  written as ``tmp_step_N`` and renamed, and a run resumes from the highest ``step_N``.
+  written as ``tmp_step_N`` and renamed, and a run resumes from the highest ``step_N``;
+* ``checkpointing.checkpoint_must_save_by`` ("DD:HH:MM:SS") works as NeMo RL's ``TimeoutChecker``
+  (``nemo_rl/utils/timer.py``): the clock starts with the training loop, and once the elapsed time plus the mean
+  step time reaches it, the step saves a checkpoint and training stops with NeMo RL's "Timeout has been reached"
+  line (exit status 0).
+
+``sandbox.hang_after_step=N`` (the sandbox's own key, not NeMo RL's) makes the trainer hang after step N's results
+are printed, as a job stuck in NCCL or generation does: it prints nothing more and never exits until stopped.
 
 ``data.ground_truth=full_solution`` hands the grader the whole worked solution instead of the ``#### N`` number, which
 reproduces the tutorial's bug: no answer ever matches, every reward is 0, and GRPO learns nothing.
@@ -60,6 +67,8 @@ _OVERRIDE = re.compile(
     r"^(?P<op>\+\+|\+|~)?(?P<key>[A-Za-z_][A-Za-z0-9_\-]*(?:\.[A-Za-z0-9_\-]+)*)(?:=(?P<value>.*))?$"
 )
 _STEP_DIR = re.compile(r"step_(\d+)")
+# Hydra keeps "00:03:45:00" a string; PyYAML (YAML 1.1) would read it as a base-60 integer.
+_COLON_NUMBERS = re.compile(r"\d+(?::\d+)+")
 _MISSING = object()
 
 
@@ -78,6 +87,8 @@ def parse_override_value(raw: str) -> Any:
         return re.sub(r"\\(.)", r"\1", raw[1:-1])
     if raw == "":
         return ""
+    if _COLON_NUMBERS.fullmatch(raw):
+        return raw
     try:
         return yaml.safe_load(raw)
     except yaml.YAMLError:
@@ -203,6 +214,8 @@ class Settings:
     total_gpus: int
     training_ranks: int
     generation_gpus: int
+    must_save_by_s: int | None = None
+    hang_after_step: int | None = None
 
 
 def training_world(config: dict[str, Any]) -> tuple[int, int, int]:
@@ -304,6 +317,8 @@ def read_settings(config: dict[str, Any]) -> Settings:
         total_gpus=total,
         training_ranks=ranks,
         generation_gpus=gen_gpus,
+        must_save_by_s=_duration(config, "checkpointing.checkpoint_must_save_by"),
+        hang_after_step=_optional_int(config, "sandbox.hang_after_step", 1),
     )
     if settings.force_on_policy_ratio and gbs != rollout:
         raise ConfigError(
@@ -311,6 +326,43 @@ def read_settings(config: dict[str, Any]) -> Settings:
             f"num_prompts_per_step x num_generations_per_prompt ({rollout}): one update per rollout"
         )
     return settings
+
+
+def _duration(config: dict[str, Any], key: str) -> int | None:
+    """A "DD:HH:MM:SS" value in seconds (NeMo RL's convert_to_seconds), or None when the key is null."""
+    value = _get(config, key)
+    if value is None:
+        return None
+    parts = value.split(":") if isinstance(value, str) else []
+    if len(parts) != 4 or not all(p.isdigit() for p in parts):
+        raise ConfigError(f"'{key}' must be null or 'DD:HH:MM:SS', got {value!r}")
+    days, hours, minutes, seconds = map(int, parts)
+    return days * 86400 + hours * 3600 + minutes * 60 + seconds
+
+
+class TimeoutChecker:
+    """NeMo RL's TimeoutChecker with ``fit_last_save_time=True``: save once elapsed + mean step time >= the limit."""
+
+    def __init__(self, limit_s: int | None) -> None:
+        self.limit_s = math.inf if limit_s is None else float(limit_s)
+        self.start = time.time()
+        self.previous = self.start
+        self.iteration_times: list[float] = []
+        self.saved = False
+
+    def mark_iteration(self) -> None:
+        now = time.time()
+        self.iteration_times.append(now - self.previous)
+        self.previous = now
+
+    def check_save(self) -> bool:
+        if self.saved:
+            return False
+        elapsed = time.time() - self.start
+        mean = sum(self.iteration_times) / len(self.iteration_times) if self.iteration_times else 0.0
+        if elapsed + mean >= self.limit_s:
+            self.saved = True
+        return self.saved
 
 
 def resolve_data_path(path: str) -> Path:
@@ -1056,8 +1108,9 @@ def train_step(run: Run, batch: list[Problem], step: int, timer: Timer) -> dict[
     }
 
 
-def grpo_step(run: Run, save_state: dict[str, Any]) -> None:
-    """One step with NeMo RL's bookkeeping: header, training, validation, checkpoint, then the printed results."""
+def grpo_step(run: Run, save_state: dict[str, Any], timeout: TimeoutChecker) -> bool:
+    """One step with NeMo RL's bookkeeping: header, training, validation, checkpoint, then the printed results.
+    Returns whether ``checkpoint_must_save_by`` made it save (training then stops)."""
     settings = run.settings
     step = save_state["total_steps"] + 1
     batch = run.loader.next_batch()
@@ -1075,7 +1128,9 @@ def grpo_step(run: Run, save_state: dict[str, Any]) -> None:
         save_state["total_steps"] = step
         save_state["consumed_samples"] += settings.num_prompts
         save_state["total_valid_tokens"] += int(metrics["global_valid_toks"])
-        if settings.checkpointing and (is_last_step or step % settings.save_period == 0):
+        timeout.mark_iteration()
+        by_timeout = timeout.check_save()
+        if settings.checkpointing and (is_last_step or step % settings.save_period == 0 or by_timeout):
             info = dict(save_state)
             if val_metrics is not None:
                 info["val_reward"] = val_metrics["accuracy"]
@@ -1090,6 +1145,11 @@ def grpo_step(run: Run, save_state: dict[str, Any]) -> None:
                 save_checkpoint(run, step, info)
     print_training_results(metrics, timer.totals)
     print_performance_metrics(metrics, timer.totals, settings)
+    if settings.hang_after_step is not None and step >= settings.hang_after_step:
+        # Stuck as a job in an NCCL collective is: alive, silent, until it is stopped.
+        while True:
+            time.sleep(3600)
+    return by_timeout
 
 
 def train(config: dict[str, Any], settings: Settings) -> int:
@@ -1112,12 +1172,16 @@ def train(config: dict[str, Any], settings: Settings) -> int:
             )
             return 0
     run = build_run(config, settings, checkpoint)
+    # As in NeMo RL, the deadline's clock starts with the training loop, after the model and data are set up.
+    timeout = TimeoutChecker(settings.must_save_by_s)
     while save_state["current_epoch"] < settings.max_num_epochs and save_state["total_steps"] < settings.max_num_steps:
         say(f"\n{'=' * 25} Epoch {save_state['current_epoch'] + 1}/{settings.max_num_epochs} {'=' * 25}")
         if run.loader.epoch != save_state["current_epoch"]:
             run.loader.start_epoch(save_state["current_epoch"])
         while run.loader.batches_yielded < len(run.loader):
-            grpo_step(run, save_state)
+            if grpo_step(run, save_state, timeout):
+                say("Timeout has been reached, stopping training early")
+                return 0
             if save_state["total_steps"] >= settings.max_num_steps:
                 say("Max number of steps has been reached, stopping training early")
                 return 0
