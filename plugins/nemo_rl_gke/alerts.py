@@ -54,6 +54,8 @@ log = logging.getLogger(__name__)
 FAILED = "failed"
 REFUSED = "refused"
 DEADLINE = "deadline"
+# A run its budget stopped: it succeeded with an earlier checkpoint than asked for, which someone should know.
+BUDGET = "budget"
 FAILED_STATES = frozenset({"failed", "upstream_failed"})
 # Task states of a run still in progress, most telling first (what a deadline alert calls the current stage).
 ACTIVE_STATES = ("running", "deferred", "up_for_retry", "up_for_reschedule", "restarting", "queued", "scheduled")
@@ -148,7 +150,7 @@ class StillRunning:
 class Alert:
     """One alert: what happened to which run, the reward so far, what is still up and its cost, and the link."""
 
-    kind: str  # failed, refused or deadline
+    kind: str  # failed, refused, deadline or budget
     dag_id: str
     run_id: str
     url: str
@@ -162,6 +164,7 @@ class Alert:
     deadline_hours: float | None = None
     readable: bool = True  # deadline alerts: False when the run's tasks could not be read
     notes: tuple[str, ...] = field(default=())
+    outcome: str = ""  # budget alerts: "stopped at budget: N of M steps, X USD"
 
     @property
     def cost_per_hour_usd(self) -> float | None:
@@ -177,6 +180,8 @@ class Alert:
             return f"{run} is not done by its deadline ({self.deadline or 'time unknown'}{hours})"
         if self.kind == REFUSED:
             return f"{run} failed: its conf was refused, nothing was created"
+        if self.kind == BUDGET:
+            return f"{run} {self.outcome}"
         return f"{run} failed"
 
     def text(self) -> str:
@@ -397,10 +402,21 @@ def failure_alert(
     report: RunReport | None = None,
     url: str | None = None,
 ) -> Alert:
-    """The alert of a failed run, from its task states, the recorded errors, the training summary and the report."""
+    """The alert of a failed run, from its task states, the recorded errors, the training summary and the report; or
+    of a run its budget stopped (nothing failed): a budget alert. A stalled job's message is a line of its own."""
     failed, upstream = _failed(states, errors or {})
+    stalled = str((training or {}).get("stalled") or "")
+    budget = bool((training or {}).get("stopped_at_budget"))
+    outcome = ""
+    if budget:
+        outcome = report.budget_stop_text() if report is not None else _budget_text(training or {})
+    notes = [stalled.splitlines()[0]] if stalled else []
+    if budget and (failed or upstream):
+        notes.append(outcome)
+    if report is None:
+        notes.append("(the run report could not be built: costs unknown)")
     return Alert(
-        kind=FAILED,
+        kind=BUDGET if budget and not (failed or upstream or stalled) else FAILED,
         dag_id=dag_id,
         run_id=run_id,
         url=url or run_url(dag_id, run_id),
@@ -408,8 +424,16 @@ def failure_alert(
         upstream_failed=upstream,
         reward=training,
         still_running=kept_after_teardown(states, report),
-        notes=() if report is not None else ("(the run report could not be built: costs unknown)",),
+        notes=tuple(notes),
+        outcome=outcome,
     )
+
+
+def _budget_text(training: Mapping[str, Any]) -> str:
+    from nemo_rl_gke.report import budget_stop_text
+
+    done = int(training.get("steps_completed") or 0)
+    return budget_stop_text(done, int(training.get("max_steps") or done), None)
 
 
 def current_stage(states: Mapping[str, str]) -> tuple[str | None, tuple[str, ...]]:

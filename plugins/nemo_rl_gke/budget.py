@@ -105,12 +105,6 @@ def must_save_by(seconds_left: float) -> str:
     return f"{days:02d}:{hours:02d}:{minutes:02d}:{seconds:02d}"
 
 
-def stop_text(steps_done: int, max_steps: int, usd: float | None) -> str:
-    """The run's last word when its budget stopped it."""
-    spent = "cost unknown" if usd is None else f"{usd:,.2f} USD"
-    return f"stopped at budget: {steps_done} of {max_steps} steps, {spent}"
-
-
 @rule(
     "budget.deployment-limits",
     RESOURCE,

@@ -9,7 +9,6 @@ moment, straight into the request it sends to Ray. Which connections may be refe
 from __future__ import annotations
 
 import re
-
 import shlex
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any

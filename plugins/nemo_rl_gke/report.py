@@ -56,6 +56,8 @@ _STATE_SEVERITY = (
 )
 _UNKNOWN_SEVERITY = 2
 
+# What train.wait says about how training ended: shown as sentences, not in the summary's table.
+_TRAINING_OUTCOME_KEYS = ("converged_at", "final_step", "stopped_at_budget", "stalled", "max_steps")
 # The training summary's keys in the order they are printed; other keys follow in their own order.
 _TRAINING_KEYS = (
     "steps_completed",
@@ -400,7 +402,7 @@ class RunReport:
     def _training_text(self) -> list[str]:
         if self.training_summary is None:
             return ["Training", "  no training ran", ""]
-        summary = {k: v for k, v in self.training_summary.items() if k not in ("converged_at", "final_step")}
+        summary = {k: v for k, v in self.training_summary.items() if k not in _TRAINING_OUTCOME_KEYS}
         keys = [k for k in _TRAINING_KEYS if k in summary]
         keys += [k for k in summary if k not in _TRAINING_KEYS]
         width = max([0, *(len(k) for k in keys)])
@@ -409,8 +411,19 @@ class RunReport:
         if converged:
             final = self.training_summary.get("final_step")
             lines.append(f"  converged at step {converged}: the job was stopped after saving step {final}")
+        if self.training_summary.get("stopped_at_budget"):
+            lines.append(f"  {self.budget_stop_text()}; checkpoint step {self.training_summary.get('final_step')}")
+        stalled = self.training_summary.get("stalled")
+        if stalled:
+            lines.append(f"  {str(stalled).splitlines()[0]}")
         lines += [f"  {k:<{width}}  {_value_text(summary[k])}" for k in keys]
         return [*lines, ""]
+
+    def budget_stop_text(self) -> str:
+        """ "stopped at budget: N of M steps, X USD" with the report's own cost estimate."""
+        summary = self.training_summary or {}
+        done = int(summary.get("steps_completed") or 0)
+        return budget_stop_text(done, int(summary.get("max_steps") or done), self.gpu.estimated_cost_usd)
 
     def _pending_text(self) -> list[str]:
         """Every checkpoint on the kept Lustre instance that no export has copied, whoever's run made it."""
@@ -534,6 +547,12 @@ def critical_path(timings: Iterable[TaskTiming], upstream: Mapping[str, Sequence
         offset = None if start is None or run_start is None else start - run_start
         steps.append(PathStep(task_id, weight[task_id], offset))
     return CriticalPath(tuple(steps), sum(s.duration_s for s in steps))
+
+
+def budget_stop_text(steps_done: int, max_steps: int, usd: float | None) -> str:
+    """The run's last word when its budget stopped it (``usd``: what it spent, None when unpriced)."""
+    spent = "cost unknown" if usd is None else f"{usd:,.2f} USD"
+    return f"stopped at budget: {steps_done} of {max_steps} steps, {spent}"
 
 
 def _reward(value: Any) -> str:

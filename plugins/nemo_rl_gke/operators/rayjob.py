@@ -16,7 +16,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from nemo_rl_gke.links import JOB_LINKS, WAIT_LINKS
 from nemo_rl_gke.operators.base import StepOperator, epoch_of, iso_now, pull
-from nemo_rl_gke.topology import JOB_STEPS, JOB_SUMMARY, LUSTRE, RESUME, SUBMIT
+from nemo_rl_gke.topology import JOB_BUDGET, JOB_STEPS, JOB_SUMMARY, LUSTRE, RESUME, STARTED_AT, SUBMIT, VALIDATE
 
 SUBMIT_TIMEOUT_S = 15 * 60
 
@@ -45,6 +45,15 @@ def dashboard(spec: RunSpec, hook: GcpHook, deployment: Deployment) -> tuple[Das
         mask_secret(token)
         headers.update(ray_token_headers(token))
     return address, headers
+
+
+def run_started_at(context: Context) -> float:
+    """When the run started (the validate task's start), the clock of its budget: provisioning spends it too."""
+    started = epoch_of(pull(context, VALIDATE, STARTED_AT))
+    if started is not None:
+        return started
+    dag_run_start = getattr(context.get("dag_run"), "start_date", None)
+    return dag_run_start.timestamp() if dag_run_start is not None else time.time()
 
 
 def ray_token_source(spec: RunSpec) -> dict[str, str]:
@@ -84,13 +93,17 @@ class SubmitRayJobOperator(StepOperator):
         from airflow.sdk import BaseHook
         from airflow.sdk.log import mask_secret
 
+        from nemo_rl_gke.budget import BudgetSpentError, must_save_by, run_budget
         from nemo_rl_gke.deployment import ConnectionNotAllowedError
         from nemo_rl_gke.rayjobs import job_request
         from nemo_rl_gke.raysubmit import SecretMissingError, resolve_secrets, submit_once
         from nemo_rl_gke.recipes import load_recipe
 
         spec = self.run_spec(context)
+        budget = run_budget(spec, self.deployment)
+        deadline = budget.deadline(run_started_at(context))
         try:
+            save_by = None if deadline is None else must_save_by(deadline - time.time())
             # The job refuses to train unless checkpoint_dir holds exactly the step it starts from (rayjobs).
             resumed = (pull(context, RESUME) or {}).get("resumed_from") or {}
             request = job_request(
@@ -100,9 +113,18 @@ class SubmitRayJobOperator(StepOperator):
                 context["run_id"],
                 deployment=self.deployment,
                 resumed_step=resumed.get("step"),
+                must_save_by=save_by,
             )
         except ConnectionNotAllowedError as exc:
             raise AirflowFailException(str(exc)) from exc
+        except BudgetSpentError as exc:
+            raise AirflowFailException(
+                f"{exc}: the run's budget ({budget.hours:.2f} h, max_run_hours / max_run_usd) was spent before the "
+                "job could start, so it was not submitted. Raise the conf's limits (up to the deployment's "
+                "[nemo_rl_gke] max_run_hours / max_run_usd), or keep the cluster warm to start sooner."
+            ) from exc
+        if save_by is not None:
+            self.log.info("Run budget %.2f h: checkpointing.checkpoint_must_save_by=%s", budget.hours, save_by)
 
         def password_of(conn_id: str) -> str | None:
             try:
@@ -154,9 +176,13 @@ class RayJobSensor(StepOperator):
     Fails with Ray's message, the error type, the exit code and the driver's last lines when the job fails or is
     stopped; stops the job and fails when the zero-learning guard finds a run that never learned (or collapsed) or
     the job timeout passes. A run that converged is stopped after its next checkpoint save and succeeds with that
-    checkpoint. XCom: ``steps`` (one row per training step, read from the job's log when the wait ends),
-    ``summary`` and the return value (status, summary, ``final_step`` the checkpoint step to validate and export,
-    ``converged_at``).
+    checkpoint. The run's budget stops the job at a save (or it stops itself at NeMo RL's
+    ``checkpoint_must_save_by``): that checkpoint is validated and exported and the run succeeds, "stopped at
+    budget". A stalled job (no new step for the stall bound) is stopped; its newest checkpoint is validated and
+    exported, and the run report fails the run "stalled at step N". XCom: ``steps`` (one row per training step, read
+    from the job's log when the wait ends), ``summary``, ``budget`` (:meth:`~nemo_rl_gke.budget.RunBudget.xcom`) and
+    the return value (status, summary, ``final_step`` the checkpoint step to validate and export, ``converged_at``,
+    ``stopped_at_budget``, ``stalled``: the stall's message or None).
     """
 
     operator_extra_links = WAIT_LINKS
@@ -164,11 +190,14 @@ class RayJobSensor(StepOperator):
 
     def execute(self, context: Context) -> None:
         """Defer to the trigger that follows the job."""
+        from nemo_rl_gke.budget import run_budget
         from nemo_rl_gke.rayjobs import job_secrets
         from nemo_rl_gke.triggers.rayjob import RayJobTrigger
 
         spec = self.run_spec(context)
         submitted = pull(context, SUBMIT)
+        budget = run_budget(spec, self.deployment)
+        started = run_started_at(context)
         address, _ = dashboard(spec, self.hook, self.deployment)
         guard = f"K={spec.zero_learning_steps}" if spec.zero_learning_guard else "off"
         self.defer_until(
@@ -184,11 +213,17 @@ class RayJobSensor(StepOperator):
             zero_learning_steps=spec.zero_learning_steps if spec.zero_learning_guard else 0,
             secret_conn_ids=[secret.conn_id for secret in job_secrets(spec, self.deployment)],
             ca_pem=address.ca_pem,
+            budget_deadline=budget.deadline(started) or 0.0,
+            run_started_at=started,
+            usd_per_hour=budget.usd_per_hour or 0.0,
+            max_steps=spec.max_steps,
+            stall_after_s=spec.stall_after_s or 0.0,
             **ray_token_source(spec),
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Push the per-step table and the summary; succeed (converged or done) or fail with the full story."""
+        from nemo_rl_gke.budget import run_budget
         from nemo_rl_gke.metrics import last_finished_save, summary_text
 
         spec = self.run_spec(context)
@@ -200,7 +235,28 @@ class RayJobSensor(StepOperator):
         self.log.info("Training summary: %s", summary_text(summary))
         status = event.get("status")
         guard = event.get("guard") or {}
-        result = {"status": event.get("job_status"), "submission_id": event.get("submission_id"), **summary}
+        budget = run_budget(spec, self.deployment).xcom(stopped_at_budget=status == "budget")
+        context["ti"].xcom_push(key=JOB_BUDGET, value=budget)
+        result = {
+            "status": event.get("job_status"),
+            "submission_id": event.get("submission_id"),
+            **summary,
+            "stopped_at_budget": status == "budget",
+            "stalled": None,
+            "max_steps": spec.max_steps,
+        }
+        tail = "\n".join(event.get("tail") or [])
+        if status in ("budget", "stalled") and event.get("final_step") is not None:
+            # Either way the newest finished save is the run's checkpoint: validated and exported as usual.
+            later = last_finished_save(log.steps) if log is not None else None
+            step = max(int(event["final_step"]), later or 0)
+            mark_checkpoint_pending(self, context, spec, step)
+            if status == "budget":
+                self.log.info("%s; checkpoint step %s is the one validated and exported", event.get("message"), step)
+                return {**result, "final_step": step, "converged_at": None}
+            stalled = f"{event.get('message')}\nLast lines of the driver log:\n{tail}"
+            self.log.error("%s\nCheckpoint step %s is validated and exported; then the run fails.", stalled, step)
+            return {**result, "final_step": step, "converged_at": None, "stalled": stalled}
         if status == "converged":
             # The stop can land after the job saved once more: the newest save that finished is the final one.
             later = last_finished_save(log.steps) if log is not None else None
@@ -212,7 +268,6 @@ class RayJobSensor(StepOperator):
         if status == "success":
             final = event.get("final_step")
             return {**result, "final_step": int(final) if final is not None else spec.final_step, "converged_at": None}
-        tail = "\n".join(event.get("tail") or [])
         message = f"{event.get('message', 'no message')}\nLast lines of the driver log:\n{tail}"
         raise AirflowFailException(message)
 

@@ -472,11 +472,11 @@ class RayJobTrigger(BaseTrigger):
 
     # --- budget and stall ------------------------------------------------------------------------------------------
     def _budget_text(self) -> str:
-        from nemo_rl_gke.budget import stop_text
+        from nemo_rl_gke.report import budget_stop_text
 
         done = len(self.follower.metrics.completed_steps)
         usd = (time.time() - self.run_started_at) / 3600.0 * self.usd_per_hour if self.usd_per_hour else None
-        return stop_text(done, self.max_steps or done, usd)
+        return budget_stop_text(done, self.max_steps or done, usd)
 
     async def _watch(self, session: aiohttp.ClientSession, gcp: GcpAsyncHook, job_status: str) -> TriggerEvent | None:
         """The budget and the stall rule on a running job: the event that ends the wait, or None to go on."""
