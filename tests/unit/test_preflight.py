@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from nemo_rl_gke.deployment import Deployment
 from nemo_rl_gke.findings import ConfError
 from nemo_rl_gke.preflight import check_conf, rules, validate
 from nemo_rl_gke.recipes import load_recipe
@@ -34,6 +35,7 @@ EXPECTED_MESSAGES = {
     "export.bucket-name": "is not a Cloud Storage bucket name",
     "kube.nccl-installer-source": "its source must be 'bundled', an https URL on the deployment's allowlist, or a "
     ".yaml file inside include/: the scheme is http, not https",
+    "budget.deployment-limits": "the deployment's [nemo_rl_gke] max_run_hours is 24 h: a conf may only lower it",
     "secrets.connections": "the Hugging Face token may be read only from a connection this deployment allows for it "
     "(huggingface_default)",
     "nemo.dataset-has-a-step": "the training split has 7473 examples, fewer than one batch of 8192 prompts",
@@ -238,3 +240,26 @@ def test_a_reservation_outside_the_grammar_is_refused_naming_the_parameter(reser
     spec, findings = check_conf({"project": "my-project", "reservation": reservation})
     assert spec is None
     assert [f.param for f in findings] == ["reservation"], findings
+
+
+def test_a_conf_above_the_deployments_budget_is_refused_naming_the_setting_and_a_lower_one_applies() -> None:
+    from nemo_rl_gke.budget import run_budget
+
+    deployment = Deployment(max_run_hours=10, max_run_usd=1000)
+    _, findings = check_conf({"max_run_hours": 11, "max_run_usd": 2000}, deployment)
+    refused = {f.param: f for f in findings if f.rule_id == "budget.deployment-limits"}
+    assert set(refused) == {"max_run_hours", "max_run_usd"}
+    assert "[nemo_rl_gke] max_run_usd is 1000 USD" in refused["max_run_usd"].rule
+    assert "at most 1000" in refused["max_run_usd"].fix
+    local = json.loads((ROOT / "include/conf/local.json").read_text())
+    spec, findings = check_conf({**local, "max_run_hours": 2}, deployment)
+    assert spec is not None and not findings, findings
+    # 1 node x 8 B200 at the report's 11 USD/GPU-h: 88 USD/h, so 2 h (the conf's) bind before 1000 USD.
+    budget = run_budget(spec, deployment)
+    assert (budget.hours, budget.usd, budget.usd_per_hour, budget.gpu_nodes) == (2.0, 176.0, 88.0, 1)
+    # The USD cap, converted at those prices, binds first when it is the lower.
+    spec, _ = check_conf({**local, "max_run_usd": 44}, deployment)
+    assert spec is not None and run_budget(spec, deployment).hours == 0.5
+    assert run_budget(spec, Deployment(max_run_hours=0, max_run_usd=0)).hours == 0.5
+    spec, _ = check_conf(local, Deployment(max_run_hours=0, max_run_usd=0))
+    assert spec is not None and run_budget(spec, Deployment(max_run_hours=0, max_run_usd=0)).hours is None

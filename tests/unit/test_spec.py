@@ -97,7 +97,7 @@ def test_every_field_has_a_schema_title_description_and_section() -> None:
         # An optional field is typed ["null", T] (the form then lets it be left empty); a null means the default.
         kinds = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
         assert kinds in ([k] for k in ("string", "integer", "number", "boolean", "array")) or (
-            len(kinds) == 2 and kinds[0] == "null" and kinds[1] in {"string", "array"}
+            len(kinds) == 2 and kinds[0] == "null" and kinds[1] in {"string", "array", "number", "integer"}
         ), f.name
         assert not conf_findings({f.name: defaults[f.name]}), f"default of {f.name} breaks its own schema"
 
