@@ -847,14 +847,14 @@ def mean_step_time(steps: Sequence[StepMetrics]) -> float | None:
 
 
 def stall_after(steps: Sequence[StepMetrics], override_s: float | None = None) -> float:
-    """Seconds without a new step that make a stall: the conf's ``stall_after_s`` when set, else
-    :data:`STALL_STEP_FACTOR` x the mean step time (at least :data:`STALL_FLOOR_S`), and
-    :data:`STARTUP_ALLOWANCE_S` before a step time is known."""
-    if override_s:
-        return float(override_s)
+    """Seconds without a new step that make a stall. Before a step time is known: :data:`STARTUP_ALLOWANCE_S` (or
+    the conf's ``stall_after_s`` if longer: loading a model is no stall). After: the conf's ``stall_after_s`` when
+    set, else :data:`STALL_STEP_FACTOR` x the mean step time, at least :data:`STALL_FLOOR_S`."""
     mean = mean_step_time(steps)
     if mean is None:
-        return STARTUP_ALLOWANCE_S
+        return max(STARTUP_ALLOWANCE_S, float(override_s or 0.0))
+    if override_s:
+        return float(override_s)
     return max(STALL_FLOOR_S, STALL_STEP_FACTOR * mean)
 
 

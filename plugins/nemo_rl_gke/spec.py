@@ -681,9 +681,9 @@ class RunSpec:
         type=["null", "integer"],
         section=SECTION_WAITING,
         title="Stall after (s)",
-        description="A job that prints no new step for this long is stalled: it is stopped, its newest checkpoint "
-        "validated and exported, and the run fails. Empty: 10x the mean step time so far, at least 15 min, and "
-        "60 min before the first step.",
+        description="A job that prints no new step for this long after its first step is stalled: it is stopped, "
+        "its newest checkpoint validated and exported, and the run fails. Empty: 10x the mean step time so far, at "
+        "least 15 min. Before the first step the start-up allowance applies: 60 min, or this if longer.",
         minimum=1,
         maximum=14 * DAY,
     )

@@ -371,8 +371,34 @@ def test_trigger_serializes_exactly_and_round_trips() -> None:
         "cluster_path": "",
         "ray_token_secret": "",
         "log_stream": True,
+        "budget_deadline": 0.0,
+        "run_started_at": 1.0,
+        "usd_per_hour": 0.0,
+        "max_steps": 0,
+        "stall_after_s": 0.0,
     }
     assert RayJobTrigger(**kwargs).serialize() == (classpath, kwargs)
+    budgeted = RayJobTrigger(
+        address="https://h",
+        submission_id="nemo-rl-y",
+        started_at=5.0,
+        budget_deadline=100.0,
+        run_started_at=2.0,
+        usd_per_hour=88.0,
+        max_steps=20,
+        stall_after_s=30,
+    )
+    _, kwargs = budgeted.serialize()
+    assert {
+        k: kwargs[k] for k in ("budget_deadline", "run_started_at", "usd_per_hour", "max_steps", "stall_after_s")
+    } == {
+        "budget_deadline": 100.0,
+        "run_started_at": 2.0,
+        "usd_per_hour": 88.0,
+        "max_steps": 20,
+        "stall_after_s": 30.0,
+    }
+    assert RayJobTrigger(**kwargs).serialize() == budgeted.serialize()
 
 
 def _get(url: str, headers: dict[str, str]) -> tuple[int, str]:
@@ -565,3 +591,130 @@ def test_the_trigger_reads_the_ray_token_again_after_a_transient_error(
         sandbox.clear_faults()
     assert event["status"] == "success", event
     assert "hello" in event["tail"]
+
+
+# --- the run's budget and the stall rule, with the real local trainer -------------------------------------------------
+
+
+def _local_job(
+    ray_spec: RunSpec,
+    ray_hook: GcpHook,
+    submission_id: str,
+    overrides: list[str],
+    must_save_by: str | None = None,
+    max_steps: int = 20,
+) -> tuple[Any, Any, RunSpec]:
+    """Submit the local GRPO trainer as the DAG does (the recipe's command, its working_dir), with its own
+    checkpoint_dir so the tests' jobs never resume from each other's steps; returns (address, headers, spec)."""
+    import dataclasses
+
+    from nemo_rl_gke.rayjobs import job_request
+    from nemo_rl_gke.recipes import load_recipe
+
+    conf = {**RAY_CONF, "checkpoint_dir": f"/data/{submission_id}", "extra_overrides": overrides}
+    conf.update(worker_replicas=1, gpu_pool_max_nodes=1, colocated=True, dtensor_tp=1, vllm_tp=1, max_steps=max_steps)
+    conf.update(num_prompts_per_step=8, num_generations_per_prompt=8, wandb_enabled=False)
+    spec = RunSpec.from_conf(conf)
+    request = job_request(spec, load_recipe(spec.recipe), "t", "manual__budget", must_save_by=must_save_by)
+    request = dataclasses.replace(request, submission_id=submission_id, secrets=())
+    address, headers = dashboard(ray_spec, ray_hook, Deployment())
+    submit_once(request, address.url, headers, {}, verify=address.verify())
+    return address, headers, spec
+
+
+def _steps_on_disk(sandbox: SandboxProcess, spec: RunSpec, name: str) -> list[str]:
+    from pathlib import Path
+
+    lustre = next(r for r in sandbox.inventory() if r["path"] == spec.lustre_path)
+    found = Path(lustre["data_dir"]) / name
+    return sorted(p.name for p in found.iterdir()) if found.is_dir() else []
+
+
+class _Clocked(_Recorder):
+    """A recorder that also notes when each line was logged."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.times: list[float] = []
+
+    def info(self, message: str, *args: Any, **kwargs: Any) -> None:
+        super().info(message, *args, **kwargs)
+        self.times.append(time.time())
+
+    warning = debug = exception = error = info
+
+
+def test_a_job_at_nemo_rls_checkpoint_must_save_by_saves_exits_and_ends_stopped_at_budget(
+    ray_spec: RunSpec, ray_hook: GcpHook, sandbox: SandboxProcess
+) -> None:
+    # The budget left at submit becomes NeMo RL's deadline: the trainer saves at the step the deadline falls in and
+    # exits by itself; the trigger reads that as a budget stop with that step's checkpoint.
+    sid = "nemo-rl-budget-own"
+    # The local trainer's steps take well under a second here: 1,000 of them outlast a 2 s deadline.
+    overrides = ["checkpointing.save_period=100"]
+    address, _, spec = _local_job(ray_spec, ray_hook, sid, overrides, must_save_by="00:00:00:02", max_steps=1000)
+    trigger = _trigger(address, sid, max_steps=1000, usd_per_hour=88.0, run_started_at=time.time() - 3600)
+    event = asyncio.run(_first(trigger, timeout=240))
+    assert event["status"] == "budget", event
+    steps = event["summary"]["steps_completed"]
+    assert 1 <= steps < 1000 and event["final_step"] == steps
+    assert event["message"].startswith(f"stopped at budget: {steps} of 1000 steps, ")
+    assert "USD" in event["message"] and "checkpoint_must_save_by" in event["message"]
+    assert _steps_on_disk(sandbox, spec, sid) == [f"step_{steps}"]
+    print(f"\nbudget via checkpoint_must_save_by: {steps} steps trained, step {steps} saved: 0 steps lost")
+
+
+def test_the_trigger_stops_a_job_without_a_deadline_at_its_next_save_once_the_budget_is_near(
+    ray_spec: RunSpec, ray_hook: GcpHook, sandbox: SandboxProcess
+) -> None:
+    # As for a NeMo RL without checkpoint_must_save_by: less than a step and the margin left, so the trigger waits
+    # for the next save to finish and stops the job then.
+    sid = "nemo-rl-budget-stop"
+    address, headers, spec = _local_job(ray_spec, ray_hook, sid, ["checkpointing.save_period=3"], max_steps=1000)
+    trigger = _trigger(address, sid, max_steps=1000, usd_per_hour=88.0, budget_deadline=time.time() + 75)
+    event = asyncio.run(_first(trigger, timeout=240))
+    assert event["status"] == "budget", event
+    saved = event["final_step"]
+    assert saved is not None and saved % 3 == 0
+    assert (
+        event["message"].startswith("stopped at budget: ") and f"checkpoint step {saved} is saved" in event["message"]
+    )
+    assert "the job was stopped" in event["message"]
+    from ray.job_submission import JobSubmissionClient
+
+    client = JobSubmissionClient(address.url, headers=headers, verify=address.verify())
+    deadline = time.monotonic() + 30
+    while client.get_job_status(sid).value != "STOPPED" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert client.get_job_status(sid).value == "STOPPED"
+    assert f"step_{saved}" in _steps_on_disk(sandbox, spec, sid)
+    lost = event["summary"]["steps_completed"] - saved
+    print(f"\nbudget stop by the trigger: {event['summary']['steps_completed']} steps, step {saved} saved: {lost} lost")
+
+
+def test_a_job_that_stops_printing_steps_is_stopped_as_stalled_with_its_newest_save(
+    ray_spec: RunSpec, ray_hook: GcpHook, sandbox: SandboxProcess
+) -> None:
+    sid = "nemo-rl-stall-1"
+    overrides = ["checkpointing.save_period=2", "sandbox.hang_after_step=3"]
+    address, headers, spec = _local_job(ray_spec, ray_hook, sid, overrides)
+    recorder = _Clocked()
+    trigger = _trigger(address, sid, stall_after_s=5)
+    trigger._log = recorder
+    event = asyncio.run(_first(trigger, timeout=240))
+    detected = time.time()
+    assert event["status"] == "stalled", event
+    assert event["message"].startswith("stalled at step 3/20: no new step in the log for "), event["message"]
+    assert "(the bound is 5s); newest saved step 2" in event["message"]
+    assert event["final_step"] == 2 and event["summary"]["steps_completed"] == 3
+    assert any("Generation Worker Group" in line for line in event["tail"])
+    from ray.job_submission import JobSubmissionClient
+
+    client = JobSubmissionClient(address.url, headers=headers, verify=address.verify())
+    deadline = time.monotonic() + 30
+    while client.get_job_status(sid).value != "STOPPED" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert client.get_job_status(sid).value == "STOPPED"
+    assert _steps_on_disk(sandbox, spec, sid) == ["step_2"]
+    last = max(t for line, t in zip(recorder.lines, recorder.times, strict=True) if "Avg Reward" in line)
+    print(f"\nstall: {detected - last:.1f}s from step 3's results to the stall event (stall_after_s=5)")
