@@ -159,6 +159,27 @@ def test_a_run_that_converged_stops_at_its_next_save_and_exports_that_checkpoint
     assert sandbox.full_inventory()["resources"] == []
 
 
+def test_a_stalled_job_is_stopped_its_last_checkpoint_exported_and_the_run_fails_stalled(
+    sandbox: SandboxProcess, env: dict[str, str]
+) -> None:
+    # The local trainer hangs after step 3 (silent and alive, as in an NCCL hang); step 2 is its newest save.
+    overrides = ["checkpointing.save_period=2", "sandbox.hang_after_step=3"]
+    result = run_cli({"max_steps": 20, "extra_overrides": overrides, "stall_after_s": 5}, env)
+    assert result.state == "failed", result.output[-3000:]
+    assert result.tasks[t.WAIT] == "success" and result.tasks[t.EXPORT] == "success", result.tasks
+    assert result.tasks[t.RUN_REPORT] == "failed"
+    xcom = _xcom()
+    waited = xcom[(t.WAIT, "return_value")]
+    assert waited["final_step"] == 2 and waited["stalled"].startswith("stalled at step 3/20: no new step in the log")
+    assert "Last lines of the driver log:" in waited["stalled"]
+    assert xcom[(t.CHECK_CHECKPOINT, "report")]["step"] == 2
+    assert xcom[(t.EXPORT, "return_value")]["uri"].endswith("/step_2/")
+    assert xcom[(t.WAIT, "budget")]["stopped_at_budget"] is False
+    assert "stalled at step 3/20" in xcom[("report", "text")]
+    assert "stalled at step 3/20" in result.output
+    assert sandbox.full_inventory()["resources"] == []
+
+
 def test_a_failing_job_fails_the_run_with_the_driver_last_lines_and_teardown_runs(
     sandbox: SandboxProcess, env: dict[str, str]
 ) -> None:

@@ -38,7 +38,7 @@ def final_step(context: Context, spec: RunSpec) -> int:
 
 def expectation(spec: RunSpec, step: int, *, stopped: bool = False) -> dict[str, Any]:
     """What the submitted run must have produced: the checkpoint of ``step``, one shard per training rank, its
-    config; ``stopped`` when the job was stopped after that save (it converged)."""
+    config; ``stopped`` when the job was stopped after that save (it converged, reached its budget or stalled)."""
     from nemo_rl_gke.nemo_rules import layout
     from nemo_rl_gke.recipes import load_recipe
 
@@ -81,8 +81,12 @@ class ValidateCheckpointOperator(StepOperator):
         rest = spec.checkpoint_dir.removeprefix("/data")
         mount = '"${SANDBOX_DATA_DIR:-/data}"'
         target = f"{mount}{shlex.quote(rest)}"
-        converged = (pull(context, WAIT) or {}).get("converged_at") is not None
-        expected = expectation(spec, final_step(context, spec), stopped=converged)
+        waited = pull(context, WAIT) or {}
+        # Converged, at its budget, or stalled: the job was stopped (or stopped itself) after that save.
+        stopped = waited.get("converged_at") is not None or bool(
+            waited.get("stopped_at_budget") or waited.get("stalled")
+        )
+        expected = expectation(spec, final_step(context, spec), stopped=stopped)
         request = JobRequest(
             submission_id=f"{submitted['submission_id']}-validate",
             # --list-steps: every step_N on the instance, which teardown compares with the records before a delete.
