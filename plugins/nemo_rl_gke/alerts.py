@@ -409,7 +409,7 @@ def failure_alert(
     budget = bool((training or {}).get("stopped_at_budget"))
     outcome = ""
     if budget:
-        outcome = report.budget_stop_text() if report is not None else _budget_text(training or {})
+        outcome = _budget_text(training or {}, None if report is None else report.gpu.estimated_cost_usd)
     notes = [stalled.splitlines()[0]] if stalled else []
     if budget and (failed or upstream):
         notes.append(outcome)
@@ -429,11 +429,11 @@ def failure_alert(
     )
 
 
-def _budget_text(training: Mapping[str, Any]) -> str:
+def _budget_text(training: Mapping[str, Any], usd: float | None) -> str:
     from nemo_rl_gke.report import budget_stop_text
 
     done = int(training.get("steps_completed") or 0)
-    return budget_stop_text(done, int(training.get("max_steps") or done), None)
+    return budget_stop_text(done, int(training.get("max_steps") or done), usd)
 
 
 def current_stage(states: Mapping[str, str]) -> tuple[str | None, tuple[str, ...]]:

@@ -79,7 +79,12 @@ def _limit(deployment_value: float, conf_value: float | None) -> float | None:
 
 def run_budget(spec: RunSpec, deployment: Deployment) -> RunBudget:
     """The run's effective budget under ``deployment``."""
+    # The conf's gpu_hour_price_usd may raise the price the budget counts with, never lower it below the report's
+    # list price: the conf is untrusted, and a tiny price would stretch a USD cap.
+    listed, _ = gpu_hour_price(spec.gpu_type)
     price, _ = gpu_hour_price(spec.gpu_type, spec.gpu_hour_price_usd)
+    if listed is not None and price is not None:
+        price = max(price, listed)
     rate = None if price is None else price * spec.gpus_per_node * spec.worker_replicas
     hours = _limit(deployment.max_run_hours, spec.max_run_hours)
     usd = _limit(deployment.max_run_usd, spec.max_run_usd)

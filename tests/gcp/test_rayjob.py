@@ -662,6 +662,7 @@ def test_a_job_at_nemo_rls_checkpoint_must_save_by_saves_exits_and_ends_stopped_
     assert "USD" in event["message"] and "checkpoint_must_save_by" in event["message"]
     assert _steps_on_disk(sandbox, spec, sid) == [f"step_{steps}"]
     print(f"\nbudget via checkpoint_must_save_by: {steps} steps trained, step {steps} saved: 0 steps lost")
+    print(event["message"])
 
 
 def test_the_trigger_stops_a_job_without_a_deadline_at_its_next_save_once_the_budget_is_near(
@@ -690,6 +691,7 @@ def test_the_trigger_stops_a_job_without_a_deadline_at_its_next_save_once_the_bu
     assert f"step_{saved}" in _steps_on_disk(sandbox, spec, sid)
     lost = event["summary"]["steps_completed"] - saved
     print(f"\nbudget stop by the trigger: {event['summary']['steps_completed']} steps, step {saved} saved: {lost} lost")
+    print(event["message"])
 
 
 def test_a_job_that_stops_printing_steps_is_stopped_as_stalled_with_its_newest_save(
@@ -718,3 +720,4 @@ def test_a_job_that_stops_printing_steps_is_stopped_as_stalled_with_its_newest_s
     assert _steps_on_disk(sandbox, spec, sid) == ["step_2"]
     last = max(t for line, t in zip(recorder.lines, recorder.times, strict=True) if "Avg Reward" in line)
     print(f"\nstall: {detected - last:.1f}s from step 3's results to the stall event (stall_after_s=5)")
+    print(event["message"])

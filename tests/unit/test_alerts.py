@@ -469,3 +469,18 @@ def test_the_manual_dag_alerts_every_deployment_connection_and_has_no_deadline()
     dag = build_dag("d", description="d", doc_md="d")
     assert not dag.deadline
     assert dag.get_task(t.RUN_REPORT).alert_connections == ()
+
+
+def test_a_budget_stop_is_an_alert_of_its_own_and_a_stall_a_line_of_the_failure() -> None:
+    states, report = _failed_training_report()
+    fine = {k: "success" for k in states}
+    training = {**SUMMARY, "stopped_at_budget": True, "max_steps": 40, "final_step": 10}
+    alert = failure_alert("d", "r", fine, training=training, report=report, url=URL)
+    assert alert.kind == alerts.BUDGET
+    usd = report.gpu.estimated_cost_usd
+    assert usd is not None
+    assert alert.headline() == f"[d] run r stopped at budget: {SUMMARY['steps_completed']} of 40 steps, {usd:,.2f} USD"
+    stalled = {**SUMMARY, "stalled": "stalled at step 12/40: no new step in the log for 901s\nLast lines: ..."}
+    alert = failure_alert("d", "r", fine, training=stalled, report=report, url=URL)
+    assert alert.kind == alerts.FAILED and alert.headline() == "[d] run r failed"
+    assert "stalled at step 12/40: no new step in the log for 901s" in alert.text().splitlines()

@@ -263,3 +263,15 @@ def test_a_conf_above_the_deployments_budget_is_refused_naming_the_setting_and_a
     assert run_budget(spec, Deployment(max_run_hours=0, max_run_usd=0)).hours == 0.5
     spec, _ = check_conf(local, Deployment(max_run_hours=0, max_run_usd=0))
     assert spec is not None and run_budget(spec, Deployment(max_run_hours=0, max_run_usd=0)).hours is None
+
+
+def test_a_conf_cannot_stretch_the_usd_budget_with_a_low_gpu_price() -> None:
+    from nemo_rl_gke.budget import run_budget
+
+    local = json.loads((ROOT / "include/conf/local.json").read_text())
+    deployment = Deployment(max_run_hours=0, max_run_usd=88)
+    cheap, _ = check_conf({**local, "gpu_hour_price_usd": 0.01}, deployment)
+    dear, _ = check_conf({**local, "gpu_hour_price_usd": 22}, deployment)
+    assert cheap is not None and dear is not None
+    assert run_budget(cheap, deployment).hours == 1.0  # the list price, 11 USD/GPU-h x 8
+    assert run_budget(dear, deployment).hours == 0.5

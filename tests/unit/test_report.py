@@ -579,3 +579,16 @@ def test_the_report_lists_every_pending_checkpoint_on_the_kept_instance_and_how_
     ) in text
     assert r.to_dict()["pending_checkpoints"] == pending
     assert "Pending checkpoints" not in build_report(timings(), UPSTREAM, inputs()).to_text()
+
+
+def test_a_budget_stop_and_a_stall_are_said_in_the_training_section() -> None:
+    stopped = {**TRAINING, "stopped_at_budget": True, "final_step": 10, "max_steps": 20}
+    r = build_report(timings(), UPSTREAM, inputs(training_summary=stopped))
+    cost = r.gpu.estimated_cost_usd
+    assert cost is not None
+    line = f"  stopped at budget: {TRAINING['steps_completed']} of 20 steps, {cost:,.2f} USD; checkpoint step 10"
+    assert line in r.to_text().splitlines()
+    assert "stopped_at_budget" not in r.to_text() and "max_steps" not in r.to_text()
+    stalled = {**TRAINING, "stalled": "stalled at step 3/20: no new step\nLast lines of the driver log:\n..."}
+    text = build_report(timings(), UPSTREAM, inputs(training_summary=stalled)).to_text()
+    assert "  stalled at step 3/20: no new step" in text.splitlines() and "Last lines" not in text
