@@ -77,6 +77,11 @@ def _step_kwargs(step: topology.Step, dag_id: str, alerts: AlertSettings) -> dic
         kwargs["outlets"] = [Asset(name=name.format(dag_id=dag_id)) for name in step.outlets]
     if step.inlets:
         kwargs["inlets"] = [Asset(name=name.format(dag_id=dag_id)) for name in step.inlets]
+    if step.op is Op.VALIDATE_CHECKPOINT:
+        # Also after a failed train.wait: a stalled job's newest save is still validated and exported (the operator
+        # skips when there is none). A failed setup upstream (validate, the lease, a resource) still makes it
+        # upstream_failed: Airflow checks a task's indirect setups before its trigger rule.
+        kwargs["trigger_rule"] = TriggerRule.ALL_DONE
     if step in topology.provisioning() and len(step.needs) > 1:
         # As all_success, but a step whose upstreams mix skipped (past stop_after) and failed ones is upstream_failed,
         # never skipped: a skip must not hide a failure from the run's state. (One upstream: the same as all_success.)

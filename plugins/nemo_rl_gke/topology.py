@@ -87,6 +87,8 @@ JOB_STEPS = "steps"
 JOB_SUMMARY = "summary"
 # train.wait's budget figures (:meth:`nemo_rl_gke.budget.RunBudget.xcom`), for the report and the Training view.
 JOB_BUDGET = "budget"
+# A stalled job's newest save and the stall's message: train.wait fails, and the checkpoint steps still run on it.
+JOB_STALLED = "stalled"
 CHECKPOINT_REPORT = "report"
 REPORT_TEXT = "text"
 
@@ -281,7 +283,8 @@ _STEPS: tuple[Step, ...] = (
     # The submission id comes from the DAG run, so a retried submit adopts the job instead of starting another.
     Step(SUBMIT, Op.SUBMIT_JOB, TRAIN, (RAYCLUSTER, RESUME), doc="Submits the GRPO job once (Ray Jobs API)."),
     # A failed or stopped job, the guard and the timeout fail without retry; a lost trigger is retried.
-    Step(WAIT, Op.FOLLOW_JOB, TRAIN, (SUBMIT,), produces=(*_RECORDS, JOB_STEPS, JOB_SUMMARY, JOB_BUDGET), retries=1,
+    Step(WAIT, Op.FOLLOW_JOB, TRAIN, (SUBMIT,), retries=1,
+         produces=(*_RECORDS, JOB_STEPS, JOB_SUMMARY, JOB_BUDGET, JOB_STALLED),
          doc="Follows the job, deferred: its log into the task log, its step metrics into XCom."),
     # --- checkpoint: a retry would re-read the same files to the same answer ---------------------------------
     Step(CHECK_CHECKPOINT, Op.VALIDATE_CHECKPOINT, CHECKPOINT, (WAIT,), produces=(*_RECORDS, CHECKPOINT_REPORT),

@@ -166,17 +166,18 @@ def test_a_stalled_job_is_stopped_its_last_checkpoint_exported_and_the_run_fails
     overrides = ["checkpointing.save_period=2", "sandbox.hang_after_step=3"]
     result = run_cli({"max_steps": 20, "extra_overrides": overrides, "stall_after_s": 5}, env)
     assert result.state == "failed", result.output[-3000:]
-    assert result.tasks[t.WAIT] == "success" and result.tasks[t.EXPORT] == "success", result.tasks
-    assert result.tasks[t.RUN_REPORT] == "failed"
+    assert result.tasks[t.WAIT] == "failed" and result.tries[t.WAIT] == 1, result.tasks
+    assert result.tasks[t.CHECK_CHECKPOINT] == "success" and result.tasks[t.EXPORT] == "success", result.tasks
     xcom = _xcom()
-    waited = xcom[(t.WAIT, "return_value")]
-    assert waited["final_step"] == 2 and waited["stalled"].startswith("stalled at step 3/20: no new step in the log")
-    assert "Last lines of the driver log:" in waited["stalled"]
+    stalled = xcom[(t.WAIT, t.JOB_STALLED)]
+    assert stalled["final_step"] == 2 and stalled["message"].startswith("stalled at step 3/20: no new step in the log")
+    assert "Last lines of the driver log:" in stalled["message"]
+    assert "stalled at step 3/20" in xcom[(t.WAIT, t.ERROR)]
     assert xcom[(t.CHECK_CHECKPOINT, "report")]["step"] == 2
     assert xcom[(t.EXPORT, "return_value")]["uri"].endswith("/step_2/")
     assert xcom[(t.WAIT, "budget")]["stopped_at_budget"] is False
     assert "stalled at step 3/20" in xcom[("report", "text")]
-    assert "stalled at step 3/20" in result.output
+    print("\n".join(line for line in result.output.splitlines() if "stalled at step" in line)[:3000])
     assert sandbox.full_inventory()["resources"] == []
 
 

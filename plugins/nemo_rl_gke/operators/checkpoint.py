@@ -13,13 +13,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Context
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from nemo_rl_gke import outcomes
 from nemo_rl_gke.links import EXPORT_LINKS
 from nemo_rl_gke.operators.base import StepOperator, pull
 from nemo_rl_gke.operators.rayjob import dashboard, ray_token_source
-from nemo_rl_gke.topology import CHECK_CHECKPOINT, CHECKPOINT_REPORT, JOB_SUMMARY, LUSTRE, RESUME, SUBMIT, WAIT
+from nemo_rl_gke.topology import (
+    CHECK_CHECKPOINT,
+    CHECKPOINT_REPORT,
+    JOB_STALLED,
+    JOB_SUMMARY,
+    LUSTRE,
+    RESUME,
+    SUBMIT,
+    WAIT,
+)
 
 if TYPE_CHECKING:
     from nemo_rl_gke.spec import RunSpec
@@ -31,7 +40,7 @@ VALIDATOR = Path(__file__).resolve().parents[1] / "checkpoints.py"
 def final_step(context: Context, spec: RunSpec) -> int:
     """The step whose checkpoint the run validates and exports: where the job stopped after converging, or the last
     step (``max_steps``, or the epoch cap below it) for a job that ran to its end."""
-    waited = pull(context, WAIT) or {}
+    waited = pull(context, WAIT) or pull(context, WAIT, JOB_STALLED) or {}
     step = waited.get("final_step")
     return int(step) if step is not None else spec.final_step
 
@@ -81,11 +90,14 @@ class ValidateCheckpointOperator(StepOperator):
         rest = spec.checkpoint_dir.removeprefix("/data")
         mount = '"${SANDBOX_DATA_DIR:-/data}"'
         target = f"{mount}{shlex.quote(rest)}"
-        waited = pull(context, WAIT) or {}
+        waited = pull(context, WAIT)
+        stalled = pull(context, WAIT, JOB_STALLED)
+        if waited is None and not stalled:
+            # This step runs once train.wait is done, whatever its end: only a stall leaves a checkpoint to save.
+            raise AirflowSkipException("train.wait did not succeed and left no stalled job's checkpoint to validate")
         # Converged, at its budget, or stalled: the job was stopped (or stopped itself) after that save.
-        stopped = waited.get("converged_at") is not None or bool(
-            waited.get("stopped_at_budget") or waited.get("stalled")
-        )
+        stopped = bool(stalled) or (waited or {}).get("converged_at") is not None
+        stopped = stopped or bool((waited or {}).get("stopped_at_budget"))
         expected = expectation(spec, final_step(context, spec), stopped=stopped)
         request = JobRequest(
             submission_id=f"{submitted['submission_id']}-validate",

@@ -16,7 +16,17 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from nemo_rl_gke.links import JOB_LINKS, WAIT_LINKS
 from nemo_rl_gke.operators.base import StepOperator, epoch_of, iso_now, pull
-from nemo_rl_gke.topology import JOB_BUDGET, JOB_STEPS, JOB_SUMMARY, LUSTRE, RESUME, STARTED_AT, SUBMIT, VALIDATE
+from nemo_rl_gke.topology import (
+    JOB_BUDGET,
+    JOB_STALLED,
+    JOB_STEPS,
+    JOB_SUMMARY,
+    LUSTRE,
+    RESUME,
+    STARTED_AT,
+    SUBMIT,
+    VALIDATE,
+)
 
 SUBMIT_TIMEOUT_S = 15 * 60
 
@@ -178,11 +188,12 @@ class RayJobSensor(StepOperator):
     the job timeout passes. A run that converged is stopped after its next checkpoint save and succeeds with that
     checkpoint. The run's budget stops the job at a save (or it stops itself at NeMo RL's
     ``checkpoint_must_save_by``): that checkpoint is validated and exported and the run succeeds, "stopped at
-    budget". A stalled job (no new step for the stall bound) is stopped; its newest checkpoint is validated and
-    exported, and the run report fails the run "stalled at step N". XCom: ``steps`` (one row per training step, read
-    from the job's log when the wait ends), ``summary``, ``budget`` (:meth:`~nemo_rl_gke.budget.RunBudget.xcom`) and
-    the return value (status, summary, ``final_step`` the checkpoint step to validate and export, ``converged_at``,
-    ``stopped_at_budget``, ``stalled``: the stall's message or None).
+    budget". A stalled job (no new step for the stall bound) is stopped and this task fails "stalled at step N";
+    the checkpoint steps, which run after it whatever its end, validate and export its newest save. XCom: ``steps``
+    (one row per training step, read from the job's log when the wait ends), ``summary``, ``budget``
+    (:meth:`~nemo_rl_gke.budget.RunBudget.xcom`), ``stalled`` (``{"final_step", "message"}``) and the return value
+    (status, summary, ``final_step`` the checkpoint step to validate and export, ``converged_at``,
+    ``stopped_at_budget``, ``max_steps``).
     """
 
     operator_extra_links = WAIT_LINKS
@@ -242,7 +253,6 @@ class RayJobSensor(StepOperator):
             "submission_id": event.get("submission_id"),
             **summary,
             "stopped_at_budget": status == "budget",
-            "stalled": None,
             "max_steps": spec.max_steps,
         }
         tail = "\n".join(event.get("tail") or [])
@@ -255,8 +265,8 @@ class RayJobSensor(StepOperator):
                 self.log.info("%s; checkpoint step %s is the one validated and exported", event.get("message"), step)
                 return {**result, "final_step": step, "converged_at": None}
             stalled = f"{event.get('message')}\nLast lines of the driver log:\n{tail}"
-            self.log.error("%s\nCheckpoint step %s is validated and exported; then the run fails.", stalled, step)
-            return {**result, "final_step": step, "converged_at": None, "stalled": stalled}
+            context["ti"].xcom_push(key=JOB_STALLED, value={"final_step": step, "message": stalled})
+            raise AirflowFailException(f"{stalled}\nCheckpoint step {step} is validated and exported next.")
         if status == "converged":
             # The stop can land after the job saved once more: the newest save that finished is the final one.
             later = last_finished_save(log.steps) if log is not None else None

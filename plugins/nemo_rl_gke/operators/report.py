@@ -14,11 +14,20 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Context
-from airflow.sdk.exceptions import AirflowFailException
 
 from nemo_rl_gke import topology
 from nemo_rl_gke.operators.base import StepOperator, epoch_of, pull
-from nemo_rl_gke.topology import ERROR, EXPORT, JOB_SUMMARY, REPORT_TEXT, RESUME, STARTED_AT, VALIDATE, WAIT
+from nemo_rl_gke.topology import (
+    ERROR,
+    EXPORT,
+    JOB_STALLED,
+    JOB_SUMMARY,
+    REPORT_TEXT,
+    RESUME,
+    STARTED_AT,
+    VALIDATE,
+    WAIT,
+)
 
 if TYPE_CHECKING:
     from nemo_rl_gke.report import RunReport
@@ -30,7 +39,10 @@ def _training(context: Context) -> dict[str, Any] | None:
     if summary is None:
         return None
     waited = pull(context, WAIT) or {}
-    outcome = ("converged_at", "final_step", "stopped_at_budget", "stalled", "max_steps")
+    outcome = ("converged_at", "final_step", "stopped_at_budget", "max_steps")
+    stalled = pull(context, WAIT, JOB_STALLED) or {}
+    if stalled:
+        return {**summary, "final_step": stalled.get("final_step"), "stalled": stalled.get("message")}
     return {**summary, **{k: waited[k] for k in outcome if waited.get(k) is not None}}
 
 
@@ -51,9 +63,8 @@ def _next_run_at(dag: Any) -> float | None:
 class RunReportOperator(StepOperator):
     """Builds the run report from the run's tasks and their XComs; always runs, after teardown. A failed run's alert
     goes from here: this task has every fact the message needs, and runs after teardown, so what it says is still
-    running is what the run really left (see :mod:`nemo_rl_gke.alerts`). A run whose job stalled ends here too: its
-    checkpoint was validated and exported, then this task fails the run "stalled at step N" with the job's last
-    lines. A run stopped at its budget succeeds, and its alert says so.
+    running is what the run really left (see :mod:`nemo_rl_gke.alerts`). A run stopped at its budget succeeds, and
+    its alert says so.
 
     :param alert_connections: the DAG's alert connections (empty: every one the deployment allows).
     """
@@ -86,16 +97,13 @@ class RunReportOperator(StepOperator):
             timings.append(TaskTiming(task_id, str(crumb.get("state") or "none"), start, end))
         states = {t.task_id: t.state for t in timings}
         waited = pull(context, WAIT) or {}
-        stalled = waited.get("stalled")
         report = None
         try:
             report = self._report(context, conf, timings)
         finally:
             # Also when the report itself fails: the alert then goes out without costs rather than not at all.
-            if run_failed(states) or stalled or waited.get("stopped_at_budget"):
+            if run_failed(states) or waited.get("stopped_at_budget"):
                 self._alert(context, states, report)
-        if stalled:
-            raise AirflowFailException(f"{stalled}\nThe run report above has its cost and what teardown did.")
         return report.to_dict()
 
     def _report(self, context: Context, conf: dict[str, Any], timings: list[Any]) -> RunReport:
