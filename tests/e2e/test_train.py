@@ -168,6 +168,7 @@ def test_a_stalled_job_is_stopped_its_last_checkpoint_exported_and_the_run_fails
     assert result.state == "failed", result.output[-3000:]
     assert result.tasks[t.WAIT] == "failed" and result.tries[t.WAIT] == 1, result.tasks
     assert result.tasks[t.CHECK_CHECKPOINT] == "success" and result.tasks[t.EXPORT] == "success", result.tasks
+    assert result.tasks[t.RUN_REPORT] == "failed"
     xcom = _xcom()
     stalled = xcom[(t.WAIT, t.JOB_STALLED)]
     assert stalled["final_step"] == 2 and stalled["message"].startswith("stalled at step 3/20: no new step in the log")

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Context
+from airflow.sdk.exceptions import AirflowFailException
 
 from nemo_rl_gke import topology
 from nemo_rl_gke.operators.base import StepOperator, epoch_of, pull
@@ -64,7 +65,8 @@ class RunReportOperator(StepOperator):
     """Builds the run report from the run's tasks and their XComs; always runs, after teardown. A failed run's alert
     goes from here: this task has every fact the message needs, and runs after teardown, so what it says is still
     running is what the run really left (see :mod:`nemo_rl_gke.alerts`). A run stopped at its budget succeeds, and
-    its alert says so.
+    its alert says so. A stalled job fails train.wait, but the checkpoint steps after it succeed, so that failure is
+    no leaf of the run: this task then fails the run, "stalled at step N" (it counts for the run's state).
 
     :param alert_connections: the DAG's alert connections (empty: every one the deployment allows).
     """
@@ -104,6 +106,11 @@ class RunReportOperator(StepOperator):
             # Also when the report itself fails: the alert then goes out without costs rather than not at all.
             if run_failed(states) or waited.get("stopped_at_budget"):
                 self._alert(context, states, report)
+        stalled = pull(context, WAIT, JOB_STALLED) or {}
+        if stalled:
+            first = str(stalled.get("message") or "stalled").splitlines()[0]
+            step = stalled.get("final_step")
+            raise AirflowFailException(f"the run fails: train.wait {first}; checkpoint step {step} was exported")
         return report.to_dict()
 
     def _report(self, context: Context, conf: dict[str, Any], timings: list[Any]) -> RunReport:
