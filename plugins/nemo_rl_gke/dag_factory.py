@@ -155,8 +155,8 @@ def build_dag(
         report = next(s for s in topology.STEPS.values() if s.op is Op.REPORT)
         [tasks[s.task_id] for s in topology.teardown_steps()] >> tasks[report.task_id]
         # It runs whenever the conf was valid, after teardown.
-        # The report decides the run's state in one case: a stalled job, whose failed train.wait is no leaf (the
-        # checkpoint steps after it validate and export the newest save), fails the run here.
+        # The report decides the run's state in one case: a failed train.wait is no leaf (checkpoint.validate runs
+        # after it whatever its end, for a stalled job's newest save), so the report fails the run for it.
         tasks[report.task_id].as_teardown(setups=tasks[topology.setup_of(report.task_id)], on_failure_fail_dagrun=True)
     # Set after the tasks: Airflow deep-copies the DAG's params into every task created while they are set, and
     # merges them back at run time anyway (process_params), so this keeps 50 copies of every Param out of each parse.

@@ -65,8 +65,9 @@ class RunReportOperator(StepOperator):
     """Builds the run report from the run's tasks and their XComs; always runs, after teardown. A failed run's alert
     goes from here: this task has every fact the message needs, and runs after teardown, so what it says is still
     running is what the run really left (see :mod:`nemo_rl_gke.alerts`). A run stopped at its budget succeeds, and
-    its alert says so. A stalled job fails train.wait, but the checkpoint steps after it succeed, so that failure is
-    no leaf of the run: this task then fails the run, "stalled at step N" (it counts for the run's state).
+    its alert says so. checkpoint.validate runs after train.wait whatever its end (a stalled job's newest save is
+    exported), so a failed train.wait is no leaf of the run: this task then fails the run (it counts for the run's
+    state), "stalled at step N" after a stall.
 
     :param alert_connections: the DAG's alert connections (empty: every one the deployment allows).
     """
@@ -106,12 +107,21 @@ class RunReportOperator(StepOperator):
             # Also when the report itself fails: the alert then goes out without costs rather than not at all.
             if run_failed(states) or waited.get("stopped_at_budget"):
                 self._alert(context, states, report)
+        self._fail_with_training(context, states.get(WAIT))
+        return report.to_dict()
+
+    def _fail_with_training(self, context: Context, wait_state: str | None) -> None:
+        """checkpoint.validate runs after train.wait whatever its end, so a failed train.wait is no leaf of the run:
+        this task fails the run for it (after a stall, once its newest save is exported)."""
+        if wait_state not in ("failed", "upstream_failed"):
+            return
         stalled = pull(context, WAIT, JOB_STALLED) or {}
         if stalled:
             first = str(stalled.get("message") or "stalled").splitlines()[0]
             step = stalled.get("final_step")
             raise AirflowFailException(f"the run fails: train.wait {first}; checkpoint step {step} was exported")
-        return report.to_dict()
+        error = str(pull(context, WAIT, ERROR) or "").strip()
+        raise AirflowFailException(f"the run fails: train.wait ended {wait_state}" + (f": {error}" if error else ""))
 
     def _report(self, context: Context, conf: dict[str, Any], timings: list[Any]) -> RunReport:
         from nemo_rl_gke.report import RunInputs, build_report
