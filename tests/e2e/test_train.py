@@ -22,7 +22,14 @@ from tests.e2e.harness import HF_TEST_TOKEN, INFRA_ONLY, WANDB_TEST_KEY, run_cli
 
 pytestmark = pytest.mark.airflow
 SPEC = RunSpec()
-LUSTRE_CHAIN = {"lustre.instance", "servicenetworking.connection", "compute.address", "compute.network"}
+# Lustre and what it needs: the peering, its range, the firewall rule for Lustre traffic, the main network.
+LUSTRE_CHAIN = {
+    "lustre.instance",
+    "servicenetworking.connection",
+    "compute.address",
+    "compute.firewall",
+    "compute.network",
+}
 
 
 @pytest.fixture(autouse=True)
@@ -69,9 +76,11 @@ def test_the_local_recipe_trains_validates_exports_and_cleans_up(sandbox: Sandbo
     assert report["valid"] and report["step"] == 20 and report["shards"] == {"weights": 8, "optimizer": 8}
     exported = xcom[(t.EXPORT, "return_value")]
     assert exported["uri"].startswith(f"gs://{SPEC.export_bucket_name}/nemo_rl_grpo_gke/")
-    bucket = Path(sandbox.state_dir) / "gcs" / SPEC.export_bucket_name
-    copied = {p.relative_to(bucket).as_posix().split("/", 2)[-1] for p in bucket.rglob("*") if p.is_file()}
-    assert {"step_20/config.yaml", "step_20/policy/weights/.metadata", "step_20/policy/weights/__7_0.distcp"} <= copied
+    # The copy sits at the step's Lustre path under the run's prefix (so a resume can import it into /).
+    assert exported["uri"].endswith(SPEC.checkpoint_lustre_path(20) + "/")
+    step_dir = Path(sandbox.state_dir) / "gcs" / exported["uri"].removeprefix("gs://")
+    copied = {p.relative_to(step_dir).as_posix() for p in step_dir.rglob("*") if p.is_file()}
+    assert {"config.yaml", "policy/weights/.metadata", "policy/weights/__7_0.distcp"} <= copied
 
     # The Asset event carries the URI, the step, the metrics and the shard count.
     from airflow.models.asset import AssetEvent, AssetModel

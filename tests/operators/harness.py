@@ -80,6 +80,10 @@ class TaskInstance:
         self.run.xcom[(self.task_id, key)] = value
 
 
+# The sandbox the current test's connection points at (set by ``gcp_conn``), for the buckets a run needs.
+_sandboxes: list[SandboxProcess] = []
+
+
 def start_run(project: str, *, lease: bool = True, deployment: str = DEFAULT_DEPLOYMENT_ID, **conf: Any) -> Run:
     """A run of ``deployment`` whose validate task accepted this conf (validated for real) in ``project``, and that
     took its group's lease as the DAG's lease step does (``lease=False`` leaves that to the test)."""
@@ -87,6 +91,9 @@ def start_run(project: str, *, lease: bool = True, deployment: str = DEFAULT_DEP
     raw.update(conf)
     spec, findings = check_conf(raw)
     assert spec is not None, findings
+    if _sandboxes:
+        # The export bucket exists before the run, as preflight requires (its records and copies live there).
+        _sandboxes[-1].seed_bucket(spec.project, spec.export_bucket_name)
     run = Run(spec.to_conf(), f"manual__test-{next(_run_numbers)}", deployment)
     if lease:
         run_step(run, LEASE)
@@ -157,4 +164,8 @@ def project_resources(sandbox: SandboxProcess, project: str) -> dict[str, dict[s
 def gcp_conn(sandbox: SandboxProcess, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """google_cloud_default -> the sandbox, exactly as a deployment would configure it for local runs."""
     monkeypatch.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", sandbox.connection_json("sandbox"))
-    yield
+    _sandboxes.append(sandbox)
+    try:
+        yield
+    finally:
+        _sandboxes.remove(sandbox)
