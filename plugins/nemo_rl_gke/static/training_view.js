@@ -199,12 +199,12 @@ function render(view) {
   document.getElementById("bar-fill").style.width = `${p.percent || 0}%`;
   setText("eta", p.eta_s !== null ? `ETA ${duration(p.eta_s)} (${p.eta_at}), train.wait ${p.state}` : `train.wait ${p.state}`);
   setText("steps-parsed", view.points);
-  setText("step-time", p.mean_step_time_s !== null ? `, mean step time ${p.mean_step_time_s} s (last steps)` : "");
+  setText("step-time", p.mean_step_time_s !== null ? `, ${p.mean_step_time_s} s a step lately` : "");
   if (view.cost) {
     setText("node-hours", view.cost.gpu_node_hours);
-    setText("gpu-hours", `${view.cost.gpu_hours} GPU-hours of ${view.cost.gpu_type}${view.cost.pool_still_running ? ", pool still up" : ""}`);
+    setText("gpu-hours", `${view.cost.gpu_hours} GPU-hours of ${view.cost.gpu_type}`);
     setText("cost", view.cost.estimated_cost_usd === null ? "unknown" : `${view.cost.estimated_cost_usd.toFixed(2)} USD`);
-    setText("price", `${view.cost.price_per_gpu_hour_usd} USD per GPU-hour (${view.cost.price_source})`);
+    setText("price", `${view.cost.price_per_gpu_hour_usd} USD per GPU-hour (${view.cost.price_source})${view.cost.pool_still_running ? ", GPU pool still up" : ""}`);
   }
   const ended = ["success", "failed"].includes(view.run_state);
   const rate = view.banner.usd_per_hour;
