@@ -197,7 +197,7 @@ function render(view) {
   setText("step", p.step ? `step ${p.step} of ${p.total_steps}` : p.state === "none" ? "not started" : p.state);
   setText("percent", p.percent !== null ? `${p.completed} done (${p.percent}%)` : "");
   document.getElementById("bar-fill").style.width = `${p.percent || 0}%`;
-  setText("eta", p.eta_s !== null ? `ETA ${duration(p.eta_s)} (${p.eta_at}), train.wait ${p.state}` : `train.wait ${p.state}`);
+  setText("eta", p.eta_s !== null ? `ETA ${duration(p.eta_s)}, at ${p.eta_at.slice(11)} · train.wait ${p.state}` : `train.wait ${p.state}`);
   setText("steps-parsed", view.points);
   setText("step-time", p.mean_step_time_s !== null ? `, ${p.mean_step_time_s} s a step lately` : "");
   if (view.cost) {
