@@ -34,7 +34,7 @@ class Sandbox:
         # Set by the server once it listens.
         self.url = ""
         self.kuberay = KubeRay(self.store, state_dir)
-        self.kube = KubeApi(self.store, self.faults, self.calls, self.kuberay)
+        self.kube = KubeApi(self.store, self.faults, self.calls, self.kuberay, verify=self.auth.verify)
         # A running GKE cluster serves its Kubernetes API; a deleted one takes its objects, its listener and its
         # RayClusters' Ray processes along.
         self.store.on_ready.append(self._ready)
