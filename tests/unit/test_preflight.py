@@ -17,9 +17,9 @@ from tests.paths import ROOT
 
 # rule id -> a fragment of the message its example must produce. Every registered rule must be listed here.
 EXPECTED_MESSAGES = {
-    "deployment.project": "project 'someone-elses-proj' is outside the deployment's bound [nemo_rl_gke] allowed_projects",
+    "deployment.project": "project 'someone-elses-proj' is outside the deployment's bound [nemo_rl_gke] allowed_proj",
     "deployment.region": "region 'europe-west4' is outside the deployment's bound [nemo_rl_gke] allowed_regions",
-    "deployment.export-bucket": "bucket 'outsider-drop-box' is outside the deployment's bound [nemo_rl_gke] allowed_exp",
+    "deployment.export-bucket": "bucket 'outsider-drop-box' is outside the deployment's bound [nemo_rl_gke] allowed_e",
     "deployment.gpu-nodes": "the run may hold 3 GPU nodes",
     "deployment.recipe": "recipe 'qwen2.5-7b-gsm8k-v0.7.0' is outside the deployment's bound [nemo_rl_gke] allowed_rec",
     "name.project": "a project ID is 6-30 characters",

@@ -11,10 +11,10 @@ import pytest
 
 from nemo_rl_gke import outcomes
 from nemo_rl_gke import topology as t
+from nemo_rl_gke.deployment import Deployment
 from nemo_rl_gke.gcp.resources import resources
 from nemo_rl_gke.gcp.resources.keep import kept_for_storage, storage_keys
 from nemo_rl_gke.ownership import FREE, HELD, Lease, PendingCheckpoint
-from nemo_rl_gke.deployment import Deployment
 from nemo_rl_gke.preflight import check_conf
 from nemo_rl_gke.spec import GROUP_NAME_PARAMS, RunSpec
 from nemo_rl_gke.sweep_report import GroupReport, Kept, SweepReport
