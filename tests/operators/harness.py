@@ -23,7 +23,7 @@ from sandbox.testing import SandboxProcess
 
 from nemo_rl_gke import topology
 from nemo_rl_gke.dag_factory import OPERATORS
-from nemo_rl_gke.deployment import DEFAULT_DEPLOYMENT_ID
+from nemo_rl_gke.deployment import DEFAULT_DEPLOYMENT_ID, Deployment
 from nemo_rl_gke.gcp.resources import Resource, resources
 from nemo_rl_gke.ownership import Owner
 from nemo_rl_gke.preflight import check_conf
@@ -85,7 +85,8 @@ def start_run(project: str, *, lease: bool = True, deployment: str = DEFAULT_DEP
     took its group's lease as the DAG's lease step does (``lease=False`` leaves that to the test)."""
     raw = {"project": project, "region": REGION, "zone": ZONE, "reservation": "gpu-res", "poll_interval_s": POLL}
     raw.update(conf)
-    spec, findings = check_conf(raw)
+    # Judged as by a deployment whose Google connection names the test's project.
+    spec, findings = check_conf(raw, Deployment(gcp_project=project))
     assert spec is not None, findings
     run = Run(spec.to_conf(), f"manual__test-{next(_run_numbers)}", deployment)
     if lease:
