@@ -486,7 +486,7 @@ BOUND_SETTINGS_DOC: tuple[tuple[str, str, str], ...] = (
 )
 SETTINGS_DOC = SETTINGS_DOC + BOUND_SETTINGS_DOC
 # Who may change a bound: named in every finding that refuses a conf on one.
-WHO_CHANGES = "the deployment's operator (an Airflow admin, in airflow.cfg or the environment variable)"
+WHO_CHANGES = "the deployment's operator (an Airflow admin: airflow.cfg or the environment variable named)"
 
 
 def settings_markdown() -> str:
