@@ -158,4 +158,6 @@ def project_resources(sandbox: SandboxProcess, project: str) -> dict[str, dict[s
 def gcp_conn(sandbox: SandboxProcess, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """google_cloud_default -> the sandbox, exactly as a deployment would configure it for local runs."""
     monkeypatch.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", sandbox.connection_json("sandbox"))
+    # The scenarios hold several runs' leases in one project at once; a test of the GPU total sets its own.
+    monkeypatch.setenv("AIRFLOW__NEMO_RL_GKE__MAX_GPU_NODES_TOTAL", "64")
     yield
