@@ -248,8 +248,7 @@ class Deployment:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= GPU_NODES_CEILING:
                 problems.append(f"{name} must be a whole number from 1 to {GPU_NODES_CEILING} (got {str(value)[:40]})")
-        if self.gcp_project and not PROJECT_ENTRY.fullmatch(self.gcp_project):
-            problems.append(f"the Google connection's project extra {self.gcp_project[:80]!r} is not a project ID")
+        # gcp_project is not checked: a domain-scoped project (example.com:p) is valid there and matches no conf.
         return problems
 
     @property
