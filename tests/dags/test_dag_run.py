@@ -20,8 +20,19 @@ DAG_ID = "nemo_rl_grpo_gke"
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 
 
+# The deployment's Google connection names the tutorial's project, the one its conf may use. A plan-mode run calls
+# nothing; the endpoint is a closed loopback port, so a call would fail here instead of reaching Google.
+GOOGLE_CONNECTION = json.dumps(
+    {"conn_type": "google_cloud_platform", "extra": {"project": "nemo-rl-demo", "api_endpoint": "http://127.0.0.1:9"}}
+)
+
+
 def _env() -> dict[str, str]:
-    return {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    return {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": GOOGLE_CONNECTION,
+    }
 
 
 @pytest.fixture(scope="module", autouse=True)

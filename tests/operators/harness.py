@@ -23,7 +23,7 @@ from sandbox.testing import SandboxProcess
 
 from nemo_rl_gke import topology
 from nemo_rl_gke.dag_factory import OPERATORS
-from nemo_rl_gke.deployment import DEFAULT_DEPLOYMENT_ID
+from nemo_rl_gke.deployment import DEFAULT_DEPLOYMENT_ID, Deployment
 from nemo_rl_gke.gcp.resources import Resource, resources
 from nemo_rl_gke.ownership import Owner
 from nemo_rl_gke.preflight import check_conf
@@ -89,7 +89,8 @@ def start_run(project: str, *, lease: bool = True, deployment: str = DEFAULT_DEP
     took its group's lease as the DAG's lease step does (``lease=False`` leaves that to the test)."""
     raw = {"project": project, "region": REGION, "zone": ZONE, "reservation": "gpu-res", "poll_interval_s": POLL}
     raw.update(conf)
-    spec, findings = check_conf(raw)
+    # Judged as by a deployment whose Google connection names the test's project.
+    spec, findings = check_conf(raw, Deployment(gcp_project=project))
     assert spec is not None, findings
     if _sandboxes:
         # The export bucket exists before the run, as preflight requires (its records and copies live there).
@@ -164,6 +165,8 @@ def project_resources(sandbox: SandboxProcess, project: str) -> dict[str, dict[s
 def gcp_conn(sandbox: SandboxProcess, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """google_cloud_default -> the sandbox, exactly as a deployment would configure it for local runs."""
     monkeypatch.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", sandbox.connection_json("sandbox"))
+    # The scenarios hold several runs' leases in one project at once; a test of the GPU total sets its own.
+    monkeypatch.setenv("AIRFLOW__NEMO_RL_GKE__MAX_GPU_NODES_TOTAL", "64")
     _sandboxes.append(sandbox)
     try:
         yield

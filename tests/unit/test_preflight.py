@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from nemo_rl_gke.deployment import Deployment
 from nemo_rl_gke.findings import ConfError
 from nemo_rl_gke.preflight import check_conf, rules, validate
 from nemo_rl_gke.recipes import load_recipe
@@ -16,6 +17,11 @@ from tests.paths import ROOT
 
 # rule id -> a fragment of the message its example must produce. Every registered rule must be listed here.
 EXPECTED_MESSAGES = {
+    "deployment.project": "project 'someone-elses-proj' is outside the deployment's bound [nemo_rl_gke] allowed_proj",
+    "deployment.region": "region 'europe-west4' is outside the deployment's bound [nemo_rl_gke] allowed_regions",
+    "deployment.export-bucket": "bucket 'outsider-drop-box' is outside the deployment's bound [nemo_rl_gke] allowed_e",
+    "deployment.gpu-nodes": "the run may hold 3 GPU nodes",
+    "deployment.recipe": "recipe 'qwen2.5-7b-gsm8k-v0.7.0' is outside the deployment's bound [nemo_rl_gke] allowed_rec",
     "name.project": "a project ID is 6-30 characters",
     "location.zone-in-region": "the zone must be a zone of region us-central1",
     "name.compute": "derived name 'RDMA_net-net' is not a valid Compute Engine name",
@@ -57,6 +63,8 @@ EXPECTED_MESSAGES = {
     "nemo.image-version": "recipe gemma3-27b-gsm8k-v0.5.0 is pinned to NeMo RL v0.5.0",
 }
 RULES = {r.rule_id: r for r in rules()}
+# A deployment whose Google connection names my-project: the project these tests' confs use.
+MY_PROJECT = Deployment(gcp_project="my-project")
 
 
 def test_every_rule_has_a_message_test_and_enough_rules_exist() -> None:
@@ -68,7 +76,7 @@ def test_every_rule_has_a_message_test_and_enough_rules_exist() -> None:
 def _run(rule_id: str, conf: dict, recipe_patch: dict | None = None) -> list:
     spec = RunSpec.from_conf(conf)
     recipe = dataclasses.replace(load_recipe(spec.recipe), **(recipe_patch or {}))
-    return list(RULES[rule_id].run(spec, recipe))
+    return list(RULES[rule_id].run(spec, recipe, Deployment(**RULES[rule_id].example_deployment)))
 
 
 @pytest.mark.parametrize("rule_id", sorted(EXPECTED_MESSAGES))
@@ -209,7 +217,7 @@ def test_image_tag_variant_of_the_release_is_accepted() -> None:
 def test_shared_reservations_and_reservation_blocks_are_accepted(
     reservation: str, owner: str, name: str, block: str | None
 ) -> None:
-    spec = validate({"project": "my-project", "reservation": reservation})
+    spec = validate({"project": "my-project", "reservation": reservation}, MY_PROJECT)
     assert (spec.reservation_project, spec.reservation_name, spec.reservation_block) == (owner, name, block)
     # GKE takes the conf's form as the pool's reservationAffinity value, unchanged (FACTS §19).
     from nemo_rl_gke.gcp.gke import node_pool_create_request
@@ -235,6 +243,6 @@ def test_shared_reservations_and_reservation_blocks_are_accepted(
     ],
 )
 def test_a_reservation_outside_the_grammar_is_refused_naming_the_parameter(reservation: str) -> None:
-    spec, findings = check_conf({"project": "my-project", "reservation": reservation})
+    spec, findings = check_conf({"project": "my-project", "reservation": reservation}, MY_PROJECT)
     assert spec is None
     assert [f.param for f in findings] == ["reservation"], findings
