@@ -267,7 +267,7 @@ def budget(
         hours_limit, usd_limit = _limit(published.get("hours_limit")), _limit(published.get("usd_limit"))
         nodes_limit = _limit(published.get("gpu_nodes_limit"))
         nodes = published.get("gpu_nodes")
-        source = "train.wait"
+        source = topology.WAIT
     else:
         hours_limit = _limit(getattr(spec, "budget_hours", None), limits.get("max_run_hours"))
         usd_limit = _limit(getattr(spec, "budget_usd", None), limits.get("max_run_usd"))

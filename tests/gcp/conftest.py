@@ -54,8 +54,6 @@ def hook(sandbox: SandboxProcess, project: str, monkeypatch: pytest.MonkeyPatch)
     """A GcpHook built from google_cloud_default, given as an env var connection pointing at the sandbox with its
     service-account key (google-auth's real token flow)."""
     monkeypatch.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", sandbox.connection_json(project))
-    # The project's export bucket exists, as a user sets it up before a run (the records and copies live there).
-    sandbox.seed_bucket(project)
     return GcpHook(retry_policy=FAST_RETRY)
 
 

@@ -27,8 +27,18 @@ HF_TOKEN = "hf_VIEWTESTTOKEN_never_shown_4b1d"
 @pytest.fixture(scope="module")
 def run_id(airflow_db: None) -> str:
     """A finished plan-mode run of the tutorial conf (the form's defaults)."""
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     conf = json.loads((ROOT / "include/conf/tutorial.json").read_text())
+    # The deployment's Google connection names the tutorial's project (the default bound); a closed loopback port,
+    # so a plan that called Google by mistake fails here.
+    google = {
+        "conn_type": "google_cloud_platform",
+        "extra": {"project": conf["project"], "api_endpoint": "http://127.0.0.1:9"},
+    }
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": json.dumps(google),
+    }
     airflow = str(Path(sys.executable).parent / "airflow")
     done = subprocess.run(
         [airflow, "dags", "test", DAG_ID, "-c", json.dumps(conf)],
