@@ -59,8 +59,10 @@ demo-plan: $(STAMP)
 	@$(AIRFLOW_ENV) $(PY) -m sandbox.demo --conf include/conf/tutorial.json
 
 # The same plan without Airflow, from the package CLI.
+# Judged as by the tutorial's deployment: its Google connection names the tutorial's project (the default bound).
 plan: $(STAMP)
-	@PYTHONPATH=plugins $(PY) -m nemo_rl_gke plan --conf include/conf/tutorial.json
+	@AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT='{"conn_type": "google_cloud_platform", "extra": {"project": "nemo-rl-demo"}}' \
+		PYTHONPATH=plugins $(PY) -m nemo_rl_gke plan --conf include/conf/tutorial.json
 
 # The generated tables in docs/ (preflight rules, conf parameters, deployment settings); tests fail when they are stale.
 docs: $(STAMP)

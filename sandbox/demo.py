@@ -150,6 +150,15 @@ def _bearer_summary(calls: list[dict[str, Any]], refused: list[dict[str, Any]]) 
     return "\n".join(lines)
 
 
+def plan_connection_env(conf: dict[str, Any]) -> dict[str, str]:
+    """A plan-mode run's google_cloud_default: it names the conf's project, which the deployment's default bound
+    allows, and its endpoint is a closed loopback port, so a plan that called Google by mistake fails here."""
+    from nemo_rl_gke.spec import RunSpec
+
+    extra = {"project": RunSpec.from_conf(conf).project, "api_endpoint": "http://127.0.0.1:9"}
+    return {"AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": json.dumps({"conn_type": "google_cloud_platform", "extra": extra})}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the DAG once with the given conf; exit 0 only if the run succeeded (and, on the sandbox, left nothing)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -167,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
         conf = {**conf, "mode": "apply", "poll_interval_s": 0.2}
         sandbox, env = start_demo_sandbox(home, conf)
         print(f"GCP sandbox on {sandbox.url} (pid {sandbox.pid}), connection google_cloud_default -> sandbox")
+    else:
+        env = plan_connection_env(conf)
     try:
         print(f"$ airflow dags test {args.dag_id} -c '<{args.conf} + mode {conf.get('mode', 'plan')}>'")
         print(f"  (full output: {log_path})")

@@ -79,7 +79,6 @@ ROUTE_PERMISSIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("POST", _G + "/instances"): ("lustre.instances.create",),
     ("GET", _G + "/instances/{instance}"): ("lustre.instances.get",),
     ("DELETE", _G + "/instances/{instance}"): ("lustre.instances.delete",),
-    ("PATCH", _G + "/instances/{instance}"): ("lustre.instances.update",),
     ("POST", _G + "/instances/{instance}:exportData"): ("lustre.instances.exportData",),
     ("POST", _G + "/instances/{instance}:importData"): ("lustre.instances.importData",),
     ("GET", "/v1/projects/{project}"): ("resourcemanager.projects.get",),

@@ -225,8 +225,15 @@ def seed_reservation(  # noqa: PLR0917
 
 
 def seed(url: str, document: dict[str, Any]) -> None:
-    """Apply a seed document (roce_zones, enabled_services, reservations, latency_seconds) now."""
+    """Apply a seed document (roce_zones, enabled_services, reservations, latency_seconds, buckets, ...) now."""
     request_json(f"{url}/sandbox/seed", "POST", document)
+
+
+def seed_bucket(url: str, project: str, name: str | None = None) -> None:
+    """Make a project's export bucket exist (default: RunSpec's derived ``{project}-nemo-rl-checkpoints``), writable
+    by the project's Lustre service agent, as a user would set it up before a run."""
+    bucket = {"project": project, "name": name or f"{project}-nemo-rl-checkpoints"}
+    seed(url, {"buckets": [{**bucket, "lustre_agent_role": "roles/storage.objectUser"}]})
 
 
 def set_latency(
@@ -334,6 +341,10 @@ class SandboxProcess:
     def seed(self, document: dict[str, Any]) -> None:
         """See :func:`seed`."""
         seed(self.url, document)
+
+    def seed_bucket(self, project: str, name: str | None = None) -> None:
+        """See :func:`seed_bucket`."""
+        seed_bucket(self.url, project, name)
 
     def set_latency(
         self, scale: float | None = None, seconds: dict[str, float] | None = None, defaults: bool = False

@@ -98,6 +98,10 @@ def _cmd_settings(args: argparse.Namespace) -> int:
         value = getattr(current, name)
         shown = " ".join(value) if isinstance(value, tuple) else value
         print(f"{name} = {shown!s}\n    {meaning}")
+    print(
+        f"(Google connection's project) = {current.gcp_project or '(none)'}\n    Always an allowed project: the "
+        "project extra of AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT here, of the google_cloud_default connection in Airflow."
+    )
     return 0
 
 

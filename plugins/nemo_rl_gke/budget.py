@@ -14,17 +14,13 @@ stops the job at its next save once less than a step (and the margin) is left, a
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from nemo_rl_gke.deployment import Deployment
 from nemo_rl_gke.report import gpu_hour_price
-from nemo_rl_gke.resource_rules import RESOURCE
-from nemo_rl_gke.rules import Violation, rule
 
 if TYPE_CHECKING:
-    from nemo_rl_gke.recipes import Recipe
     from nemo_rl_gke.spec import RunSpec
 
 # The save NeMo RL makes at its deadline needs time: a tenth of what is left, at most 10 min.
@@ -93,8 +89,7 @@ def run_budget(spec: RunSpec, deployment: Deployment) -> RunBudget:
             hours = usd / rate if hours is None else min(hours, usd / rate)
         if hours is not None:
             usd = hours * rate if usd is None else min(usd, hours * rate)
-    limit = getattr(deployment, "max_gpu_nodes_per_run", None)
-    return RunBudget(hours, usd, rate, spec.worker_replicas, int(limit) if limit else None)
+    return RunBudget(hours, usd, rate, spec.worker_replicas, deployment.max_gpu_nodes_per_run)
 
 
 def must_save_by(seconds_left: float) -> str:
@@ -108,26 +103,3 @@ def must_save_by(seconds_left: float) -> str:
     hours, rest = divmod(rest, 3600)
     minutes, seconds = divmod(rest, 60)
     return f"{days:02d}:{hours:02d}:{minutes:02d}:{seconds:02d}"
-
-
-@rule(
-    "budget.deployment-limits",
-    RESOURCE,
-    "A conf may only lower the deployment's max_run_hours and max_run_usd",
-    example={"max_run_hours": 100},
-    counter_example={"max_run_hours": 2},
-    uses_deployment=True,
-)
-def conf_limits(spec: RunSpec, _: Recipe, deployment: Deployment) -> Iterator[Violation]:
-    """The deployment bounds what a run may spend; whoever triggers it may ask for less, never more."""
-    for param in ("max_run_hours", "max_run_usd"):
-        value, bound = getattr(spec, param), getattr(deployment, param)
-        if value is not None and bound > 0 and value > bound:
-            unit = "h" if param == "max_run_hours" else "USD"
-            yield Violation(
-                (param,),
-                value,
-                f"the deployment's [nemo_rl_gke] {param} is {bound:g} {unit}: a conf may only lower it",
-                f"set {param} to at most {bound:g}, or leave it empty for {bound:g}; an Airflow admin can raise "
-                f"the setting ([nemo_rl_gke] {param})",
-            )

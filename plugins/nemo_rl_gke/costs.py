@@ -1,5 +1,9 @@
 """What a run's cloud resources cost per hour, and which of them are still up: the training view's banner.
 
+The banner shows each resource that costs (or whose price is unknown) on its own row, and folds the free ones (networks,
+subnets, firewall rules, ...: most of a run's resources) into one line that still says what state they are in, so a
+kept network never reads like a deleted one (:func:`banner`).
+
 Rough on-demand list-price estimates (USD, us-central1), for a ballpark while a run is going, not a bill: GPU nodes
 use the run report's per-GPU prices (or the conf's ``gpu_hour_price_usd``), the rest the tables below. Networks,
 subnets, firewall rules, the reserved peering range and the peering itself cost nothing while idle; the RayCluster
@@ -173,3 +177,38 @@ def _spec_name(spec: RunSpec, task_id: str, attr: str) -> str:
 def total_per_hour(resources: list[RunningResource]) -> float:
     """The summed estimate (resources without a price count 0)."""
     return sum(r.usd_per_hour or 0.0 for r in resources)
+
+
+def _plural(kind: str, count: int) -> str:
+    return f"{count} {kind}" if count == 1 else f"{count} {kind}s"
+
+
+def free_line(free: list[RunningResource]) -> str:
+    """One line for the free resources: how many, of which kinds, and their states ("16 free resources: 3 VPC
+    networks, 9 subnets, ... - all up"); a kept one says so (``kept (kept-for-lustre)``)."""
+    kinds: dict[str, int] = {}
+    states: dict[str, int] = {}
+    for r in free:
+        family = r.kind.split(" (")[0]  # "subnet (RDMA)" counts with "subnet"
+        kinds[family] = kinds.get(family, 0) + 1
+        states[r.state] = states.get(r.state, 0) + 1
+    what = ", ".join(_plural(kind, n) for kind, n in kinds.items())
+    if len(states) == 1:
+        how = f"all {next(iter(states))}" if len(free) > 1 else next(iter(states))
+    else:
+        how = ", ".join(f"{n} {state}" for state, n in sorted(states.items(), key=lambda kv: -kv[1]))
+    return f"{_plural('free resource', len(free))}: {what} - {how}, 0.00 USD/h"
+
+
+def banner(resources: list[RunningResource]) -> dict[str, Any]:
+    """The banner's layout: one row per resource that costs or has no known price (most expensive first), the free
+    ones (0 USD/h) folded into one line, and the summed estimate."""
+    costly = [r for r in resources if r.usd_per_hour != 0.0]
+    free = [r for r in resources if r.usd_per_hour == 0.0]
+    return {
+        "count": len(resources),
+        "usd_per_hour": round(total_per_hour(resources), 2),
+        "costly": [r.to_dict() for r in costly],
+        "free": [r.to_dict() for r in free],
+        "free_line": free_line(free) if free else None,
+    }

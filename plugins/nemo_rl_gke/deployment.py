@@ -2,8 +2,13 @@
 
 A run conf is written by whoever may trigger the DAG, so it never decides where a secret goes (DESIGN rule 8). The
 connections that hold the Hugging Face token and the W&B key, any Ray dashboard endpoint other than the run's own
-head service, and where a privileged NCCL installer may be downloaded from are settings of the deployment: the
+head service, where a privileged NCCL installer may be downloaded from, and the bounds of where a run may act and how
+many GPU nodes it may hold (projects, regions, export buckets, recipes) are settings of the deployment: the
 ``[nemo_rl_gke]`` section of the Airflow config (``AIRFLOW__NEMO_RL_GKE__<NAME>`` in the environment).
+
+The allowed projects are the ones listed plus the project the Google connection names (its ``project`` extra):
+the project the deployment's credentials were set up for. It is read from the connection, without any call to
+Google, so the offline ``validate`` can judge it (the CLI reads the same ``AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT``).
 
 They are read at run time only, never while a DAG file is parsed, and passed explicitly as a frozen
 :class:`Deployment` to the functions that need them (tests pass their own). Outside Airflow (the CLI) the same
@@ -13,13 +18,14 @@ environment variables are read, and every setting has a safe default.
 from __future__ import annotations
 
 import ipaddress
+import json
 import math
 import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
-from urllib.parse import SplitResult, urlsplit
+from urllib.parse import SplitResult, parse_qs, urlsplit
 
 SECTION = "nemo_rl_gke"
 ENV_PREFIX = f"AIRFLOW__{SECTION.upper()}__"
@@ -37,9 +43,25 @@ CONN_ID = re.compile(r"[A-Za-z0-9_.-]{1,250}")
 # Ownership stamps it on labels, whose values are at most 63 lowercase letters, digits, '_' and '-' (FACTS §15).
 DEPLOYMENT_ID = re.compile(r"[a-z][a-z0-9_-]{0,62}")
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
+DEFAULT_GCP_CONN_ID = "google_cloud_default"
+# A Deployment built in code without reading a connection (tests, library callers) stands for a Google connection
+# that names the tutorial's project; load_deployment() and from_env() always read the real connection instead.
+TUTORIAL_PROJECT = "nemo-rl-demo"
+DEFAULT_ALLOWED_REGIONS = ("us-central1",)
+# Placeholder in allowed_export_buckets for the run's own (allowed) project.
+PROJECT_PLACEHOLDER = "{project}"
+DEFAULT_EXPORT_BUCKETS = (f"{PROJECT_PLACEHOLDER}-nemo-rl-checkpoints",)
+# The tutorial's size: 2 x a4-highgpu-8g (16 B200). Two such runs at once by default.
+DEFAULT_MAX_GPU_NODES_PER_RUN = 2
+DEFAULT_MAX_GPU_NODES_TOTAL = 4
+GPU_NODES_CEILING = 1024
+BUCKET_ENTRY = re.compile(r"[a-z0-9._-]+\*?")
+PROJECT_ENTRY = re.compile(r"[a-z][a-z0-9-]{4,28}[a-z0-9]")
+REGION_ENTRY = re.compile(r"[a-z]+-[a-z]+[0-9]+")
+RECIPE_ENTRY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 # A run's budget: a day covers the tutorial (about 2 h of provisioning and training on 2 A4 nodes), and 5,000 USD
-# is about 28 h of those 2 nodes at the report's B200 price (176 USD/h), so the hours bind first; a conf with 33
-# nodes (about 2,900 USD/h) stops within 2 h.
+# is about 28 h of those 2 nodes at the report's B200 price (176 USD/h), so the hours bind first; a deployment that
+# allows 33 nodes (about 2,900 USD/h) stops such a run within 2 h.
 DEFAULT_MAX_RUN_HOURS = 24.0
 DEFAULT_MAX_RUN_USD = 5000.0
 
@@ -148,8 +170,17 @@ class Deployment:
       ``nccl_installer_source``; redirects must stay on it.
     - ``alert_conn_ids``: the Airflow connections run alerts may go to (a schedule may pick a subset); empty: alerts
       are only logged.
+    - ``allowed_projects``: projects a conf may name besides ``gcp_project``; ``allowed_regions``: regions it may
+      name (its zone must lie in one).
+    - ``allowed_export_buckets``: buckets the checkpoint may be exported to: exact names, or prefixes ending in
+      ``*``; ``{project}`` stands for the run's project (default: the derived ``{project}-nemo-rl-checkpoints``).
+    - ``max_gpu_nodes_per_run``: the most GPU nodes one run's pool may hold; ``max_gpu_nodes_total``: the most this
+      deployment's live runs in a project may hold together, enforced when a run takes its group's lease.
     - ``max_run_hours`` / ``max_run_usd``: the most one run may last (from its start, provisioning included) and
       spend (the run report's cost model: GPU price per hour x GPU nodes); a conf may only lower them. 0: no limit.
+    - ``allowed_recipes``: recipes a conf may pick; empty: every recipe shipped in include/recipes.
+    - ``gcp_project``: not a ``[nemo_rl_gke]`` setting but the ``project`` extra of the Google connection, read by
+      :func:`load_deployment` / :meth:`from_env`; always an allowed project ('' when the connection names none).
     """
 
     deployment_id: str = DEFAULT_DEPLOYMENT_ID
@@ -158,8 +189,15 @@ class Deployment:
     ray_dashboard_url: str = ""
     nccl_installer_allowlist: tuple[str, ...] = TUTORIAL_INSTALLER_URLS
     alert_conn_ids: tuple[str, ...] = ()
+    allowed_projects: tuple[str, ...] = ()
+    allowed_regions: tuple[str, ...] = DEFAULT_ALLOWED_REGIONS
+    allowed_export_buckets: tuple[str, ...] = DEFAULT_EXPORT_BUCKETS
+    max_gpu_nodes_per_run: int = DEFAULT_MAX_GPU_NODES_PER_RUN
+    max_gpu_nodes_total: int = DEFAULT_MAX_GPU_NODES_TOTAL
     max_run_hours: float = DEFAULT_MAX_RUN_HOURS
     max_run_usd: float = DEFAULT_MAX_RUN_USD
+    allowed_recipes: tuple[str, ...] = ()
+    gcp_project: str = TUTORIAL_PROJECT
 
     def __post_init__(self) -> None:
         problems = list(self._problems())
@@ -198,7 +236,51 @@ class Deployment:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
                 problems.append(f"{name} must be a number >= 0 (0: no limit), got {str(value)[:40]!r}")
+        return problems + self._bound_problems()
+
+    def _bound_problems(self) -> list[str]:
+        problems = []
+        for name, pattern, what in (
+            ("allowed_projects", PROJECT_ENTRY, "a project ID"),
+            ("allowed_regions", REGION_ENTRY, "a region such as us-central1"),
+            ("allowed_recipes", RECIPE_ENTRY, "a recipe name"),
+        ):
+            bad = [e for e in getattr(self, name) if not (isinstance(e, str) and pattern.fullmatch(e))]
+            if bad:
+                problems.append(f"{name} has {', '.join(repr(str(e)[:80]) for e in bad)}: each must be {what}")
+        bad = [
+            e
+            for e in self.allowed_export_buckets
+            if not (isinstance(e, str) and BUCKET_ENTRY.fullmatch(e.replace(PROJECT_PLACEHOLDER, "p")))
+        ]
+        if bad:
+            problems.append(
+                f"allowed_export_buckets has {', '.join(repr(str(e)[:80]) for e in bad)}: each must be a bucket "
+                f"name, or a prefix ending in '*', where {PROJECT_PLACEHOLDER} stands for the run's project"
+            )
+        for name in ("max_gpu_nodes_per_run", "max_gpu_nodes_total"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= GPU_NODES_CEILING:
+                problems.append(f"{name} must be a whole number from 1 to {GPU_NODES_CEILING} (got {str(value)[:40]})")
+        # gcp_project is not checked: a domain-scoped project (example.com:p) is valid there and matches no conf.
         return problems
+
+    @property
+    def projects(self) -> tuple[str, ...]:
+        """Every project a conf may name: the Google connection's project first, then ``allowed_projects``."""
+        first = (self.gcp_project,) if self.gcp_project else ()
+        return first + tuple(p for p in self.allowed_projects if p != self.gcp_project)
+
+    def export_buckets(self, project: str) -> tuple[str, ...]:
+        """The allowed export buckets of a run in ``project`` (``{project}`` filled in; '*' ends a prefix)."""
+        return tuple(e.replace(PROJECT_PLACEHOLDER, project) for e in self.allowed_export_buckets)
+
+    def bucket_allowed(self, bucket: str, project: str) -> bool:
+        """Whether a run in ``project`` may export to ``bucket``: an exact entry, or below a prefix ending in '*'."""
+        for entry in self.export_buckets(project):
+            if bucket == entry or (entry.endswith("*") and bucket.startswith(entry[:-1])):
+                return True
+        return False
 
     @property
     def default_hf_conn_id(self) -> str:
@@ -223,26 +305,31 @@ class Deployment:
         return installer_url_problem(url, self.nccl_installer_allowlist)
 
     @classmethod
-    def from_settings(cls, get: Callable[[str], str | None]) -> Deployment:
-        """Build from a lookup of raw setting strings by name (None or '' when unset: the default applies)."""
-        values: dict[str, Any] = {}
+    def from_settings(cls, get: Callable[[str], str | None], gcp_project: str = "") -> Deployment:
+        """Build from a lookup of raw setting strings by name (None or '' when unset: the default applies) and the
+        Google connection's project ('' when it names none)."""
+        values: dict[str, Any] = {"gcp_project": gcp_project.strip()}
         for f in fields(cls):
-            raw = get(f.name)
+            raw = get(f.name) if f.name != "gcp_project" else None
             if raw is None or not raw.strip():
                 continue
             if isinstance(f.default, tuple):
                 values[f.name] = _split(raw)
             elif isinstance(f.default, float):
                 values[f.name] = _number(raw)
+            elif isinstance(f.default, int):
+                values[f.name] = _int(raw, f.name)
             else:
                 values[f.name] = raw.strip()
         return cls(**values)
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> Deployment:
-        """Read ``AIRFLOW__NEMO_RL_GKE__<NAME>`` from the environment: the CLI's source, outside Airflow."""
+    def from_env(cls, environ: Mapping[str, str] | None = None, gcp_conn_id: str = DEFAULT_GCP_CONN_ID) -> Deployment:
+        """Read ``AIRFLOW__NEMO_RL_GKE__<NAME>`` and the Google connection's ``AIRFLOW_CONN_<ID>`` from the
+        environment: the CLI's source, outside Airflow."""
         env = os.environ if environ is None else environ
-        return cls.from_settings(lambda name: env.get(ENV_PREFIX + name.upper()))
+        project = connection_project(env.get(f"AIRFLOW_CONN_{gcp_conn_id.upper()}"))
+        return cls.from_settings(lambda name: env.get(ENV_PREFIX + name.upper()), project)
 
 
 class ConnectionNotAllowedError(ValueError):
@@ -259,6 +346,51 @@ def _allowed(requested: str, allowed: tuple[str, ...], param: str) -> str:
     )
 
 
+def _int(raw: str, name: str) -> int:
+    try:
+        return int(raw.strip())
+    except ValueError:
+        raise DeploymentError(
+            f"[{SECTION}] {name} must be a whole number (got {raw.strip()[:40]!r}). Fix it in airflow.cfg or "
+            f"{ENV_PREFIX}{name.upper()}"
+        ) from None
+
+
+def connection_project(value: str | None) -> str:
+    """The ``project`` extra of a connection given as an ``AIRFLOW_CONN_*`` value (JSON or URI); '' when none."""
+    if not value or not value.strip():
+        return ""
+    text = value.strip()
+    if text.startswith("{"):
+        try:
+            record = json.loads(text)
+        except ValueError:
+            return ""
+        extra = record.get("extra") if isinstance(record, dict) else None
+        if isinstance(extra, str):
+            try:
+                extra = json.loads(extra)
+            except ValueError:
+                return ""
+        return project_of_extra(extra)
+    try:
+        query = parse_qs(urlsplit(text).query)
+    except ValueError:
+        return ""
+    return project_of_extra({k: v[0] for k, v in query.items()})
+
+
+def project_of_extra(extra: Any) -> str:
+    """The project a Google connection's extras name (``project``, or the provider's older prefixed spelling)."""
+    if not isinstance(extra, Mapping):
+        return ""
+    for key in ("project", "extra__google_cloud_platform__project"):
+        found = extra.get(key)
+        if isinstance(found, str) and found.strip():
+            return found.strip()
+    return ""
+
+
 def _split(raw: str) -> tuple[str, ...]:
     # Comma- or whitespace-separated, so a list fits on one env var line or spans lines in airflow.cfg.
     return tuple(part for part in re.split(r"[\s,]+", raw.strip()) if part)
@@ -272,17 +404,23 @@ def _number(raw: str) -> float | str:
         return raw.strip()
 
 
-def load_deployment() -> Deployment:
-    """The deployment's settings, read now from the Airflow config (``[nemo_rl_gke]``, env included).
+def load_deployment(gcp_conn_id: str = DEFAULT_GCP_CONN_ID) -> Deployment:
+    """The deployment's settings, read now from the Airflow config (``[nemo_rl_gke]``, env included), and the
+    project of the Google connection ``gcp_conn_id`` through Airflow's connection API (no call to Google).
 
     Call it at run time (in ``execute``), never at DAG parse time. Without Airflow installed it reads the
     environment variables instead; unset settings take their defaults.
     """
     try:
         from airflow.configuration import conf  # lazy: importing it costs a second and never happens at parse time
+        from airflow.sdk import BaseHook
     except ImportError:
-        return Deployment.from_env()
-    return Deployment.from_settings(lambda name: conf.get(SECTION, name, fallback=None))
+        return Deployment.from_env(gcp_conn_id=gcp_conn_id)
+    try:
+        project = project_of_extra(BaseHook.get_connection(gcp_conn_id).extra_dejson)
+    except Exception:
+        project = ""  # no such connection: only allowed_projects is allowed
+    return Deployment.from_settings(lambda name: conf.get(SECTION, name, fallback=None), project)
 
 
 SETTINGS_DOC: tuple[tuple[str, str, str], ...] = (
@@ -327,6 +465,42 @@ SETTINGS_DOC: tuple[tuple[str, str, str], ...] = (
         "provider; recipients in the connection extra 'to'). Empty: alerts are only written to the task log. See "
         "docs/alerts.md.",
     ),
+)
+
+
+BOUND_SETTINGS_DOC: tuple[tuple[str, str, str], ...] = (
+    (
+        "allowed_projects",
+        "",
+        "Projects a conf's project may name, besides the one the Google connection names (its 'project' extra, "
+        "read through Airflow's connection API, with no call to Google), which is always allowed. Comma- or "
+        "whitespace-separated. With neither, every conf is refused.",
+    ),
+    (
+        "allowed_regions",
+        ",".join(DEFAULT_ALLOWED_REGIONS),
+        "Regions a conf's region may name (its zone must lie in the region), comma-separated.",
+    ),
+    (
+        "allowed_export_buckets",
+        ",".join(DEFAULT_EXPORT_BUCKETS),
+        "Buckets the trained checkpoint may be exported to (the Lustre service agent writes there): exact names, or "
+        "prefixes ending in '*'; {project} stands for the run's own, allowed, project. The default allows only "
+        "the derived bucket {project}-nemo-rl-checkpoints.",
+    ),
+    (
+        "max_gpu_nodes_per_run",
+        str(DEFAULT_MAX_GPU_NODES_PER_RUN),
+        "The most GPU nodes one run may hold: its pool's ceiling, max(worker_replicas, gpu_pool_max_nodes) (the "
+        "generation nodes are part of worker_replicas). The default is the tutorial's 2 x a4-highgpu-8g.",
+    ),
+    (
+        "max_gpu_nodes_total",
+        str(DEFAULT_MAX_GPU_NODES_TOTAL),
+        "The most GPU nodes this deployment's live runs in one project may hold together. Each run's lease records "
+        "its GPU nodes; taking a lease counts the others' under the same fingerprint-guarded metadata write, so two "
+        "runs cannot pass it even when they start together. A run that would waits, fails or skips per lease_held.",
+    ),
     (
         "max_run_hours",
         f"{DEFAULT_MAX_RUN_HOURS:g}",
@@ -342,7 +516,15 @@ SETTINGS_DOC: tuple[tuple[str, str, str], ...] = (
         "run's start): it becomes hours, and the lower of the two limits applies. A conf's max_run_usd may only "
         "lower it. 0: no limit.",
     ),
+    (
+        "allowed_recipes",
+        "",
+        "Recipes a conf may pick (comma-separated); empty allows every recipe shipped in include/recipes.",
+    ),
 )
+SETTINGS_DOC = SETTINGS_DOC + BOUND_SETTINGS_DOC
+# Who may change a bound: named in every finding that refuses a conf on one.
+WHO_CHANGES = "the deployment's operator (an Airflow admin: airflow.cfg or the environment variable named)"
 
 
 def settings_markdown() -> str:

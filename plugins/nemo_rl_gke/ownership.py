@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -135,6 +135,8 @@ class Lease:
     :param warm: the last run kept the group's resources (a warm group the sweeper may delete once idle).
     :param names: the conf values that name the group's resources (``RunSpec.group_names``): what the sweeper
         rebuilds the group's resources from when no run will tear them down.
+    :param gpu_nodes: the GPU nodes the holding run may use (``RunSpec.gpu_nodes``), counted against the
+        deployment's ``max_gpu_nodes_total`` while the lease is held. A record written before it existed counts 0.
     """
 
     group: str
@@ -146,6 +148,7 @@ class Lease:
     released_at: float | None = None
     warm: bool = False
     names: dict[str, str] = field(default_factory=dict)
+    gpu_nodes: int = 0
 
     def held_at(self, now: float) -> bool:
         """Whether a run holds it now (held, not expired)."""
@@ -167,16 +170,35 @@ class Lease:
             record = json.loads(value)
         except (TypeError, ValueError, RecursionError):
             return None
-        if not isinstance(record, dict) or set(record) != set(_LEASE_TYPES):
+        required = set(_LEASE_TYPES) - _OPTIONAL_LEASE_FIELDS
+        if not isinstance(record, dict) or not required <= set(record) <= set(_LEASE_TYPES):
             return None
         for key, types in _LEASE_TYPES.items():
+            if key not in record:
+                continue
             if not isinstance(record[key], types) or isinstance(record[key], bool) is not (types is bool):
                 return None
-        if record["state"] not in (HELD, FREE):
+        if record["state"] not in (HELD, FREE) or record.get("gpu_nodes", 0) < 0:
             return None
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in record["names"].items()):
             return None
         return cls(**record)
+
+
+def live_gpu_leases(found: Iterable[Lease], deployment: str, group: str, now: float) -> list[Lease]:
+    """The leases of ``deployment``'s other groups that a run holds now: whose GPU nodes count against its
+    ``max_gpu_nodes_total`` (another deployment's, a free or an expired lease count nothing)."""
+    return [
+        lease
+        for lease in found
+        if lease.deployment == deployment and lease.group != group and lease.held_at(now) and lease.gpu_nodes > 0
+    ]
+
+
+def leases_in(items: Mapping[str, Any]) -> list[Lease]:
+    """Every lease record among a project's metadata items (key -> value); anything else is skipped."""
+    found = [Lease.from_value(v) for k, v in items.items() if k.startswith(LEASE_KEY_PREFIX)]
+    return [lease for lease in found if lease is not None]
 
 
 # Each field of a stored lease and the JSON types it may have.
@@ -190,7 +212,10 @@ _LEASE_TYPES: dict[str, Any] = {
     "released_at": (int, float, type(None)),
     "warm": bool,
     "names": dict,
+    "gpu_nodes": int,
 }
+# Fields a record of an older version lacks (their defaults apply).
+_OPTIONAL_LEASE_FIELDS = frozenset({"gpu_nodes"})
 
 
 # Before issue 18 a Lustre instance carried one pending checkpoint in its labels and description: still read (an

@@ -56,6 +56,7 @@ class Plan:
     installer_source: str
     job: JobRequest
     teardown: tuple[TeardownStep, ...]
+    bounds: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form: for ``--format json`` and XCom."""
@@ -76,6 +77,7 @@ class Plan:
                 "description": self.owner.description,
                 "lease": {"metadata_key": lease_key(self.owner.group), "on_held": self.spec.lease_held},
             },
+            "bounds": self.bounds,
             "training": _training(self.spec),
             "gcp_requests": [{"stage": p.stage, **p.request.to_dict()} for p in self.requests],
             "manifests": [{"source": m.template, "object": m.obj} for m in self.manifests],
@@ -103,6 +105,7 @@ class Plan:
             f"   labels (where the API has them): {json.dumps(self.owner.labels)}",
             f"   description record (elsewhere): {self.owner.description}",
             "   teardown deletes only what carries this deployment and group and this run used or created",
+            *_bounds_text(self.bounds),
             "",
             f"1. Google Cloud requests ({len(self.requests)}); storage and cluster run side by side once the main "
             "network exists",
@@ -232,4 +235,29 @@ def build_plan(
             spec, recipe, dag_id, run_id, deployment, resumed_step="<lineage step>" if spec.resume == "latest" else None
         ),
         teardown=tuple(teardown_steps(spec, manifests, owner)),
+        bounds=plan_bounds(spec, deployment),
     )
+
+
+def plan_bounds(spec: RunSpec, deployment: Deployment) -> dict[str, Any]:
+    """The deployment's bounds this run was judged against ([nemo_rl_gke]; the conf cannot change them)."""
+    return {
+        "allowed_projects": list(deployment.projects),
+        "allowed_regions": list(deployment.allowed_regions),
+        "allowed_export_buckets": list(deployment.export_buckets(spec.project)),
+        "gpu_nodes": spec.gpu_nodes,
+        "max_gpu_nodes_per_run": deployment.max_gpu_nodes_per_run,
+        "max_gpu_nodes_total": deployment.max_gpu_nodes_total,
+        "allowed_recipes": list(deployment.allowed_recipes) or ["(every shipped recipe)"],
+    }
+
+
+def _bounds_text(bounds: dict[str, Any]) -> list[str]:
+    return [
+        f"   bounds ([nemo_rl_gke], set by the deployment): projects {', '.join(bounds['allowed_projects'])}; "
+        f"regions {', '.join(bounds['allowed_regions'])}; export buckets {', '.join(bounds['allowed_export_buckets'])}",
+        f"   GPU nodes: this run {bounds['gpu_nodes']} of max_gpu_nodes_per_run {bounds['max_gpu_nodes_per_run']}; "
+        f"with this deployment's other live runs in the project at most {bounds['max_gpu_nodes_total']} "
+        "(max_gpu_nodes_total, checked when the lease is taken); recipes "
+        f"{', '.join(bounds['allowed_recipes'])}",
+    ]

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 # Importing the rule modules registers their rules.
-from nemo_rl_gke import budget, nemo_rules, resource_rules  # noqa: F401
+from nemo_rl_gke import bound_rules, budget, nemo_rules, resource_rules  # noqa: F401
 from nemo_rl_gke.deployment import Deployment
 from nemo_rl_gke.findings import ConfError, Finding
 from nemo_rl_gke.recipes import Recipe, RecipeError, load_recipe
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 def check_spec(spec: RunSpec, deployment: Deployment | None = None) -> list[Finding]:
     """Run every registered rule on a well-typed spec; an empty list means the conf is good.
 
-    ``deployment`` gives the allowed connections and installer URLs; None means the defaults.
+    ``deployment`` gives the allowed connections, installer URLs and the bounds; None means the defaults.
     """
     deployment = deployment or Deployment()
     try:
@@ -89,5 +89,6 @@ def validate(conf: Any, deployment: Deployment | None = None) -> RunSpec:
 
 
 def rules() -> list[Rule]:
-    """Every offline rule, resource rules first, in registration order."""
-    return sorted(REGISTRY.values(), key=lambda r: r.category != "resource")
+    """Every offline rule: the deployment's bounds first, then resource rules, in registration order."""
+    order = {"deployment": 0, "resource": 1}
+    return sorted(REGISTRY.values(), key=lambda r: order.get(r.category, 2))

@@ -46,6 +46,8 @@ class Rule:
     # Some rules guard recipe files rather than the conf: their example patches the recipe (dataclasses.replace).
     example_recipe: dict[str, Any] = field(default_factory=dict)
     uses_deployment: bool = False
+    # A bound that the default deployment leaves open (allowed_recipes) trips only under these settings.
+    example_deployment: dict[str, Any] = field(default_factory=dict)
 
     def run(self, spec: RunSpec, recipe: Recipe, deployment: Deployment | None = None) -> Iterator[Finding]:
         """Findings of this rule for one spec (a deployment-dependent rule uses the defaults when given none)."""
@@ -66,11 +68,12 @@ def rule(
     counter_example: dict[str, Any] | None = None,
     example_recipe: dict[str, Any] | None = None,
     uses_deployment: bool = False,
+    example_deployment: dict[str, Any] | None = None,
 ) -> Callable[[Check], Check]:
     """Register a check under ``rule_id`` with a conf that trips it (``example``) and one that passes.
 
     With ``uses_deployment`` the check takes the deployment as a third argument; its examples are judged against
-    the default deployment.
+    the default deployment, or against ``example_deployment``'s settings when given.
     """
 
     def register(check: Check) -> Check:
@@ -85,6 +88,7 @@ def rule(
             counter_example or {},
             example_recipe or {},
             uses_deployment,
+            example_deployment or {},
         )
         return check
 

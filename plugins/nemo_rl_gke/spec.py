@@ -958,6 +958,12 @@ class RunSpec:
         return self.worker_replicas
 
     @property
+    def gpu_nodes(self) -> int:
+        """The most GPU nodes this run may hold: its pool's ceiling (non-colocated generation nodes are part of
+        ``worker_replicas``, and the pool autoscales up to ``gpu_pool_max_nodes``)."""
+        return max(self.worker_replicas, self.gpu_pool_max_nodes)
+
+    @property
     def dataset_dir(self) -> str:
         """Where recipes prepare datasets: on Lustre, so every Ray node reads the same files."""
         return "/data/datasets"

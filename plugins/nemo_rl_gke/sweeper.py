@@ -107,6 +107,7 @@ def judge(
 def group_spec(lease: Lease) -> tuple[RunSpec | None, str]:
     """The spec the lease's recorded names describe, or why there is none (the record is anyone's to write: only names
     a run would accept, for exactly the lease's group, are used)."""
+    from nemo_rl_gke.bound_rules import BOUND_RULES
     from nemo_rl_gke.preflight import check_conf
     from nemo_rl_gke.spec import RunSpec
 
@@ -115,8 +116,9 @@ def group_spec(lease: Lease) -> tuple[RunSpec | None, str]:
     if set(lease.names) != set(GROUP_NAME_PARAMS):
         return None, f"its lease records other names than {', '.join(GROUP_NAME_PARAMS)}: not touched"
     _, findings = check_conf(dict(lease.names))
-    # Rules that look at parameters other than the names judge the defaults filled in here, not the group.
-    wrong = [f for f in findings if set(f.params) <= set(GROUP_NAME_PARAMS)]
+    # Rules that look at parameters other than the names judge the defaults filled in here, not the group. The
+    # deployment's bounds say where a run may start, not what may be cleaned up: a group they now exclude still goes.
+    wrong = [f for f in findings if set(f.params) <= set(GROUP_NAME_PARAMS) and not f.rule_id.startswith(BOUND_RULES)]
     if wrong:
         return None, "the names its lease records are not valid: " + "; ".join(str(f) for f in wrong)
     spec = RunSpec.from_conf(dict(lease.names))

@@ -1,7 +1,7 @@
 """The training view's data: one JSON snapshot of a run, from what Airflow already has.
 
 Inputs are the run's task-instance states and times, its tasks' XComs (the validated conf, the job's submission and
-summary, the export, every teardown action) and the ``[ray job] ...`` lines the RayJobTrigger wrote into the
+summary, the budget, the export, every teardown action) and the ``[ray job] ...`` lines the RayJobTrigger wrote into the
 ``train.wait`` task log. The per-step metrics come from those lines, parsed by the same
 :class:`~nemo_rl_gke.metrics.RunMetrics` the trigger uses, so the curves show every step the log has so far, also
 while the task is deferred and its XCom is still empty.
@@ -34,6 +34,11 @@ CURVES: tuple[tuple[str, str, str], ...] = (
     ("throughput", "E2E throughput", "tokens/s/GPU"),
     ("validation", "Validation accuracy", ""),
 )
+# The XCom train.wait publishes its budget under: {"hours_limit", "usd_limit", "gpu_nodes", "gpu_nodes_limit",
+# "stopped_at_budget"}.
+BUDGET_XCOM = "budget"
+# Where the limits come from when train.wait has not published them: the deployment's settings of these names.
+BUDGET_SETTINGS = ("max_run_hours", "max_run_usd", "max_gpu_nodes_per_run")
 _ENDED = frozenset({"success", "failed", "skipped", "upstream_failed", "removed"})
 
 
@@ -56,6 +61,9 @@ class ViewInputs:
     :param conf: the conf ``validate`` accepted (its return value), None before it ran or when it refused.
     :param job_summary: ``train.wait``'s summary XCom (set when the job ended).
     :param log_lines: the ``train.wait`` task log's messages, in order (only ``[ray job] `` lines are read).
+    :param budget: ``train.wait``'s budget XCom (:data:`BUDGET_XCOM`), None until it published one.
+    :param limits: the deployment's budget settings (:data:`BUDGET_SETTINGS`) that exist, for a run without a
+        published budget.
     """
 
     dag_id: str
@@ -67,6 +75,8 @@ class ViewInputs:
     conf: Mapping[str, Any] | None = None
     job_summary: Mapping[str, Any] | None = None
     log_lines: Sequence[str] = ()
+    budget: Mapping[str, Any] | None = None
+    limits: Mapping[str, Any] = field(default_factory=dict)
 
 
 def parse_job_log(lines: Iterable[str]) -> RunMetrics:
@@ -217,13 +227,74 @@ def cost(spec: Any, tasks: Mapping[str, TaskState], results: Mapping[str, Any], 
         "price_per_gpu_hour_usd": usage.price_per_gpu_hour_usd,
         "price_source": usage.price_source,
         "estimated_cost_usd": _round(usage.estimated_cost_usd, 2),
+        "pool_hours": _round(usage.hours, 4),
         "pool_up": usage.came_up,
         "pool_still_running": usage.still_running,
     }
 
 
+def _limit(*candidates: Any) -> float | None:
+    """The tightest positive limit among ``candidates`` (None, 0 and non-numbers mean "no limit")."""
+    found = [float(c) for c in candidates if isinstance(c, int | float) and not isinstance(c, bool) and c > 0]
+    return min(found) if found else None
+
+
+def _line(used: float | None, limit: float | None, digits: int) -> dict[str, Any]:
+    left = None if limit is None or used is None else max(0.0, limit - used)
+    return {
+        "used": _round(used, digits),
+        "limit": _round(limit, digits),
+        "left": _round(left, digits),
+        "percent": _round(min(100.0, 100.0 * used / limit), 1) if limit and used is not None else None,
+        "over": bool(limit is not None and used is not None and used >= limit),
+    }
+
+
+def budget(
+    published: Mapping[str, Any] | None,
+    spec: Any,
+    limits: Mapping[str, Any],
+    spent: Mapping[str, Any],
+    progress_now: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The budget used and left, in hours, USD and GPU nodes.
+
+    The limits are the ones train.wait published (``published``); before it did, the RunSpec's effective
+    ``budget_hours``/``budget_usd`` and the deployment's settings where they exist; a limit nobody set is None ("no
+    limit set"). Hours and USD used are the cost-so-far model's: the hours the GPU pool has been up, and its cost.
+    """
+    if published:
+        hours_limit, usd_limit = _limit(published.get("hours_limit")), _limit(published.get("usd_limit"))
+        nodes_limit = _limit(published.get("gpu_nodes_limit"))
+        nodes = published.get("gpu_nodes")
+        source = topology.WAIT
+    else:
+        hours_limit = _limit(getattr(spec, "budget_hours", None), limits.get("max_run_hours"))
+        usd_limit = _limit(getattr(spec, "budget_usd", None), limits.get("max_run_usd"))
+        nodes_limit = _limit(limits.get("max_gpu_nodes_per_run"))
+        nodes = None
+        source = "settings" if any(x is not None for x in (hours_limit, usd_limit, nodes_limit)) else "none"
+    nodes = int(nodes) if isinstance(nodes, int | float) and not isinstance(nodes, bool) else spec.worker_replicas
+    usd = spent.get("estimated_cost_usd")
+    stopped = bool((published or {}).get("stopped_at_budget"))
+    gpu = _line(float(nodes), nodes_limit, 0)
+    out = {
+        "source": source,
+        "hours": _line(spent.get("pool_hours") or 0.0, hours_limit, 3),
+        "usd": _line(usd, usd_limit, 2),
+        "gpu_nodes": {**gpu, **{k: None if gpu[k] is None else int(gpu[k]) for k in ("used", "limit", "left")}},
+        "stopped_at_budget": stopped,
+        "stopped_line": None,
+    }
+    if stopped:
+        steps = f"{progress_now.get('completed')} of {progress_now.get('total_steps') or '?'} steps"
+        out["stopped_line"] = f"stopped at budget: {steps}, {usd if usd is not None else '?'} USD"
+    return out
+
+
 def build_view(inputs: ViewInputs) -> dict[str, Any]:
-    """The snapshot the page draws: stages, progress, curves, cost, checkpoints and what is still running."""
+    """The snapshot the page draws: stages, progress, curves, cost and budget, checkpoints and what is still running
+    (``banner``: the costly resources one by one, the free ones folded into one line)."""
     from nemo_rl_gke.spec import RunSpec
 
     metrics = parse_job_log(inputs.log_lines)
@@ -242,10 +313,12 @@ def build_view(inputs: ViewInputs) -> dict[str, Any]:
         "wandb_url": metrics.wandb_url or (inputs.job_summary or {}).get("wandb_url"),
         "spec": None,
         "cost": None,
+        "budget": None,
         "checkpoints": checkpoints(inputs.conf, metrics, inputs.results.get(topology.EXPORT)),
         "pending_checkpoints": pending_checkpoints(inputs.results.get(topology.DELETE_LUSTRE)),
         "running": [],
         "running_usd_per_hour": 0.0,
+        "banner": costs.banner([]),
     }
     view["points"] = len(view["series"]["reward"])
     if not inputs.conf:
@@ -264,6 +337,8 @@ def build_view(inputs: ViewInputs) -> dict[str, Any]:
     view["cost"] = cost(spec, inputs.tasks, inputs.results, inputs.now)
     view["running"] = [r.to_dict() for r in running]
     view["running_usd_per_hour"] = _round(costs.total_per_hour(running), 2)
+    view["banner"] = costs.banner(running)
+    view["budget"] = budget(inputs.budget, spec, inputs.limits, view["cost"], view["progress"])
     return view
 
 

@@ -26,7 +26,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 
 from nemo_rl_gke import topology
-from nemo_rl_gke.training_view import TaskState, ViewInputs, build_view
+from nemo_rl_gke.training_view import BUDGET_SETTINGS, BUDGET_XCOM, TaskState, ViewInputs, build_view
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -87,6 +87,7 @@ def read_inputs(session: Session, dag_id: str, run_id: str) -> ViewInputs:
     }  # fmt: skip
     results = _xcoms(session, dag_id, run_id, topology.RETURN)
     summary = _xcoms(session, dag_id, run_id, topology.JOB_SUMMARY, topology.WAIT).get(topology.WAIT)
+    budget = _xcoms(session, dag_id, run_id, BUDGET_XCOM, topology.WAIT).get(topology.WAIT)
     wait = next((ti for ti in tis if ti.task_id == topology.WAIT), None)
     lines = _log_lines(wait) if wait is not None else []
     conf = results.get(topology.VALIDATE)
@@ -100,7 +101,18 @@ def read_inputs(session: Session, dag_id: str, run_id: str) -> ViewInputs:
         conf=conf if isinstance(conf, dict) else None,
         job_summary=summary if isinstance(summary, dict) else None,
         log_lines=lines,
+        budget=budget if isinstance(budget, dict) else None,
+        limits=budget_limits(),
     )
+
+
+def budget_limits() -> dict[str, Any]:
+    """The deployment's budget settings that exist on :class:`~nemo_rl_gke.deployment.Deployment` (the view's limits
+    for a run whose train.wait has not published its budget)."""
+    from nemo_rl_gke.deployment import load_deployment
+
+    deployment = load_deployment()
+    return {name: getattr(deployment, name) for name in BUDGET_SETTINGS if hasattr(deployment, name)}
 
 
 def secret_values() -> list[str]:

@@ -82,11 +82,11 @@ def login(context: Any, airflow: Airflow) -> None:
     context.add_cookies([{"name": "_token", "value": airflow.token, "url": airflow.url}])
 
 
-def screenshot(page: Any, name: str) -> Path:
-    """Save a full-page screenshot under .airflow/screenshots/ (a test artifact)."""
+def screenshot(page: Any, name: str, full_page: bool = True) -> Path:
+    """Save a screenshot under .airflow/screenshots/ (a test artifact): the whole page, or only the window."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
+    page.screenshot(path=str(path), full_page=full_page)
     return path
 
 
@@ -141,14 +141,29 @@ def extra_links(airflow: Airflow, run_id: str, task_id: str) -> dict[str, str | 
     return airflow.api("GET", path)["extra_links"]
 
 
-def training_banner(frame: Any) -> list[dict[str, str]]:
-    """The training view's "still running" banner rows (task id, kind, name, state, USD/h), as the page shows them."""
+def training_banner(frame: Any) -> list[dict[str, Any]]:
+    """The training view's "still running" banner rows (task id, kind, name, state, USD/h, and whether the row is
+    shown or folded into the free resources' line), as the page has them."""
     rows = []
-    for row in frame.locator("#running tbody tr").all():
-        cells = row.locator("td").all_inner_texts()
+    for row in frame.locator("#banner tr[data-task]").all():
+        cells = row.locator("td").all_text_contents()
         rows.append({"task_id": row.get_attribute("data-task") or "", "kind": cells[0], "name": cells[1],
-                     "state": cells[2], "usd_per_hour": cells[3]})  # fmt: skip
+                     "state": cells[2], "usd_per_hour": cells[3], "shown": row.is_visible()})  # fmt: skip
     return rows
+
+
+# What a person watching training came for: each must be above the fold of a 1400x1000 window.
+LEAD = {"progress": "#progress", "reward curve": "#reward svg[data-curve='reward']", "budget": "#budget",
+        "cost so far": "#cost-card"}  # fmt: skip
+
+
+def layout(target: Any) -> dict[str, Any]:
+    """Where the view's parts are (bounding boxes relative to the window, an iframe's included) and how the free
+    resources' line is drawn: its height, its line height, whether it is open, and its text."""
+    boxes = {name: target.locator(selector).bounding_box() for name, selector in LEAD.items()}
+    free = target.locator("#free summary")
+    line = free.evaluate("s => ({lineHeight: parseFloat(getComputedStyle(s).lineHeight), open: s.parentElement.open})")
+    return {"boxes": boxes, "free": free.bounding_box(), "free_text": free.text_content() or "", **line}
 
 
 def grid_task_states(airflow: Airflow, run_id: str) -> dict[str, str]:
@@ -173,6 +188,7 @@ __all__ = [
     "Stack",
     "extra_links",
     "grid_task_states",
+    "layout",
     "login",
     "run_url",
     "screenshot",

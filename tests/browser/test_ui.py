@@ -20,6 +20,7 @@ from tests.browser.stack import (
     Stack,
     extra_links,
     grid_task_states,
+    layout,
     run_url,
     screenshot,
     task_log,
@@ -37,6 +38,8 @@ pytestmark = [pytest.mark.airflow, pytest.mark.browser]
 # that, which the zero-learning guard would (rightly) stop, so it is off for this run.
 WATCH_STEPS = 60
 RUN_TIMEOUT_S = 420
+# The window's bottom edge: the tests' browser context is 1400x1000.
+FOLD = 1000
 
 
 def test_the_form_triggers_a_plan_of_the_tutorial_with_its_defaults(stack: Stack, page: Any) -> None:
@@ -85,6 +88,25 @@ def _shown(frame: Any) -> dict[str, Any]:
     )
 
 
+def _check_the_lead_is_above_the_fold(target: Any, data: dict[str, Any]) -> None:
+    """Progress, the reward curve, the cost so far and the budget end above the fold; the free resources are one
+    folded line, the costly ones a row each with their USD/h; every budget line has its limit or says none is set."""
+    shown = layout(target)
+    for name, box in shown["boxes"].items():
+        assert box is not None and box["height"] > 0 and box["y"] + box["height"] <= FOLD, (name, box)
+    banner = data["banner"]
+    assert banner["costly"] and banner["free"], banner
+    assert shown["free"]["height"] <= 1.5 * shown["lineHeight"] and not shown["open"], shown
+    assert shown["free_text"].startswith(f"{len(banner['free'])} free resources: ")
+    rows = training_banner(target)
+    assert [r["task_id"] for r in rows if r["shown"]] == [r["task_id"] for r in banner["costly"]]
+    assert sorted(r["task_id"] for r in rows if not r["shown"]) == sorted(r["task_id"] for r in banner["free"])
+    assert all(r["usd_per_hour"] not in ("0.00", "") for r in rows if r["shown"])
+    for key in ("hours", "usd", "gpu_nodes"):
+        text = target.locator(f"#budget tr[data-budget={key}]").text_content() or ""
+        assert ("no limit set" in text) == (data["budget"][key]["limit"] is None), (key, text)
+
+
 def test_the_training_view_follows_the_job_and_the_links_lead_out(stack: Stack, page: Any) -> None:
     airflow = stack.airflow
     conf = {**LOCAL_CONF, "max_steps": WATCH_STEPS, "zero_learning_guard": False}
@@ -113,7 +135,14 @@ def test_the_training_view_follows_the_job_and_the_links_lead_out(stack: Stack, 
     # The data and the log are at least as far along as what was drawn from them.
     assert view_data(airflow, run_id)["points"] >= shown["points"]
     assert task_log(airflow, run_id, topology.WAIT).count("Avg Reward") >= shown["points"]
-    screenshot(page, "training-tab-while-training")
+    # What a person watching came for is above the fold of the 1400x1000 window: in Airflow's tab and on the view's
+    # own page.
+    frame.locator("#reward svg[data-curve='reward'] circle.pt").nth(2).wait_for()
+    frame.locator("#free summary").wait_for()
+    data = view_data(airflow, run_id)
+    for target in (frame, view):
+        _check_the_lead_is_above_the_fold(target, data)
+    screenshot(page, "training-tab-while-training", full_page=False)
     screenshot(view, "training-view-while-training")
 
     run = wait_run(airflow, run_id, RUN_TIMEOUT_S)
@@ -165,7 +194,9 @@ def test_what_a_failed_run_keeps_shows_on_the_grid_and_in_the_view(stack: Stack,
         clear_faults(stack.sandbox.url)
     # Kept teardown steps end skipped (their own colour on the grid), the ones that deleted end success.
     states = grid_task_states(airflow, run_id)
-    kept = {topology.DELETE_LUSTRE, topology.DELETE_PEERING, topology.DELETE_PEERING_RANGE, topology.DELETE_NET}
+    # Lustre is kept for its checkpoint, and everything Lustre needs (its network, peering, range, firewall) for it.
+    needed = topology.requires(topology.LUSTRE)
+    kept = {topology.DELETE_LUSTRE, *(topology.teardown_of(task_id).task_id for task_id in needed)}
     deleted = {s.task_id for s in topology.teardown_steps() if s.op is topology.Op.DELETE_GCP} - kept
     assert {states[k] for k in kept} == {"skipped"}
     assert {states[k] for k in deleted} == {"success"}
@@ -175,9 +206,15 @@ def test_what_a_failed_run_keeps_shows_on_the_grid_and_in_the_view(stack: Stack,
     view.goto(view_url(airflow, run_id))
     view.wait_for_function("() => document.body.dataset.runState === 'failed'")
     view.locator("#running tbody tr").first.wait_for()
-    rows = training_banner(view)
-    assert {r["task_id"] for r in rows} == {topology.LUSTRE, topology.PEERING, topology.PEERING_RANGE, topology.NET}
-    assert all(r["state"] for r in rows)
+    rows = {r["task_id"]: r for r in training_banner(view)}
+    free = set(needed)
+    assert set(rows) == {topology.LUSTRE, *free}
+    # Lustre costs: its own row, kept and why; the free ones fold into one line that still says they were kept.
+    assert rows[topology.LUSTRE]["shown"] and rows[topology.LUSTRE]["state"].startswith("kept (")
+    assert not any(rows[t]["shown"] for t in free) and all(rows[t]["state"].startswith("kept (") for t in free)
+    line = view.locator("#free summary").text_content() or ""
+    assert line.startswith(f"{len(free)} free resources: ") and "kept (" in line, line
+    assert "ended" in (view.locator("#banner").get_attribute("class") or "")
     screenshot(view, "training-view-kept-resources")
     page.goto(run_url(airflow, run_id))
     page.get_by_text(topology.DELETE_LUSTRE.rpartition(".")[2]).first.wait_for()

@@ -20,8 +20,19 @@ DAG_ID = "nemo_rl_grpo_gke"
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 
 
+# The deployment's Google connection names the tutorial's project, the one its conf may use. A plan-mode run calls
+# nothing; the endpoint is a closed loopback port, so a call would fail here instead of reaching Google.
+GOOGLE_CONNECTION = json.dumps(
+    {"conn_type": "google_cloud_platform", "extra": {"project": "nemo-rl-demo", "api_endpoint": "http://127.0.0.1:9"}}
+)
+
+
 def _env() -> dict[str, str]:
-    return {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    return {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": GOOGLE_CONNECTION,
+    }
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -90,7 +101,7 @@ def test_tutorial_conf_validates_and_plans(plan_run: tuple[Any, dict[str, Any]])
     plan = run["xcom"][(topology.PLAN, topology.RETURN)]
     assert plan["gcp_requests"][0]["method"] == "networks.insert"
     assert plan["ray_job"]["submission_id"].startswith("nemo-rl-manual__")
-    assert "1. Google Cloud requests (20)" in run["xcom"][(topology.PLAN, topology.PLAN_TEXT)]
+    assert "1. Google Cloud requests (21)" in run["xcom"][(topology.PLAN, topology.PLAN_TEXT)]
     # The plan appears in the task log that `airflow dags test` prints.
     assert "Plan for this run (nothing has been created):" in result.stdout
     assert HF_TOKEN not in result.stdout + result.stderr and WANDB_KEY not in result.stdout + result.stderr

@@ -45,8 +45,10 @@ def _writes_since(sandbox: SandboxProcess, seq: int) -> list[str]:
 
 
 def test_the_sweeper_dag_reports_a_dry_run_then_sweeps_by_ttl_and_by_the_state_airflow_gives(
-    sandbox: SandboxProcess, env: dict[str, str]
+    sandbox: SandboxProcess, env: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The sweeper's project must be one the deployment allows, as a run's must.
+    monkeypatch.setenv("AIRFLOW__NEMO_RL_GKE__ALLOWED_PROJECTS", PROJECT)
     # A warm group its last run let go of 30 hours ago.
     warm = start_run(PROJECT, teardown_policy=t.KEEP_WARM)
     for step in (t.NET, t.GVNIC_NET, t.GVNIC_FW):

@@ -19,10 +19,18 @@ from sandbox.testing import SandboxProcess
 from nemo_rl_gke import topology as t
 from nemo_rl_gke.spec import RunSpec
 from tests.e2e.harness import HF_TEST_TOKEN, INFRA_ONLY, WANDB_TEST_KEY, run_cli
+from tests.paths import ROOT
 
 pytestmark = pytest.mark.airflow
 SPEC = RunSpec()
-LUSTRE_CHAIN = {"lustre.instance", "servicenetworking.connection", "compute.address", "compute.network"}
+# Lustre and what it needs: the peering, its range, the firewall rule for Lustre traffic, the main network.
+LUSTRE_CHAIN = {
+    "lustre.instance",
+    "servicenetworking.connection",
+    "compute.address",
+    "compute.firewall",
+    "compute.network",
+}
 
 
 @pytest.fixture(autouse=True)
@@ -69,9 +77,12 @@ def test_the_local_recipe_trains_validates_exports_and_cleans_up(sandbox: Sandbo
     assert report["valid"] and report["step"] == 20 and report["shards"] == {"weights": 8, "optimizer": 8}
     exported = xcom[(t.EXPORT, "return_value")]
     assert exported["uri"].startswith(f"gs://{SPEC.export_bucket_name}/nemo_rl_grpo_gke/")
-    bucket = Path(sandbox.state_dir) / "gcs" / SPEC.export_bucket_name
-    copied = {p.relative_to(bucket).as_posix().split("/", 2)[-1] for p in bucket.rglob("*") if p.is_file()}
-    assert {"step_20/config.yaml", "step_20/policy/weights/.metadata", "step_20/policy/weights/__7_0.distcp"} <= copied
+    # The copy sits at the step's Lustre path under the run's prefix (so a resume can import it into /).
+    local = RunSpec.from_conf(json.loads((ROOT / "include/conf/local.json").read_text()))
+    assert exported["uri"].endswith(local.checkpoint_lustre_path(20) + "/")
+    step_dir = Path(sandbox.state_dir) / "gcs" / exported["uri"].removeprefix("gs://")
+    copied = {p.relative_to(step_dir).as_posix() for p in step_dir.rglob("*") if p.is_file()}
+    assert {"config.yaml", "policy/weights/.metadata", "policy/weights/__7_0.distcp"} <= copied
 
     # The Asset event carries the URI, the step, the metrics and the shard count.
     from airflow.models.asset import AssetEvent, AssetModel
@@ -147,15 +158,19 @@ def test_a_run_that_converged_stops_at_its_next_save_and_exports_that_checkpoint
     assert result.state == "success", result.output[-3000:]
     xcom = _xcom()
     # Three steps at reward 1.0 after steps that learned: converged at step 8; the job ran on to its save at step
-    # 10, was stopped when step 11 began, and that checkpoint was validated and exported.
+    # 10 and was stopped once a step after it began. Ray's log tail sends new lines about once a second, which is
+    # several 0.1 s local steps, so the stop may land after a later save (15): the newest save is validated and
+    # exported, and nothing before the first save after convergence is.
     waited = xcom[(t.WAIT, "return_value")]
-    assert (waited["converged_at"], waited["final_step"]) == ("8/40", 10)
+    assert waited["converged_at"] == "8/40" and 10 <= waited["final_step"] < 40
     assert [s["step"] for s in xcom[(t.WAIT, "steps")]][-1] < 40
-    assert xcom[(t.CHECK_CHECKPOINT, "report")]["step"] == 10
+    validated = xcom[(t.CHECK_CHECKPOINT, "report")]["step"]
+    assert validated >= 10 and validated % 5 == 0
     exported = xcom[(t.EXPORT, "return_value")]
-    assert exported["step"] == 10 and exported["uri"].endswith("/step_10/")
+    assert exported["step"] == validated and exported["uri"].endswith(f"/step_{validated}/")
     assert "converged at step 8/40" in result.output
-    assert "converged at step 8/40: the job was stopped after saving step 10" in xcom[("report", "text")]
+    said = re.search(r"converged at step 8/40: the job was stopped after saving step (\d+)", xcom[("report", "text")])
+    assert said is not None and 10 <= int(said.group(1)) <= validated
     assert sandbox.full_inventory()["resources"] == []
 
 

@@ -228,9 +228,8 @@ def test_a_raycluster_runs_a_real_ray_reachable_through_the_service_proxy_and_st
     assert _ray_heads(sandbox) == [] and not pid_alive(heads[0]["pid"])
 
 
-def test_a_raycluster_that_never_gets_ready_times_out_naming_the_condition_and_the_pod_reason(
-    cluster_spec: RunSpec, hook: GcpHook, sandbox: SandboxProcess
-) -> None:
+def _never_ready_event(cluster_spec: RunSpec, hook: GcpHook, sandbox: SandboxProcess) -> dict[str, Any]:
+    """The RayCluster wait's event for a RayCluster whose pods never schedule (its apply's operation hangs)."""
     sandbox.add_fault(
         {"method": "PATCH", "path": "/rayclusters/"},
         operation="hang",
@@ -240,10 +239,16 @@ def test_a_raycluster_that_never_gets_ready_times_out_naming_the_condition_and_t
     raycluster = group_objects(cluster_spec, t.RAYCLUSTER, owner_of(cluster_spec))
     try:
         apply_objects(kube, raycluster, owner_of(cluster_spec), adopt=False)
-        event = asyncio.run(_first_event(_trigger(cluster_spec, timeout=1.5)))
+        return asyncio.run(_first_event(_trigger(cluster_spec, timeout=1.5)))
     finally:
         sandbox.clear_faults()
         delete_objects(kube, raycluster, owner_of(cluster_spec))
+
+
+def test_a_raycluster_that_never_gets_ready_times_out_naming_the_condition_and_the_pod_reason(
+    cluster_spec: RunSpec, hook: GcpHook, sandbox: SandboxProcess
+) -> None:
+    event = _never_ready_event(cluster_spec, hook, sandbox)
     assert event["status"] == "timeout"
     message = event["message"]
     assert "missing HeadPodReady (False, HeadPodNotReady)" in message
@@ -389,19 +394,7 @@ def test_a_raycluster_without_conditions_is_ready_when_its_pods_are(
 def test_a_raycluster_without_conditions_times_out_naming_its_pods(
     cluster_spec: RunSpec, hook: GcpHook, kuberay_1_2: SandboxProcess
 ) -> None:
-    kuberay_1_2.add_fault(
-        {"method": "PATCH", "path": "/rayclusters/"},
-        operation="hang",
-        message="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
-    )
-    kube = _kube(cluster_spec, hook)
-    raycluster = group_objects(cluster_spec, t.RAYCLUSTER, owner_of(cluster_spec))
-    try:
-        apply_objects(kube, raycluster, owner_of(cluster_spec), adopt=False)
-        event = asyncio.run(_first_event(_trigger(cluster_spec, timeout=1.5)))
-    finally:
-        kuberay_1_2.clear_faults()
-        delete_objects(kube, raycluster, owner_of(cluster_spec))
+    event = _never_ready_event(cluster_spec, hook, kuberay_1_2)
     assert event["status"] == "timeout"
     assert "KubeRay reports no status.conditions" in event["message"]
     assert "Unschedulable: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu." in event["message"]

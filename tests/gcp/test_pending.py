@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from googleapiclient.errors import HttpError
+from sandbox.testing import SandboxProcess
 
 from nemo_rl_gke.gcp import pending
 from nemo_rl_gke.gcp.hooks import GcpHook
@@ -15,6 +16,12 @@ from nemo_rl_gke.spec import RunSpec
 from tests.gcp.conftest import last_seq
 
 RUNS = [f"nemo_rl_grpo_gke/manual__2026-12-0{n}" for n in range(1, 4)]
+
+
+@pytest.fixture(autouse=True)
+def export_bucket(sandbox: SandboxProcess, project: str) -> None:
+    """The project's export bucket exists, as a user sets it up before a run (the records live there)."""
+    sandbox.seed_bucket(project)
 
 
 def test_each_run_writes_and_removes_only_its_own_record(hook: GcpHook, spec: RunSpec, sandbox) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import time
 import urllib.error
 import urllib.request
@@ -147,9 +148,7 @@ def test_submission_is_exactly_once_per_submission_id(ray_spec: RunSpec, ray_hoo
 def test_ray_jobs_clients_with_another_ca_fail_at_once_and_submit_nothing(ray_spec: RunSpec, ray_hook: GcpHook) -> None:
     from ray.job_submission import JobSubmissionClient
 
-    kube = KubeHook(ray_spec, ray_hook)
-    address = kube.dashboard()
-    headers = kube.dashboard_headers(address)
+    address, headers = dashboard(ray_spec, ray_hook, Deployment())
     assert address.ca_pem and address.url.startswith("https://127.0.0.1:")
     impostor = DashboardAddress(address.url, address.needs_token, new_cluster_tls("impostor").ca_pem)
     request = _request("nemo-rl-wrong-ca-1", "python -c \"print('never')\"")
@@ -401,10 +400,10 @@ def test_trigger_serializes_exactly_and_round_trips() -> None:
     assert RayJobTrigger(**kwargs).serialize() == budgeted.serialize()
 
 
-def _get(url: str, headers: dict[str, str]) -> tuple[int, str]:
+def _get(url: str, headers: dict[str, str], ca_pem: str) -> tuple[int, str]:
     request = urllib.request.Request(url, headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=30) as response:
+        with urllib.request.urlopen(request, timeout=30, context=ssl.create_default_context(cadata=ca_pem)) as response:
             return response.status, response.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode()
@@ -416,10 +415,13 @@ def test_ray_itself_refuses_a_jobs_request_without_its_token(ray_spec: RunSpec, 
     assert len(token) >= 32
     others = {k: v for k, v in headers.items() if k != RAY_TOKEN_HEADER}
     # Through the service proxy (which passes X-Ray-Authorization on): Ray's own middleware answers.
-    assert _get(f"{address.url}/api/jobs/", others) == (401, "Unauthorized: Missing authentication token")
+    assert _get(f"{address.url}/api/jobs/", others, address.ca_pem) == (
+        401,
+        "Unauthorized: Missing authentication token",
+    )
     wrong = {**others, RAY_TOKEN_HEADER: "Bearer " + "x" * len(token)}
-    assert _get(f"{address.url}/api/jobs/", wrong) == (403, "Forbidden: Invalid authentication token")
-    assert _get(f"{address.url}/api/jobs/", headers)[0] == 200
+    assert _get(f"{address.url}/api/jobs/", wrong, address.ca_pem) == (403, "Forbidden: Invalid authentication token")
+    assert _get(f"{address.url}/api/jobs/", headers, address.ca_pem)[0] == 200
     # The token is named by where it is, never by its value, in what the trigger stores in the metadata DB.
     kwargs = _trigger(address, "nemo-rl-any").serialize()[1]
     assert kwargs["ray_token_secret"].endswith(f"/secrets/{ray_spec.raycluster_name}")
@@ -444,12 +446,18 @@ def test_the_sandbox_ray_listens_on_loopback_only(
     # A job running keeps its workers (and their ports) alive while the sockets are listed.
     release = str(tmp_path / "release")
     script = f"import os, time\nwhile not os.path.exists({release!r}): time.sleep(0.1)\n"
-    submit_once(_request("nemo-rl-loopback-1", f"python -c {_quoted(script)}"), address.url, headers, {})
+    submit_once(
+        _request("nemo-rl-loopback-1", f"python -c {_quoted(script)}"),
+        address.url,
+        headers,
+        {},
+        verify=address.verify(),
+    )
     try:
         client_deadline = time.monotonic() + 60
         from ray.job_submission import JobSubmissionClient
 
-        client = JobSubmissionClient(address.url, headers=headers)
+        client = JobSubmissionClient(address.url, headers=headers, verify=address.verify())
         while client.get_job_status("nemo-rl-loopback-1").value != "RUNNING" and time.monotonic() < client_deadline:
             time.sleep(0.2)
         heads = [h for h in sandbox.full_inventory()["ray_heads"] if h["raycluster"] == ray_spec.raycluster_name]
@@ -560,7 +568,13 @@ def test_the_log_follower_fetches_only_what_is_new(ray_spec: RunSpec, ray_hook: 
     from ray.job_submission import JobSubmissionClient
 
     address, headers = dashboard(ray_spec, ray_hook, Deployment())
-    submit_once(_request("nemo-rl-grow-1", f"python -c {_quoted(GROWING_SCRIPT)}"), address.url, headers, {})
+    submit_once(
+        _request("nemo-rl-grow-1", f"python -c {_quoted(GROWING_SCRIPT)}"),
+        address.url,
+        headers,
+        {},
+        verify=address.verify(),
+    )
     streamed, whole = _trigger(address, "nemo-rl-grow-1"), _trigger(address, "nemo-rl-grow-1", log_stream=False)
     streamed._log, whole._log = _Recorder(), _Recorder()
 
@@ -569,7 +583,11 @@ def test_the_log_follower_fetches_only_what_is_new(ray_spec: RunSpec, ray_hook: 
 
     events = asyncio.run(both())
     assert [e["status"] for e in events] == ["success", "success"], events
-    final = len(JobSubmissionClient(address.url, headers=headers).get_job_logs("nemo-rl-grow-1").encode())
+    final = len(
+        JobSubmissionClient(address.url, headers=headers, verify=address.verify())
+        .get_job_logs("nemo-rl-grow-1")
+        .encode()
+    )
     shown = [[line for line in t._log.lines if line.startswith("[ray job]")] for t in (streamed, whole)]
     assert shown[0] == shown[1]  # the same lines, each once
     assert sum(line.startswith("[ray job] line 0") for line in shown[0]) == 80
@@ -583,7 +601,13 @@ def test_the_trigger_reads_the_ray_token_again_after_a_transient_error(
     ray_spec: RunSpec, ray_hook: GcpHook, sandbox: SandboxProcess
 ) -> None:
     address, headers = dashboard(ray_spec, ray_hook, Deployment())
-    submit_once(_request("nemo-rl-token-retry-1", "python -c \"print('hello')\""), address.url, headers, {})
+    submit_once(
+        _request("nemo-rl-token-retry-1", "python -c \"print('hello')\""),
+        address.url,
+        headers,
+        {},
+        verify=address.verify(),
+    )
     sandbox.add_fault({"method": "GET", "path": f"/secrets/{ray_spec.raycluster_name}$"}, status=503, times=2)
     try:
         event = asyncio.run(_first(_trigger(address, "nemo-rl-token-retry-1")))

@@ -23,7 +23,7 @@ from sandbox.testing import SandboxProcess
 
 from nemo_rl_gke import topology
 from nemo_rl_gke.dag_factory import OPERATORS
-from nemo_rl_gke.deployment import DEFAULT_DEPLOYMENT_ID
+from nemo_rl_gke.deployment import DEFAULT_DEPLOYMENT_ID, Deployment
 from nemo_rl_gke.gcp.resources import Resource, resources
 from nemo_rl_gke.ownership import Owner
 from nemo_rl_gke.preflight import check_conf
@@ -80,13 +80,21 @@ class TaskInstance:
         self.run.xcom[(self.task_id, key)] = value
 
 
+# The sandbox the current test's connection points at (set by ``gcp_conn``), for the buckets a run needs.
+_sandboxes: list[SandboxProcess] = []
+
+
 def start_run(project: str, *, lease: bool = True, deployment: str = DEFAULT_DEPLOYMENT_ID, **conf: Any) -> Run:
     """A run of ``deployment`` whose validate task accepted this conf (validated for real) in ``project``, and that
     took its group's lease as the DAG's lease step does (``lease=False`` leaves that to the test)."""
     raw = {"project": project, "region": REGION, "zone": ZONE, "reservation": "gpu-res", "poll_interval_s": POLL}
     raw.update(conf)
-    spec, findings = check_conf(raw)
+    # Judged as by a deployment whose Google connection names the test's project.
+    spec, findings = check_conf(raw, Deployment(gcp_project=project))
     assert spec is not None, findings
+    if _sandboxes:
+        # The export bucket exists before the run, as preflight requires (its records and copies live there).
+        _sandboxes[-1].seed_bucket(spec.project, spec.export_bucket_name)
     run = Run(spec.to_conf(), f"manual__test-{next(_run_numbers)}", deployment)
     if lease:
         run_step(run, LEASE)
@@ -157,4 +165,10 @@ def project_resources(sandbox: SandboxProcess, project: str) -> dict[str, dict[s
 def gcp_conn(sandbox: SandboxProcess, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """google_cloud_default -> the sandbox, exactly as a deployment would configure it for local runs."""
     monkeypatch.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", sandbox.connection_json("sandbox"))
-    yield
+    # The scenarios hold several runs' leases in one project at once; a test of the GPU total sets its own.
+    monkeypatch.setenv("AIRFLOW__NEMO_RL_GKE__MAX_GPU_NODES_TOTAL", "64")
+    _sandboxes.append(sandbox)
+    try:
+        yield
+    finally:
+        _sandboxes.remove(sandbox)

@@ -382,3 +382,128 @@ def test_resume_none_on_a_warm_lustre_holding_steps_does_not_resume(sandbox: San
         "resume=latest to continue that lineage."
     )
     assert ran.stdout == ""
+
+
+# --- the deployment's bounds (issue 19) ------------------------------------------------------------------------------
+# A second group of the same deployment in the same project: other names, so another lease.
+OTHER_GROUP = {"cluster_name": "nemo-rl-cluster-b", "lustre_name": "nemo-rl-lustre-b"}
+TOTAL_ENV = "AIRFLOW__NEMO_RL_GKE__MAX_GPU_NODES_TOTAL"
+
+
+def _validate(conf: dict[str, Any]) -> Any:
+    """The DAG's validate task on a raw conf (its params), as Airflow runs it."""
+    run = Run({}, f"manual__bounds-{next(_projects)}")
+    context = {**run.context(t.VALIDATE), "params": conf, "dag_run": None}
+    task = operator(t.VALIDATE)
+    task.pre_execute(context)
+    return task.execute(context), run
+
+
+BASE_CONF = {"region": "us-central1", "zone": "us-central1-b", "reservation": "gpu-res"}
+
+
+@pytest.mark.parametrize(
+    ("conf", "settings", "rule_id", "named"),
+    [
+        ({"project": "someone-elses-proj"}, {}, "deployment.project", "allowed_projects"),
+        ({"project": "sandbox", "export_bucket": "outsider-drop-box"}, {}, "deployment.export-bucket", "allowed_e"),
+        ({"project": "sandbox", "region": "europe-west4", "zone": "europe-west4-b"}, {}, "deployment.region", "regi"),
+        ({"project": "sandbox", "worker_replicas": 3, "gpu_pool_max_nodes": 3}, {}, "deployment.gpu-nodes", "per_run"),
+        (
+            {"project": "sandbox", "recipe": "qwen2.5-7b-gsm8k-v0.7.0", "dtensor_tp": 4, "vllm_tp": 4},
+            {"ALLOWED_RECIPES": "gemma3-27b-gsm8k-v0.5.0"},
+            "deployment.recipe",
+            "allowed_recipes",
+        ),
+    ],
+)
+def test_the_validate_task_refuses_a_conf_outside_the_bounds_before_any_call(
+    sandbox: SandboxProcess,
+    monkeypatch: pytest.MonkeyPatch,
+    conf: dict[str, Any],
+    settings: dict[str, str],
+    rule_id: str,
+    named: str,
+) -> None:
+    for name, value in settings.items():
+        monkeypatch.setenv(f"AIRFLOW__NEMO_RL_GKE__{name}", value)
+    seq = _last_seq(sandbox)
+    with pytest.raises(AirflowFailException) as refused:
+        _validate({**BASE_CONF, **conf})
+    text = str(refused.value)
+    assert f"[{rule_id}]" in text and named in text and "deployment's operator" in text, text
+    # Refused before anything exists: not one call reached the sandbox (not even a read).
+    assert sandbox.calls(since=seq) == []
+
+
+def test_the_google_connections_project_is_allowed_by_default(sandbox: SandboxProcess) -> None:
+    # The harness's connection names project "sandbox": the same conf there is accepted, and only there.
+    seq = _last_seq(sandbox)
+    accepted, _ = _validate({**BASE_CONF, "project": "sandbox"})
+    assert accepted["project"] == "sandbox" and accepted["export_bucket"] == ""
+    assert sandbox.calls(since=seq) == []
+
+
+def test_a_second_run_that_would_pass_the_gpu_total_fails_per_lease_held_and_writes_nothing(
+    sandbox: SandboxProcess, project: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(TOTAL_ENV, "3")
+    first = start_run(project)  # 2 GPU nodes of 3
+    lease = read_lease(_hook(), project, first.owner.group)
+    assert lease is not None and lease.gpu_nodes == 2
+    second = start_run(project, lease=False, **OTHER_GROUP)
+    assert second.owner.group != first.owner.group
+    seq = _last_seq(sandbox)
+    with pytest.raises(AirflowFailException) as refused:
+        run_step(second, t.LEASE)
+    assert "max_gpu_nodes_total of 3" in str(refused.value) and f"{DAG_ID}/{first.run_id} (2)" in str(refused.value)
+    assert _writes_since(sandbox, seq) == []
+    skipper = start_run(project, lease=False, lease_held="skip", **OTHER_GROUP)
+    assert run_step(skipper, t.LEASE) == ("skipped", None)
+    # Another deployment's runs are not counted against this one's total.
+    other = start_run(project, deployment="team-b", **OTHER_GROUP)
+    assert read_lease(_hook(), project, other.owner.group).holds(other.owner)
+
+
+def test_a_second_run_that_would_pass_the_gpu_total_waits_deferred_until_the_first_lets_go(
+    sandbox: SandboxProcess, project: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(TOTAL_ENV, "3")
+    first = start_run(project)
+    waiter = start_run(project, lease=False, lease_held="wait", lease_wait_s=60, **OTHER_GROUP)
+    release = threading.Timer(1.0, run_step, args=(first, t.RELEASE_LEASE))
+    release.start()
+    try:
+        result, deferred = run_step(waiter, t.LEASE)
+    finally:
+        release.join()
+    assert deferred is not None and result["outcome"] == "acquired"
+    kwargs = deferred.trigger.serialize()[1]
+    assert (kwargs["gpu_nodes"], kwargs["max_gpu_nodes_total"], kwargs["deployment"]) == (2, 3, "default")
+    assert read_lease(_hook(), project, waiter.owner.group).gpu_nodes == 2
+
+
+def test_two_runs_racing_for_the_gpu_total_cannot_both_take_their_lease(sandbox: SandboxProcess, project: str) -> None:
+    from nemo_rl_gke.gcp.lease import GpuNodesBoundError, acquire
+
+    runs = [start_run(project, lease=False), start_run(project, lease=False, **OTHER_GROUP)]
+    barrier = threading.Barrier(2)
+    outcomes_seen: list[str] = []
+
+    def take(run: Run) -> None:
+        hook = _hook()
+        barrier.wait()
+        try:
+            acquire(hook, project, run.owner, 600, gpu_nodes=run.spec.gpu_nodes, max_gpu_nodes_total=3)
+            outcomes_seen.append("acquired")
+        except GpuNodesBoundError:
+            outcomes_seen.append("refused")
+
+    threads = [threading.Thread(target=take, args=(run,)) for run in runs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(outcomes_seen) == ["acquired", "refused"]
+    held = [read_lease(_hook(), project, run.owner.group) for run in runs]
+    assert sum(1 for lease in held if lease is not None and lease.held_at(time.time())) == 1

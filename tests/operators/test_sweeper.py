@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Any
 
@@ -43,6 +45,7 @@ pytestmark = pytest.mark.usefixtures("gcp_conn")
 _projects = itertools.count(1)
 _sweeps = itertools.count(1)
 HOUR = 3600.0
+ALLOWED_ENV = "AIRFLOW__NEMO_RL_GKE__ALLOWED_PROJECTS"
 # Everything a run makes before it trains, but the node pool (it goes with the cluster, as the sweep says).
 INFRA = [s.task_id for s in t.gcp_resources() if s.task_id != t.NODE_POOL]
 # What Lustre keeps while it holds a pending checkpoint.
@@ -124,8 +127,28 @@ def sweep(
     ti = SweepTaskInstance(dict(states or {}))
     params = {"project": project, "dry_run": dry_run, "warm_ttl_hours": warm_ttl_hours}
     context = {"ti": ti, "dag": SimpleNamespace(dag_id=SWEEPER_DAG_ID), "run_id": run_id, "params": params}
-    deferrals = 0
     call = lambda: SweepOperator(task_id="sweep", poll_interval_s=0.05).execute(context)  # noqa: E731
+    # The deployment allows the test's project (the connection names "sandbox"), as it must for a sweep there.
+    with allowed_project(project):
+        return _sweep_until_done(call, context, ti, run_id)
+
+
+@contextmanager
+def allowed_project(project: str) -> Iterator[None]:
+    """``[nemo_rl_gke] allowed_projects`` names ``project`` while the block runs."""
+    before = os.environ.get(ALLOWED_ENV)
+    os.environ[ALLOWED_ENV] = project
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(ALLOWED_ENV, None)
+        else:
+            os.environ[ALLOWED_ENV] = before
+
+
+def _sweep_until_done(call: Any, context: dict[str, Any], ti: Any, run_id: str) -> SweepResult:
+    deferrals = 0
     while True:
         try:
             report = call()
@@ -439,7 +462,7 @@ def test_the_sweep_state_survives_a_deferral_as_json(sandbox: SandboxProcess, pr
     ti = SweepTaskInstance({killed.owner.run: "failed"})
     params = {"project": project, "dry_run": False, "warm_ttl_hours": 24}
     context = {"ti": ti, "dag": SimpleNamespace(dag_id=SWEEPER_DAG_ID), "run_id": "manual__json", "params": params}
-    with pytest.raises(TaskDeferred) as deferred:
+    with allowed_project(project), pytest.raises(TaskDeferred) as deferred:
         SweepOperator(task_id="sweep").execute(context)
     state = json.loads(json.dumps(ti.xcom[STATE_KEY]))
     assert Sweep.from_dict(state["sweep"]).to_dict() == state["sweep"]
@@ -500,3 +523,13 @@ def test_an_adopted_cluster_loses_the_groups_objects_and_keeps_the_lustre_a_pv_t
     kube.delete(ObjectRef("v1", "PersistentVolume", "team-b-lustre-pv"))
     again = sweep(project, {result.run: "success"})
     assert lustre in again.group(ours.owner.group)["deleted"]
+
+
+def test_the_sweeper_refuses_a_project_the_deployment_does_not_allow(sandbox: SandboxProcess, project: str) -> None:
+    ti = SweepTaskInstance({})
+    params = {"project": project, "dry_run": True, "warm_ttl_hours": 24}
+    context = {"ti": ti, "dag": SimpleNamespace(dag_id=SWEEPER_DAG_ID), "run_id": "manual__outside", "params": params}
+    seq = sandbox.calls()[-1]["seq"] if sandbox.calls() else 0
+    with pytest.raises(AirflowException, match=r"\[deployment.project\].*allowed_projects"):
+        SweepOperator(task_id="sweep").execute(context)
+    assert sandbox.calls(since=seq) == []

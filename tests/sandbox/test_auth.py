@@ -4,7 +4,9 @@ stays open."""
 
 from __future__ import annotations
 
+import base64
 import json
+import ssl
 import subprocess
 import sys
 import time
@@ -44,11 +46,13 @@ FAMILIES = {
 }
 
 
-def _get(url: str, authorization: str | None = None, method: str = "GET") -> tuple[int, Any, dict[str, str]]:
+def _get(
+    url: str, authorization: str | None = None, method: str = "GET", context: ssl.SSLContext | None = None
+) -> tuple[int, Any, dict[str, str]]:
     headers = {"Authorization": authorization} if authorization is not None else {}
     request = urllib.request.Request(url, method=method, headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=30) as response:
+        with urllib.request.urlopen(request, timeout=30, context=context) as response:
             return response.status, json.loads(response.read() or b"null"), dict(response.headers)
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read() or b"null"), dict(exc.headers)
@@ -148,12 +152,14 @@ def test_the_kubernetes_api_and_the_service_proxy_answer_unauthorized_without_a_
 ) -> None:
     create_networks(clients)
     create_cluster(clients)
-    endpoint = clients.gke.get_cluster(name=SPEC.cluster_path).endpoint
+    cluster = clients.gke.get_cluster(name=SPEC.cluster_path)
+    endpoint = f"https://{cluster.endpoint}"
+    tls = ssl.create_default_context(cadata=base64.b64decode(cluster.master_auth.cluster_ca_certificate).decode())
     proxy = "/api/v1/namespaces/default/services/ray-head:8265/proxy/api/version"
     token = _fresh_token(sandbox)
     for path in ("/api/v1/namespaces", proxy):
         for authorization in (None, "Bearer nope", f"Bearer {expired_token}"):
-            status, body, _ = _get(endpoint + path, authorization)
+            status, body, _ = _get(endpoint + path, authorization, context=tls)
             assert status == 401, (path, authorization, body)
             assert body == {
                 "kind": "Status",
@@ -164,10 +170,10 @@ def test_the_kubernetes_api_and_the_service_proxy_answer_unauthorized_without_a_
                 "reason": "Unauthorized",
                 "code": 401,
             }
-    status, body, _ = _get(endpoint + "/api/v1/namespaces", f"Bearer {token}")
+    status, body, _ = _get(endpoint + "/api/v1/namespaces", f"Bearer {token}", context=tls)
     assert status == 200 and body["kind"] == "NamespaceList"
     # Past authentication, the proxy looks for the service (there is none here).
-    status, body, _ = _get(endpoint + proxy, f"Bearer {token}")
+    status, body, _ = _get(endpoint + proxy, f"Bearer {token}", context=tls)
     assert status == 404 and body["reason"] == "NotFound"
     kube = [c for c in sandbox.calls() if c["service"] == "kubernetes"]
     assert [c["auth"] for c in kube] == ["missing", "invalid", "expired"] * 2 + ["valid", "valid"]

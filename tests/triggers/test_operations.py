@@ -454,12 +454,14 @@ def test_waits_on_the_sandboxs_real_operations(monkeypatch: pytest.MonkeyPatch, 
     """Operations started by the real clients on the sandbox, with latency: compute, container and longrunning."""
     from sandbox.testing import start_sandbox
 
+    from nemo_rl_gke.deployment import Deployment
     from nemo_rl_gke.gcp.hooks import GcpHook
     from nemo_rl_gke.gcp.resources import ensure, resources
     from nemo_rl_gke.preflight import check_conf
 
     spec, findings = check_conf(
-        {"project": "trigger-test", "region": "us-central1", "zone": "us-central1-b", "reservation": "res"}
+        {"project": "trigger-test", "region": "us-central1", "zone": "us-central1-b", "reservation": "res"},
+        Deployment(gcp_project="trigger-test"),
     )
     assert spec is not None, findings
     # Lustre 600 s -> 0.6 s, cluster 420 s -> 0.42 s: long enough to be seen running, short enough for a test.

@@ -134,3 +134,109 @@ def test_a_refused_conf_shows_nothing_running() -> None:
     view = build_view(ViewInputs("d", "r", "failed", NOW, {topology.VALIDATE: TaskState(topology.VALIDATE, "failed")}))
     assert view["spec"] is None and view["running"] == [] and view["points"] == 0
     json.dumps(view, allow_nan=False)  # the page's JSON: no NaN, no objects
+
+
+def _mid_run() -> tuple[dict[str, TaskState], dict[str, dict[str, str]]]:
+    """Everything made and up, the job training, nothing torn down."""
+    tasks = _tasks(**{topology.WAIT: "deferred", **{s.task_id: "none" for s in topology.teardown_steps()}})
+    results = {s.task_id: {"name": f"n-{s.task_id}", "action": outcomes.CREATED} for s in topology.gcp_resources()}
+    return tasks, results
+
+
+def test_free_resources_fold_into_one_line_and_the_costly_stay() -> None:
+    tasks, results = _mid_run()
+    view = build_view(ViewInputs("d", "r", "running", NOW, tasks, results, default_conf()))
+    banner = view["banner"]
+    assert [r["task_id"] for r in banner["costly"]] == [topology.NODE_POOL, topology.GKE_CLUSTER, topology.LUSTRE]
+    assert all(r["usd_per_hour"] > 0 for r in banner["costly"])
+    free = banner["free"]
+    assert len(free) == banner["count"] - 3 == len(view["running"]) - 3 > 10
+    assert {r["usd_per_hour"] for r in free} == {0.0}
+    nets = sum(r["kind"].startswith("VPC network") for r in free)
+    subnets = sum(r["kind"].startswith("subnet") for r in free)
+    assert banner["free_line"].startswith(f"{len(free)} free resources: {nets} VPC networks, {subnets} subnets, ")
+    assert banner["free_line"].endswith(" - all up, 0.00 USD/h")
+    assert banner["usd_per_hour"] == view["running_usd_per_hour"] > 0
+
+
+def test_a_kept_free_resource_still_reads_kept_in_the_folded_line() -> None:
+    spec = RunSpec.from_conf(default_conf())
+    results: dict = {
+        s.task_id: {"name": f"n-{s.task_id}", "action": outcomes.CREATED} for s in topology.gcp_resources()
+    }
+    for step in topology.teardown_steps():
+        results[step.task_id] = {"action": outcomes.DELETED}
+    results[topology.DELETE_LUSTRE] = {"action": outcomes.KEPT_FOR_CHECKPOINT}
+    for task_id in topology.requires(topology.LUSTRE):  # what Lustre needs stays with it
+        results[topology.teardown_of(task_id).task_id] = {"action": outcomes.KEPT_FOR_LUSTRE}
+    banner = costs.banner(costs.still_running(spec, dict.fromkeys(topology.STEPS, "success"), results))
+    assert [(r["task_id"], r["state"]) for r in banner["costly"]] == [
+        (topology.LUSTRE, f"kept ({outcomes.KEPT_FOR_CHECKPOINT})")
+    ]
+    assert {r["task_id"] for r in banner["free"]} == topology.requires(topology.LUSTRE)
+    assert banner["free_line"] == (
+        "4 free resources: 1 VPC network, 1 peering range, 1 Service Networking peering, 1 firewall rule"
+        f" - all kept ({outcomes.KEPT_FOR_LUSTRE}), 0.00 USD/h"
+    )
+    # Mixed states are counted, the most common first; nothing free: no line at all.
+    mixed = [costs.RunningResource("a", "subnet", "a", "up", 0.0, ""),
+             costs.RunningResource("b", "subnet (RDMA)", "b", "up", 0.0, ""),
+             costs.RunningResource("c", "VPC network", "c", "being deleted", 0.0, "")]  # fmt: skip
+    assert costs.free_line(mixed) == "3 free resources: 2 subnets, 1 VPC network - 2 up, 1 being deleted, 0.00 USD/h"
+    assert costs.banner([])["free_line"] is None and costs.banner([])["count"] == 0
+
+
+def test_the_budget_published_by_train_wait_shows_used_and_left() -> None:
+    tasks, results = _mid_run()
+    published = {
+        "hours_limit": 4.0,
+        "usd_limit": 500.0,
+        "gpu_nodes": 1,
+        "gpu_nodes_limit": 2,
+        "stopped_at_budget": False,
+    }
+    view = build_view(ViewInputs("d", "r", "running", NOW, tasks, results, default_conf(), budget=published))
+    budget, cost = view["budget"], view["cost"]
+    assert budget["source"] == "train.wait" and budget["stopped_at_budget"] is False and budget["stopped_line"] is None
+    up_h = (NOW - tasks[topology.NODE_POOL].end) / 3600
+    assert budget["hours"] == {"used": round(up_h, 3), "limit": 4.0, "left": round(4.0 - up_h, 3),
+                               "percent": round(100 * up_h / 4.0, 1), "over": False}  # fmt: skip
+    assert budget["usd"]["used"] == cost["estimated_cost_usd"]
+    assert budget["usd"]["left"] == round(500.0 - cost["estimated_cost_usd"], 2)
+    assert budget["gpu_nodes"] == {"used": 1, "limit": 2, "left": 1, "percent": 50.0, "over": False}
+    # Past a limit: nothing left, and flagged.
+    tight = build_view(ViewInputs("d", "r", "running", NOW, tasks, results, default_conf(),
+                                  budget={**published, "usd_limit": 1.0}))  # fmt: skip
+    assert tight["budget"]["usd"]["left"] == 0.0 and tight["budget"]["usd"]["over"] is True
+
+
+def test_a_budget_stop_is_said_plainly() -> None:
+    lines = _task_log()
+    published = {"hours_limit": None, "usd_limit": 50.0, "gpu_nodes": 2, "gpu_nodes_limit": None,
+                 "stopped_at_budget": True}  # fmt: skip
+    view = build_view(ViewInputs("d", "r", "success", NOW, _tasks(), {}, default_conf(), None, lines, published))
+    budget = view["budget"]
+    usd = view["cost"]["estimated_cost_usd"]
+    assert budget["stopped_at_budget"] is True
+    assert budget["stopped_line"] == f"stopped at budget: 4 of 4 steps, {usd} USD"
+    assert budget["hours"]["limit"] is None and budget["hours"]["left"] is None  # "no limit set"
+    assert budget["gpu_nodes"]["limit"] is None and budget["gpu_nodes"]["used"] == 2
+
+
+def test_without_a_published_budget_the_limits_come_from_the_settings_or_are_unset() -> None:
+    tasks, results = _mid_run()
+    spec = RunSpec.from_conf(default_conf())
+    settings = {"max_run_hours": 12, "max_run_usd": 0, "max_gpu_nodes_per_run": 8}
+    view = build_view(ViewInputs("d", "r", "running", NOW, tasks, results, default_conf(), limits=settings))
+    budget = view["budget"]
+    assert budget["source"] == "settings"
+    assert budget["hours"]["limit"] == min(12.0, getattr(spec, "budget_hours", None) or 12.0)
+    assert budget["usd"]["limit"] == getattr(spec, "budget_usd", None)  # 0 in the settings: no limit
+    assert budget["gpu_nodes"] == {"used": spec.worker_replicas, "limit": 8, "left": 8 - spec.worker_replicas,
+                                   "percent": round(100 * spec.worker_replicas / 8, 1), "over": False}  # fmt: skip
+    # Nothing set anywhere: each limit reads "no limit set" (the RunSpec's own budget, once it has one, still counts).
+    bare = build_view(ViewInputs("d", "r", "running", NOW, tasks, results, default_conf()))["budget"]
+    own = [getattr(spec, "budget_hours", None) or None, getattr(spec, "budget_usd", None) or None, None]
+    assert [bare[k]["limit"] for k in ("hours", "usd", "gpu_nodes")] == own
+    assert bare["source"] == ("none" if own == [None, None, None] else "settings")
+    json.dumps(view, allow_nan=False)

@@ -27,8 +27,18 @@ HF_TOKEN = "hf_VIEWTESTTOKEN_never_shown_4b1d"
 @pytest.fixture(scope="module")
 def run_id(airflow_db: None) -> str:
     """A finished plan-mode run of the tutorial conf (the form's defaults)."""
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     conf = json.loads((ROOT / "include/conf/tutorial.json").read_text())
+    # The deployment's Google connection names the tutorial's project (the default bound); a closed loopback port,
+    # so a plan that called Google by mistake fails here.
+    google = {
+        "conn_type": "google_cloud_platform",
+        "extra": {"project": conf["project"], "api_endpoint": "http://127.0.0.1:9"},
+    }
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": json.dumps(google),
+    }
     airflow = str(Path(sys.executable).parent / "airflow")
     done = subprocess.run(
         [airflow, "dags", "test", DAG_ID, "-c", json.dumps(conf)],
@@ -87,6 +97,11 @@ def test_a_logged_in_user_gets_the_page_and_the_data(client: Any, token: str, ru
     assert view["spec"]["mode"] == "plan" and view["running"] == [] and view["points"] == 0
     states = {s["name"]: s["state"] for s in view["stages"]}
     assert states[topology.PREFLIGHT] == "skipped"  # apply_gate ends a plan run: the most severe state is shown
+    # No train.wait ran: the budget's limits are the settings' (or none), its GPU nodes the conf's.
+    conf = json.loads((ROOT / "include/conf/tutorial.json").read_text())
+    assert view["budget"]["source"] in ("settings", "none")
+    assert view["budget"]["gpu_nodes"]["used"] == conf.get("worker_replicas", 2)
+    assert view["banner"] == {"count": 0, "usd_per_hour": 0.0, "costly": [], "free": [], "free_line": None}
     # The UI's own cookie works as well (the page's fetch from the iframe sends it).
     client.cookies.set("_token", token)
     try:
@@ -116,3 +131,30 @@ def test_a_secret_never_reaches_the_view(client: Any, token: str, run_id: str, m
     text = client.get(_paths(run_id)[1], headers={"Authorization": f"Bearer {token}"}).text
     assert HF_TOKEN not in text
     assert "https://wandb.ai/t/p/runs/***" in text and '"step":1' in text.replace(" ", "")
+
+
+def test_the_budget_train_wait_published_is_what_the_view_shows(client: Any, token: str, run_id: str) -> None:
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    from nemo_rl_gke.training_view import BUDGET_XCOM
+
+    published = {
+        "hours_limit": 6.0,
+        "usd_limit": 900.0,
+        "gpu_nodes": 2,
+        "gpu_nodes_limit": 4,
+        "stopped_at_budget": True,
+    }
+    where = {"dag_id": DAG_ID, "task_id": topology.WAIT, "run_id": run_id}
+    with create_session() as session:
+        XComModel.set(BUDGET_XCOM, published, **where, session=session)
+    try:
+        view = client.get(_paths(run_id)[1], headers={"Authorization": f"Bearer {token}"}).json()
+    finally:
+        with create_session() as session:
+            XComModel.clear(**where, session=session)
+    budget = view["budget"]
+    assert budget["source"] == "train.wait" and budget["stopped_at_budget"] is True
+    assert (budget["hours"]["limit"], budget["usd"]["limit"], budget["gpu_nodes"]["limit"]) == (6.0, 900.0, 4)
+    assert budget["gpu_nodes"]["left"] == 2 and budget["stopped_line"].startswith("stopped at budget: ")

@@ -426,6 +426,9 @@ def test_a_refused_conf_alerts_from_validates_failure_callback(
     from nemo_rl_gke.operators.preflight import ValidateConfOperator
 
     monkeypatch.setenv("AIRFLOW__NEMO_RL_GKE__ALERT_CONN_IDS", "alert_webhook")
+    # The deployment's connection names the conf's project, so the only finding is the bad cluster name.
+    google = {"conn_type": "google_cloud_platform", "extra": {"project": "nemo-rl-demo"}}
+    monkeypatch.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", json.dumps(google))
     pushed: dict[str, Any] = {}
     ti = SimpleNamespace(task_id=t.VALIDATE, xcom_push=lambda key, value: pushed.update({key: value}))
     context: dict[str, Any] = {"params": {"cluster_name": "Not_A_Name"}, "ti": ti, "run_id": "manual__x"}

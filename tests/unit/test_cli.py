@@ -9,7 +9,9 @@ import sys
 
 from tests.paths import ROOT
 
-ENV = {**os.environ, "PYTHONPATH": str(ROOT / "plugins")}
+# The CLI judges a conf's project by the Google connection's project extra, as the DAG's validate task does.
+CONNECTION = json.dumps({"conn_type": "google_cloud_platform", "extra": {"project": "nemo-rl-demo"}})
+ENV = {**os.environ, "PYTHONPATH": str(ROOT / "plugins"), "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": CONNECTION}
 
 
 def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

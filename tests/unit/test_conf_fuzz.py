@@ -38,6 +38,7 @@ from nemo_rl_gke.kube import manifests as manifests_module
 from nemo_rl_gke.kube.validation import validate_manifest
 from nemo_rl_gke.plan import build_plan
 from nemo_rl_gke.preflight import check_conf
+from nemo_rl_gke.rayjobs import lineage_guard
 from nemo_rl_gke.recipes import load_recipe
 from nemo_rl_gke.spec import POLL_MIN_S, RunSpec, param_schema, spec_fields
 from nemo_rl_gke.topology import STAGE_TIMEOUT_PARAM
@@ -439,8 +440,10 @@ def plan_problems(spec: RunSpec) -> list[str]:
     poll = spec.poll_interval_s
     if not (isinstance(poll, float) and math.isfinite(poll) and POLL_MIN_S <= poll <= 600):
         problems.append(f"poll interval {poll!r}")
-    if plan.job.entrypoint != recipe.command(spec):
-        problems.append("the job's entrypoint is not what the recipe renders")
+    # The job is the lineage guard (checkpoint_dir shell-quoted in it), then exactly what the recipe renders.
+    guard = lineage_guard(spec, "<lineage step>" if spec.resume == "latest" else None)
+    if plan.job.entrypoint != guard + "\n" + recipe.command(spec):
+        problems.append("the job's entrypoint is not the lineage guard and what the recipe renders")
     if not _quoted_for_bash(plan.job.shell_entrypoint, plan.job.entrypoint):
         problems.append("the entrypoint escapes its bash -c quoting")
     if {s.conn_id for s in plan.job.secrets} - {*DEPLOYMENT.hf_conn_ids, *DEPLOYMENT.wandb_conn_ids}:

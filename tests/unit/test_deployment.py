@@ -44,11 +44,12 @@ def test_settings_come_from_the_environment_outside_airflow() -> None:
     assert deployment.wandb_conn_ids == ("wandb_default",), "an empty setting keeps the default"
     assert deployment.ray_dashboard_url == "https://ray.internal.example:8265"
     assert deployment.nccl_installer_allowlist == ("https://mirror.example/nccl/", "https://x.example/a.yaml")
-    assert Deployment.from_env({}) == Deployment()
+    # Without a Google connection no project is allowed beyond the listed ones (none by default).
+    assert Deployment.from_env({}) == Deployment(gcp_project="")
 
 
 def test_load_deployment_reads_the_airflow_config_at_call_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert load_deployment() == Deployment()
+    assert load_deployment() == Deployment(gcp_project="")
     monkeypatch.setenv("AIRFLOW__NEMO_RL_GKE__HF_CONN_IDS", "hf_from_airflow")
     assert load_deployment().hf_conn_ids == ("hf_from_airflow",)
 

@@ -119,10 +119,6 @@ CALLS: dict[str, tuple[tuple[str, ...], tuple[str, str]]] = {
         ("lustre.instances.delete",),
         ("gcp/resources/lustre.py", "lustre_client.delete_instance"),
     ),
-    "lustre.projects.locations.instances.patch": (
-        ("lustre.instances.update",),
-        ("gcp/resources/lustre.py", "lustre_client.update_instance"),
-    ),
     "lustre.projects.locations.instances.exportData": (
         ("lustre.instances.exportData",),
         ("operators/checkpoint.py", "lustre_client.export_data"),

@@ -17,6 +17,12 @@ from tests.paths import ROOT
 
 # rule id -> a fragment of the message its example must produce. Every registered rule must be listed here.
 EXPECTED_MESSAGES = {
+    "deployment.project": "project 'someone-elses-proj' is outside the deployment's bound [nemo_rl_gke] allowed_proj",
+    "deployment.region": "region 'europe-west4' is outside the deployment's bound [nemo_rl_gke] allowed_regions",
+    "deployment.export-bucket": "bucket 'outsider-drop-box' is outside the deployment's bound [nemo_rl_gke] allowed_e",
+    "deployment.gpu-nodes": "the run may hold 3 GPU nodes",
+    "deployment.recipe": "recipe 'qwen2.5-7b-gsm8k-v0.7.0' is outside the deployment's bound [nemo_rl_gke] allowed_rec",
+    "deployment.budget": "max_run_hours=100 h is more than the deployment's bound [nemo_rl_gke] max_run_hours",
     "name.project": "a project ID is 6-30 characters",
     "location.zone-in-region": "the zone must be a zone of region us-central1",
     "name.compute": "derived name 'RDMA_net-net' is not a valid Compute Engine name",
@@ -35,7 +41,6 @@ EXPECTED_MESSAGES = {
     "export.bucket-name": "is not a Cloud Storage bucket name",
     "kube.nccl-installer-source": "its source must be 'bundled', an https URL on the deployment's allowlist, or a "
     ".yaml file inside include/: the scheme is http, not https",
-    "budget.deployment-limits": "the deployment's [nemo_rl_gke] max_run_hours is 24 h: a conf may only lower it",
     "secrets.connections": "the Hugging Face token may be read only from a connection this deployment allows for it "
     "(huggingface_default)",
     "nemo.dataset-has-a-step": "the training split has 7473 examples, fewer than one batch of 8192 prompts",
@@ -59,6 +64,8 @@ EXPECTED_MESSAGES = {
     "nemo.image-version": "recipe gemma3-27b-gsm8k-v0.5.0 is pinned to NeMo RL v0.5.0",
 }
 RULES = {r.rule_id: r for r in rules()}
+# A deployment whose Google connection names my-project: the project these tests' confs use.
+MY_PROJECT = Deployment(gcp_project="my-project")
 
 
 def test_every_rule_has_a_message_test_and_enough_rules_exist() -> None:
@@ -70,7 +77,7 @@ def test_every_rule_has_a_message_test_and_enough_rules_exist() -> None:
 def _run(rule_id: str, conf: dict, recipe_patch: dict | None = None) -> list:
     spec = RunSpec.from_conf(conf)
     recipe = dataclasses.replace(load_recipe(spec.recipe), **(recipe_patch or {}))
-    return list(RULES[rule_id].run(spec, recipe))
+    return list(RULES[rule_id].run(spec, recipe, Deployment(**RULES[rule_id].example_deployment)))
 
 
 @pytest.mark.parametrize("rule_id", sorted(EXPECTED_MESSAGES))
@@ -211,7 +218,7 @@ def test_image_tag_variant_of_the_release_is_accepted() -> None:
 def test_shared_reservations_and_reservation_blocks_are_accepted(
     reservation: str, owner: str, name: str, block: str | None
 ) -> None:
-    spec = validate({"project": "my-project", "reservation": reservation})
+    spec = validate({"project": "my-project", "reservation": reservation}, MY_PROJECT)
     assert (spec.reservation_project, spec.reservation_name, spec.reservation_block) == (owner, name, block)
     # GKE takes the conf's form as the pool's reservationAffinity value, unchanged (FACTS §19).
     from nemo_rl_gke.gcp.gke import node_pool_create_request
@@ -237,7 +244,7 @@ def test_shared_reservations_and_reservation_blocks_are_accepted(
     ],
 )
 def test_a_reservation_outside_the_grammar_is_refused_naming_the_parameter(reservation: str) -> None:
-    spec, findings = check_conf({"project": "my-project", "reservation": reservation})
+    spec, findings = check_conf({"project": "my-project", "reservation": reservation}, MY_PROJECT)
     assert spec is None
     assert [f.param for f in findings] == ["reservation"], findings
 
@@ -247,9 +254,9 @@ def test_a_conf_above_the_deployments_budget_is_refused_naming_the_setting_and_a
 
     deployment = Deployment(max_run_hours=10, max_run_usd=1000)
     _, findings = check_conf({"max_run_hours": 11, "max_run_usd": 2000}, deployment)
-    refused = {f.param: f for f in findings if f.rule_id == "budget.deployment-limits"}
+    refused = {f.param: f for f in findings if f.rule_id == "deployment.budget"}
     assert set(refused) == {"max_run_hours", "max_run_usd"}
-    assert "[nemo_rl_gke] max_run_usd is 1000 USD" in refused["max_run_usd"].rule
+    assert "[nemo_rl_gke] max_run_usd (AIRFLOW__NEMO_RL_GKE__MAX_RUN_USD) of 1000 USD" in refused["max_run_usd"].rule
     assert "at most 1000" in refused["max_run_usd"].fix
     local = json.loads((ROOT / "include/conf/local.json").read_text())
     spec, findings = check_conf({**local, "max_run_hours": 2}, deployment)

@@ -11,6 +11,7 @@ import pytest
 
 from nemo_rl_gke import outcomes
 from nemo_rl_gke import topology as t
+from nemo_rl_gke.deployment import Deployment
 from nemo_rl_gke.gcp.resources import resources
 from nemo_rl_gke.gcp.resources.keep import kept_for_storage, storage_keys
 from nemo_rl_gke.ownership import FREE, HELD, Lease, PendingCheckpoint
@@ -106,7 +107,8 @@ def test_the_names_rebuild_exactly_the_resources_of_a_run_with_any_other_conf() 
         "region": "europe-west4",
         "zone": "europe-west4-b",
     }
-    run, findings = check_conf(conf)
+    # The run was started where its deployment allowed; group_spec (bare defaults) rebuilds it all the same.
+    run, findings = check_conf(conf, Deployment(gcp_project="nemo-rl-other", allowed_regions=("europe-west4",)))
     assert run is not None, findings
     spec, problem = group_spec(_lease(group=run.group_id, names=run.group_names))
     assert problem == "" and spec is not None and spec.group_id == run.group_id

@@ -8,6 +8,10 @@ read a free lease at the same moment cannot both take it: the loser reads again 
 A lease names its holder (deployment and run) and an expiry, which the run pushes forward as it works. An expired
 lease may be taken over (and the takeover is logged). Releasing it keeps the record, marked free: the group's
 resources may outlive the run (a warm cluster), and the next run, or the sweeper, reads when it was last used.
+
+A lease also records the GPU nodes its run may hold. Taking one counts the GPU nodes of the deployment's other live
+leases in the project, in the same read the fingerprinted write depends on, so two runs that each fit the
+deployment's ``max_gpu_nodes_total`` but not together cannot both take theirs: the second is refused.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import TYPE_CHECKING
 from google.cloud import compute_v1
 
 from nemo_rl_gke.gcp.hooks import http_status
-from nemo_rl_gke.ownership import FREE, HELD, LEASE_KEY_PREFIX, Lease, lease_key
+from nemo_rl_gke.ownership import FREE, HELD, Lease, lease_key, leases_in, live_gpu_leases
 
 if TYPE_CHECKING:
     from nemo_rl_gke.gcp.hooks import GcpHook
@@ -51,6 +55,19 @@ class LeaseHeldError(LeaseError):
         self.lease = lease
 
 
+class GpuNodesBoundError(LeaseError):
+    """The deployment's other live runs in the project hold too many GPU nodes for this run to start now."""
+
+    def __init__(self, gpu_nodes: int, bound: int, others: list[Lease]) -> None:
+        used = sum(lease.gpu_nodes for lease in others)
+        holders = ", ".join(f"run {lease.run} ({lease.gpu_nodes})" for lease in others)
+        super().__init__(
+            f"this run's {gpu_nodes} GPU nodes and the {used} this deployment's other live runs in the project hold "
+            f"({holders}) would pass the deployment's max_gpu_nodes_total of {bound}"
+        )
+        self.used = used
+
+
 class LeaseLostError(LeaseError):
     """This run no longer holds its group's lease (it expired and another run took it, or it was released)."""
 
@@ -68,8 +85,7 @@ def read_lease(hook: GcpHook, project: str, group: str) -> Lease | None:
 def leases(hook: GcpHook, project: str) -> list[Lease]:
     """Every lease record in the project (for the sweeper and the report)."""
     items, _ = _read(hook, project)
-    found = [Lease.from_value(v) for k, v in items.items() if k.startswith(LEASE_KEY_PREFIX)]
-    return [lease for lease in found if lease is not None]
+    return leases_in(items)
 
 
 def _read(hook: GcpHook, project: str) -> tuple[dict[str, str], str]:
@@ -80,15 +96,15 @@ def _read(hook: GcpHook, project: str) -> tuple[dict[str, str], str]:
 
 
 def _update(
-    hook: GcpHook, project: str, group: str, change: Callable[[Lease | None], Lease | None]
+    hook: GcpHook, project: str, group: str, change: Callable[[Lease | None, list[Lease]], Lease | None]
 ) -> tuple[Lease | None, Lease | None]:
-    """Read the group's lease, write ``change(lease)`` unless it returns the lease unchanged; retried while another
-    writer got there first. Returns (the lease read, the lease now)."""
+    """Read the group's lease, write ``change(lease, every lease record of the project)`` unless it returns the lease
+    unchanged; retried while another writer got there first. Returns (the lease read, the lease now)."""
     key = lease_key(group)
     for _ in range(MAX_ROUNDS):
         items, fingerprint = _read(hook, project)
         before = Lease.from_value(items.get(key))
-        after = change(before)
+        after = change(before, leases_in(items))
         if after == before:
             return before, after
         items = {k: v for k, v in items.items() if k != key}
@@ -135,23 +151,32 @@ def acquire(
     *,
     now: float | None = None,
     names: Mapping[str, str] | None = None,
+    gpu_nodes: int = 0,
+    max_gpu_nodes_total: int | None = None,
 ) -> tuple[str, Lease]:
     """Take the group's lease for ``owner``'s run for ``ttl_s`` seconds, recording the group's ``names`` (else the
-    names the record had).
+    names the record had) and the run's ``gpu_nodes``.
 
     Returns ``("acquired", lease)`` for a free group, ``("renewed", lease)`` when this run already holds it, or
     ``("taken-over", previous)`` when it took over an expired lease. Raises :class:`LeaseHeldError` when another run
-    holds it.
+    holds it, and :class:`GpuNodesBoundError` when a new hold would put the deployment's live leases in the project
+    past ``max_gpu_nodes_total`` (None: no bound).
     """
     at = time.time() if now is None else now
 
-    def take(lease: Lease | None) -> Lease | None:
+    def take(lease: Lease | None, found: list[Lease]) -> Lease | None:
         if lease is not None and lease.held_at(at) and not lease.holds(owner):
             raise LeaseHeldError(lease)
-        acquired = lease.acquired_at if lease is not None and lease.holds(owner) else at
+        mine = lease is not None and lease.holds(owner)
+        if max_gpu_nodes_total is not None and not mine:
+            others = live_gpu_leases(found, owner.deployment, owner.group, at)
+            if gpu_nodes + sum(o.gpu_nodes for o in others) > max_gpu_nodes_total:
+                raise GpuNodesBoundError(gpu_nodes, max_gpu_nodes_total, others)
+        acquired = lease.acquired_at if mine and lease is not None else at
         warm = lease.warm if lease is not None else False
         recorded = dict(names) if names is not None else (dict(lease.names) if lease is not None else {})
-        return Lease(owner.group, owner.deployment, owner.run, HELD, acquired, at + ttl_s, None, warm, recorded)
+        nodes = gpu_nodes or (lease.gpu_nodes if mine and lease is not None else 0)
+        return Lease(owner.group, owner.deployment, owner.run, HELD, acquired, at + ttl_s, None, warm, recorded, nodes)
 
     before, after = _update(hook, project, owner.group, take)
     assert after is not None
@@ -175,7 +200,7 @@ def renew(hook: GcpHook, project: str, owner: Owner, until: float) -> Lease:
     Raises :class:`LeaseLostError` when another run holds it, or it was released.
     """
 
-    def extend(lease: Lease | None) -> Lease | None:
+    def extend(lease: Lease | None, _: list[Lease]) -> Lease | None:
         if lease is None or not lease.holds(owner):
             holder = "nobody" if lease is None or lease.state != HELD else f"run {lease.run} of {lease.deployment}"
             raise LeaseLostError(
@@ -195,7 +220,7 @@ def release(hook: GcpHook, project: str, owner: Owner, *, warm: bool, now: float
     """
     at = time.time() if now is None else now
 
-    def free(lease: Lease | None) -> Lease | None:
+    def free(lease: Lease | None, _: list[Lease]) -> Lease | None:
         if lease is None or not lease.holds(owner):
             return lease
         return replace(lease, state=FREE, released_at=at, expires_at=at, warm=warm)
@@ -220,7 +245,7 @@ def forget(
     """
     at = time.time() if now is None else now
 
-    def drop(lease: Lease | None) -> Lease | None:
+    def drop(lease: Lease | None, _: list[Lease]) -> Lease | None:
         if lease is not None and unless_held and lease.held_at(at):
             return lease
         if only_if is not None and lease != only_if:

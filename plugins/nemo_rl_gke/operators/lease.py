@@ -20,8 +20,10 @@ FIRST_HOLD_PARAM = "network_timeout_s"
 
 
 class TakeLeaseOperator(StepOperator):
-    """Takes the run group's lease; when another run holds it, fails naming the holder (``lease_held=fail``),
-    skips the run (``skip``), or waits deferred up to ``lease_wait_s`` (``wait``). Returns the lease taken."""
+    """Takes the run group's lease, recording the run's GPU nodes; when another run holds it, or this deployment's
+    other live runs in the project hold too many GPU nodes for this one (``max_gpu_nodes_total``), fails naming them
+    (``lease_held=fail``), skips the run (``skip``), or waits deferred up to ``lease_wait_s`` (``wait``). Returns the
+    lease taken."""
 
     ui_color = "#e8f4ea"
 
@@ -30,15 +32,24 @@ class TakeLeaseOperator(StepOperator):
         return self._take(context, started_at=time.time())
 
     def _take(self, context: Context, started_at: float) -> dict[str, Any]:
-        from nemo_rl_gke.gcp.lease import LeaseHeldError, acquire
+        from nemo_rl_gke.gcp.lease import GpuNodesBoundError, LeaseHeldError, acquire
         from nemo_rl_gke.triggers.lease import LeaseTrigger
 
         spec = self.run_spec(context)
         owner = self.identity(context, spec)
+        bound = self.deployment.max_gpu_nodes_total
         ttl = float(getattr(spec, FIRST_HOLD_PARAM)) + DEFERRAL_BACKSTOP_S + LEASE_MARGIN_S
         try:
-            outcome, _ = acquire(self.hook, spec.project, owner, ttl, names=spec.group_names)
-        except LeaseHeldError as exc:
+            outcome, _ = acquire(
+                self.hook,
+                spec.project,
+                owner,
+                ttl,
+                names=spec.group_names,
+                gpu_nodes=spec.gpu_nodes,
+                max_gpu_nodes_total=bound,
+            )
+        except (LeaseHeldError, GpuNodesBoundError) as exc:
             message = f"{exc}. Nothing was touched."
             if spec.lease_held == "skip":
                 raise AirflowSkipException(f"lease_held=skip: {message}") from exc
@@ -52,13 +63,36 @@ class TakeLeaseOperator(StepOperator):
                     project=spec.project,
                     group=owner.group,
                     started_at=started_at,
+                    deployment=owner.deployment,
+                    gpu_nodes=spec.gpu_nodes,
+                    max_gpu_nodes_total=bound,
                 )
+            if isinstance(exc, GpuNodesBoundError):
+                raise AirflowFailException(
+                    f"{message} Fix: wait for those runs to end, trigger with lease_held=wait (up to lease_wait_s) or "
+                    "lease_held=skip, or lower worker_replicas and gpu_pool_max_nodes; only the deployment's operator "
+                    "can raise [nemo_rl_gke] max_gpu_nodes_total (AIRFLOW__NEMO_RL_GKE__MAX_GPU_NODES_TOTAL)."
+                ) from exc
             raise AirflowFailException(
                 f"{message} Fix: wait for that run to end, or trigger with lease_held=wait (up to lease_wait_s) or "
                 "lease_held=skip; if that run is gone for good its lease expires by itself and is then taken over."
             ) from exc
-        self.log.info("Lease of group %s %s for run %s (%s)", owner.group, outcome, owner.run, owner)
-        return {"group": owner.group, "deployment": owner.deployment, "run": owner.run, "outcome": outcome}
+        self.log.info(
+            "Lease of group %s %s for run %s (%s), %d GPU nodes of the deployment's %d",
+            owner.group,
+            outcome,
+            owner.run,
+            owner,
+            spec.gpu_nodes,
+            bound,
+        )
+        return {
+            "group": owner.group,
+            "deployment": owner.deployment,
+            "run": owner.run,
+            "outcome": outcome,
+            "gpu_nodes": spec.gpu_nodes,
+        }
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """The holder let go (take it now, or wait again if another run was quicker), or the wait ran out."""

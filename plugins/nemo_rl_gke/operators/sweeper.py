@@ -19,6 +19,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from nemo_rl_gke.operators.base import DEFAULT_GCP_CONN_ID, DEFERRAL_BACKSTOP_S, LEASE_MARGIN_S
 
 if TYPE_CHECKING:
+    from nemo_rl_gke.deployment import Deployment
     from nemo_rl_gke.gcp.hooks import GcpHook
     from nemo_rl_gke.gcp.operations import OperationRef
     from nemo_rl_gke.sweeper import RunState, Sweep
@@ -80,11 +81,12 @@ class SweepOperator(BaseOperator):
         from nemo_rl_gke.deployment import load_deployment
         from nemo_rl_gke.sweeper import Sweep
 
-        project, dry_run, warm_ttl_hours = sweep_params(context["params"])
+        deployment = load_deployment(self.gcp_conn_id)
+        project, dry_run, warm_ttl_hours = sweep_params(context["params"], deployment)
         sweep = Sweep.start(
             self.hook,
             project=project,
-            deployment=load_deployment().deployment_id,
+            deployment=deployment.deployment_id,
             run=f"{context['dag'].dag_id}/{context['run_id']}",
             now=time.time(),
             run_state=self.run_state(context),
@@ -186,9 +188,10 @@ class SweepOperator(BaseOperator):
         return report.to_dict()
 
 
-def sweep_params(params: Any) -> tuple[str, bool, float]:
+def sweep_params(params: Any, deployment: Deployment | None = None) -> tuple[str, bool, float]:
     """The DAG params ``project``, ``dry_run`` and ``warm_ttl_hours``, checked (a bad one fails the task, not
-    retried: the same params would fail again)."""
+    retried: the same params would fail again). The project must be one ``deployment`` allows (None: the
+    defaults), as a run's must."""
     from nemo_rl_gke.preflight import check_conf
 
     unknown = sorted(set(params) - set(SWEEP_PARAMS))
@@ -199,8 +202,8 @@ def sweep_params(params: Any) -> tuple[str, bool, float]:
             f"{', '.join(SWEEP_PARAMS)}. Fix: spell the param as listed"
         )
     project = params.get("project")
-    # The run's own rules for a project id; the other findings are about defaults the sweep does not use.
-    _, findings = check_conf({"project": project})
+    # The run's own rules for a project id and its bound; the other findings are about defaults the sweep does not use.
+    _, findings = check_conf({"project": project}, deployment)
     wrong = [str(f) for f in findings if set(f.params) <= {"project"}]
     if wrong:
         raise AirflowFailException("param project: " + "; ".join(wrong))

@@ -31,11 +31,11 @@ function safeHttps(url) {
   try { const u = new URL(url); return u.protocol === "https:" ? u.href : null; } catch (e) { return null; }
 }
 
-function drawCurve(curve, points) {
-  const width = 360, height = 170, left = 46, right = 10, top = 8, bottom = 22;
+function drawCurve(curve, points, width = 360, height = 170) {
+  const left = 46, right = 10, top = 8, bottom = 22;
   const box = el("div", { class: "curve" });
   box.appendChild(el("div", { class: "title" }, curve.title + (curve.unit ? ` (${curve.unit})` : "")));
-  const svg = el("svg:svg", { width, height, "data-curve": curve.key, "data-points": points.length });
+  const svg = el("svg:svg", { viewBox: `0 0 ${width} ${height}`, "data-curve": curve.key, "data-points": points.length });
   svg.appendChild(el("svg:rect", { x: left, y: top, width: width - left - right, height: height - top - bottom, fill: "#f7fafc" }));
   if (points.length) {
     const xs = points.map((p) => p[0]), ys = points.map((p) => p[1]);
@@ -59,6 +59,17 @@ function drawCurve(curve, points) {
   }
   box.appendChild(svg);
   return box;
+}
+
+// The reward curve leads the page, beside the progress, cost and budget cards: as wide as the space left and as tall
+// as the cards, so the whole lead row stays above the fold.
+function drawReward(view) {
+  const hero = document.getElementById("reward");
+  const curve = view.curves.find((c) => c.key === "reward");
+  const side = document.querySelector(".side");
+  const width = Math.max(320, hero.clientWidth - 22), height = Math.max(180, side.offsetHeight - 34);
+  const drawn = drawCurve(curve, view.series.reward || [], width, height);
+  hero.replaceChildren(...drawn.childNodes);
 }
 
 function drawTimeline(stages) {
@@ -85,20 +96,66 @@ function drawTimeline(stages) {
   svg.appendChild(el("svg:text", { x: label, y: stages.length * row + 12 }, `0 to ${duration(end)} from the run's first task`));
 }
 
+function resourceRow(r) {
+  const row = el("tr", { "data-task": r.task_id, class: r.state.startsWith("kept") ? "kept" : "" });
+  const price = r.usd_per_hour === null ? "unknown" : r.usd_per_hour.toFixed(2);
+  for (const cell of [r.kind, r.name, r.state, price, r.basis]) row.appendChild(el("td", {}, cell));
+  row.lastChild.previousSibling.className = "num";
+  return row;
+}
+
+// The costly resources one row each; the free ones (0 USD/h) in one line that opens to their rows.
 function drawBanner(view) {
+  const b = view.banner;
   const banner = document.getElementById("banner");
-  const body = document.querySelector("#running tbody");
-  body.replaceChildren();
-  banner.hidden = view.running.length === 0;
+  banner.hidden = b.count === 0;
   const ended = ["success", "failed"].includes(view.run_state);
   banner.classList.toggle("ended", ended);
-  const total = view.running_usd_per_hour ? `, about ${view.running_usd_per_hour.toFixed(2)} USD/h` : "";
-  setText("banner-title", `${ended ? "Left running after the run" : "Running now"}: ${view.running.length} cloud resource(s)${total}`);
-  for (const r of view.running) {
-    const row = el("tr", { "data-task": r.task_id });
-    for (const cell of [r.kind, r.name, r.state, r.usd_per_hour === null ? "unknown" : r.usd_per_hour.toFixed(2), r.basis]) row.appendChild(el("td", {}, cell));
+  const total = b.usd_per_hour ? `, about ${b.usd_per_hour.toFixed(2)} USD/h` : "";
+  setText("banner-title", `${ended ? "Left running after the run" : "Running now"}: ${b.count} cloud resource(s)${total}`);
+  document.getElementById("running").hidden = b.costly.length === 0;
+  document.querySelector("#running tbody").replaceChildren(...b.costly.map(resourceRow));
+  document.getElementById("free").hidden = b.free.length === 0;
+  setText("free-line", b.free_line || "");
+  document.querySelector("#free-rows tbody").replaceChildren(...b.free.map(resourceRow));
+}
+
+const BUDGET_LINES = [
+  ["hours", "Hours", " h", (v) => v.toFixed(2)],
+  ["usd", "USD", " USD", (v) => v.toFixed(2)],
+  ["gpu_nodes", "GPU nodes", "", (v) => String(v)],
+];
+
+// Used and left of each limit; a limit nobody set says so.
+function drawBudget(budget) {
+  const body = document.getElementById("budget-rows");
+  body.replaceChildren();
+  const source = { "train.wait": "(published by train.wait)", settings: "(deployment settings)", none: "" };
+  setText("budget-source", budget ? source[budget.source] || "" : "");
+  for (const [key, label, unit, fmt] of BUDGET_LINES) {
+    const line = budget ? budget[key] : null;
+    const limited = line && line.limit !== null;
+    const row = el("tr", { "data-budget": key, class: limited ? (line.over ? "over" : "") : "nolimit" });
+    row.appendChild(el("td", { class: "what" }, label));
+    const used = line && line.used !== null ? fmt(line.used) : "-";
+    const verb = key === "gpu_nodes" ? "in use" : "used";
+    const text = limited ? `${used} of ${fmt(line.limit)}${unit}, ${fmt(line.left)}${unit} left` : `${used}${unit} ${verb}, no limit set`;
+    row.appendChild(el("td", { class: "amount" }, text));
+    const meter = el("td", { class: "meter" });
+    if (limited) {
+      const bar = el("div", { class: line.over ? "bar over" : "bar" });
+      const fill = el("div", {});
+      fill.style.width = `${line.percent || 0}%`;
+      bar.appendChild(fill);
+      meter.appendChild(bar);
+    }
+    row.appendChild(meter);
     body.appendChild(row);
   }
+  const stopped = budget && budget.stopped_at_budget;
+  for (const id of ["budget-stop", "budget-line"]) document.getElementById(id).hidden = !stopped;
+  setText("budget-stop", stopped ? "stopped at budget" : "");
+  setText("budget-line", stopped ? budget.stopped_line : "");
 }
 
 function drawCheckpoints(list) {
@@ -138,20 +195,27 @@ function render(view) {
   setText("spec", view.spec ? `${view.spec.mode}, recipe ${view.spec.recipe}, ${view.spec.gpu}, ${view.spec.max_steps} steps, teardown ${view.spec.teardown_policy}, ${view.spec.project} / ${view.spec.zone}` : "conf not validated yet");
   const p = view.progress;
   setText("step", p.step ? `step ${p.step} of ${p.total_steps}` : p.state === "none" ? "not started" : p.state);
+  setText("percent", p.percent !== null ? `${p.completed} done (${p.percent}%)` : "");
   document.getElementById("bar-fill").style.width = `${p.percent || 0}%`;
-  setText("eta", p.eta_s !== null ? `ETA ${duration(p.eta_s)} (${p.eta_at}), train.wait ${p.state}` : `train.wait ${p.state}`);
+  setText("eta", p.eta_s !== null ? `ETA ${duration(p.eta_s)}, at ${p.eta_at.slice(11)} · train.wait ${p.state}` : `train.wait ${p.state}`);
   setText("steps-parsed", view.points);
-  setText("step-time", p.mean_step_time_s !== null ? `mean step time ${p.mean_step_time_s} s (last steps)` : "");
+  setText("step-time", p.mean_step_time_s !== null ? `, ${p.mean_step_time_s} s a step lately` : "");
   if (view.cost) {
     setText("node-hours", view.cost.gpu_node_hours);
-    setText("gpu-hours", `${view.cost.gpu_hours} GPU-hours of ${view.cost.gpu_type}${view.cost.pool_still_running ? ", pool still up" : ""}`);
+    setText("gpu-hours", `${view.cost.gpu_hours} GPU-hours of ${view.cost.gpu_type}`);
     setText("cost", view.cost.estimated_cost_usd === null ? "unknown" : `${view.cost.estimated_cost_usd.toFixed(2)} USD`);
-    setText("price", `${view.cost.price_per_gpu_hour_usd} USD per GPU-hour (${view.cost.price_source})`);
+    setText("price", `${view.cost.price_per_gpu_hour_usd} USD per GPU-hour (${view.cost.price_source})${view.cost.pool_still_running ? ", GPU pool still up" : ""}`);
   }
+  const ended = ["success", "failed"].includes(view.run_state);
+  const rate = view.banner.usd_per_hour;
+  setText("rate", rate ? `+ about ${rate.toFixed(2)} USD/h ${ended ? "left running" : "now"}` : "");
+  drawBudget(view.budget);
   drawBanner(view);
+  drawReward(view);
   drawTimeline(view.stages);
   const curves = document.getElementById("curves");
-  curves.replaceChildren(...view.curves.map((c) => drawCurve(c, view.series[c.key] || [])));
+  const rest = view.curves.filter((c) => c.key !== "reward");
+  curves.replaceChildren(...rest.map((c) => drawCurve(c, view.series[c.key] || [])));
   curves.setAttribute("data-points", view.points);
   const wandb = document.getElementById("wandb");
   wandb.replaceChildren();
