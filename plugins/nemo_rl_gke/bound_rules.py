@@ -169,10 +169,11 @@ def budget_bounded(spec: RunSpec, _: Recipe, deployment: Deployment) -> Iterator
     for name in ("max_run_hours", "max_run_usd"):
         value, bound = getattr(spec, name), getattr(deployment, name)
         if value is not None and bound > 0 and value > bound:
-            unit = "h" if name == "max_run_hours" else "USD"
+            unit, verb = ("h", "last") if name == "max_run_hours" else ("USD", "spend")
             yield Violation(
                 (name,),
                 value,
-                f"{name}={value:g} {unit} is more than the deployment's bound {_setting(name)} of {bound:g} {unit}",
+                f"the run would {verb} up to {value:g} {unit}, more than the deployment's bound {_setting(name)} of "
+                f"{bound:g} {unit}",
                 f"set {name} to at most {bound:g}, or leave it empty for {bound:g}; only {WHO_CHANGES} can raise it",
             )

@@ -240,7 +240,11 @@ def build_plan(
 
 
 def plan_bounds(spec: RunSpec, deployment: Deployment) -> dict[str, Any]:
-    """The deployment's bounds this run was judged against ([nemo_rl_gke]; the conf cannot change them)."""
+    """The deployment's bounds this run was judged against ([nemo_rl_gke]; the conf cannot change them), and the
+    run's budget under them (the conf's lower limits applied; None: no limit)."""
+    from nemo_rl_gke.budget import run_budget
+
+    budget = run_budget(spec, deployment)
     return {
         "allowed_projects": list(deployment.projects),
         "allowed_regions": list(deployment.allowed_regions),
@@ -249,6 +253,8 @@ def plan_bounds(spec: RunSpec, deployment: Deployment) -> dict[str, Any]:
         "max_gpu_nodes_per_run": deployment.max_gpu_nodes_per_run,
         "max_gpu_nodes_total": deployment.max_gpu_nodes_total,
         "allowed_recipes": list(deployment.allowed_recipes) or ["(every shipped recipe)"],
+        "budget_hours": None if budget.hours is None else round(budget.hours, 4),
+        "budget_usd": None if budget.usd is None else round(budget.usd, 2),
     }
 
 
@@ -260,4 +266,11 @@ def _bounds_text(bounds: dict[str, Any]) -> list[str]:
         f"with this deployment's other live runs in the project at most {bounds['max_gpu_nodes_total']} "
         "(max_gpu_nodes_total, checked when the lease is taken); recipes "
         f"{', '.join(bounds['allowed_recipes'])}",
+        f"   budget: {_limit_text(bounds['budget_hours'], 'h')}, {_limit_text(bounds['budget_usd'], 'USD')} from the "
+        "run's start (max_run_hours, max_run_usd): training gets checkpoint_must_save_by from the time left, and "
+        "stops at a save before it",
     ]
+
+
+def _limit_text(value: float | None, unit: str) -> str:
+    return "no limit" if value is None else f"{value:g} {unit}"

@@ -75,6 +75,14 @@ def test_malformed_settings_are_refused_with_the_admins_fix(settings: dict) -> N
         Deployment(**settings)
 
 
+@pytest.mark.parametrize("raw", ["lots", "-1", "inf", "nan"])
+def test_a_run_budget_setting_that_is_no_number_from_zero_up_is_refused_naming_it(raw: str) -> None:
+    for name in ("max_run_hours", "max_run_usd"):
+        with pytest.raises(DeploymentError, match=rf"{name} must be a number >= 0 \(0: no limit\), got '{raw}"):
+            Deployment.from_env({f"AIRFLOW__NEMO_RL_GKE__{name.upper()}": raw})
+    assert Deployment.from_env({"AIRFLOW__NEMO_RL_GKE__MAX_RUN_HOURS": "0"}).max_run_hours == 0.0
+
+
 def test_a_loopback_http_dashboard_is_left_to_the_submit_time_check() -> None:
     # Allowed only while the Google connection is loopback too (the sandbox), which only the submit can tell.
     assert Deployment(ray_dashboard_url="http://127.0.0.1:8265").ray_dashboard_url == "http://127.0.0.1:8265"

@@ -22,7 +22,7 @@ EXPECTED_MESSAGES = {
     "deployment.export-bucket": "bucket 'outsider-drop-box' is outside the deployment's bound [nemo_rl_gke] allowed_e",
     "deployment.gpu-nodes": "the run may hold 3 GPU nodes",
     "deployment.recipe": "recipe 'qwen2.5-7b-gsm8k-v0.7.0' is outside the deployment's bound [nemo_rl_gke] allowed_rec",
-    "deployment.budget": "max_run_hours=100 h is more than the deployment's bound [nemo_rl_gke] max_run_hours",
+    "deployment.budget": "the run would last up to 100 h, more than the deployment's bound [nemo_rl_gke] max_run_hours",
     "name.project": "a project ID is 6-30 characters",
     "location.zone-in-region": "the zone must be a zone of region us-central1",
     "name.compute": "derived name 'RDMA_net-net' is not a valid Compute Engine name",
