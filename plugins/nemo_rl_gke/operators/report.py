@@ -117,7 +117,7 @@ class RunReportOperator(StepOperator):
             return
         stalled = pull(context, WAIT, JOB_STALLED) or {}
         if stalled:
-            first = str(stalled.get("message") or "stalled").splitlines()[0]
+            first = str(stalled.get("message") or "stalled").splitlines()[0].rstrip(".")
             step = stalled.get("final_step")
             raise AirflowFailException(f"the run fails: train.wait {first}; checkpoint step {step} was exported")
         error = str(pull(context, WAIT, ERROR) or "").strip()
