@@ -75,7 +75,9 @@ def test_a_failed_run_alerts_the_webhook_with_what_failed_what_runs_its_cost_and
 ) -> None:
     result, run, requests = failed_run["result"], failed_run["run"], failed_run["requests"]
     assert result.state == "failed" and result.tasks[t.LUSTRE] == "failed"
-    assert result.tasks[t.NODE_POOL] == "success" and result.tasks[t.RUN_REPORT] == "success"
+    # The report ran after teardown and fails the run for the failure upstream of train.wait.
+    assert result.tasks[t.NODE_POOL] == "success" and result.tasks[t.RUN_REPORT] == "failed"
+    assert run["xcom"][(t.RUN_REPORT, t.ERROR)].startswith(f"the run fails: {t.LUSTRE} failed")
     # One alert: the report's (validate succeeded, so its own alert did not fire).
     assert len(requests) == 1, requests
     (request,) = requests

@@ -107,21 +107,24 @@ class RunReportOperator(StepOperator):
             # Also when the report itself fails: the alert then goes out without costs rather than not at all.
             if run_failed(states) or waited.get("stopped_at_budget"):
                 self._alert(context, states, report)
-        self._fail_with_training(context, states.get(WAIT))
+        self._fail_with_training(context, states)
         return report.to_dict()
 
-    def _fail_with_training(self, context: Context, wait_state: str | None) -> None:
-        """checkpoint.validate runs after train.wait whatever its end, so a failed train.wait is no leaf of the run:
-        this task fails the run for it (after a stall, once its newest save is exported)."""
-        if wait_state not in ("failed", "upstream_failed"):
+    def _fail_with_training(self, context: Context, states: dict[str, str]) -> None:
+        """checkpoint.validate runs after train.wait whatever its end, so a failed (or upstream_failed) train.wait is
+        no leaf of the run: this task fails the run for it, naming what failed (after a stall, once its newest save
+        is exported)."""
+        if states.get(WAIT) not in ("failed", "upstream_failed"):
             return
         stalled = pull(context, WAIT, JOB_STALLED) or {}
         if stalled:
             first = str(stalled.get("message") or "stalled").splitlines()[0].rstrip(".")
             step = stalled.get("final_step")
             raise AirflowFailException(f"the run fails: train.wait {first}; checkpoint step {step} was exported")
-        error = str(pull(context, WAIT, ERROR) or "").strip()
-        raise AirflowFailException(f"the run fails: train.wait ended {wait_state}" + (f": {error}" if error else ""))
+        failed = [task_id for task_id, state in states.items() if state == "failed" and task_id != topology.RUN_REPORT]
+        error = str(pull(context, WAIT, ERROR) or "").strip().splitlines()
+        detail = f": {error[0]}" if states.get(WAIT) == "failed" and error else ""
+        raise AirflowFailException(f"the run fails: {', '.join(failed) or WAIT} failed{detail}")
 
     def _report(self, context: Context, conf: dict[str, Any], timings: list[Any]) -> RunReport:
         from nemo_rl_gke.report import RunInputs, build_report
