@@ -15,8 +15,8 @@ import pytest
 
 from nemo_rl_gke import report
 from nemo_rl_gke import topology as t
+from nemo_rl_gke.costs import DEFAULT_GPU_HOUR_PRICES_USD
 from nemo_rl_gke.report import (
-    DEFAULT_GPU_HOUR_PRICES_USD,
     RunInputs,
     TaskTiming,
     build_report,
