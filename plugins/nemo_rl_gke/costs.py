@@ -18,7 +18,7 @@ at 0 nodes when teardown scaled it down (:func:`pool_after_teardown`). Pure and 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -117,13 +117,18 @@ def hourly_cost(task_id: str, spec: RunSpec) -> tuple[float | None, str]:
     return 0.0, "no charge while idle"
 
 
-def pool_after_teardown(actions: Mapping[str, str]) -> str:
+def pool_after_teardown(actions: Mapping[str, str], ended: Collection[str] | None = None) -> str:
     """What the teardown steps' actions (task id -> action) left of the GPU pool: :data:`POOL_GONE` (the deletion
-    it goes with took it), :data:`POOL_SCALED_TO_ZERO` (kept, scaled to 0 nodes) or :data:`POOL_UP`."""
+    it goes with took it), :data:`POOL_SCALED_TO_ZERO` (kept, scaled to 0 nodes) or :data:`POOL_UP`. With
+    ``ended``, only the actions of those task ids count (the report counts the pool's hours until such an end)."""
+
+    def did(task_id: str) -> str | None:
+        return actions.get(task_id) if ended is None or task_id in ended else None
+
     deletion = topology.deleted_by(topology.NODE_POOL)
-    if deletion is not None and actions.get(deletion.task_id) in outcomes.GONE:
+    if deletion is not None and did(deletion.task_id) in outcomes.GONE:
         return POOL_GONE
-    if actions.get(topology.SCALE_POOL) == outcomes.SCALED_TO_ZERO:
+    if did(topology.SCALE_POOL) == outcomes.SCALED_TO_ZERO:
         return POOL_SCALED_TO_ZERO
     return POOL_UP
 

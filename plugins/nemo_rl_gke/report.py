@@ -535,13 +535,12 @@ def gpu_usage(timings: Iterable[TaskTiming], inputs: RunInputs) -> GpuUsage:
         counted_until = None
         hours = 0.0
     else:
-        delete = by_id.get(topology.deleted_by(topology.NODE_POOL).task_id)
-        scale = by_id.get(topology.SCALE_POOL)
-        left = costs.pool_after_teardown(inputs.teardown_actions)
-        if left == costs.POOL_GONE and delete is not None and delete.end is not None:
-            down_at = delete.end
-        elif left == costs.POOL_SCALED_TO_ZERO and scale is not None and scale.end is not None:
-            down_at, scaled_to_zero = scale.end, True
+        ended = {t.task_id: t.end for t in by_id.values() if t.end is not None}
+        left = costs.pool_after_teardown(inputs.teardown_actions, ended)
+        if left == costs.POOL_GONE:
+            down_at = ended[topology.deleted_by(topology.NODE_POOL).task_id]
+        elif left == costs.POOL_SCALED_TO_ZERO:
+            down_at, scaled_to_zero = ended[topology.SCALE_POOL], True
         else:
             still_running = True
         counted_until = down_at if down_at is not None else inputs.now
