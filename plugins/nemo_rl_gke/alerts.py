@@ -374,9 +374,13 @@ def kept_after_teardown(states: Mapping[str, str], report: RunReport | None) -> 
     elif report is not None and report.gpu.scaled_to_zero:
         # The warm cluster's pool is there at 0 nodes: say so, at what it costs now.
         g = report.gpu
-        what = f"GPU node pool (0 nodes; {g.worker_replicas} x {g.gpus_per_node} {g.gpu_type} when in use)"
-        found.append(StillRunning(what, outcomes.SCALED_TO_ZERO, 0.0))
+        found.append(_scaled_pool(g.gpu_type, g.gpus_per_node, g.worker_replicas))
     return tuple(found)
+
+
+def _scaled_pool(gpu_type: str, gpus_per_node: int, nodes: int) -> StillRunning:
+    what = f"GPU node pool (0 nodes; {nodes} x {gpus_per_node} {gpu_type} when in use)"
+    return StillRunning(what, outcomes.SCALED_TO_ZERO, 0.0)
 
 
 def failure_alert(
@@ -429,10 +433,12 @@ class LiveFacts:
     states: Mapping[str, str] = field(default_factory=dict)
     conf: Mapping[str, Any] | None = None  # validate's accepted conf
     training: Mapping[str, Any] | None = None
+    actions: Mapping[str, str] = field(default_factory=dict)  # what the pool's teardown steps did, by task id
 
 
 def running_now(facts: LiveFacts) -> tuple[StillRunning, ...]:
-    """The GPU pool of a run in progress, if it is up (its step succeeded and the cluster is not yet deleted)."""
+    """The GPU pool of a run in progress, if it is up (its step succeeded and the cluster is not yet deleted): at its
+    full size's price, or at 0 nodes and 0 USD/h once teardown scaled it down (as the view's banner says)."""
     if facts.states.get(topology.NODE_POOL) != ts.SUCCESS or not facts.conf:
         return ()
     if facts.states.get(topology.deleted_by(topology.NODE_POOL).task_id) == ts.SUCCESS:
@@ -440,6 +446,8 @@ def running_now(facts: LiveFacts) -> tuple[StillRunning, ...]:
     from nemo_rl_gke.spec import RunSpec
 
     spec = RunSpec.from_conf(dict(facts.conf))
+    if costs.pool_after_teardown(facts.actions) == costs.POOL_SCALED_TO_ZERO:
+        return (_scaled_pool(spec.gpu_type, spec.gpus_per_node, spec.worker_replicas),)
     usd, _ = costs.hourly_cost(topology.NODE_POOL, spec)
     return (_pool(spec.gpu_type, spec.gpus_per_node, spec.worker_replicas, "up", usd),)
 
@@ -716,6 +724,11 @@ def _live_facts(dag_id: str, run_id: str) -> LiveFacts:
             conf = XCom.get_one(key=topology.RETURN, dag_id=dag_id, task_id=topology.VALIDATE, run_id=run_id)
         if states.get(topology.WAIT) in (ts.SUCCESS, ts.FAILED):
             training = XCom.get_one(key=topology.JOB_SUMMARY, dag_id=dag_id, task_id=topology.WAIT, run_id=run_id)
+        actions = {}
+        for step in (topology.deleted_by(topology.NODE_POOL), topology.step(topology.SCALE_POOL)):
+            if step is not None and states.get(step.task_id) == ts.SUCCESS:
+                done = XCom.get_one(key=topology.RETURN, dag_id=dag_id, task_id=step.task_id, run_id=run_id)
+                actions[step.task_id] = str(done.get("action") or "") if isinstance(done, Mapping) else ""
     except Exception as exc:  # best effort: the alert goes out with what the context says
         log.info("The run's task states are not readable here (%s): the deadline alert says less", type(exc).__name__)
         return LiveFacts()
@@ -723,6 +736,7 @@ def _live_facts(dag_id: str, run_id: str) -> LiveFacts:
         states=states,
         conf=conf if isinstance(conf, Mapping) else None,
         training=training if isinstance(training, Mapping) else None,
+        actions=actions,
     )
 
 

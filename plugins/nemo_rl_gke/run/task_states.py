@@ -34,6 +34,8 @@ AT_WORK = frozenset({RUNNING, DEFERRED, QUEUED, UP_FOR_RETRY, RESTARTING})
 NOT_RUN = frozenset({NONE, REMOVED, SKIPPED})
 # A step that made (or may have left, when it failed) its resource.
 MADE = frozenset({SUCCESS, FAILED})
+# A DAG run (its states are a few of the same words) that may still act on its run group.
+ACTIVE_RUNS = frozenset({QUEUED, RUNNING})
 # Most severe first: a stage's state is the most severe state among its tasks.
 SEVERITY: tuple[str, ...] = (
     FAILED,
