@@ -17,6 +17,7 @@ from airflow.sdk import Context
 
 from nemo_rl_gke import topology
 from nemo_rl_gke.operators.base import StepOperator, epoch_of, pull
+from nemo_rl_gke.run import task_states as ts
 from nemo_rl_gke.topology import ERROR, EXPORT, JOB_SUMMARY, REPORT_TEXT, RESUME, STARTED_AT, VALIDATE, WAIT
 
 if TYPE_CHECKING:
@@ -135,7 +136,7 @@ class RunReportOperator(StepOperator):
         try:
             errors = {}
             for task_id, state in states.items():
-                if state == "failed" and task_id in topology.STEPS:
+                if state == ts.FAILED and task_id in topology.STEPS:
                     errors[task_id] = str(pull(context, task_id, ERROR) or "")
             alert = failure_alert(
                 context["dag"].dag_id,
