@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sandbox.testing import SandboxError, connection_extra, free_port
+from sandbox.ports import free_port
+from sandbox.testing import SandboxError, connection_extra
 
 ROOT = Path(__file__).resolve().parents[1]
 DAG_ID = "nemo_rl_grpo_gke"

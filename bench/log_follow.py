@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "plugins"))
 
-from sandbox.testing import free_port  # noqa: E402
+from sandbox.ports import free_port  # noqa: E402
 
 from nemo_rl_gke.rayjobs import JobRequest  # noqa: E402
 from nemo_rl_gke.raysubmit import job_log, submit_once  # noqa: E402

@@ -31,7 +31,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import time
@@ -42,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 
 from sandbox import formats
+from sandbox.ports import free_ports
 
 if TYPE_CHECKING:
     from sandbox.kube_cluster import KubeCluster
@@ -85,6 +85,8 @@ class RayHead:
     # The Ray token when the RayCluster asked for token auth ("" : none); never logged or shown in the inventory.
     token: str = field(default="", repr=False)
     ready: bool = False
+    # Why the head pod is not ready after it was started ("" : it is, or it has not started yet).
+    problem: str = ""
     stopping: bool = False
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -102,22 +104,10 @@ class RayHead:
             "pid": self.pid,
             "dashboard": f"http://{HOST}:{self.dashboard_port}" if self.dashboard_port else None,
             "ready": self.ready,
+            "problem": self.problem,
             "data_dir": self.data_dir,
             "log": self.log_path,
         }
-
-
-def _free_ports(count: int) -> list[int]:
-    sockets = []
-    try:
-        for _ in range(count):
-            probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            probe.bind((HOST, 0))
-            sockets.append(probe)
-        return [int(s.getsockname()[1]) for s in sockets]
-    finally:
-        for probe in sockets:
-            probe.close()
 
 
 class KubeRay:
@@ -261,7 +251,7 @@ class KubeRay:
         return Path(lustre.extra["data_dir"]), ""
 
     async def _start(self, head: RayHead) -> None:
-        ports = _free_ports(len(PORT_FLAGS))
+        ports = free_ports(len(PORT_FLAGS))
         head.dashboard_port = ports[1]
         # Ray's socket paths must stay under 108 bytes, so the temp dir is short and not under the state dir.
         head.temp_dir = tempfile.mkdtemp(prefix="sbray-")
@@ -372,6 +362,7 @@ class KubeRay:
 
     def _crashed(self, cluster: KubeCluster, head: RayHead, message: str) -> None:
         head.ready = False
+        head.problem = message
         pod = cluster.get("v1", "pods", head.namespace, head.head_pod)
         if pod is not None:
             pod["status"] = {

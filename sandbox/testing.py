@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -36,6 +35,8 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
 
+from sandbox.ports import free_port
+
 HOST = "127.0.0.1"
 CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -46,13 +47,6 @@ STOP_TIMEOUT_SECONDS = 40.0
 
 class SandboxError(RuntimeError):
     """The sandbox did not start, or an admin call failed."""
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((HOST, 0))
-        return int(probe.getsockname()[1])
 
 
 def request_json(

@@ -40,8 +40,10 @@ from urllib.parse import quote
 
 from airflow.sdk import BaseNotifier
 
-from nemo_rl_gke import outcomes, topology
+from nemo_rl_gke import costs, outcomes, topology
 from nemo_rl_gke.deployment import CONN_ID, ENV_PREFIX, SECTION, is_loopback_url
+from nemo_rl_gke.run import task_states as ts
+from nemo_rl_gke.topology import Cost
 
 if TYPE_CHECKING:
     from airflow.sdk import Connection, Context, DeadlineAlert
@@ -56,17 +58,12 @@ REFUSED = "refused"
 DEADLINE = "deadline"
 # A run its budget stopped: it succeeded with an earlier checkpoint than asked for, which someone should know.
 BUDGET = "budget"
-FAILED_STATES = frozenset({"failed", "upstream_failed"})
-# Task states of a run still in progress, most telling first (what a deadline alert calls the current stage).
-ACTIVE_STATES = ("running", "deferred", "up_for_retry", "up_for_reschedule", "restarting", "queued", "scheduled")
 # Airflow's own fallback when [api] base_url is unset (RuntimeTaskInstance.log_url).
 DEFAULT_BASE_URL = "http://localhost:8080/"
 # One delivery may take this long; a slow receiver must not hold the report task or the triggerer.
 SEND_TIMEOUT_S = 30.0
 ERROR_CHARS = 300  # an error line is cut here: the alert links to the log for the rest
 RUNNING_NAMES = 3  # the text names this many resources per state (the payload lists them all)
-# Named first in the text: what costs money while it stays (the networks and the peering do not).
-_COSTLY = (topology.GKE_CLUSTER, topology.LUSTRE, topology.RAYCLUSTER)
 SLACK_CONN_TYPES = ("slackwebhook", "slack")
 
 
@@ -255,8 +252,12 @@ class Alert:
 
 
 def _costly_first(item: StillRunning) -> tuple[bool, int]:
-    """Sort key: priced items, then what costs while it stays (cluster, Lustre, RayCluster), then the rest."""
-    rank = _COSTLY.index(item.what) if item.what in _COSTLY else len(_COSTLY)
+    """Sort key: priced items, then what costs while it stays (by its step's cost kind: cluster, Lustre,
+    RayCluster), then the free rest."""
+    kinds = list(Cost)
+    step = topology.STEPS.get(item.what)
+    cost = None if step is None else step.cost
+    rank = kinds.index(cost) if cost is not None and cost is not Cost.FREE else len(kinds)
     return item.usd_per_hour is None, rank
 
 
@@ -332,28 +333,20 @@ def record_failure(context: Context) -> None:
 def run_failed(states: Mapping[str, str]) -> bool:
     """Whether a task of the run (other than the report) ended failed or upstream_failed: teardown failures count,
     since what they should have deleted may still bill."""
-    return any(state in FAILED_STATES for task_id, state in states.items() if task_id != topology.RUN_REPORT)
+    return any(state in ts.FAILED_STATES for task_id, state in states.items() if task_id != topology.RUN_REPORT)
 
 
 def _failed(states: Mapping[str, str], errors: Mapping[str, str]) -> tuple[tuple[FailedTask, ...], int]:
     failed = tuple(
-        FailedTask(task_id, errors.get(task_id, "")) for task_id in _in_order(states) if states[task_id] == "failed"
+        FailedTask(task_id, errors.get(task_id, "")) for task_id in _in_order(states) if states[task_id] == ts.FAILED
     )
-    return failed, sum(1 for state in states.values() if state == "upstream_failed")
+    return failed, sum(1 for state in states.values() if state == ts.UPSTREAM_FAILED)
 
 
 def _in_order(states: Mapping[str, str]) -> list[str]:
     """Task ids in topology order (unknown ones last, by name)."""
     order = {task_id: i for i, task_id in enumerate(topology.STEPS)}
     return sorted(states, key=lambda t: (order.get(t, len(order)), t))
-
-
-def pool_cost_per_hour(gpu_type: str, gpus_per_node: int, nodes: int, conf_price_usd: float = 0.0) -> float | None:
-    """Estimated USD per hour of the GPU pool at full size (the run report's per-GPU-hour price)."""
-    from nemo_rl_gke.report import gpu_hour_price
-
-    price, _ = gpu_hour_price(gpu_type, conf_price_usd)
-    return None if price is None else price * gpus_per_node * nodes
 
 
 def _pool(gpu_type: str, gpus_per_node: int, nodes: int, state: str, usd: float | None) -> StillRunning:
@@ -363,33 +356,36 @@ def _pool(gpu_type: str, gpus_per_node: int, nodes: int, state: str, usd: float 
 def kept_after_teardown(states: Mapping[str, str], report: RunReport | None) -> tuple[StillRunning, ...]:
     """What a finished run left up: what teardown kept (and why), what a failed deletion may have left, and the GPU
     pool when its cluster was not deleted, priced by the report's GPU-hour price."""
-    made = {"success", "failed"}  # a failed create can leave a resource behind
     found: list[StillRunning] = []
     kept = {item.task_id: item.action for item in report.kept} if report is not None else {}
     for step in topology.teardown_steps():
-        created = [d for d in step.deletes if states.get(d) in made]
+        created = [d for d in step.deletes if states.get(d) in ts.MADE]  # a failed create can leave one behind
         if not created:
             continue
         state = states.get(step.task_id, "none")
         if step.task_id in kept:
             why = kept[step.task_id]
-        elif state in FAILED_STATES:
-            why = "deletion failed: may still exist" if state == "failed" else "not deleted: an earlier deletion failed"
+        elif state in ts.FAILED_STATES:
+            failed = state == ts.FAILED
+            why = "deletion failed: may still exist" if failed else "not deleted: an earlier deletion failed"
         else:
             continue
         found += [StillRunning(d, why) for d in created]
     if report is not None and report.gpu.came_up and report.gpu.still_running:
         g = report.gpu
-        usd = None if g.price_per_gpu_hour_usd is None else g.price_per_gpu_hour_usd * g.gpus_per_node
-        usd = None if usd is None else usd * g.worker_replicas
-        reason = kept.get(topology.DELETE_CLUSTER) or "cluster not deleted"
+        usd = costs.pool_usd_per_hour(g.price_per_gpu_hour_usd, g.gpus_per_node, g.worker_replicas)
+        reason = kept.get(topology.deleted_by(topology.NODE_POOL).task_id) or "cluster not deleted"
         found.append(_pool(g.gpu_type, g.gpus_per_node, g.worker_replicas, reason, usd))
     elif report is not None and report.gpu.scaled_to_zero:
         # The warm cluster's pool is there at 0 nodes: say so, at what it costs now.
         g = report.gpu
-        what = f"GPU node pool (0 nodes; {g.worker_replicas} x {g.gpus_per_node} {g.gpu_type} when in use)"
-        found.append(StillRunning(what, outcomes.SCALED_TO_ZERO, 0.0))
+        found.append(_scaled_pool(g.gpu_type, g.gpus_per_node, g.worker_replicas))
     return tuple(found)
+
+
+def _scaled_pool(gpu_type: str, gpus_per_node: int, nodes: int) -> StillRunning:
+    what = f"GPU node pool (0 nodes; {nodes} x {gpus_per_node} {gpu_type} when in use)"
+    return StillRunning(what, outcomes.SCALED_TO_ZERO, 0.0)
 
 
 def failure_alert(
@@ -445,10 +441,10 @@ def current_stage(states: Mapping[str, str]) -> tuple[str | None, tuple[str, ...
     def rank(stage: str) -> int:
         return topology.STAGES.index(stage) if stage in topology.STAGES else len(topology.STAGES)
 
-    active = tuple(t for t in _in_order(states) if states[t] in ACTIVE_STATES)
+    active = tuple(t for t in _in_order(states) if states[t] in ts.ACTIVE)
     if active:
         return " + ".join(sorted({stage_of(t) for t in active}, key=rank)), active
-    ended = [stage_of(t) for t in states if states[t] not in ("none", "removed", "skipped")]
+    ended = [stage_of(t) for t in states if states[t] not in ts.NOT_RUN]
     if not ended:
         return None, ()
     return max(ended, key=rank), ()
@@ -461,18 +457,22 @@ class LiveFacts:
     states: Mapping[str, str] = field(default_factory=dict)
     conf: Mapping[str, Any] | None = None  # validate's accepted conf
     training: Mapping[str, Any] | None = None
+    actions: Mapping[str, str] = field(default_factory=dict)  # what the pool's teardown steps did, by task id
 
 
 def running_now(facts: LiveFacts) -> tuple[StillRunning, ...]:
-    """The GPU pool of a run in progress, if it is up (its step succeeded and the cluster is not yet deleted)."""
-    if facts.states.get(topology.NODE_POOL) != "success" or not facts.conf:
+    """The GPU pool of a run in progress, if it is up (its step succeeded and the cluster is not yet deleted): at its
+    full size's price, or at 0 nodes and 0 USD/h once teardown scaled it down (as the view's banner says)."""
+    if facts.states.get(topology.NODE_POOL) != ts.SUCCESS or not facts.conf:
         return ()
-    if facts.states.get(topology.DELETE_CLUSTER) == "success":
+    if facts.states.get(topology.deleted_by(topology.NODE_POOL).task_id) == ts.SUCCESS:
         return ()
     from nemo_rl_gke.spec import RunSpec
 
     spec = RunSpec.from_conf(dict(facts.conf))
-    usd = pool_cost_per_hour(spec.gpu_type, spec.gpus_per_node, spec.worker_replicas, spec.gpu_hour_price_usd)
+    if costs.pool_after_teardown(facts.actions) == costs.POOL_SCALED_TO_ZERO:
+        return (_scaled_pool(spec.gpu_type, spec.gpus_per_node, spec.worker_replicas),)
+    usd, _ = costs.hourly_cost(topology.NODE_POOL, spec)
     return (_pool(spec.gpu_type, spec.gpus_per_node, spec.worker_replicas, "up", usd),)
 
 
@@ -744,10 +744,15 @@ def _live_facts(dag_id: str, run_id: str) -> LiveFacts:
         states = {k: str(v or "none") for k, v in raw.items()}
         # Only XComs that exist by now: a missing one is logged as an error by the SDK client.
         conf = training = None
-        if states.get(topology.VALIDATE) == "success":
+        if states.get(topology.VALIDATE) == ts.SUCCESS:
             conf = XCom.get_one(key=topology.RETURN, dag_id=dag_id, task_id=topology.VALIDATE, run_id=run_id)
-        if states.get(topology.WAIT) in ("success", "failed"):
+        if states.get(topology.WAIT) in (ts.SUCCESS, ts.FAILED):
             training = XCom.get_one(key=topology.JOB_SUMMARY, dag_id=dag_id, task_id=topology.WAIT, run_id=run_id)
+        actions = {}
+        for step in (topology.deleted_by(topology.NODE_POOL), topology.step(topology.SCALE_POOL)):
+            if step is not None and states.get(step.task_id) == ts.SUCCESS:
+                done = XCom.get_one(key=topology.RETURN, dag_id=dag_id, task_id=step.task_id, run_id=run_id)
+                actions[step.task_id] = str(done.get("action") or "") if isinstance(done, Mapping) else ""
     except Exception as exc:  # best effort: the alert goes out with what the context says
         log.info("The run's task states are not readable here (%s): the deadline alert says less", type(exc).__name__)
         return LiveFacts()
@@ -755,6 +760,7 @@ def _live_facts(dag_id: str, run_id: str) -> LiveFacts:
         states=states,
         conf=conf if isinstance(conf, Mapping) else None,
         training=training if isinstance(training, Mapping) else None,
+        actions=actions,
     )
 
 

@@ -1,7 +1,7 @@
 """A run's budget: the hours and USD the deployment and the conf allow, what is left, and NeMo RL's deadline.
 
 The deployment sets ``max_run_hours`` and ``max_run_usd`` (:mod:`nemo_rl_gke.deployment`); a conf may only lower
-them. USD becomes hours through the run report's cost model (:func:`nemo_rl_gke.report.gpu_hour_price` x GPUs per
+them. USD becomes hours through the run report's cost model (:func:`nemo_rl_gke.costs.gpu_hour_price` x GPUs per
 node x GPU nodes), and the lower limit applies, counted from the run's start: provisioning spends budget too.
 
 Training keeps inside it twice over. The job gets NeMo RL's ``checkpointing.checkpoint_must_save_by``
@@ -17,8 +17,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from nemo_rl_gke.costs import gpu_hour_price, pool_usd_per_hour
 from nemo_rl_gke.deployment import Deployment
-from nemo_rl_gke.report import gpu_hour_price
 
 if TYPE_CHECKING:
     from nemo_rl_gke.spec import RunSpec
@@ -81,7 +81,7 @@ def run_budget(spec: RunSpec, deployment: Deployment) -> RunBudget:
     price, _ = gpu_hour_price(spec.gpu_type, spec.gpu_hour_price_usd)
     if listed is not None and price is not None:
         price = max(price, listed)
-    rate = None if price is None else price * spec.gpus_per_node * spec.worker_replicas
+    rate = pool_usd_per_hour(price, spec.gpus_per_node, spec.worker_replicas)
     hours = _limit(deployment.max_run_hours, spec.max_run_hours)
     usd = _limit(deployment.max_run_usd, spec.max_run_usd)
     if rate:

@@ -1,30 +1,37 @@
-"""What a run's cloud resources cost per hour, and which of them are still up: the training view's banner.
+"""Prices, and what of a run is still up and what it costs: the one home the run report, the alerts and the
+training view's banner read.
 
 The banner shows each resource that costs (or whose price is unknown) on its own row, and folds the free ones (networks,
 subnets, firewall rules, ...: most of a run's resources) into one line that still says what state they are in, so a
 kept network never reads like a deleted one (:func:`banner`).
 
 Rough on-demand list-price estimates (USD, us-central1), for a ballpark while a run is going, not a bill: GPU nodes
-use the run report's per-GPU prices (or the conf's ``gpu_hour_price_usd``), the rest the tables below. Networks,
-subnets, firewall rules, the reserved peering range and the peering itself cost nothing while idle; the RayCluster
-costs what its nodes cost, which the pools already count.
+at a per-GPU-hour price (the conf's ``gpu_hour_price_usd``, else :data:`DEFAULT_GPU_HOUR_PRICES_USD`), the rest the
+tables below, each resource by its step's cost kind (:class:`nemo_rl_gke.topology.Cost`). Networks, subnets,
+firewall rules, the reserved peering range and the peering itself cost nothing while idle; the RayCluster costs what
+its nodes cost, which the pools already count.
 
 A resource counts as still up from the moment its ensure step started until its teardown step reports it gone
-(:data:`nemo_rl_gke.outcomes.GONE`); a teardown that kept it says why. Pure and stdlib-only: the API server imports it.
+(:data:`nemo_rl_gke.outcomes.GONE`); a teardown that kept it says why; the GPU pool goes with its cluster, or stays
+at 0 nodes when teardown scaled it down (:func:`pool_after_teardown`). Pure and stdlib-only: the API server imports it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from nemo_rl_gke import outcomes, topology
-from nemo_rl_gke.report import DEFAULT_GPU_HOUR_PRICES_USD
+from nemo_rl_gke.run import task_states as ts
+from nemo_rl_gke.topology import Cost
 
 if TYPE_CHECKING:
     from nemo_rl_gke.spec import RunSpec
 
+# Rough on-demand list prices per GPU-hour (USD) of a4-highgpu-8g (B200) and a3-ultragpu-8g (H200) divided by 8.
+# Estimates for a ballpark figure, not quotes: set gpu_hour_price_usd in the run conf for your contracted price.
+DEFAULT_GPU_HOUR_PRICES_USD: dict[str, float] = {"b200": 11.0, "h200": 10.6}
 # Compute Engine machine types of the CPU pool, USD per node-hour.
 MACHINE_HOUR_PRICES_USD: dict[str, float] = {
     "n2-highmem-80": 4.79,
@@ -38,32 +45,17 @@ LUSTRE_GIB_HOUR_USD: dict[int, float] = {125: 0.000_10, 250: 0.000_14, 500: 0.00
 # A regional cluster's default pool runs its per-zone node count in each of the region's zones.
 ZONES_PER_REGION = 3
 
+# What teardown left of the GPU pool (:func:`pool_after_teardown`).
+POOL_GONE = "gone"
+POOL_SCALED_TO_ZERO = outcomes.SCALED_TO_ZERO
+POOL_UP = "up"
+
 # Ensure-step states in which the resource may exist (a failed create can leave one behind, e.g. in ERROR).
 _UP = {
-    "success": "up",
-    "running": "being created",
-    "deferred": "being created",
-    "queued": "being created",
-    "restarting": "being created",
-    "up_for_retry": "create failed, retrying",
-    "failed": "create failed: may exist",
-}
-_DELETING = {"running", "deferred", "queued", "up_for_retry", "restarting"}
-# What each ensure/apply step makes, for people: the kind, and the RunSpec attribute holding its name.
-_KINDS: dict[str, tuple[str, str]] = {
-    topology.NET: ("VPC network", "network"),
-    topology.GVNIC_NET: ("VPC network", "gvnic_network"),
-    topology.GVNIC_SUB: ("subnet", "gvnic_subnet"),
-    topology.GVNIC_FW: ("firewall rule", "gvnic_firewall"),
-    topology.RDMA_NET: ("VPC network (RDMA)", "rdma_network"),
-    **{sub: ("subnet (RDMA)", "") for sub in topology.RDMA_SUBS},
-    topology.PEERING_RANGE: ("peering range", "peering_range"),
-    topology.LUSTRE_FW: ("firewall rule", "lustre_firewall"),
-    topology.PEERING: ("Service Networking peering", "network"),
-    topology.LUSTRE: ("Managed Lustre instance", "lustre_name"),
-    topology.GKE_CLUSTER: ("GKE cluster", "cluster_name"),
-    topology.NODE_POOL: ("GPU node pool", "node_pool_name"),
-    topology.RAYCLUSTER: ("RayCluster", "raycluster_name"),
+    ts.SUCCESS: "up",
+    **dict.fromkeys(sorted(ts.AT_WORK - {ts.UP_FOR_RETRY}), "being created"),
+    ts.UP_FOR_RETRY: "create failed, retrying",
+    ts.FAILED: "create failed: may exist",
 }
 
 
@@ -86,45 +78,64 @@ class RunningResource:
         return data
 
 
-def gpu_price(spec: RunSpec) -> float | None:
-    """USD per GPU-hour: the conf's price, else the package's estimate for the GPU type."""
-    if spec.gpu_hour_price_usd > 0:
-        return float(spec.gpu_hour_price_usd)
-    return DEFAULT_GPU_HOUR_PRICES_USD.get(spec.gpu_type)
+def gpu_hour_price(gpu_type: str, conf_price_usd: float = 0.0) -> tuple[float | None, str]:
+    """USD per GPU-hour and where it comes from: the conf's price (> 0), else the estimate for the GPU type, else
+    ``(None, "unknown")``."""
+    if conf_price_usd > 0:
+        return float(conf_price_usd), "conf"
+    if gpu_type in DEFAULT_GPU_HOUR_PRICES_USD:
+        return DEFAULT_GPU_HOUR_PRICES_USD[gpu_type], "default"
+    return None, "unknown"
+
+
+def pool_usd_per_hour(price_per_gpu_hour: float | None, gpus_per_node: int, nodes: int) -> float | None:
+    """USD per hour of a GPU pool of ``nodes`` nodes at a per-GPU-hour price (None: no price known)."""
+    return None if price_per_gpu_hour is None else price_per_gpu_hour * (gpus_per_node * nodes)
 
 
 def hourly_cost(task_id: str, spec: RunSpec) -> tuple[float | None, str]:
-    """The estimated USD per hour of what ``task_id`` makes, and how it was estimated."""
-    if task_id == topology.NODE_POOL:
-        price = gpu_price(spec)
+    """The estimated USD per hour of what ``task_id`` makes, and how it was estimated (by its step's cost kind)."""
+    cost = topology.step(task_id).cost
+    if cost is Cost.GPU_NODES:
+        price, _ = gpu_hour_price(spec.gpu_type, spec.gpu_hour_price_usd)
         gpus = spec.worker_replicas * spec.gpus_per_node
         basis = f"{spec.worker_replicas} x {spec.gpu.machine_type} ({gpus} x {spec.gpu_type}) at the pool's full size"
-        return (None if price is None else price * gpus), basis
-    if task_id == topology.GKE_CLUSTER:
+        return pool_usd_per_hour(price, spec.gpus_per_node, spec.worker_replicas), basis
+    if cost is Cost.CLUSTER:
         nodes = spec.system_initial_nodes * ZONES_PER_REGION
         node_price = MACHINE_HOUR_PRICES_USD.get(spec.system_machine_type)
         basis = f"management fee + {nodes} x {spec.system_machine_type} (default pool)"
         if node_price is None:
             return None, basis + ": no price for that machine type"
         return GKE_CLUSTER_HOUR_USD + nodes * node_price, basis
-    if task_id == topology.LUSTRE:
+    if cost is Cost.LUSTRE:
         per_gib = LUSTRE_GIB_HOUR_USD.get(spec.lustre_throughput)
         basis = f"{spec.lustre_capacity_gib:,} GiB at {spec.lustre_throughput} MB/s/TiB"
         return (None if per_gib is None else per_gib * spec.lustre_capacity_gib), basis
-    if task_id == topology.RAYCLUSTER:
+    if cost is Cost.ON_NODES:
         return 0.0, "runs on the pools' nodes"
     return 0.0, "no charge while idle"
 
 
+def pool_after_teardown(actions: Mapping[str, str], ended: Collection[str] | None = None) -> str:
+    """What the teardown steps' actions (task id -> action) left of the GPU pool: :data:`POOL_GONE` (the deletion
+    it goes with took it), :data:`POOL_SCALED_TO_ZERO` (kept, scaled to 0 nodes) or :data:`POOL_UP`. With
+    ``ended``, only the actions of those task ids count (the report counts the pool's hours until such an end)."""
+
+    def did(task_id: str) -> str | None:
+        return actions.get(task_id) if ended is None or task_id in ended else None
+
+    deletion = topology.deleted_by(topology.NODE_POOL)
+    if deletion is not None and did(deletion.task_id) in outcomes.GONE:
+        return POOL_GONE
+    if did(topology.SCALE_POOL) == outcomes.SCALED_TO_ZERO:
+        return POOL_SCALED_TO_ZERO
+    return POOL_UP
+
+
 def _made_by() -> tuple[str, ...]:
-    """Every step that makes a cloud resource or the RayCluster, in creation order."""
-    return (*(s.task_id for s in topology.gcp_resources()), topology.RAYCLUSTER)
-
-
-def _deleted_by(task_id: str) -> str | None:
-    """The teardown step that deletes what ``task_id`` makes (the node pool goes with its cluster)."""
-    counterpart = topology.teardown_of(task_id) or topology.teardown_of(topology.GKE_CLUSTER)
-    return None if counterpart is None else counterpart.task_id
+    """Every step whose resource the banner lists (it has a cost kind), in creation order."""
+    return tuple(s.task_id for s in topology.STEPS.values() if s.cost is not None)
 
 
 def still_running(
@@ -139,39 +150,38 @@ def still_running(
     one a teardown kept stays, labelled with why.
     """
     found = []
+    actions = {t: str((r or {}).get("action") or "") for t, r in results.items()}
     for task_id in _made_by():
-        state = _UP.get(states.get(task_id, "none"))
+        state = _UP.get(states.get(task_id, ts.NONE))
         if state is None:
             continue
         made = results.get(task_id) or {}
         if made.get("action") == outcomes.ADOPTED:
             continue  # someone else's: it was up before this run and stays after it; not this run's cost
-        teardown = _deleted_by(task_id)
-        action = str((results.get(teardown) or {}).get("action") or "") if teardown else ""
+        teardown = topology.deleted_by(task_id)
+        action = actions.get(teardown.task_id, "") if teardown else ""
         if action in outcomes.GONE:
             continue
         if action in outcomes.KEPT:
             state = f"kept ({action})"
-        elif teardown and states.get(teardown) in _DELETING:
+        elif teardown and states.get(teardown.task_id) in ts.AT_WORK:
             state = "being deleted"
-        kind, attr = _KINDS.get(task_id, (task_id, ""))
-        name = str(made.get("name") or _spec_name(spec, task_id, attr))
+        step = topology.step(task_id)
+        name = str(made.get("name") or _spec_name(spec, step))
         price, basis = hourly_cost(task_id, spec)
-        if task_id == topology.NODE_POOL and (results.get(topology.SCALE_POOL) or {}).get("action") == (
-            outcomes.SCALED_TO_ZERO
-        ):
+        if task_id == topology.NODE_POOL and pool_after_teardown(actions) == POOL_SCALED_TO_ZERO:
             # A warm cluster's pool at 0 nodes: it bills nothing until the next run's pods ask for GPUs.
             state, price, basis = "kept warm at 0 nodes", 0.0, "scaled to 0 nodes by teardown"
-        found.append(RunningResource(task_id, kind, name, state, price, basis))
+        found.append(RunningResource(task_id, step.makes or task_id, name, state, price, basis))
     # What costs most first: the banner is read top down.
     return sorted(found, key=lambda r: -(r.usd_per_hour or 0.0))
 
 
-def _spec_name(spec: RunSpec, task_id: str, attr: str) -> str:
+def _spec_name(spec: RunSpec, step: topology.Step) -> str:
     """The resource's name as the RunSpec derives it (when its step has not reported one)."""
-    if task_id in topology.RDMA_SUBS:
-        return spec.rdma_subnets[topology.RDMA_SUBS.index(task_id)]
-    return str(getattr(spec, attr)) if attr else task_id
+    if step.task_id in topology.RDMA_SUBS:
+        return spec.rdma_subnets[topology.RDMA_SUBS.index(step.task_id)]
+    return str(getattr(spec, step.name_attr)) if step.name_attr else step.task_id
 
 
 def total_per_hour(resources: list[RunningResource]) -> float:

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import DAG, Asset, BaseOperator, TaskGroup, TriggerRule, cross_downstream
+from airflow.sdk import DAG, Asset, BaseOperator, TaskGroup, TriggerRule
 
 from nemo_rl_gke import topology
 from nemo_rl_gke.alerts import AlertSettings, RunAlertNotifier, record_failure
@@ -142,21 +142,17 @@ def build_dag(
             if step.group is not None:
                 group = groups.get(step.group) or groups.setdefault(step.group, _group(step.group))
             tasks[step.task_id] = OPERATORS[step.op](task_group=group, **_step_kwargs(step, dag_id, alerts))
+        # Every edge as the topology derives it: teardown after every provisioning step, the report after teardown.
         for step in topology.STEPS.values():
-            for need in step.needs:
-                tasks[need] >> tasks[step.task_id]
-        # Teardown starts once every provisioning step has finished, whatever its state.
-        roots = [tasks[s.task_id] for s in topology.teardown_steps() if not s.needs]
-        cross_downstream([tasks[s.task_id] for s in topology.provisioning()], roots)
+            tasks[step.task_id].set_upstream([tasks[up] for up in topology.upstream(step.task_id)])
         for step in topology.teardown_steps():
             tasks[step.task_id].as_teardown(
                 setups=tasks[topology.setup_of(step.task_id)], on_failure_fail_dagrun=step.counts_for_run_state
             )
         report = next(s for s in topology.STEPS.values() if s.op is Op.REPORT)
-        [tasks[s.task_id] for s in topology.teardown_steps()] >> tasks[report.task_id]
-        # It runs whenever the conf was valid, after teardown.
-        # The report decides the run's state in one case: a failed train.wait is no leaf (checkpoint.validate runs
-        # after it whatever its end, for a stalled job's newest save), so the report fails the run for it.
+        # It runs whenever the conf was valid, after teardown. It decides the run's state in one case: a train.wait
+        # that did not succeed is no leaf (checkpoint.validate runs after it whatever its end, for a stalled job's
+        # newest save), so the report fails the run for it.
         tasks[report.task_id].as_teardown(setups=tasks[topology.setup_of(report.task_id)], on_failure_fail_dagrun=True)
     # Set after the tasks: Airflow deep-copies the DAG's params into every task created while they are set, and
     # merges them back at run time anyway (process_params), so this keeps 50 copies of every Param out of each parse.

@@ -15,7 +15,7 @@ from typing import Any
 from airflow.sdk import Param
 
 from nemo_rl_gke import spec as s
-from nemo_rl_gke.spec import default_conf, spec_fields
+from nemo_rl_gke.spec import default_conf, param_schema, spec_fields
 
 # The one section Airflow 3.3's trigger form opens when it loads (its flexibleFormDefaultSection, not translated).
 FORM_OPEN_SECTION = "Run Parameters"
@@ -84,12 +84,45 @@ def build_params(overrides: dict[str, Any] | None = None) -> dict[str, Param]:
     string or list in a typed field would mark it missing and block Trigger (FACTS §11).
     """
     defaults = {**default_conf(), **(overrides or {})}
-    params: dict[str, Param] = {}
-    for f in form_fields():
-        schema = dict(f.metadata["schema"])
-        description = schema.pop("description")
-        value = defaults[f.name]
-        if _is_optional(schema) and value in ("", []):
-            value = None
-        params[f.name] = Param(value, description=description, section=form_section(f), **schema)
-    return params
+    return {f.name: run_param(f.name, defaults[f.name], section=form_section(f)) for f in form_fields()}
+
+
+def run_param(name: str, value: Any, *, description: str | None = None, section: str | None = None) -> Param:
+    """The Param of one RunSpec field: its type, bounds and title as the RunSpec declares them, starting at
+    ``value``; ``description`` replaces the field's own (another form that asks for the same value, such as the
+    sweeper's project) and ``section`` places it in the run's form."""
+    schema = param_schema(name)
+    own = schema.pop("description")
+    if _is_optional(schema) and value in ("", []):
+        value = None
+    if section is not None:
+        schema["section"] = section
+    return Param(value, description=description or own, **schema)
+
+
+SWEEP_PROJECT_DESCRIPTION = "The Google Cloud project whose run-group leases are swept."
+# How long a warm group may idle before the sweeper deletes it: at most a year.
+WARM_TTL_MAX_HOURS = 24 * 365
+
+
+def sweeper_params() -> dict[str, Param]:
+    """The sweeper DAG's form: the run's own ``project`` parameter (same type, bounds and title: the sweep checks it
+    with the run's rules), a dry-run switch and the warm TTL."""
+    return {
+        "project": run_param("project", default_conf()["project"], description=SWEEP_PROJECT_DESCRIPTION),
+        "dry_run": Param(
+            False,
+            type="boolean",
+            title="Dry run",
+            description="Report what would be deleted and kept; write nothing (not even a lease).",
+        ),
+        "warm_ttl_hours": Param(
+            24,
+            type="number",
+            title="Warm TTL (hours)",
+            description="A warm group (its last run kept the cluster and storage) idle longer than this is deleted. "
+            "A scheduled group idles for its schedule file's own warm_ttl_hours instead.",
+            exclusiveMinimum=0,
+            maximum=WARM_TTL_MAX_HOURS,
+        ),
+    }

@@ -29,32 +29,8 @@ from datetime import UTC, datetime
 from heapq import heapify, heappop, heappush
 from typing import Any
 
-from nemo_rl_gke import outcomes, topology
-
-# Rough on-demand list prices per GPU-hour (USD) of a4-highgpu-8g (B200) and a3-ultragpu-8g (H200) divided by 8.
-# Estimates for a ballpark figure, not quotes: set gpu_hour_price_usd in the run conf for your contracted price.
-DEFAULT_GPU_HOUR_PRICES_USD: dict[str, float] = {"b200": 11.0, "h200": 10.6}
-
-SUCCESS = "success"
-
-# Most severe first: a stage's state is the most severe state among its tasks. Unknown states rank just after
-# upstream_failed so that they are not hidden behind "success".
-_STATE_SEVERITY = (
-    "failed",
-    "upstream_failed",
-    "up_for_retry",
-    "up_for_reschedule",
-    "restarting",
-    "running",
-    "deferred",
-    "queued",
-    "scheduled",
-    "removed",
-    "none",
-    "skipped",
-    SUCCESS,
-)
-_UNKNOWN_SEVERITY = 2
+from nemo_rl_gke import costs, outcomes, topology
+from nemo_rl_gke.run import task_states as ts
 
 # What train.wait says about how training ended: shown as sentences, not in the summary's table.
 _TRAINING_OUTCOME_KEYS = ("converged_at", "final_step", "stopped_at_budget", "stalled", "max_steps")
@@ -102,7 +78,7 @@ class RunInputs:
     gpus_per_node: int
     worker_replicas: int
     now: float  # epoch seconds; the end of anything still alive
-    gpu_hour_price_usd: float = 0.0  # 0: use DEFAULT_GPU_HOUR_PRICES_USD
+    gpu_hour_price_usd: float = 0.0  # 0: use costs.DEFAULT_GPU_HOUR_PRICES_USD
     teardown_policy: str = ""
     training_summary: Mapping[str, Any] | None = None
     checkpoint_uri: str | None = None
@@ -133,8 +109,8 @@ class StageSummary:
         """``success``, ``FAILED: a, b`` or the state counts (``success 3, skipped 1``)."""
         if self.failed:
             return "FAILED: " + ", ".join(self.failed)
-        if set(self.states) == {SUCCESS}:
-            return SUCCESS
+        if set(self.states) == {ts.SUCCESS}:
+            return ts.SUCCESS
         return ", ".join(f"{state} {count}" for state, count in self.states.items())
 
     def to_dict(self) -> dict[str, Any]:
@@ -369,7 +345,7 @@ class RunReport:
             elif g.scaled_to_zero:
                 down = f"{_iso(g.down_at)} (pool scaled to 0 nodes by {topology.SCALE_POOL}; the cluster is kept warm)"
             else:
-                down = f"{_iso(g.down_at)} (end of {topology.teardown_of(topology.GKE_CLUSTER).task_id})"
+                down = f"{_iso(g.down_at)} (end of {topology.deleted_by(topology.NODE_POOL).task_id})"
         if g.price_per_gpu_hour_usd is None:
             price = "unknown (no default for this GPU type; set gpu_hour_price_usd)"
         else:
@@ -497,9 +473,9 @@ def summarize_stages(timings: Iterable[TaskTiming]) -> tuple[StageSummary, ...]:
                 start=start,
                 end=end,
                 duration_s=None if start is None or end is None else max(0.0, end - start),
-                state=min(states, key=_severity),
-                states=dict(sorted(states.items(), key=lambda kv: (_severity(kv[0]), kv[0]))),
-                failed=tuple(t.task_id for t in tasks if t.state == "failed"),
+                state=min(states, key=ts.severity),
+                states=dict(sorted(states.items(), key=lambda kv: (ts.severity(kv[0]), kv[0]))),
+                failed=tuple(t.task_id for t in tasks if t.state == ts.FAILED),
                 retried=tuple(f"{t.task_id} x{t.tries}" for t in tasks if t.tries > 1),
             )
         )
@@ -559,16 +535,6 @@ def _reward(value: Any) -> str:
     return "-" if not isinstance(value, int | float) else f"{value:.4f}"
 
 
-def gpu_hour_price(gpu_type: str, conf_price_usd: float = 0.0) -> tuple[float | None, str]:
-    """USD per GPU-hour and where it comes from: the conf's price (> 0), else the estimate for the GPU type, else
-    ``(None, "unknown")``."""
-    if conf_price_usd > 0:
-        return float(conf_price_usd), "conf"
-    if gpu_type in DEFAULT_GPU_HOUR_PRICES_USD:
-        return DEFAULT_GPU_HOUR_PRICES_USD[gpu_type], "default"
-    return None, "unknown"
-
-
 def gpu_usage(timings: Iterable[TaskTiming], inputs: RunInputs) -> GpuUsage:
     """GPU pool hours from the end of the node pool step to the end of the cluster's teardown step (or ``now``).
 
@@ -578,28 +544,22 @@ def gpu_usage(timings: Iterable[TaskTiming], inputs: RunInputs) -> GpuUsage:
     flagged ``still_running``.
     """
     by_id = {t.task_id: t for t in timings}
-    price, source = gpu_hour_price(inputs.gpu_type, inputs.gpu_hour_price_usd)
+    price, source = costs.gpu_hour_price(inputs.gpu_type, inputs.gpu_hour_price_usd)
 
     pool = by_id.get(topology.NODE_POOL)
-    up_at = pool.end if pool is not None and pool.state == SUCCESS else None
+    up_at = pool.end if pool is not None and pool.state == ts.SUCCESS else None
     down_at: float | None = None
     still_running = scaled_to_zero = False
     if up_at is None:
         counted_until = None
         hours = 0.0
     else:
-        cluster_teardown = topology.teardown_of(topology.GKE_CLUSTER).task_id
-        delete = by_id.get(cluster_teardown)
-        action = inputs.teardown_actions.get(cluster_teardown)
-        scale = by_id.get(topology.SCALE_POOL)
-        if action in outcomes.GONE and delete is not None and delete.end is not None:
-            down_at = delete.end
-        elif (
-            inputs.teardown_actions.get(topology.SCALE_POOL) == outcomes.SCALED_TO_ZERO
-            and scale is not None
-            and scale.end is not None
-        ):
-            down_at, scaled_to_zero = scale.end, True
+        ended = {t.task_id: t.end for t in by_id.values() if t.end is not None}
+        left = costs.pool_after_teardown(inputs.teardown_actions, ended)
+        if left == costs.POOL_GONE:
+            down_at = ended[topology.deleted_by(topology.NODE_POOL).task_id]
+        elif left == costs.POOL_SCALED_TO_ZERO:
+            down_at, scaled_to_zero = ended[topology.SCALE_POOL], True
         else:
             still_running = True
         counted_until = down_at if down_at is not None else inputs.now
@@ -662,10 +622,6 @@ def build_report(timings: Iterable[TaskTiming], upstream: Mapping[str, Sequence[
         lineage=tuple(dict(item) for item in inputs.lineage),
         pending_checkpoints=tuple(dict(item) for item in inputs.pending_checkpoints),
     )
-
-
-def _severity(state: str) -> int:
-    return _STATE_SEVERITY.index(state) if state in _STATE_SEVERITY else _UNKNOWN_SEVERITY
 
 
 def _topological_order(nodes: set[str], upstream: Mapping[str, Sequence[str]]) -> list[str]:

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from nemo_rl_gke import outcomes, topology
 from nemo_rl_gke.ownership import FREE, HELD, Lease, Owner, PendingCheckpoint
+from nemo_rl_gke.run import task_states as ts
 from nemo_rl_gke.spec import GROUP_NAME_PARAMS
 from nemo_rl_gke.sweep_report import GroupReport, Kept, SweepReport, iso
 
@@ -47,8 +48,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SWEEPER_DAG_ID = "nemo_rl_gke_sweeper"
-# A run in one of these states may still act on its group: its resources are left alone.
-ACTIVE_RUN_STATES = frozenset({"queued", "running"})
 HOUR_S = 3600.0
 # A resource's state within a sweep, beyond the outcomes words: its delete is under way, or it did not go.
 DELETING = "deleting"
@@ -93,7 +92,7 @@ def judge(
     state = run_state(lease.run)
     if state is None:
         return False, f"the state of run {lease.run} is unknown: left alone until it can be told"
-    if state in ACTIVE_RUN_STATES:
+    if state in ts.ACTIVE_RUNS:  # it may still act on its group: its resources are left alone
         if lease.state == FREE:
             return False, f"released {iso(lease.released_at)} by run {lease.run}, which is still {state}"
         return False, f"its lease expired {iso(lease.expires_at)} but run {lease.run} is still {state}"

@@ -2,9 +2,10 @@
 
 A :class:`Step` is one task of the DAG: its task id (which is also the key of the resource or object group it
 makes), the operator that runs it, its stage, what it needs, its teardown counterpart, the policies under which
-that counterpart deletes it, and the XCom keys it pushes for later tasks. The DAG factory builds the DAG from this
-table; the plan, teardown, the run report, the demo and every XCom lookup read it. No task id, resource key or
-teardown order is written anywhere else, so renaming a step here renames it everywhere.
+that counterpart deletes it, whether it holds the run group's lease, what it makes and what that costs, and the XCom
+keys it pushes for later tasks. The DAG factory builds the DAG (its edges: :func:`upstream`) from this table; the
+plan, teardown, the costs, the run report, the alerts, the demo and every XCom lookup read it. No task id, resource
+key, teardown order or per-step fact is written anywhere else, so renaming a step here renames it everywhere.
 
 Pure and stdlib-only: it is imported while Airflow parses DAG files.
 """
@@ -73,6 +74,18 @@ DELETE_ALL = "delete_all"
 KEEP_WARM = "keep_cluster_and_storage"
 KEEP_ALL = "keep_all"
 POLICIES: tuple[str, ...] = (DELETE_ALL, KEEP_WARM, KEEP_ALL)
+
+
+class Cost(StrEnum):
+    """What a step's resource costs while it is up (:mod:`nemo_rl_gke.costs` prices each kind), in the order the
+    alerts name what is still up: the GPU nodes, the cluster, the storage, what runs on the nodes, the free rest."""
+
+    GPU_NODES = "gpu-nodes"  # the GPU pool's nodes, at the per-GPU-hour price
+    CLUSTER = "cluster"  # GKE's management fee and the default pool's nodes
+    LUSTRE = "lustre"  # Managed Lustre's capacity at its throughput tier
+    ON_NODES = "on-nodes"  # runs on the pools' nodes, which the pools already count
+    FREE = "free"  # no charge while idle: networks, subnets, firewall rules, the range, the peering
+
 
 # ---------------------------------------------------------------------------------------------------------------
 # XCom keys
@@ -169,7 +182,14 @@ class Step:
     :param stage: the stage it belongs to (the run report groups by it; it picks the wait's timeout).
     :param needs: task ids that must finish first (successfully, for a provisioning step).
     :param teardown: for a step that makes something, the teardown step that deletes it.
-    :param deleted_under: the teardown policies under which that teardown step deletes it.
+    :param deleted_under: the teardown policies under which that teardown step deletes it (or, with ``goes_with``,
+        under which it goes with what it belongs to).
+    :param goes_with: for a step whose resource has no teardown step of its own, the step whose deletion takes it.
+    :param scaled_down_under: the teardown policies under which teardown keeps it but scales it to zero nodes.
+    :param holds_lease: whether it renews the run group's lease before it acts (it creates, trains or deletes);
+        the steps before the lease is taken, the lease's release and the report do not.
+    :param makes: what it makes, for people ("VPC network"), and ``name_attr`` the RunSpec attribute holding its
+        name; ``cost`` what that costs while it is up (None: nothing the still-running banner lists).
     :param deletes: for a teardown step, the steps whose resources it deletes, in order.
     :param produces: the XCom keys it pushes for later tasks.
     :param retries: Airflow retries (None: the DAG default).
@@ -188,6 +208,12 @@ class Step:
     needs: tuple[str, ...] = ()
     teardown: str | None = None
     deleted_under: frozenset[str] = frozenset()
+    goes_with: str | None = None
+    scaled_down_under: frozenset[str] = frozenset()
+    holds_lease: bool = True
+    makes: str = ""
+    name_attr: str = ""
+    cost: Cost | None = None
     deletes: tuple[str, ...] = ()
     produces: tuple[str, ...] = _RECORDS
     retries: int | None = None
@@ -220,8 +246,19 @@ class Step:
         return self.timeout_param or STAGE_TIMEOUT_PARAM.get(self.stage)
 
 
-def _ensure(task_id: str, stage: str, needs: tuple[str, ...], teardown: str | None, doc: str) -> Step:
-    return Step(task_id, Op.ENSURE_GCP, stage, needs, teardown=teardown, deleted_under=_DELETES_EVERYTHING, doc=doc)
+def _ensure(
+    task_id: str,
+    stage: str,
+    needs: tuple[str, ...],
+    teardown: str | None,
+    doc: str,
+    *,
+    makes: str,
+    name: str = "",
+    cost: Cost = Cost.FREE,
+) -> Step:
+    return Step(task_id, Op.ENSURE_GCP, stage, needs, teardown=teardown, deleted_under=_DELETES_EVERYTHING, doc=doc,
+                makes=makes, name_attr=name, cost=cost)  # fmt: skip
 
 
 def _delete(task_id: str, deletes: str, needs: tuple[str, ...], **kwargs: object) -> Step:
@@ -231,39 +268,52 @@ def _delete(task_id: str, deletes: str, needs: tuple[str, ...], **kwargs: object
 
 _STEPS: tuple[Step, ...] = (
     # --- preflight: nothing exists yet ---------------------------------------------------------------------
-    Step(VALIDATE, Op.VALIDATE_CONF, PREFLIGHT, produces=(*_RECORDS, FINDINGS), retries=0,
+    Step(VALIDATE, Op.VALIDATE_CONF, PREFLIGHT, produces=(*_RECORDS, FINDINGS), retries=0, holds_lease=False,
          doc="Offline preflight of the conf: every finding at once; nothing else runs if one is found."),
-    Step(PLAN, Op.PLAN, PREFLIGHT, (VALIDATE,), produces=(*_RECORDS, PLAN_TEXT),
+    Step(PLAN, Op.PLAN, PREFLIGHT, (VALIDATE,), produces=(*_RECORDS, PLAN_TEXT), holds_lease=False,
          doc="Every GCP request, Kubernetes manifest and the Ray job, in order (secrets redacted)."),
-    Step(APPLY_GATE, Op.APPLY_GATE, PREFLIGHT, (PLAN,), retries=0,
+    Step(APPLY_GATE, Op.APPLY_GATE, PREFLIGHT, (PLAN,), retries=0, holds_lease=False,
          doc="Ends a plan-mode run here: it skips itself and everything after it."),
     # Before anything is created the run takes its group's lease (cloud-side, seen by every Airflow); another
     # holder fails it (or skips, or waits: the conf's lease_held). A retry would meet the same holder.
-    Step(LEASE, Op.TAKE_LEASE, PREFLIGHT, (APPLY_GATE,), retries=0, timeout_param="lease_wait_s",
+    Step(LEASE, Op.TAKE_LEASE, PREFLIGHT, (APPLY_GATE,), retries=0, timeout_param="lease_wait_s", holds_lease=False,
          doc="Takes the run group's lease, so no other run creates or deletes the group's resources meanwhile."),
     Step(PREFLIGHT_LIVE, Op.PREFLIGHT_LIVE, PREFLIGHT, (LEASE,), produces=(*_RECORDS, FINDINGS), retries=1,
+         holds_lease=False,
          doc="Live checks before anything is created: reservation, RoCE profile, APIs, quota, secrets."),
     # --- network -----------------------------------------------------------------------------------------------
-    _ensure(NET, NETWORK, (PREFLIGHT_LIVE,), DELETE_NET, "The main VPC (auto subnets): cluster and Lustre."),
-    _ensure(GVNIC_NET, NETWORK, (PREFLIGHT_LIVE,), DELETE_GVNIC_NET, "The gVNIC VPC of the GPU nodes' second NIC."),
-    _ensure(GVNIC_SUB, NETWORK, (GVNIC_NET,), DELETE_GVNIC_SUB, "The gVNIC subnet."),
-    _ensure(GVNIC_FW, NETWORK, (GVNIC_NET,), DELETE_GVNIC_FW, "The gVNIC network's internal allow rule."),
-    _ensure(RDMA_NET, NETWORK, (PREFLIGHT_LIVE,), DELETE_RDMA_NET, "The RDMA VPC on the zone's RoCE profile."),
+    _ensure(NET, NETWORK, (PREFLIGHT_LIVE,), DELETE_NET, "The main VPC (auto subnets): cluster and Lustre.",
+            makes="VPC network", name="network"),
+    _ensure(GVNIC_NET, NETWORK, (PREFLIGHT_LIVE,), DELETE_GVNIC_NET, "The gVNIC VPC of the GPU nodes' second NIC.",
+            makes="VPC network", name="gvnic_network"),
+    _ensure(GVNIC_SUB, NETWORK, (GVNIC_NET,), DELETE_GVNIC_SUB, "The gVNIC subnet.", makes="subnet",
+            name="gvnic_subnet"),
+    _ensure(GVNIC_FW, NETWORK, (GVNIC_NET,), DELETE_GVNIC_FW, "The gVNIC network's internal allow rule.",
+            makes="firewall rule", name="gvnic_firewall"),
+    _ensure(RDMA_NET, NETWORK, (PREFLIGHT_LIVE,), DELETE_RDMA_NET, "The RDMA VPC on the zone's RoCE profile.",
+            makes="VPC network (RDMA)", name="rdma_network"),
     *(
-        _ensure(sub, NETWORK, (RDMA_NET,), delete, f"RDMA subnet {n} (GPU NIC {n}).")
+        _ensure(sub, NETWORK, (RDMA_NET,), delete, f"RDMA subnet {n} (GPU NIC {n}).", makes="subnet (RDMA)")
         for n, (sub, delete) in enumerate(zip(RDMA_SUBS, DELETE_RDMA_SUBS, strict=True))
     ),
     # --- storage: side by side with the cluster once NET exists ----------------------------------------------
-    _ensure(PEERING_RANGE, STORAGE, (NET,), DELETE_PEERING_RANGE, "The private-services range reserved on NET."),
-    _ensure(PEERING, STORAGE, (PEERING_RANGE,), DELETE_PEERING, "NET's Service Networking peering over the range."),
+    _ensure(PEERING_RANGE, STORAGE, (NET,), DELETE_PEERING_RANGE, "The private-services range reserved on NET.",
+            makes="peering range", name="peering_range"),
+    _ensure(PEERING, STORAGE, (PEERING_RANGE,), DELETE_PEERING, "NET's Service Networking peering over the range.",
+            makes="Service Networking peering", name="network"),
     # Lustre's clients reach it over tcp 988/6988 from the peering range (Google's GKE Managed Lustre guide).
-    _ensure(LUSTRE_FW, STORAGE, (PEERING_RANGE,), DELETE_LUSTRE_FW, "NET's rule letting Lustre traffic in."),
+    _ensure(LUSTRE_FW, STORAGE, (PEERING_RANGE,), DELETE_LUSTRE_FW, "NET's rule letting Lustre traffic in.",
+            makes="firewall rule", name="lustre_firewall"),
     _ensure(LUSTRE, STORAGE, (PEERING, LUSTRE_FW), DELETE_LUSTRE,
-            "The Managed Lustre instance the pods mount at /data."),
+            "The Managed Lustre instance the pods mount at /data.", makes="Managed Lustre instance", name="lustre_name",
+            cost=Cost.LUSTRE),
     # --- cluster: the GPU pool also needs the gVNIC and RDMA subnets ----------------------------------------
-    _ensure(GKE_CLUSTER, CLUSTER, (NET,), DELETE_CLUSTER, "The regional GKE cluster with its default pool."),
-    # The pool goes with its cluster: it has no teardown step of its own.
-    Step(NODE_POOL, Op.ENSURE_GCP, CLUSTER, (GKE_CLUSTER, GVNIC_SUB, *RDMA_SUBS),
+    _ensure(GKE_CLUSTER, CLUSTER, (NET,), DELETE_CLUSTER, "The regional GKE cluster with its default pool.",
+            makes="GKE cluster", name="cluster_name", cost=Cost.CLUSTER),
+    # The pool goes with its cluster: it has no teardown step of its own. A warm cluster keeps it at 0 nodes.
+    Step(NODE_POOL, Op.ENSURE_GCP, CLUSTER, (GKE_CLUSTER, GVNIC_SUB, *RDMA_SUBS), goes_with=GKE_CLUSTER,
+         deleted_under=_DELETES_EVERYTHING, scaled_down_under=frozenset({KEEP_WARM}), makes="GPU node pool",
+         name_attr="node_pool_name", cost=Cost.GPU_NODES,
          doc="The GPU node pool on the reservation, with the gVNIC and RDMA NICs."),
     # --- kube: the pool's nodes run the installer and use the mapped networks; the PV needs Lustre's IP ------
     Step(NCCL_INSTALLER, Op.APPLY_KUBE, KUBE, (NODE_POOL,), teardown=DELETE_KUBE_OBJECTS,
@@ -273,7 +323,8 @@ _STEPS: tuple[Step, ...] = (
     Step(LUSTRE_STORAGE, Op.APPLY_KUBE, KUBE, (GKE_CLUSTER, LUSTRE), teardown=DELETE_KUBE_OBJECTS,
          deleted_under=_DELETES_EVERYTHING, doc="The Lustre PersistentVolume and its claim."),
     Step(RAYCLUSTER, Op.APPLY_KUBE, KUBE, (NCCL_INSTALLER, NETWORK_MAPPING, LUSTRE_STORAGE, NODE_POOL),
-         teardown=DELETE_RAYCLUSTER, deleted_under=_DELETED_UNLESS_KEPT,
+         teardown=DELETE_RAYCLUSTER, deleted_under=_DELETED_UNLESS_KEPT, makes="RayCluster",
+         name_attr="raycluster_name", cost=Cost.ON_NODES,
          doc="The KubeRay RayCluster and its service account, waited on until ready."),
     # --- train -----------------------------------------------------------------------------------------------
     # Continual training (resume=latest): the lineage's newest checkpoint, imported from Cloud Storage into a new
@@ -323,9 +374,9 @@ _STEPS: tuple[Step, ...] = (
     Step(RELEASE_LEASE, Op.RELEASE_LEASE, TEARDOWN, (DELETE_RAYCLUSTER, SCALE_POOL, DELETE_KUBE_OBJECTS, DELETE_LUSTRE,
          DELETE_PEERING, DELETE_PEERING_RANGE, DELETE_LUSTRE_FW, DELETE_CLUSTER, DELETE_GVNIC_FW, DELETE_GVNIC_SUB,
          *DELETE_RDMA_SUBS, DELETE_GVNIC_NET, DELETE_RDMA_NET, DELETE_NET), retries=3, retry_delay_s=5,
-         doc="Frees the run group's lease (recording whether its resources were kept warm)."),
+         holds_lease=False, doc="Frees the run group's lease (recording whether its resources were kept warm)."),
     # --- the last task: whenever the conf was valid, after teardown; it never decides the run's state -------
-    Step(RUN_REPORT, Op.REPORT, REPORT, produces=(*_RECORDS, REPORT_TEXT), retries=0,
+    Step(RUN_REPORT, Op.REPORT, REPORT, produces=(*_RECORDS, REPORT_TEXT), retries=0, holds_lease=False,
          doc="Stage times, critical path, GPU node-hours and cost, training, checkpoint and teardown."),
 )  # fmt: skip
 
@@ -383,9 +434,21 @@ def requires(task_id: str) -> frozenset[str]:
     return frozenset(found)
 
 
+def deleted_by(task_id: str) -> Step | None:
+    """The teardown step whose deletion takes what ``task_id`` makes: its own, or that of what it goes with (the node
+    pool goes with its cluster); None when nothing deletes it."""
+    this = step(task_id)
+    return teardown_of(this.goes_with or task_id)
+
+
 def deletes_under(task_id: str, policy: str) -> bool:
     """Whether the teardown policy deletes what ``task_id`` makes."""
     return policy in step(task_id).deleted_under
+
+
+def scales_down_under(task_id: str, policy: str) -> bool:
+    """Whether the teardown policy keeps what ``task_id`` makes but scales it to zero nodes."""
+    return policy in step(task_id).scaled_down_under
 
 
 def upstream(task_id: str) -> tuple[str, ...]:
@@ -439,8 +502,16 @@ def check() -> None:
                 raise ValueError(f"{s.task_id} deletes {target}, whose teardown is {step(target).teardown}")
         if s.teardown is not None and s.task_id not in step(s.teardown).deletes:
             raise ValueError(f"{s.task_id}'s teardown {s.teardown} does not list it")
-        if s.deleted_under - set(POLICIES):
-            raise ValueError(f"{s.task_id}: unknown policies {sorted(s.deleted_under - set(POLICIES))}")
+        if (s.deleted_under | s.scaled_down_under) - set(POLICIES):
+            unknown = sorted((s.deleted_under | s.scaled_down_under) - set(POLICIES))
+            raise ValueError(f"{s.task_id}: unknown policies {unknown}")
+        if s.deleted_under & s.scaled_down_under:
+            both = sorted(s.deleted_under & s.scaled_down_under)
+            raise ValueError(f"{s.task_id}: both deleted and scaled down under {both}")
+        if s.goes_with is not None and (
+            s.teardown is not None or s.goes_with not in seen or s.deleted_under != step(s.goes_with).deleted_under
+        ):
+            raise ValueError(f"{s.task_id} goes with {s.goes_with}: so no teardown of its own, and its policies")
         seen.add(s.task_id)
 
 

@@ -22,6 +22,7 @@ from typing import Any
 from nemo_rl_gke import costs, topology
 from nemo_rl_gke.metrics import RunMetrics, StepMetrics
 from nemo_rl_gke.report import RunInputs, TaskTiming, gpu_usage, summarize_stages
+from nemo_rl_gke.run import task_states as ts
 
 # The trigger logs every driver-log line with this prefix (RayJobTrigger._take_logs).
 RAY_JOB_PREFIX = "[ray job] "
@@ -39,7 +40,6 @@ CURVES: tuple[tuple[str, str, str], ...] = (
 BUDGET_XCOM = "budget"
 # Where the limits come from when train.wait has not published them: the deployment's settings of these names.
 BUDGET_SETTINGS = ("max_run_hours", "max_run_usd", "max_gpu_nodes_per_run")
-_ENDED = frozenset({"success", "failed", "skipped", "upstream_failed", "removed"})
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ def progress(metrics: RunMetrics, wait: TaskState | None, now: float) -> dict[st
     total = current.total_steps if current else None
     recent = [s.total_step_time_s for s in done[-ETA_WINDOW:] if s.total_step_time_s is not None]
     mean = sum(recent) / len(recent) if recent else None
-    running = wait is not None and wait.state not in _ENDED
+    running = wait is not None and wait.state not in ts.ENDED
     remaining = max(0, total - len(done)) if total else None
     eta = mean * remaining if running and mean is not None and remaining is not None else None
     return {

@@ -263,3 +263,22 @@ def test_the_sweeper_params_have_a_schema_and_valid_defaults() -> None:
     defaults = dag.params.dump()
     assert defaults == {"project": RunSpec().project, "dry_run": False, "warm_ttl_hours": 24}
     assert sweep_params(defaults) == (RunSpec().project, False, 24.0)
+
+
+def test_the_sweeper_asks_for_the_project_as_a_run_does(dagbag) -> None:
+    """The sweeper's project param is the run's (type, bounds, title, default), built from the same definition; the
+    sweep then checks it with the run's rules. Its TTL bound is the one the sweep enforces."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from nemo_rl_gke.dag_params import WARM_TTL_MAX_HOURS
+    from nemo_rl_gke.operators.sweeper import SWEEP_PARAMS, sweep_params
+
+    sweeper = dagbag.dags[SWEEPER_DAG_ID].params
+    run = dagbag.dags[MANUAL].params.get_param("project")
+    assert sweeper.get_param("project").schema == {k: v for k, v in run.schema.items() if k != "section"}
+    assert sweeper.get_param("project").value == run.value
+    assert tuple(sweeper.keys()) == SWEEP_PARAMS
+    assert sweeper.get_param("warm_ttl_hours").schema["maximum"] == WARM_TTL_MAX_HOURS
+    assert sweep_params({"warm_ttl_hours": WARM_TTL_MAX_HOURS, "project": run.value})[2] == WARM_TTL_MAX_HOURS
+    with pytest.raises(AirflowFailException, match="warm_ttl_hours"):
+        sweep_params({"warm_ttl_hours": WARM_TTL_MAX_HOURS + 1, "project": run.value})

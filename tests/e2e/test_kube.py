@@ -8,6 +8,7 @@ import json
 import ssl
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,6 +35,16 @@ def _kube_results() -> dict[str, dict[str, Any]]:
     return {task: value for (task, key), value in xcom.items() if key == "return_value" and task in KUBE_TASKS}
 
 
+def _ray_log_tail(heads: list[dict[str, Any]]) -> str:
+    """What a head that is not ready said last: its problem and the end of its ``ray start`` log."""
+    lines = [json.dumps(heads)]
+    for head in heads:
+        log = Path(head["log"]) if head.get("log") else None
+        if log is not None and log.exists():
+            lines += log.read_text(errors="replace").splitlines()[-40:]
+    return "\n".join(lines)
+
+
 def test_kube_group_brings_up_objects_and_a_real_ray_then_teardown_leaves_nothing(
     sandbox: SandboxProcess, dag: Any
 ) -> None:
@@ -46,7 +57,7 @@ def test_kube_group_brings_up_objects_and_a_real_ray_then_teardown_leaves_nothin
     inventory = sandbox.full_inventory()
     assert len(inventory["kubernetes"]) >= 22  # 21 applied + the service account + KubeRay's pods and service
     heads = inventory["ray_heads"]
-    assert len(heads) == 1 and heads[0]["ready"] and pid_alive(heads[0]["pid"])
+    assert len(heads) == 1 and heads[0]["ready"] and pid_alive(heads[0]["pid"]), _ray_log_tail(heads)
 
     # The dashboard, resolved the way later tasks resolve it: the API server's service proxy.
     address, headers = dashboard(SPEC, GcpHook(), Deployment())

@@ -225,6 +225,27 @@ def test_delete_honours_keeping_policies(sandbox: SandboxProcess, project: str, 
     assert {"nemo-rl-net", "nemo-rl-cluster"} <= set(live(sandbox, project))
 
 
+@pytest.mark.parametrize(
+    ("policy", "action"),
+    [(t.DELETE_ALL, outcomes.NOT_NEEDED), (t.KEEP_WARM, outcomes.ABSENT), (t.KEEP_ALL, outcomes.KEPT_BY_POLICY)],
+)
+def test_the_pool_s_scale_step_does_what_its_step_facts_say_and_holds_the_lease(
+    sandbox: SandboxProcess, project: str, policy: str, action: str
+) -> None:
+    """delete_all: the pool goes with its cluster; keep_cluster_and_storage: scaled down (here: no pool, so absent);
+    keep_all: kept as it is. Either way the step renews the group's lease first (its step holds it)."""
+    from nemo_rl_gke.gcp.hooks import GcpHook
+    from nemo_rl_gke.gcp.lease import read_lease
+
+    assert t.step(t.SCALE_POOL).holds_lease
+    run = start_run(project, teardown_policy=policy)
+    before = read_lease(GcpHook(), project, run.owner.group)
+    result, deferred = run_step(run, t.SCALE_POOL)
+    assert (result["action"], deferred) == (action, None)
+    after = read_lease(GcpHook(), project, run.owner.group)
+    assert before is not None and after is not None and after.expires_at > before.expires_at
+
+
 def test_failed_delete_is_retryable_and_names_the_resource(sandbox: SandboxProcess, project: str) -> None:
     run = start_run(project)
     run_step(run, t.NET)

@@ -88,7 +88,9 @@ def test_cost_so_far_counts_the_gpu_pool_until_now() -> None:
     up = NOW - tasks[topology.NODE_POOL].end
     node_hours = up / 3600 * spec.worker_replicas
     assert view["cost"]["gpu_node_hours"] == round(node_hours, 3)
-    assert view["cost"]["estimated_cost_usd"] == round(node_hours * 8 * costs.gpu_price(spec), 2)
+    assert view["cost"]["estimated_cost_usd"] == round(
+        node_hours * 8 * costs.DEFAULT_GPU_HOUR_PRICES_USD[spec.gpu_type], 2
+    )
     assert view["cost"]["pool_still_running"] is True
 
 
@@ -106,7 +108,10 @@ def test_the_banner_lists_what_is_up_and_drops_what_teardown_deleted() -> None:
     assert all("." not in r.kind for r in running), "every resource has a kind for people"
     assert {r.state for r in running} == {"up"}
     pool = next(r for r in running if r.task_id == topology.NODE_POOL)
-    assert pool.usd_per_hour == 2 * 8 * costs.gpu_price(spec) and pool.name == f"n-{topology.NODE_POOL}"
+    assert (
+        pool.usd_per_hour == 2 * 8 * costs.DEFAULT_GPU_HOUR_PRICES_USD[spec.gpu_type]
+        and pool.name == f"n-{topology.NODE_POOL}"
+    )
     # After teardown kept Lustre (and what it needs) for its checkpoint and deleted the rest.
     for step in topology.teardown_steps():
         results[step.task_id] = {"action": outcomes.DELETED}

@@ -37,9 +37,10 @@ from nemo_rl_gke.alerts import (
     run_url,
     send,
 )
+from nemo_rl_gke.costs import DEFAULT_GPU_HOUR_PRICES_USD
 from nemo_rl_gke.dag_factory import build_dag
 from nemo_rl_gke.deployment import Deployment, DeploymentError
-from nemo_rl_gke.report import DEFAULT_GPU_HOUR_PRICES_USD, RunInputs, TaskTiming, build_report
+from nemo_rl_gke.report import RunInputs, TaskTiming, build_report
 from nemo_rl_gke.spec import RunSpec
 from tests.webhook import Receiver, webhook_receiver
 

@@ -15,8 +15,8 @@ import pytest
 
 from nemo_rl_gke import report
 from nemo_rl_gke import topology as t
+from nemo_rl_gke.costs import DEFAULT_GPU_HOUR_PRICES_USD
 from nemo_rl_gke.report import (
-    DEFAULT_GPU_HOUR_PRICES_USD,
     RunInputs,
     TaskTiming,
     build_report,
@@ -517,12 +517,15 @@ def test_to_text_without_training_checkpoint_or_teardown() -> None:
 
 
 def test_module_is_cheap_to_import() -> None:
-    # Imported while Airflow parses the DAG: stdlib and the pure topology only, no Airflow.
+    # Imported while Airflow parses the DAG: stdlib and the pure topology, costs and task states only, no Airflow.
     source = report.__file__
     with open(source, encoding="utf-8") as f:
         imports = [line for line in f if line.startswith(("import ", "from "))]
     assert not any("airflow" in line for line in imports), imports
-    assert [line for line in imports if "nemo_rl_gke" in line] == ["from nemo_rl_gke import outcomes, topology\n"]
+    assert [line for line in imports if "nemo_rl_gke" in line] == [
+        "from nemo_rl_gke import costs, outcomes, topology\n",
+        "from nemo_rl_gke.run import task_states as ts\n",
+    ]
 
 
 def test_a_warm_cluster_whose_pool_went_to_zero_bills_no_gpu_node_until_the_next_run() -> None:

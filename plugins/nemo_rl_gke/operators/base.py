@@ -126,7 +126,7 @@ class StepOperator(BaseOperator):
             stop = self.run_spec(context).stop_after
             if self.step in tuple(topology.after(stop)):
                 raise AirflowSkipException(f"stop_after={stop}: the run stops before the {self.step.stage} stage")
-        if provisioning or self.step.op in (topology.Op.DELETE_GCP, topology.Op.DELETE_KUBE, topology.Op.SCALE_POOL):
+        if self.step.holds_lease:
             self.hold_lease(context)
         self.persist_links(context)
 

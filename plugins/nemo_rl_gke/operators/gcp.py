@@ -270,9 +270,9 @@ class ScaleGpuPoolOperator(_ResourceStep):
         """Resize the pool to 0 when the policy keeps the cluster warm and the pool is this run group's."""
         spec = self.run_spec(context)
         pool = self.resource(context, spec)
-        if spec.teardown_policy == topology.DELETE_ALL:
-            return self.result(pool, outcomes.NOT_NEEDED)
-        if spec.teardown_policy != topology.KEEP_WARM:
+        if topology.deletes_under(self.resource_key, spec.teardown_policy):
+            return self.result(pool, outcomes.NOT_NEEDED)  # it goes with its cluster
+        if not topology.scales_down_under(self.resource_key, spec.teardown_policy):
             self.keep(context, self.result(pool, outcomes.KEPT_BY_POLICY), f"teardown_policy={spec.teardown_policy}")
         actual = pool.get(self.hook)
         if actual is None:

@@ -18,6 +18,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from nemo_rl_gke import topology
 from nemo_rl_gke.operators.base import StepOperator, epoch_of, pull
+from nemo_rl_gke.run import task_states as ts
 from nemo_rl_gke.topology import (
     ERROR,
     EXPORT,
@@ -114,16 +115,16 @@ class RunReportOperator(StepOperator):
         """checkpoint.validate runs after train.wait whatever its end, so a failed (or upstream_failed) train.wait is
         no leaf of the run: this task fails the run for it, naming what failed (after a stall, once its newest save
         is exported)."""
-        if states.get(WAIT) not in ("failed", "upstream_failed"):
+        if states.get(WAIT) not in ts.FAILED_STATES:
             return
         stalled = pull(context, WAIT, JOB_STALLED) or {}
         if stalled:
             first = str(stalled.get("message") or "stalled").splitlines()[0].rstrip(".")
             step = stalled.get("final_step")
             raise AirflowFailException(f"the run fails: train.wait {first}; checkpoint step {step} was exported")
-        failed = [task_id for task_id, state in states.items() if state == "failed" and task_id != topology.RUN_REPORT]
+        failed = [task_id for task_id, state in states.items() if state == ts.FAILED and task_id != topology.RUN_REPORT]
         error = str(pull(context, WAIT, ERROR) or "").strip().splitlines()
-        detail = f": {error[0]}" if states.get(WAIT) == "failed" and error else ""
+        detail = f": {error[0]}" if states.get(WAIT) == ts.FAILED and error else ""
         raise AirflowFailException(f"the run fails: {', '.join(failed) or WAIT} failed{detail}")
 
     def _report(self, context: Context, conf: dict[str, Any], timings: list[Any]) -> RunReport:
@@ -171,7 +172,7 @@ class RunReportOperator(StepOperator):
         try:
             errors = {}
             for task_id, state in states.items():
-                if state == "failed" and task_id in topology.STEPS:
+                if state == ts.FAILED and task_id in topology.STEPS:
                     errors[task_id] = str(pull(context, task_id, ERROR) or "")
             alert = failure_alert(
                 context["dag"].dag_id,

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from nemo_rl_gke.dag_params import WARM_TTL_MAX_HOURS
 from nemo_rl_gke.operators.base import DEFAULT_GCP_CONN_ID, DEFERRAL_BACKSTOP_S, LEASE_MARGIN_S
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     from nemo_rl_gke.gcp.operations import OperationRef
     from nemo_rl_gke.sweeper import RunState, Sweep
 
-# The sweeper DAG's params, the only keys its conf may hold.
+# The sweeper DAG's params (:func:`nemo_rl_gke.dag_params.sweeper_params`), the only keys its conf may hold.
 SWEEP_PARAMS = ("project", "dry_run", "warm_ttl_hours")
 # The state of a sweep between deferrals, and its report text.
 STATE_KEY = "sweep_state"
@@ -211,6 +212,8 @@ def sweep_params(params: Any, deployment: Deployment | None = None) -> tuple[str
     if not isinstance(dry_run, bool):
         raise AirflowFailException(f"param dry_run must be true or false, not {dry_run!r}")
     ttl = params.get("warm_ttl_hours", 24)
-    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl <= 24 * 365:
-        raise AirflowFailException(f"param warm_ttl_hours must be a number of hours in (0, 8760], not {ttl!r}")
+    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl <= WARM_TTL_MAX_HOURS:
+        raise AirflowFailException(
+            f"param warm_ttl_hours must be a number of hours in (0, {WARM_TTL_MAX_HOURS}], not {ttl!r}"
+        )
     return str(project), dry_run, float(ttl)

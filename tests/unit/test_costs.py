@@ -1,0 +1,115 @@
+"""One home for prices and "what is still up and what it costs": the report, the view and the alerts agree."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from nemo_rl_gke import costs, outcomes
+from nemo_rl_gke import topology as t
+from nemo_rl_gke.alerts import LiveFacts, deadline_alert, kept_after_teardown
+from nemo_rl_gke.report import RunInputs, TaskTiming, build_report
+from nemo_rl_gke.spec import RunSpec, default_conf
+from nemo_rl_gke.training_view import TaskState, ViewInputs, build_view
+from tests.paths import ROOT
+
+NOW = 1_800_000_000.0
+PLUGINS = ROOT / "plugins/nemo_rl_gke"
+
+
+def _run(policy: str, *, price: float = 0.0, gpu_type: str = "b200", replicas: int = 2) -> tuple[RunSpec, dict]:
+    conf = {**default_conf(), "teardown_policy": policy, "gpu_hour_price_usd": price, "gpu_type": gpu_type}
+    conf["worker_replicas"] = replicas
+    return RunSpec.from_conf(conf), conf
+
+
+def _finished(policy: str) -> tuple[dict[str, str], dict[str, dict], dict[str, str]]:
+    """A run that ended with teardown done as the policy says: states, results and teardown actions."""
+    states = dict.fromkeys(t.STEPS, "success")
+    results: dict[str, dict] = {s: {"action": outcomes.CREATED} for s in t.STEPS if not t.step(s).is_teardown}
+    actions = {}
+    for step in t.teardown_steps():
+        if step.op is t.Op.RELEASE_LEASE:
+            continue
+        if step.op is t.Op.SCALE_POOL:
+            action = outcomes.KEPT_BY_POLICY
+            if t.deletes_under(t.NODE_POOL, policy):
+                action = outcomes.NOT_NEEDED
+            elif t.scales_down_under(t.NODE_POOL, policy):
+                action = outcomes.SCALED_TO_ZERO
+        else:
+            gone = all(t.deletes_under(d, policy) for d in step.deletes)
+            action = outcomes.DELETED if gone else outcomes.KEPT_BY_POLICY
+        if action in outcomes.KEPT:
+            states[step.task_id] = "skipped"  # a kept resource's teardown step ends skipped
+        actions[step.task_id] = action
+        results[step.task_id] = {"action": action}
+    return states, results, actions
+
+
+@pytest.mark.parametrize("price", [0.0, 4.5])
+@pytest.mark.parametrize("policy", t.POLICIES)
+def test_the_report_the_view_and_the_failure_alert_agree_on_the_gpu_pool(policy: str, price: float) -> None:
+    spec, conf = _run(policy, price=price)
+    states, results, actions = _finished(policy)
+    tasks = {k: TaskState(k, v, NOW - 3600 + n, NOW - 3000 + n) for n, (k, v) in enumerate(states.items())}
+    view = build_view(ViewInputs("d", "r", "success", NOW, tasks, results=results, conf=conf))
+    timings = [TaskTiming(k, s.state, s.start, s.end) for k, s in tasks.items()]
+    inputs = RunInputs(gpu_type=spec.gpu_type, gpus_per_node=spec.gpus_per_node, worker_replicas=spec.worker_replicas,
+                       now=NOW, gpu_hour_price_usd=spec.gpu_hour_price_usd, teardown_actions=actions)  # fmt: skip
+    report = build_report(timings, {k: t.upstream(k) for k in t.STEPS}, inputs)
+    alerted = [r for r in kept_after_teardown(states, report) if r.what.startswith("GPU node pool")]
+    pool = [r for r in view["running"] if r["task_id"] == t.NODE_POOL]
+    price_per_gpu, _ = costs.gpu_hour_price(spec.gpu_type, spec.gpu_hour_price_usd)
+    assert report.gpu.price_per_gpu_hour_usd == view["cost"]["price_per_gpu_hour_usd"] == price_per_gpu
+    if t.deletes_under(t.NODE_POOL, policy):
+        assert not pool and not alerted and not report.gpu.still_running
+    elif t.scales_down_under(t.NODE_POOL, policy):
+        assert report.gpu.scaled_to_zero and pool[0]["usd_per_hour"] == alerted[0].usd_per_hour == 0.0
+    else:
+        full = costs.pool_usd_per_hour(price_per_gpu, spec.gpus_per_node, spec.worker_replicas)
+        assert report.gpu.still_running and full
+        assert pool[0]["usd_per_hour"] == round(alerted[0].usd_per_hour, 4) == round(full, 4)
+
+
+@pytest.mark.parametrize("scaled", [False, True])
+def test_a_deadline_alert_and_the_view_agree_on_the_pool_of_a_run_in_progress(scaled: bool) -> None:
+    """A warm run past teardown.scale-pool (the RayCluster gone, kube objects still going): the view's banner says
+    the pool is at 0 nodes and costs nothing; the deadline alert used to price it at its full size."""
+    _, conf = _run(t.KEEP_WARM)
+    states = {s.task_id: "success" for s in t.provisioning()}
+    states.update({t.VALIDATE: "success", t.DELETE_RAYCLUSTER: "success", t.DELETE_KUBE_OBJECTS: "running"})
+    results = {t.DELETE_RAYCLUSTER: {"action": outcomes.DELETED}}
+    if scaled:
+        states[t.SCALE_POOL] = "success"
+        results[t.SCALE_POOL] = {"action": outcomes.SCALED_TO_ZERO}
+    tasks = {k: TaskState(k, v, NOW - 60, NOW - 30) for k, v in states.items()}
+    view = build_view(ViewInputs("d", "r", "running", NOW, tasks, results=results, conf=conf))
+    (row,) = [r for r in view["running"] if r["task_id"] == t.NODE_POOL]
+    facts = LiveFacts(states=states, conf=conf, actions={k: v["action"] for k, v in results.items()})
+    (pool,) = deadline_alert("d", "r", facts=facts, url="u").still_running
+    assert pool.usd_per_hour == row["usd_per_hour"]
+    assert (pool.state == outcomes.SCALED_TO_ZERO) == scaled == (row["state"] == "kept warm at 0 nodes")
+
+
+def test_prices_are_written_and_resolved_only_here() -> None:
+    """No other module holds a price table or works out a per-GPU-hour price: they call this one."""
+    offenders = []
+    for path in PLUGINS.rglob("*.py"):
+        if path.name == "costs.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and "price" in node.name:
+                offenders.append(f"{path.name}:{node.lineno}: def {node.name}")
+            targets = (
+                node.targets
+                if isinstance(node, ast.Assign)
+                else [node.target]
+                if isinstance(node, ast.AnnAssign)
+                else []
+            )
+            for target in targets:
+                if isinstance(target, ast.Name) and ("PRICE" in target.id or target.id.endswith("_USD")):
+                    offenders.append(f"{path.name}:{node.lineno}: {target.id}")
+    assert offenders == []
