@@ -63,7 +63,7 @@ RECIPE_ENTRY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 # is about 28 h of those 2 nodes at the report's B200 price (176 USD/h), so the hours bind first; a deployment that
 # allows 33 nodes (about 2,900 USD/h) stops such a run within 2 h.
 DEFAULT_MAX_RUN_HOURS = 24.0
-DEFAULT_MAX_RUN_USD = 5000.0
+DEFAULT_MAX_RUN_SPEND = 5000.0  # USD
 
 
 class DeploymentError(ValueError):
@@ -195,7 +195,7 @@ class Deployment:
     max_gpu_nodes_per_run: int = DEFAULT_MAX_GPU_NODES_PER_RUN
     max_gpu_nodes_total: int = DEFAULT_MAX_GPU_NODES_TOTAL
     max_run_hours: float = DEFAULT_MAX_RUN_HOURS
-    max_run_usd: float = DEFAULT_MAX_RUN_USD
+    max_run_usd: float = DEFAULT_MAX_RUN_SPEND
     allowed_recipes: tuple[str, ...] = ()
     gcp_project: str = TUTORIAL_PROJECT
 
@@ -511,7 +511,7 @@ BOUND_SETTINGS_DOC: tuple[tuple[str, str, str], ...] = (
     ),
     (
         "max_run_usd",
-        f"{DEFAULT_MAX_RUN_USD:g}",
+        f"{DEFAULT_MAX_RUN_SPEND:g}",
         "The most a run may spend, in USD at the run report's prices (GPU price per hour x GPU nodes, from the "
         "run's start): it becomes hours, and the lower of the two limits applies. A conf's max_run_usd may only "
         "lower it. 0: no limit.",
