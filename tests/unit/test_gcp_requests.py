@@ -17,17 +17,17 @@ import pytest
 from google.cloud import compute_v1, container_v1, lustre_v1
 
 from nemo_rl_gke import topology as t
-from nemo_rl_gke.gcp import api
-from nemo_rl_gke.gcp.api import ApiRequest, DiscoveryMismatchError, discovery_request, message_body
-from nemo_rl_gke.gcp.gke import (
+from nemo_rl_gke.plan import api
+from nemo_rl_gke.plan.api import ApiRequest, DiscoveryMismatchError, discovery_request, message_body
+from nemo_rl_gke.plan.gke import (
     GKE_DEFAULT_SCOPES,
     cluster_create_request,
     cluster_delete_request,
     node_pool_create_request,
     node_pool_delete_request,
 )
-from nemo_rl_gke.gcp.lustre import lustre_create_request, lustre_delete_request
-from nemo_rl_gke.gcp.peering import (
+from nemo_rl_gke.plan.lustre import lustre_create_request, lustre_delete_request
+from nemo_rl_gke.plan.peering import (
     PROJECT_NUMBER_PLACEHOLDER,
     connection_create_request,
     connection_delete_request,
