@@ -1,4 +1,8 @@
-"""The checks, in order, of one NeMo RL checkpoint directory; :func:`validate_checkpoint` runs them."""
+"""The checks, in order, of one NeMo RL checkpoint directory; :func:`validate_checkpoint` runs them.
+
+About 500 lines, on purpose: the checks are one class's methods because they share one reader's state (the root's
+descriptor, the links already refused, the files over their limit) and one report.
+"""
 
 from __future__ import annotations
 
