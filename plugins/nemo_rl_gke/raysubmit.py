@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import nemo_rl_gke
 from nemo_rl_gke.deployment import ConnectionNotAllowedError, Deployment
 from nemo_rl_gke.paths import RECIPES_DIR
 from nemo_rl_gke.rayjobs import JobRequest, allowed_secret_conn_ids
@@ -120,11 +121,20 @@ def resolve_secrets(
 
 
 def stage_working_dir(request: JobRequest, into: Path) -> Path:
-    """Copy the files the job needs (recipe-relative, or absolute) into one flat directory: the job's working_dir."""
+    """Copy the files the job needs (recipe-relative, ``nemo_rl_gke/``-relative, or absolute) into one flat directory:
+    the job's working_dir. A directory (a package such as ``nemo_rl_gke/remote``) is copied whole, by its name."""
     into.mkdir(parents=True, exist_ok=True)
     for name in request.working_dir_files:
-        source = Path(name) if Path(name).is_absolute() else RECIPES_DIR / name
-        shutil.copy2(source, into / source.name)
+        if Path(name).is_absolute():
+            source = Path(name)
+        elif name.startswith("nemo_rl_gke/"):
+            source = Path(nemo_rl_gke.__file__).resolve().parent.parent / name
+        else:
+            source = RECIPES_DIR / name
+        if source.is_dir():
+            shutil.copytree(source, into / source.name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(source, into / source.name)
     return into
 
 
