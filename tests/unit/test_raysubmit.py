@@ -1,4 +1,5 @@
-"""The Ray SDK's log records reach the task log at their own level, not as stderr (which Airflow shows as errors)."""
+"""The Ray SDK's log records reach the task log at their own level, not as stderr (which Airflow shows as errors); the
+Ray token's Secret; the submit task's bound."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import logging
 
 import pytest
 
-from nemo_rl_gke.raysubmit import route_ray_logs
+from nemo_rl_gke.ray.hooks import route_ray_logs
 
 
 def test_ray_sdk_records_go_through_python_logging_not_stderr(
