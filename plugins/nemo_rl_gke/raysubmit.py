@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import logging
+import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +29,9 @@ RAY_TOKEN_KEY = "auth_token"
 # Through the API server's service proxy ``Authorization`` carries the Google token and is consumed by the API server;
 # Ray's middleware reads this header next ("for proxies and KubeRay", ray._private.authentication).
 RAY_TOKEN_HEADER = "X-Ray-Authorization"
+# The loggers the kubernetes clients write every response body to, at DEBUG.
+KUBE_REST_LOGGERS = ("kubernetes.client.rest", "kubernetes_asyncio.client.rest")
+_SECRET_BODY = re.compile(rb'"kind":\s*"Secret"')
 
 
 class SecretMissingError(RuntimeError):
@@ -62,6 +67,23 @@ def ray_token_of(secret: Mapping[str, Any] | None, path: str) -> str:
             "for a RayCluster with authOptions {mode: token}: upgrade KubeRay, or check its operator log"
         )
     return token
+
+
+class _NoSecretBodies(logging.Filter):
+    """Drops a kubernetes client's DEBUG record of a Secret's body: base64 masks nothing."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        body = record.args[0] if isinstance(record.args, tuple) and record.args else b""
+        body = body.encode("utf-8", "replace") if isinstance(body, str) else body
+        return not (record.msg == "response body: %s" and isinstance(body, bytes) and _SECRET_BODY.search(body))
+
+
+def hide_secret_bodies() -> None:
+    """Keep the kubernetes clients from logging the body of a Secret (the Ray token's) at DEBUG; idempotent."""
+    for name in KUBE_REST_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _NoSecretBodies) for f in logger.filters):
+            logger.addFilter(_NoSecretBodies())
 
 
 def ray_token_headers(token: str | None) -> dict[str, str]:

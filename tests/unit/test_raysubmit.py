@@ -45,6 +45,24 @@ def test_the_ray_token_comes_from_kuberays_secret_or_a_clear_error() -> None:
         ray_token_of({"data": {"auth_token": "not base64!"}}, path)
 
 
+def test_the_kubernetes_clients_never_log_a_secrets_body(caplog: pytest.LogCaptureFixture) -> None:
+    from nemo_rl_gke.raysubmit import KUBE_REST_LOGGERS, hide_secret_bodies
+
+    hide_secret_bodies()
+    hide_secret_bodies()  # idempotent: one filter each
+    secret = b'{"kind":"Secret","data":{"auth_token":"c2VjcmV0LXRva2Vu"}}'
+    for name in KUBE_REST_LOGGERS:
+        caplog.set_level(logging.DEBUG, logger=name)
+        logger = logging.getLogger(name)
+        assert len(logger.filters) == 1
+        # As kubernetes(_asyncio).client.rest logs every response body: bytes, compact (GKE) or spaced (sandbox).
+        logger.debug("response body: %s", secret)
+        logger.debug("response body: %s", secret.decode().replace(":", ": "))
+        logger.debug("response body: %s", b'{"kind":"ConfigMap","data":{"a":"b"}}')
+    shown = [record.getMessage() for record in caplog.records]
+    assert shown == ["""response body: b'{"kind":"ConfigMap","data":{"a":"b"}}'"""] * 2
+
+
 def test_the_secret_name_follows_kuberays_checkname() -> None:
     from nemo_rl_gke.raysubmit import kuberay_name
 

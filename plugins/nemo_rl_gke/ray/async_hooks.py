@@ -25,9 +25,9 @@ from airflow.sdk import BaseHook
 
 from nemo_rl_gke.gcp.async_hooks import GcpAsyncHook
 from nemo_rl_gke.kube.async_client import AsyncKubeHook
-from nemo_rl_gke.ray.hooks import tls_error
+from nemo_rl_gke.ray.hooks import RayTlsError, tls_error
 from nemo_rl_gke.ray.log_tail import StreamRefused, TailStream
-from nemo_rl_gke.raysubmit import ray_token_headers, ray_token_of
+from nemo_rl_gke.raysubmit import hide_secret_bodies, ray_token_headers, ray_token_of
 
 REQUEST_TIMEOUT_S = 60.0
 # 408 and 429 say "try later"; every 5xx is the server's (or the proxy's) problem, not the request's.
@@ -133,6 +133,7 @@ class RayJobsAsyncHook(BaseHook):
         KubeApiError."""
         if not self.ray_token_secret:
             return ""
+        hide_secret_bodies()
         async with AsyncKubeHook(self.gcp_conn_id, self.cluster_path) as kube:
             secret = await kube.get(self.ray_token_secret)
         token = ray_token_of(secret, self.ray_token_secret)
@@ -166,11 +167,13 @@ class RayJobsAsyncHook(BaseHook):
             async with self._client().request(method, f"{self.address}{path}", headers=headers) as response:
                 return response.status, await response.read()
         except aiohttp.ClientConnectorCertificateError as exc:
-            # A wrong CA, or a server that is not the cluster's: waiting cannot fix it.
-            against = "the cluster's CA" if self.ca_pem else "the system's CAs"
-            raise tls_error(self.address, against, exc.certificate_error) from exc
+            raise self._tls_error(exc) from exc
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise RayJobsTransientError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
+
+    def _tls_error(self, exc: aiohttp.ClientConnectorCertificateError) -> RayTlsError:
+        # A wrong CA, or a server that is not the cluster's: waiting cannot fix it.
+        return tls_error(self.address, "the cluster's CA" if self.ca_pem else "the system's CAs", exc.certificate_error)
 
     async def _json(self, method: str, path: str) -> tuple[int, Any]:
         """One request; the status and the JSON body (the text when it is not JSON, None when empty)."""
@@ -208,8 +211,8 @@ class RayJobsAsyncHook(BaseHook):
         Read from the tail websocket (each byte once; opened on the first call) or, where none gets through, from
         a whole download. ``to_end``: the job is terminal, so the stream is read to its end; if Ray does not end it
         in time, one whole download completes the log. Text None: nothing could be read this time (an error answer
-        to a download: not an empty log, which would read as a replaced one). Raises RayJobsTransientError or
-        RayTlsError for a download that got no answer.
+        to a download: not an empty log, which would read as a replaced one). Raises RayTlsError for a certificate
+        that does not verify, RayJobsTransientError for a download that got no answer.
         """
         if self.log_stream:
             tail = self._tails.get(submission_id)
@@ -218,6 +221,8 @@ class RayJobsAsyncHook(BaseHook):
                 tail = self._tails[submission_id] = TailStream(url, self.headers, self._ssl_context())
             try:
                 await tail.ensure_open()
+            except aiohttp.ClientConnectorCertificateError as exc:
+                raise self._tls_error(exc) from exc
             except StreamRefused as exc:
                 self._fallback = str(exc)
                 await tail.close()

@@ -32,6 +32,7 @@ from nemo_rl_gke.kube.client import KubeHook, ObjectRef
 from nemo_rl_gke.paths import RECIPES_DIR
 from nemo_rl_gke.rayjobs import JobRequest
 from nemo_rl_gke.raysubmit import (
+    hide_secret_bodies,
     kuberay_name,
     ray_token_headers,
     ray_token_of,
@@ -94,6 +95,7 @@ class RayJobsHook(BaseHook):
         address = kube.dashboard(deployment)
         headers = kube.dashboard_headers(address)
         if ray_token_source(spec):
+            hide_secret_bodies()
             secret = kube.get(ObjectRef("v1", "Secret", kuberay_name(spec.raycluster_name), spec.namespace))
             token = ray_token_of(secret, ray_token_secret_path(spec.namespace, spec.raycluster_name))
             mask_secret(token)

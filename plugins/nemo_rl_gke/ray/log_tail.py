@@ -63,7 +63,8 @@ class TailStream:
         self.error = ""
 
     async def ensure_open(self) -> None:
-        """Open the stream unless it runs or has ended; raises :class:`StreamRefused` when it cannot be had."""
+        """Open the stream unless it runs or has ended; raises :class:`StreamRefused` when it cannot be had, and
+        aiohttp's ``ClientConnectorCertificateError`` for a certificate that does not verify."""
         if self.ended or (self._task is not None and not self._task.done()):
             return
         if self._task is not None:
@@ -81,6 +82,8 @@ class TailStream:
                 raise StreamRefused(f"HTTP {exc.status} to the websocket upgrade") from exc
             self._failed(f"HTTP {exc.status}")
             return
+        except aiohttp.ClientConnectorCertificateError:
+            raise  # a certificate that does not verify: no retry can fix it
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             self._failed(f"{type(exc).__name__}: {exc}")
             return
