@@ -25,7 +25,7 @@ from nemo_rl_gke.deployment import Deployment
 from nemo_rl_gke.gcp.hooks import GcpHook
 from nemo_rl_gke.gcp.resources import resources
 from nemo_rl_gke.kube.access import DashboardAddress
-from nemo_rl_gke.kube.client import KubeHook
+from nemo_rl_gke.kube.client import KubeHook, ObjectRef
 from nemo_rl_gke.kube.objects import apply_objects, delete_objects, group_objects, lustre_ip
 from nemo_rl_gke.ray.async_hooks import RayJobsApiError, RayJobsAsyncHook
 from nemo_rl_gke.ray.hooks import RayJobsHook, RayTlsError
@@ -280,16 +280,28 @@ def test_the_hooks_read_status_and_logs_from_an_offset_and_stop_the_job(
         ray.stop("nemo-rl-no-such-job")
 
 
+class _Records(logging.Handler):
+    """Keeps every record of the loggers it is attached to, whatever the root logger's handlers become."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
 def test_the_ray_token_never_reaches_a_log_record_an_event_or_the_trigger_kwargs(
-    ray_spec: RunSpec, ray_hook: GcpHook, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+    ray_spec: RunSpec, ray_hook: GcpHook, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import base64
 
-    # Every library's records too. The kubernetes clients log each response body at DEBUG, a Secret's (the Ray
-    # token's) included; their Configuration turns its parent logger down to WARNING, so these are set on their own.
-    caplog.set_level(logging.DEBUG)
+    # The kubernetes clients log each response body at DEBUG, the Secret's the Ray token is read from included.
+    kept = _Records()
     for name in KUBE_REST_LOGGERS:
-        caplog.set_level(logging.DEBUG, logger=name)
+        logger = logging.getLogger(name)
+        monkeypatch.setattr(logger, "level", logging.DEBUG)
+        monkeypatch.setattr(logger, "handlers", [*logger.handlers, kept])
     ray = _ray(ray_spec, ray_hook)
     token = ray.headers[RAY_TOKEN_HEADER].removeprefix("Bearer ")
     ray.submit(_request("nemo-rl-quiet-1", "python -c \"print('quiet')\""), {})
@@ -298,12 +310,14 @@ def test_the_ray_token_never_reaches_a_log_record_an_event_or_the_trigger_kwargs
     trigger._log = recorder
     event = asyncio.run(_first(trigger))
     assert event["status"] == "success" and "quiet" in ray.logs("nemo-rl-quiet-1")
-    # Control: the hook's own lines (structlog, on stdout) and the kubernetes client's body records were seen.
+    # Control: what the hook logs (structlog, on stdout), the trigger's lines and kubernetes' body records were seen.
     out, err = capfd.readouterr()
     assert "Submitted Ray job nemo-rl-quiet-1" in out + err
-    assert any(r.name == "kubernetes.client.rest" and "response body" in r.getMessage() for r in caplog.records)
     assert "[ray job] quiet" in recorder.lines
-    written = [caplog.text, out, err, *recorder.lines, json.dumps(event), json.dumps(trigger.serialize()[1])]
+    KubeHook(ray_spec, ray_hook).get(ObjectRef("ray.io/v1", "RayCluster", ray_spec.raycluster_name, ray_spec.namespace))
+    bodies = [r.getMessage() for r in kept.records if r.getMessage().startswith("response body")]
+    assert any('"kind": "RayCluster"' in body for body in bodies), bodies
+    written = [out, err, *bodies, *recorder.lines, json.dumps(event), json.dumps(trigger.serialize()[1])]
     forms = {token, base64.b64encode(token.encode()).decode()}  # base64 (a Secret's data) masks nothing
     assert [text for text in written for form in forms if form in text] == []
 
