@@ -3,8 +3,8 @@
 The counterpart of :class:`~nemo_rl_gke.ray.hooks.RayJobsHook`, built from what a trigger may store in the metadata DB:
 the address, whether it needs the Google token (only through the API server), the CA that signs it, and where the Ray
 token is (KubeRay's Secret on the cluster), never a token. Both tokens are fetched here: the Google one through
-:class:`~nemo_rl_gke.gcp.async_hooks.GcpAsyncHook`, the Ray one through
-:class:`~nemo_rl_gke.kube.async_client.AsyncKubeHook` (:meth:`RayJobsAsyncHook.read_ray_token`). TLS is verified
+:class:`~nemo_rl_gke.gcp.async_hooks.GcpAsyncHook`, the Ray one through the async Kubernetes hook
+(:mod:`nemo_rl_gke.kube.async_client`, in :meth:`RayJobsAsyncHook.read_ray_token`). TLS is verified
 against the cluster's CA, or the system's CAs; never switched off.
 
 The log comes from Ray's ``/logs/tail`` websocket where it gets through (:mod:`.log_tail`), else from whole ``/logs``
