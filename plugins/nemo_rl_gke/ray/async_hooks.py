@@ -72,8 +72,6 @@ class RayJobsAsyncHook(BaseHook):
     :param log_stream: read logs through the tail websocket (False: whole downloads only).
     """
 
-    hook_name = "Ray Jobs API (async)"
-
     def __init__(
         self,
         address: str,

@@ -80,8 +80,6 @@ class RayJobsHook(BaseHook):
     :param headers: what every request carries (the Google and the Ray token); never logged.
     """
 
-    hook_name = "Ray Jobs API"
-
     def __init__(self, address: DashboardAddress, headers: Mapping[str, str] | None = None) -> None:
         super().__init__()
         self.address = address
