@@ -18,9 +18,9 @@ from airflow.sdk.exceptions import AirflowFailException
 from nemo_rl_gke import outcomes
 from nemo_rl_gke.links import EXPORT_LINKS
 from nemo_rl_gke.operators.base import StepOperator, pull
-from nemo_rl_gke.operators.rayjob import dashboard, ray_token_source
 from nemo_rl_gke.plan import resume as resume_plan
 from nemo_rl_gke.plan.validation import expectation, validation_job
+from nemo_rl_gke.raysubmit import ray_token_source
 from nemo_rl_gke.topology import CHECK_CHECKPOINT, CHECKPOINT_REPORT, JOB_SUMMARY, LUSTRE, RESUME, SUBMIT, WAIT
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ class ValidateCheckpointOperator(StepOperator):
 
     def execute(self, context: Context) -> None:
         """Submit the validation job (exactly once per run) and defer until it ends."""
-        from nemo_rl_gke.raysubmit import submit_once
+        from nemo_rl_gke.ray.hooks import RayJobsHook
         from nemo_rl_gke.triggers.rayjob import RayJobTrigger
 
         spec = self.run_spec(context)
@@ -53,30 +53,29 @@ class ValidateCheckpointOperator(StepOperator):
         converged = (pull(context, WAIT) or {}).get("converged_at") is not None
         expected = expectation(spec, final_step(context, spec), stopped=converged)
         request = validation_job(spec, context["dag"].dag_id, context["run_id"], submitted["submission_id"], expected)
-        address, headers = dashboard(spec, self.hook, self.deployment)
-        submission = submit_once(request, address.url, headers, {}, verify=address.verify())
+        ray = RayJobsHook.for_run(spec, self.hook, self.deployment)
+        submission = ray.submit(request, {})
         self.log.info("Validating %s: %s", spec.checkpoint_dir, request.entrypoint)
         self.defer_until(
             context,
             spec,
             RayJobTrigger,
             what=f"checkpoint validation job {submission.submission_id}",
-            address=address.url,
+            address=ray.address.url,
             submission_id=submission.submission_id,
-            needs_token=address.needs_token,
+            needs_token=ray.address.needs_token,
             zero_learning_steps=0,
-            ca_pem=address.ca_pem,
+            ca_pem=ray.address.ca_pem,
             **ray_token_source(spec),
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Read the report from the job log; fail with every problem it lists."""
-        from nemo_rl_gke.raysubmit import job_log
+        from nemo_rl_gke.ray.hooks import RayJobsHook
         from nemo_rl_gke.remote.report import find_report
 
         spec = self.run_spec(context)
-        address, headers = dashboard(spec, self.hook, self.deployment)
-        logs = job_log(address.url, headers, event["submission_id"], verify=address.verify())
+        logs = RayJobsHook.for_run(spec, self.hook, self.deployment).logs(event["submission_id"])
         report = find_report(logs)
         if report is None:
             tail = "\n".join(event.get("tail") or [])
