@@ -3,7 +3,7 @@
 A real local Ray head (loopback only, its own ports and temp dir) runs a job whose driver log grows the whole time
 the triggers poll it. Two RayJobTriggers follow the same job side by side:
 
-- the follower as it is: Ray's ``/api/jobs/{id}/logs/tail`` websocket, each byte once (triggers/joblog.py);
+- the follower as it is: Ray's ``/api/jobs/{id}/logs/tail`` websocket, each byte once (ray/log_tail.py);
 - the old way: ``GET /api/jobs/{id}/logs`` every poll, the whole log each time (``log_stream=False``, also the
   fallback where no websocket gets through).
 
@@ -37,8 +37,9 @@ sys.path.insert(0, str(ROOT / "plugins"))
 
 from sandbox.ports import free_port  # noqa: E402
 
+from nemo_rl_gke.kube.access import DashboardAddress  # noqa: E402
+from nemo_rl_gke.ray.hooks import RayJobsHook  # noqa: E402
 from nemo_rl_gke.rayjobs import JobRequest  # noqa: E402
-from nemo_rl_gke.raysubmit import job_log, submit_once  # noqa: E402
 from nemo_rl_gke.triggers.rayjob import RayJobTrigger  # noqa: E402
 
 TARGET = 1.2
@@ -146,11 +147,12 @@ def measure(polls: int, interval: float) -> bool:
             f"    print(f'step line {{k:06d}} ' + 'x' * {LINE_CHARS - 18}, flush=True)\n"
             f"    time.sleep({interval / 4!r})\n"
         )
-        submit_once(JobRequest(JOB_ID, f"python -c {shlex.quote(script)}", {}, (), ()), url, {}, {})
+        ray = RayJobsHook(DashboardAddress(url, needs_token=False))
+        ray.submit(JobRequest(JOB_ID, f"python -c {shlex.quote(script)}", {}, (), ()), {})
         triggers, counts, events = asyncio.run(_follow(url, interval))
         if any(e["status"] != "success" for e in events):
             raise BenchError(f"the job did not succeed: {[e['message'] for e in events]}")
-        final = len(job_log(url, {}, JOB_ID).encode())
+        final = len(ray.logs(JOB_ID).encode())
     finally:
         stop_ray(process)
         shutil.rmtree(workdir, ignore_errors=True)

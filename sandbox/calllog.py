@@ -28,6 +28,8 @@ class CallRecord:
     error: str | None = None
     # The bearer token's verdict (sandbox.auth.Verdict: valid, missing, invalid, expired); never the token itself.
     auth: str = ""
+    # The JSON body the client sent (None: no body, or not JSON), so a test can compare it with the plan's.
+    body: Any = None
 
 
 class CallLog:

@@ -146,8 +146,17 @@ class SandboxServer:
             fault=fault_id,
             error=error,
             auth=str(auth.Verdict.VALID),
+            body=_json_body(call.text),
         )
         return result
+
+
+def _json_body(text: str) -> Any:
+    """The request's JSON body for the call log, or None (no body, or not JSON: a media upload)."""
+    try:
+        return json.loads(text) if text.strip() else None
+    except ValueError:
+        return None
 
 
 def _dumps(value: Any) -> str:

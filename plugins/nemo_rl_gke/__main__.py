@@ -45,7 +45,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     from nemo_rl_gke.deployment import Deployment
-    from nemo_rl_gke.plan import build_plan
+    from nemo_rl_gke.plan.build import build_plan
     from nemo_rl_gke.preflight import check_conf
 
     deployment = Deployment.from_env()

@@ -1,42 +1,41 @@
-"""Submitting the GRPO job to the RayCluster exactly once, through Ray's Job Submission API.
+"""What a Ray job submission needs besides the transport: the job's secrets and KubeRay's Ray token.
 
-The ``submission_id`` comes from the DAG run (:meth:`RunSpec.submission_id`), so a retried submit task finds the job it
-already started: Ray answers a duplicate id with "already exists" (FACTS §6), and the job is adopted instead of run
-twice. Secrets are resolved here, at the last moment, from Airflow connections into the runtime env only; they are
-registered with Airflow's secrets masker first, so no log line can show them. Only connections the deployment allows
-for each secret are ever read.
+Secrets are resolved here, at the last moment, from Airflow connections into the runtime env only; they are registered
+with Airflow's secrets masker first, so no log line can show them. Only connections the deployment allows for each
+secret are ever read. The Ray token is named by where it is (:func:`ray_token_source`: trigger kwargs that are stored
+in the metadata DB) and read by the hooks (:mod:`nemo_rl_gke.ray.hooks`, :mod:`nemo_rl_gke.ray.async_hooks`), which
+send it as ``X-Ray-Authorization``.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
-import shutil
-import sys
-import tempfile
+import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nemo_rl_gke.deployment import ConnectionNotAllowedError, Deployment
-from nemo_rl_gke.paths import RECIPES_DIR
 from nemo_rl_gke.rayjobs import JobRequest, allowed_secret_conn_ids
+from nemo_rl_gke.recipes import load_recipe
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from nemo_rl_gke.spec import RunSpec
+
 # KubeRay 1.5.1+ with ``authOptions: {mode: token}`` keeps the Ray token in a Secret named after the RayCluster
 # (``utils.CheckName(name)``), under this key (``utils.RAY_AUTH_TOKEN_SECRET_KEY``; `kubectl ray get token` reads it).
 RAY_TOKEN_KEY = "auth_token"
 # Through the API server's service proxy ``Authorization`` carries the Google token and is consumed by the API server;
 # Ray's middleware reads this header next ("for proxies and KubeRay", ray._private.authentication).
 RAY_TOKEN_HEADER = "X-Ray-Authorization"
+# The loggers the kubernetes clients write every response body to, at DEBUG.
+KUBE_REST_LOGGERS = ("kubernetes.client.rest", "kubernetes_asyncio.client.rest")
+_SECRET_BODY = re.compile(rb'"kind":\s*"Secret"')
 
 
 class SecretMissingError(RuntimeError):
     """A connection the job needs a secret from does not exist or has no password."""
-
-
-class RayTlsError(RuntimeError):
-    """The Ray Jobs API's TLS certificate does not verify against the CA it must be signed by (not retried)."""
 
 
 class RayTokenMissingError(RuntimeError):
@@ -56,9 +55,6 @@ def ray_token_secret_path(namespace: str, raycluster: str) -> str:
 
 def ray_token_of(secret: Mapping[str, Any] | None, path: str) -> str:
     """The Ray token in KubeRay's Secret (``data.auth_token``, base64); raises :class:`RayTokenMissingError`."""
-    import base64
-    import binascii
-
     encoded = ((secret or {}).get("data") or {}).get(RAY_TOKEN_KEY) if isinstance(secret, Mapping) else None
     try:
         token = base64.b64decode(str(encoded or ""), validate=True).decode().strip()
@@ -73,22 +69,26 @@ def ray_token_of(secret: Mapping[str, Any] | None, path: str) -> str:
     return token
 
 
+class _NoSecretBodies(logging.Filter):
+    """Drops a kubernetes client's DEBUG record of a Secret's body: base64 masks nothing."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        body = record.args[0] if isinstance(record.args, tuple) and record.args else b""
+        body = body.encode("utf-8", "replace") if isinstance(body, str) else body
+        return not (record.msg == "response body: %s" and isinstance(body, bytes) and _SECRET_BODY.search(body))
+
+
+def hide_secret_bodies() -> None:
+    """Keep the kubernetes clients from logging the body of a Secret (the Ray token's) at DEBUG; idempotent."""
+    for name in KUBE_REST_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _NoSecretBodies) for f in logger.filters):
+            logger.addFilter(_NoSecretBodies())
+
+
 def ray_token_headers(token: str | None) -> dict[str, str]:
     """The header that carries the Ray token to Ray (none without a token)."""
     return {RAY_TOKEN_HEADER: f"Bearer {token}"} if token else {}
-
-
-@dataclass(frozen=True)
-class Submission:
-    """What the submit task did: ``submitted`` a new job or ``adopted`` the one this run already started."""
-
-    submission_id: str
-    action: str
-    status: str
-
-    def to_dict(self) -> dict[str, str]:
-        """JSON form for XCom (no secrets: only the id, the action and the status)."""
-        return {"submission_id": self.submission_id, "action": self.action, "status": self.status}
 
 
 def resolve_secrets(
@@ -119,105 +119,12 @@ def resolve_secrets(
     return values
 
 
-def stage_working_dir(request: JobRequest, into: Path) -> Path:
-    """Copy the files the job needs (recipe-relative, or absolute) into one flat directory: the job's working_dir."""
-    into.mkdir(parents=True, exist_ok=True)
-    for name in request.working_dir_files:
-        source = Path(name) if Path(name).is_absolute() else RECIPES_DIR / name
-        shutil.copy2(source, into / source.name)
-    return into
-
-
-def submit_once(
-    request: JobRequest,
-    address: str,
-    headers: Mapping[str, str],
-    secrets: Mapping[str, str],
-    verify: bool | str = True,
-) -> Submission:
-    """Submit the job, or adopt it when this submission id already exists on the cluster.
-
-    ``verify`` is the TLS check of an https ``address``: True (the system's CAs) or a CA bundle path, e.g.
-    :meth:`~nemo_rl_gke.kube.access.DashboardAddress.verify` for the cluster's own CA. It is never switched off.
-    """
-    client = ray_client(address, headers, verify)
-    existing = _status(client, request.submission_id)
-    if existing is not None:
-        log.info("Ray job %s already exists (%s): adopting it, not submitting again", request.submission_id, existing)
-        return Submission(request.submission_id, "adopted", existing)
-    runtime_env: dict[str, Any] = {"env_vars": {**request.env_vars, **secrets}}
-    with tempfile.TemporaryDirectory(prefix="nemo-rl-job-") as staging:
-        if request.working_dir_files:
-            runtime_env["working_dir"] = str(stage_working_dir(request, Path(staging) / "working_dir"))
-        try:
-            client.submit_job(
-                entrypoint=request.shell_entrypoint,
-                submission_id=request.submission_id,
-                runtime_env=runtime_env,
-                metadata=dict(request.metadata),
-            )
-        except RuntimeError as exc:
-            # A submit that reached Ray but whose answer was lost: the retry lands here, and the job is ours.
-            if "already exists" not in str(exc):
-                raise
-            status = _status(client, request.submission_id) or "PENDING"
-            log.info("Ray job %s already exists: adopting it", request.submission_id)
-            return Submission(request.submission_id, "adopted", status)
-    log.info("Submitted Ray job %s", request.submission_id)
-    return Submission(request.submission_id, "submitted", "PENDING")
-
-
-def job_log(address: str, headers: Mapping[str, str], submission_id: str, verify: bool | str = True) -> str:
-    """The job's whole driver log, as Ray keeps it (``GET /api/jobs/{id}/logs``); TLS verified as in
-    :func:`submit_once`."""
-    return str(ray_client(address, headers, verify).get_job_logs(submission_id))
-
-
-def ray_client(address: str, headers: Mapping[str, str], verify: bool | str = True) -> Any:
-    """A Ray Jobs client for ``address``, its SDK's log records routed as :func:`route_ray_logs` says.
-
-    ``verify`` is a CA bundle path or True (the system's CAs); never False. The client checks the connection when it
-    is made, and Ray words a certificate that does not verify as "Failed to connect": :class:`RayTlsError` says what
-    it is.
-    """
-    import requests
-    from ray.job_submission import JobSubmissionClient
-
-    route_ray_logs()
-    try:
-        return JobSubmissionClient(address=address, headers=dict(headers), verify=verify or True)
-    except ConnectionError as exc:
-        cause = exc.__cause__ or exc.__context__
-        if not isinstance(cause, requests.exceptions.SSLError):
-            raise
-        against = f"the CA in {verify}" if isinstance(verify, str) and verify else "the system's CAs"
-        raise RayTlsError(
-            f"the Ray Jobs API at {address} has a TLS certificate that does not verify against {against}: {cause}. "
-            "Fix: for the run's own head service the CA is the GKE cluster's (masterAuth.clusterCaCertificate), read "
-            "again from the cluster; for the deployment's ray_dashboard_url, a certificate the system trusts"
-        ) from cause
-
-
-def route_ray_logs() -> None:
-    """Send the Ray SDK's log records through Python logging at their own level.
-
-    Importing Ray gives its ``ray`` logger a handler of its own on stderr, which the Airflow task runner records as
-    errors (red in the UI, whatever the level): the handler goes, and the records reach the task log as what they
-    are (``INFO Uploading package ...``).
-    """
-    ray_logger = logging.getLogger("ray")
-    for handler in list(ray_logger.handlers):
-        if isinstance(handler, logging.StreamHandler) and handler.stream in (sys.stderr, sys.stdout):
-            ray_logger.removeHandler(handler)
-    ray_logger.propagate = True
-
-
-def _status(client: Any, submission_id: str) -> str | None:
-    try:
-        status = client.get_job_status(submission_id)
-    except RuntimeError as exc:
-        if "does not exist" in str(exc) or "404" in str(exc) or "Not Found" in str(exc):
-            return None
-        raise
-    # JobStatus is a str Enum: its value is the bare name ('RUNNING'), its str() is not.
-    return str(getattr(status, "value", status))
+def ray_token_source(spec: RunSpec) -> dict[str, str]:
+    """The trigger kwargs that say where the Ray token is (the Secret's cluster and path, never its value), or none
+    when the recipe's Ray has no token auth (its RayCluster has no ``authOptions``)."""
+    if not load_recipe(spec.recipe).version.ray_token_auth:
+        return {}
+    return {
+        "cluster_path": spec.cluster_path,
+        "ray_token_secret": ray_token_secret_path(spec.namespace, spec.raycluster_name),
+    }

@@ -17,7 +17,7 @@ from sandbox.testing import SandboxProcess, pid_alive
 from nemo_rl_gke import topology as t
 from nemo_rl_gke.deployment import Deployment
 from nemo_rl_gke.gcp.hooks import GcpHook
-from nemo_rl_gke.operators.rayjob import dashboard
+from nemo_rl_gke.ray.hooks import RayJobsHook
 from nemo_rl_gke.raysubmit import RAY_TOKEN_HEADER
 from nemo_rl_gke.spec import RunSpec
 from tests.e2e.harness import run_cli, run_in_process
@@ -60,7 +60,8 @@ def test_kube_group_brings_up_objects_and_a_real_ray_then_teardown_leaves_nothin
     assert len(heads) == 1 and heads[0]["ready"] and pid_alive(heads[0]["pid"]), _ray_log_tail(heads)
 
     # The dashboard, resolved the way later tasks resolve it: the API server's service proxy.
-    address, headers = dashboard(SPEC, GcpHook(), Deployment())
+    ray = RayJobsHook.for_run(SPEC, GcpHook(), Deployment())
+    address, headers = ray.address, ray.headers
     assert address.url.endswith("/api/v1/namespaces/default/services/ray-cluster-kuberay-head-svc:8265/proxy")
     # Over https, verified against the cluster's CA.
     assert address.url.startswith("https://127.0.0.1:") and address.ca_pem

@@ -1,12 +1,14 @@
 """The Ray job side against a real Ray head on the sandbox (a RayCluster, reached through the API service proxy):
-exactly-once submission, and RayJobTrigger in the Airflow style (serialize, round trip, success / failure / stopped /
-error events, still waiting, the zero-learning guard, the timeout, and on_kill stopping the job).
+the Ray Jobs hook pair (exactly-once submission, status, logs from an offset, stop, the Ray token and the cluster's
+CA), and RayJobTrigger in the Airflow style (serialize, round trip, success / failure / stopped / error events, still
+waiting, the zero-learning guard, the timeout, and on_kill stopping the job).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import ssl
 import time
 import urllib.error
@@ -23,11 +25,18 @@ from nemo_rl_gke.deployment import Deployment
 from nemo_rl_gke.gcp.hooks import GcpHook
 from nemo_rl_gke.gcp.resources import resources
 from nemo_rl_gke.kube.access import DashboardAddress
-from nemo_rl_gke.kube.client import KubeHook
+from nemo_rl_gke.kube.client import KubeHook, ObjectRef
 from nemo_rl_gke.kube.objects import apply_objects, delete_objects, group_objects, lustre_ip
-from nemo_rl_gke.operators.rayjob import dashboard, ray_token_source
+from nemo_rl_gke.ray.async_hooks import RayJobsApiError, RayJobsAsyncHook
+from nemo_rl_gke.ray.hooks import RayJobsHook, RayTlsError
 from nemo_rl_gke.rayjobs import JobRequest, SecretEnv
-from nemo_rl_gke.raysubmit import RAY_TOKEN_HEADER, RayTlsError, SecretMissingError, resolve_secrets, submit_once
+from nemo_rl_gke.raysubmit import (
+    KUBE_REST_LOGGERS,
+    RAY_TOKEN_HEADER,
+    SecretMissingError,
+    ray_token_source,
+    resolve_secrets,
+)
 from nemo_rl_gke.spec import RunSpec
 from nemo_rl_gke.triggers.raycluster import RayClusterTrigger
 from nemo_rl_gke.triggers.rayjob import CLASSPATH, RayJobTrigger
@@ -117,7 +126,26 @@ def _request(submission_id: str, entrypoint: str) -> JobRequest:
     return JobRequest(submission_id, entrypoint, {"MODE": "test"}, (), (), {"airflow_dag_id": "t"})
 
 
-def _trigger(address: Any, submission_id: str, **kwargs: Any) -> RayJobTrigger:
+def _ray(spec: RunSpec, hook: GcpHook) -> RayJobsHook:
+    """The sync hook as the operators build it: the run's dashboard through the API server, with both tokens."""
+    return RayJobsHook.for_run(spec, hook, Deployment())
+
+
+def _async_hook(address: DashboardAddress, **kwargs: Any) -> RayJobsAsyncHook:
+    """The async hook as the trigger builds it from its kwargs: where the Ray token is, never the token."""
+    source = ray_token_source(RunSpec.from_conf(RAY_CONF))
+    return RayJobsAsyncHook(address.url, needs_token=address.needs_token, ca_pem=address.ca_pem, **{**source, **kwargs})
+
+
+def _wait_for_status(ray: RayJobsHook, submission_id: str, wanted: str, timeout_s: float = 30.0) -> str | None:
+    """The job's status once it is ``wanted``, or whatever it is after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while (status := ray.status(submission_id)) != wanted and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return status
+
+
+def _trigger(address: DashboardAddress, submission_id: str, **kwargs: Any) -> RayJobTrigger:
     """The trigger as the sensor defers to it: where the Ray token is (never the token) comes from the spec."""
     source = ray_token_source(RunSpec.from_conf(RAY_CONF))
     return RayJobTrigger(
@@ -131,38 +159,163 @@ def _trigger(address: Any, submission_id: str, **kwargs: Any) -> RayJobTrigger:
 
 
 def test_submission_is_exactly_once_per_submission_id(ray_spec: RunSpec, ray_hook: GcpHook) -> None:
-    from ray.job_submission import JobSubmissionClient
-
-    address, headers = dashboard(ray_spec, ray_hook, Deployment())
+    ray = _ray(ray_spec, ray_hook)
     request = _request("nemo-rl-once-1", "python -c \"import os; print('mode', os.environ['MODE'])\"")
-    first = submit_once(request, address.url, headers, {}, verify=address.verify())
-    second = submit_once(request, address.url, headers, {}, verify=address.verify())
+    first = ray.submit(request, {})
+    second = ray.submit(request, {})
     assert (first.action, second.action) == ("submitted", "adopted")
-    jobs = JobSubmissionClient(address.url, headers=headers, verify=address.verify()).list_jobs()
+    jobs = ray.client.list_jobs()
     assert [j.submission_id for j in jobs].count("nemo-rl-once-1") == 1
-    event = asyncio.run(_first(_trigger(address, "nemo-rl-once-1")))
+    event = asyncio.run(_first(_trigger(ray.address, "nemo-rl-once-1")))
     assert event["status"] == "success" and event["job_status"] == "SUCCEEDED"
     assert "mode test" in event["tail"]
 
 
 def test_ray_jobs_clients_with_another_ca_fail_at_once_and_submit_nothing(ray_spec: RunSpec, ray_hook: GcpHook) -> None:
-    from ray.job_submission import JobSubmissionClient
-
-    address, headers = dashboard(ray_spec, ray_hook, Deployment())
+    ray = _ray(ray_spec, ray_hook)
+    address = ray.address
     assert address.ca_pem and address.url.startswith("https://127.0.0.1:")
     impostor = DashboardAddress(address.url, address.needs_token, new_cluster_tls("impostor").ca_pem)
+    system_cas = DashboardAddress(address.url, address.needs_token)
     request = _request("nemo-rl-wrong-ca-1", "python -c \"print('never')\"")
     with pytest.raises(RayTlsError, match=r"does not verify against the CA in .*certificate verify failed"):
-        submit_once(request, address.url, headers, {}, verify=impostor.verify())
+        RayJobsHook(impostor, ray.headers).submit(request, {})
     # The default is the system's CAs, which do not sign a cluster's own CA either: verification is never off.
     with pytest.raises(RayTlsError, match="does not verify against the system's CAs"):
-        submit_once(request, address.url, headers, {})
+        RayJobsHook(system_cas, ray.headers).submit(request, {})
+
+    # The async hook: the same refusal, on its first request, from every domain method.
+    async def refused(address: DashboardAddress) -> list[str]:
+        messages = []
+        async with _async_hook(address) as hook:
+            await hook.read_ray_token()  # through the API server's own TLS (the GKE cluster's CA, from Google)
+            for call in (hook.status, hook.stop, lambda job: hook.logs(job, 0)):
+                with pytest.raises(RayTlsError) as error:
+                    await call("nemo-rl-wrong-ca-1")
+                messages.append(str(error.value))
+        return messages
+
+    assert all("against the cluster's CA" in m and "verify failed" in m for m in asyncio.run(refused(impostor)))
+    assert all("against the system's CAs" in m for m in asyncio.run(refused(system_cas)))
     # The trigger's aiohttp client ends in an error event at once, not after its timeout as if it were transient.
     event = asyncio.run(_first(_trigger(impostor, "nemo-rl-wrong-ca-1", timeout=600)))
     assert event["status"] == "error", event
     assert "does not verify against the cluster's CA" in event["message"] and "verify failed" in event["message"]
-    jobs = JobSubmissionClient(address.url, headers=headers, verify=address.verify()).list_jobs()
+    jobs = ray.client.list_jobs()
     assert "nemo-rl-wrong-ca-1" not in [j.submission_id for j in jobs]
+
+
+# Prints two lines, waits for the file argv[1], prints a third, then runs until it is stopped. The lines are joined
+# when printed: Ray's log starts with the entrypoint, which must not hold them.
+HOOK_SCRIPT = (
+    "import os, sys, time\n"
+    "print('first' + ' line', flush=True)\n"
+    "print('second' + ' line', flush=True)\n"
+    "deadline = time.time() + 90\n"
+    "while not os.path.exists(sys.argv[1]) and time.time() < deadline:\n"
+    "    time.sleep(0.05)\n"
+    "print('third' + ' line', flush=True)\n"
+    "time.sleep(120)\n"
+)
+
+
+async def _read_until(hook: RayJobsAsyncHook, job: str, offset: int, marker: str) -> str:
+    """The log from ``offset`` on, read by the hook until it holds ``marker`` (a stream sends it as it comes)."""
+    text, deadline = "", time.monotonic() + 60
+    while marker not in text:
+        assert time.monotonic() < deadline, f"{marker!r} never came: {text!r}"
+        read = await hook.logs(job, offset + len(text))
+        assert read.start == offset + len(text) and read.fallback == "", read
+        text += read.text or ""
+        await asyncio.sleep(0.05)
+    return text
+
+
+def test_the_hooks_read_status_and_logs_from_an_offset_and_stop_the_job(
+    ray_spec: RunSpec, ray_hook: GcpHook, tmp_path: Any
+) -> None:
+    ray = _ray(ray_spec, ray_hook)
+    job, gate = "nemo-rl-hooks-1", tmp_path / "gate"
+    assert ray.status(job) is None
+    ray.submit(_request(job, f"python -c {_quoted(HOOK_SCRIPT)} {_quoted(str(gate))}"), {})
+    assert _wait_for_status(ray, job, "RUNNING") == "RUNNING"
+    deadline = time.monotonic() + 60
+    while "second line" not in (full := ray.logs(job)):
+        assert time.monotonic() < deadline, full
+        time.sleep(0.1)
+    offset = full.index("second line")
+    assert ray.logs(job, offset) == full[offset:] == "second line\n"
+
+    async def follow() -> tuple[str, str, str]:
+        token = ray.headers[RAY_TOKEN_HEADER].removeprefix("Bearer ")
+        async with _async_hook(ray.address, log_stream=False) as whole, _async_hook(ray.address) as streamed:
+            # Ray refuses a request without its token: the hook sends the one it read, and only once it read it.
+            with pytest.raises(RayJobsApiError, match="HTTP 401") as refused:
+                await whole.status(job)
+            assert refused.value.status == 401
+            assert await whole.read_ray_token() == await streamed.read_ray_token() == token
+            info = await whole.status(job)
+            assert info is not None and info["status"] == "RUNNING" and info["submission_id"] == job
+            assert await whole.status("nemo-rl-no-such-job") is None
+            downloaded = await whole.logs(job, offset)
+            assert (downloaded.text, downloaded.start) == (full[offset:], offset)
+            before = await _read_until(streamed, job, offset, "second line")
+            gate.touch()
+            after = await _read_until(streamed, job, offset + len(before), "third line")
+            # The async stop of a running job is the trigger's (the guard, the timeout, on_kill tests).
+            with pytest.raises(RayJobsApiError, match="HTTP 404"):
+                await streamed.stop("nemo-rl-no-such-job")
+            return before, after, (await whole.logs(job, 0)).text or ""
+
+    before, after, whole_log = asyncio.run(follow())
+    assert before == "second line\n" and after == "third line\n"  # from the offset on, each byte once
+    assert whole_log.endswith("first line\nsecond line\nthird line\n")
+    assert ray.stop(job) is True
+    assert _wait_for_status(ray, job, "STOPPED") == "STOPPED"
+    with pytest.raises(RuntimeError, match="does not exist"):
+        ray.stop("nemo-rl-no-such-job")
+
+
+class _Records(logging.Handler):
+    """Keeps every record of the loggers it is attached to, whatever the root logger's handlers become."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def test_the_ray_token_never_reaches_a_log_record_an_event_or_the_trigger_kwargs(
+    ray_spec: RunSpec, ray_hook: GcpHook, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import base64
+
+    # The kubernetes clients log each response body at DEBUG, the Secret's the Ray token is read from included.
+    kept = _Records()
+    for name in KUBE_REST_LOGGERS:
+        logger = logging.getLogger(name)
+        monkeypatch.setattr(logger, "level", logging.DEBUG)
+        monkeypatch.setattr(logger, "handlers", [*logger.handlers, kept])
+    ray = _ray(ray_spec, ray_hook)
+    token = ray.headers[RAY_TOKEN_HEADER].removeprefix("Bearer ")
+    ray.submit(_request("nemo-rl-quiet-1", "python -c \"print('quiet')\""), {})
+    trigger = _trigger(ray.address, "nemo-rl-quiet-1")
+    recorder = _Recorder()
+    trigger._log = recorder
+    event = asyncio.run(_first(trigger))
+    assert event["status"] == "success" and "quiet" in ray.logs("nemo-rl-quiet-1")
+    # Control: what the hook logs (structlog, on stdout), the trigger's lines and kubernetes' body records were seen.
+    out, err = capfd.readouterr()
+    assert "Submitted Ray job nemo-rl-quiet-1" in out + err
+    assert "[ray job] quiet" in recorder.lines
+    KubeHook(ray_spec, ray_hook).get(ObjectRef("ray.io/v1", "RayCluster", ray_spec.raycluster_name, ray_spec.namespace))
+    bodies = [r.getMessage() for r in kept.records if r.getMessage().startswith("response body")]
+    assert any('"kind": "RayCluster"' in body for body in bodies), bodies
+    written = [out, err, *bodies, *recorder.lines, json.dumps(event), json.dumps(trigger.serialize()[1])]
+    forms = {token, base64.b64encode(token.encode()).decode()}  # base64 (a Secret's data) masks nothing
+    assert [text for text in written for form in forms if form in text] == []
 
 
 class _GateOpener:
@@ -184,11 +337,11 @@ class _GateOpener:
 
 def test_step_lines_reach_the_task_log_while_the_job_runs(ray_spec: RunSpec, ray_hook: GcpHook, tmp_path: Any) -> None:
     # Causal, not timed: the job cannot print step 2 (or end) until the trigger has logged step 1.
-    address, headers = dashboard(ray_spec, ray_hook, Deployment())
+    ray = _ray(ray_spec, ray_hook)
     gate = tmp_path / "step-1-was-shown"
     entrypoint = f"python -c {_quoted(GATED_SCRIPT)} {_quoted(str(gate))}"
-    submit_once(_request("nemo-rl-live-1", entrypoint), address.url, headers, {}, verify=address.verify())
-    trigger = _trigger(address, "nemo-rl-live-1")
+    ray.submit(_request("nemo-rl-live-1", entrypoint), {})
+    trigger = _trigger(ray.address, "nemo-rl-live-1")
     opener = _GateOpener(gate)
     trigger._log = opener
     event = asyncio.run(_first(trigger))
@@ -201,10 +354,10 @@ def test_step_lines_reach_the_task_log_while_the_job_runs(ray_spec: RunSpec, ray
 
 
 def test_a_failing_job_reports_ray_message_exit_code_and_last_lines(ray_spec: RunSpec, ray_hook: GcpHook) -> None:
-    address, headers = dashboard(ray_spec, ray_hook, Deployment())
+    ray = _ray(ray_spec, ray_hook)
     script = "import sys; print('loading the model'); print('CUDA out of memory', file=sys.stderr); sys.exit(3)"
-    submit_once(_request("nemo-rl-fail-1", f'python -c "{script}"'), address.url, headers, {}, verify=address.verify())
-    event = asyncio.run(_first(_trigger(address, "nemo-rl-fail-1")))
+    ray.submit(_request("nemo-rl-fail-1", f'python -c "{script}"'), {})
+    event = asyncio.run(_first(_trigger(ray.address, "nemo-rl-fail-1")))
     assert event["status"] == "failed" and event["job_status"] == "FAILED"
     assert "error type: JOB_ENTRYPOINT_COMMAND_ERROR" in event["message"]
     assert "driver exit code: 3" in event["message"]
@@ -212,29 +365,17 @@ def test_a_failing_job_reports_ray_message_exit_code_and_last_lines(ray_spec: Ru
 
 
 def test_zero_learning_guard_stops_the_job_within_k_steps(ray_spec: RunSpec, ray_hook: GcpHook) -> None:
-    address, headers = dashboard(ray_spec, ray_hook, Deployment())
-    submit_once(
-        _request("nemo-rl-zero-1", f"python -c {_quoted(ZERO_REWARD_SCRIPT)}"),
-        address.url,
-        headers,
-        {},
-        verify=address.verify(),
-    )
+    ray = _ray(ray_spec, ray_hook)
+    ray.submit(_request("nemo-rl-zero-1", f"python -c {_quoted(ZERO_REWARD_SCRIPT)}"), {})
     started = time.monotonic()
-    event = asyncio.run(_first(_trigger(address, "nemo-rl-zero-1", zero_learning_steps=3)))
+    event = asyncio.run(_first(_trigger(ray.address, "nemo-rl-zero-1", zero_learning_steps=3)))
     assert event["status"] == "zero_learning", event
     assert time.monotonic() - started < 60  # not the 120 s the script would sleep
     assert "GRPO" in event["message"] and "zero_learning_guard" in event["message"]
     assert event["message"].endswith("Ray job nemo-rl-zero-1: the job was stopped.")
     assert event["guard"] == {"kind": "never_learned", "decided_at": "3/10", "k": 3}
     assert event["summary"]["steps_completed"] >= 3 and event["summary"]["best_reward"] == 0.0
-    from ray.job_submission import JobSubmissionClient
-
-    deadline = time.monotonic() + 30
-    client = JobSubmissionClient(address.url, headers=headers, verify=address.verify())
-    while client.get_job_status("nemo-rl-zero-1").value != "STOPPED" and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert client.get_job_status("nemo-rl-zero-1").value == "STOPPED"
+    assert _wait_for_status(ray, "nemo-rl-zero-1", "STOPPED") == "STOPPED"
 
 
 # Learns (0.3), converges (1.0 from step 2), saves at step 4, starts step 5, then would run on for two minutes.
@@ -255,16 +396,10 @@ CONVERGING_SCRIPT = (
 def test_a_converged_job_runs_to_its_next_save_and_is_stopped_as_a_success(
     ray_spec: RunSpec, ray_hook: GcpHook
 ) -> None:
-    address, headers = dashboard(ray_spec, ray_hook, Deployment())
-    submit_once(
-        _request("nemo-rl-converge-1", f"python -c {_quoted(CONVERGING_SCRIPT)}"),
-        address.url,
-        headers,
-        {},
-        verify=address.verify(),
-    )
+    ray = _ray(ray_spec, ray_hook)
+    ray.submit(_request("nemo-rl-converge-1", f"python -c {_quoted(CONVERGING_SCRIPT)}"), {})
     recorder = _Recorder()
-    trigger = _trigger(address, "nemo-rl-converge-1", zero_learning_steps=2)
+    trigger = _trigger(ray.address, "nemo-rl-converge-1", zero_learning_steps=2)
     trigger._log = recorder
     started = time.monotonic()
     event = asyncio.run(_first(trigger))
@@ -275,48 +410,24 @@ def test_a_converged_job_runs_to_its_next_save_and_is_stopped_as_a_success(
     assert event["final_step"] == 4
     assert "Converged at step 3/50; checkpoint step 4 is saved" in event["message"]
     assert sum("converged at step 3/50" in line for line in recorder.lines) == 1, recorder.lines
-    from ray.job_submission import JobSubmissionClient
-
-    client = JobSubmissionClient(address.url, headers=headers, verify=address.verify())
-    deadline = time.monotonic() + 30
-    while client.get_job_status("nemo-rl-converge-1").value != "STOPPED" and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert client.get_job_status("nemo-rl-converge-1").value == "STOPPED"
+    assert _wait_for_status(ray, "nemo-rl-converge-1", "STOPPED") == "STOPPED"
 
 
 def test_still_waiting_then_on_kill_stops_the_job_and_timeout_stops_it_too(
     ray_spec: RunSpec, ray_hook: GcpHook
 ) -> None:
-    from ray.job_submission import JobSubmissionClient
-
-    address, headers = dashboard(ray_spec, ray_hook, Deployment())
-    client = JobSubmissionClient(address.url, headers=headers, verify=address.verify())
-    submit_once(
-        _request("nemo-rl-kill-1", 'python -c "import time; time.sleep(120)"'),
-        address.url,
-        headers,
-        {},
-        verify=address.verify(),
-    )
-    trigger = _trigger(address, "nemo-rl-kill-1")
+    ray = _ray(ray_spec, ray_hook)
+    ray.submit(_request("nemo-rl-kill-1", 'python -c "import time; time.sleep(120)"'), {})
+    trigger = _trigger(ray.address, "nemo-rl-kill-1")
     # Still waiting: a running job yields nothing within a short window.
     with pytest.raises(TimeoutError):
         asyncio.run(_first(trigger, timeout=3))
     asyncio.run(trigger.on_kill())
-    deadline = time.monotonic() + 30
-    while client.get_job_status("nemo-rl-kill-1").value != "STOPPED" and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert client.get_job_status("nemo-rl-kill-1").value == "STOPPED"
-    assert asyncio.run(_first(_trigger(address, "nemo-rl-kill-1")))["status"] == "stopped"
+    assert _wait_for_status(ray, "nemo-rl-kill-1", "STOPPED") == "STOPPED"
+    assert asyncio.run(_first(_trigger(ray.address, "nemo-rl-kill-1")))["status"] == "stopped"
 
-    submit_once(
-        _request("nemo-rl-late-1", 'python -c "import time; time.sleep(120)"'),
-        address.url,
-        headers,
-        {},
-        verify=address.verify(),
-    )
-    event = asyncio.run(_first(_trigger(address, "nemo-rl-late-1", timeout=2)))
+    ray.submit(_request("nemo-rl-late-1", 'python -c "import time; time.sleep(120)"'), {})
+    event = asyncio.run(_first(_trigger(ray.address, "nemo-rl-late-1", timeout=2)))
     assert event["status"] == "timeout" and "the job was stopped" in event["message"]
 
 
@@ -325,20 +436,20 @@ def test_a_job_that_prints_its_secret_shows_it_masked(
 ) -> None:
     secret = "hf_PRINTEDsecret0123456789"
     monkeypatch.setenv("AIRFLOW_CONN_HF_PRINTED", f'{{"conn_type": "generic", "password": "{secret}"}}')
-    address, headers = dashboard(ray_spec, ray_hook, Deployment())
+    ray = _ray(ray_spec, ray_hook)
     request = JobRequest(
         "nemo-rl-print-1", "python -c \"import os; print('token is', os.environ['HF_TOKEN'])\"", {}, (), ()
     )
-    submit_once(request, address.url, headers, {"HF_TOKEN": secret}, verify=address.verify())
-    event = asyncio.run(_first(_trigger(address, "nemo-rl-print-1", secret_conn_ids=["hf_printed"])))
+    ray.submit(request, {"HF_TOKEN": secret})
+    event = asyncio.run(_first(_trigger(ray.address, "nemo-rl-print-1", secret_conn_ids=["hf_printed"])))
     assert event["status"] == "success"
     assert "token is ***" in event["tail"]
     assert secret not in json.dumps(event)
 
 
 def test_trigger_error_events(ray_spec: RunSpec, ray_hook: GcpHook) -> None:
-    address, _ = dashboard(ray_spec, ray_hook, Deployment())
-    missing = asyncio.run(_first(_trigger(address, "nemo-rl-no-such-job")))
+    ray = _ray(ray_spec, ray_hook)
+    missing = asyncio.run(_first(_trigger(ray.address, "nemo-rl-no-such-job")))
     assert missing["status"] == "error" and "does not exist" in missing["message"]
 
 
@@ -410,7 +521,8 @@ def _get(url: str, headers: dict[str, str], ca_pem: str) -> tuple[int, str]:
 
 
 def test_ray_itself_refuses_a_jobs_request_without_its_token(ray_spec: RunSpec, ray_hook: GcpHook) -> None:
-    address, headers = dashboard(ray_spec, ray_hook, Deployment())
+    ray = _ray(ray_spec, ray_hook)
+    address, headers = ray.address, ray.headers
     token = headers[RAY_TOKEN_HEADER].removeprefix("Bearer ")
     assert len(token) >= 32
     others = {k: v for k, v in headers.items() if k != RAY_TOKEN_HEADER}
@@ -423,7 +535,7 @@ def test_ray_itself_refuses_a_jobs_request_without_its_token(ray_spec: RunSpec, 
     assert _get(f"{address.url}/api/jobs/", wrong, address.ca_pem) == (403, "Forbidden: Invalid authentication token")
     assert _get(f"{address.url}/api/jobs/", headers, address.ca_pem)[0] == 200
     # The token is named by where it is, never by its value, in what the trigger stores in the metadata DB.
-    kwargs = _trigger(address, "nemo-rl-any").serialize()[1]
+    kwargs = _trigger(ray.address, "nemo-rl-any").serialize()[1]
     assert kwargs["ray_token_secret"].endswith(f"/secrets/{ray_spec.raycluster_name}")
     assert token not in json.dumps(kwargs)
 
@@ -442,24 +554,13 @@ def test_the_sandbox_ray_listens_on_loopback_only(
 
     import psutil
 
-    address, headers = dashboard(ray_spec, ray_hook, Deployment())
+    ray = _ray(ray_spec, ray_hook)
     # A job running keeps its workers (and their ports) alive while the sockets are listed.
     release = str(tmp_path / "release")
     script = f"import os, time\nwhile not os.path.exists({release!r}): time.sleep(0.1)\n"
-    submit_once(
-        _request("nemo-rl-loopback-1", f"python -c {_quoted(script)}"),
-        address.url,
-        headers,
-        {},
-        verify=address.verify(),
-    )
+    ray.submit(_request("nemo-rl-loopback-1", f"python -c {_quoted(script)}"), {})
     try:
-        client_deadline = time.monotonic() + 60
-        from ray.job_submission import JobSubmissionClient
-
-        client = JobSubmissionClient(address.url, headers=headers, verify=address.verify())
-        while client.get_job_status("nemo-rl-loopback-1").value != "RUNNING" and time.monotonic() < client_deadline:
-            time.sleep(0.2)
+        _wait_for_status(ray, "nemo-rl-loopback-1", "RUNNING", timeout_s=60)
         heads = [h for h in sandbox.full_inventory()["ray_heads"] if h["raycluster"] == ray_spec.raycluster_name]
         group = os.getpgid(heads[0]["pid"])
         listening: list[tuple[str, str, int]] = []
@@ -537,10 +638,10 @@ def test_a_job_that_prints_its_secret_in_pieces_shows_none_of_it(
 ) -> None:
     secret = "hf_SPLITsecret0123456789abcd"
     monkeypatch.setenv("AIRFLOW_CONN_HF_SPLIT", json.dumps({"conn_type": "generic", "password": secret}))
-    address, headers = dashboard(ray_spec, ray_hook, Deployment())
+    ray = _ray(ray_spec, ray_hook)
     request = JobRequest("nemo-rl-split-1", f"python -c {_quoted(SPLIT_SECRET_SCRIPT)}", {}, (), ())
-    submit_once(request, address.url, headers, {"HF_TOKEN": secret}, verify=address.verify())
-    trigger = _trigger(address, "nemo-rl-split-1", secret_conn_ids=["hf_split"])
+    ray.submit(request, {"HF_TOKEN": secret})
+    trigger = _trigger(ray.address, "nemo-rl-split-1", secret_conn_ids=["hf_split"])
     recorder = _Recorder()
     trigger._log = recorder
     event = asyncio.run(_first(trigger))
@@ -565,17 +666,9 @@ GROWING_SCRIPT = (
 
 def test_the_log_follower_fetches_only_what_is_new(ray_spec: RunSpec, ray_hook: GcpHook) -> None:
     # Through the service proxy (a websocket upgrade, with the Ray token), side by side with whole-log polls.
-    from ray.job_submission import JobSubmissionClient
-
-    address, headers = dashboard(ray_spec, ray_hook, Deployment())
-    submit_once(
-        _request("nemo-rl-grow-1", f"python -c {_quoted(GROWING_SCRIPT)}"),
-        address.url,
-        headers,
-        {},
-        verify=address.verify(),
-    )
-    streamed, whole = _trigger(address, "nemo-rl-grow-1"), _trigger(address, "nemo-rl-grow-1", log_stream=False)
+    ray = _ray(ray_spec, ray_hook)
+    ray.submit(_request("nemo-rl-grow-1", f"python -c {_quoted(GROWING_SCRIPT)}"), {})
+    streamed, whole = _trigger(ray.address, "nemo-rl-grow-1"), _trigger(ray.address, "nemo-rl-grow-1", log_stream=False)
     streamed._log, whole._log = _Recorder(), _Recorder()
 
     async def both() -> list[dict[str, Any]]:
@@ -583,11 +676,7 @@ def test_the_log_follower_fetches_only_what_is_new(ray_spec: RunSpec, ray_hook: 
 
     events = asyncio.run(both())
     assert [e["status"] for e in events] == ["success", "success"], events
-    final = len(
-        JobSubmissionClient(address.url, headers=headers, verify=address.verify())
-        .get_job_logs("nemo-rl-grow-1")
-        .encode()
-    )
+    final = len(ray.logs("nemo-rl-grow-1").encode())
     shown = [[line for line in t._log.lines if line.startswith("[ray job]")] for t in (streamed, whole)]
     assert shown[0] == shown[1]  # the same lines, each once
     assert sum(line.startswith("[ray job] line 0") for line in shown[0]) == 80
@@ -600,17 +689,11 @@ def test_the_log_follower_fetches_only_what_is_new(ray_spec: RunSpec, ray_hook: 
 def test_the_trigger_reads_the_ray_token_again_after_a_transient_error(
     ray_spec: RunSpec, ray_hook: GcpHook, sandbox: SandboxProcess
 ) -> None:
-    address, headers = dashboard(ray_spec, ray_hook, Deployment())
-    submit_once(
-        _request("nemo-rl-token-retry-1", "python -c \"print('hello')\""),
-        address.url,
-        headers,
-        {},
-        verify=address.verify(),
-    )
+    ray = _ray(ray_spec, ray_hook)
+    ray.submit(_request("nemo-rl-token-retry-1", "python -c \"print('hello')\""), {})
     sandbox.add_fault({"method": "GET", "path": f"/secrets/{ray_spec.raycluster_name}$"}, status=503, times=2)
     try:
-        event = asyncio.run(_first(_trigger(address, "nemo-rl-token-retry-1")))
+        event = asyncio.run(_first(_trigger(ray.address, "nemo-rl-token-retry-1")))
     finally:
         sandbox.clear_faults()
     assert event["status"] == "success", event
@@ -641,9 +724,9 @@ def _local_job(
     spec = RunSpec.from_conf(conf)
     request = job_request(spec, load_recipe(spec.recipe), "t", "manual__budget", must_save_by=must_save_by)
     request = dataclasses.replace(request, submission_id=submission_id, secrets=())
-    address, headers = dashboard(ray_spec, ray_hook, Deployment())
-    submit_once(request, address.url, headers, {}, verify=address.verify())
-    return address, headers, spec
+    ray = _ray(ray_spec, ray_hook)
+    ray.submit(request, {})
+    return ray.address, ray.headers, spec
 
 
 def _steps_on_disk(sandbox: SandboxProcess, spec: RunSpec, name: str) -> list[str]:

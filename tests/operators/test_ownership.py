@@ -24,7 +24,6 @@ from nemo_rl_gke import outcomes
 from nemo_rl_gke import topology as t
 from nemo_rl_gke.gcp.lease import read_lease
 from nemo_rl_gke.gcp.pending import CheckpointRecords
-from nemo_rl_gke.operators.checkpoint import VALIDATOR
 from nemo_rl_gke.operators.rayjob import mark_checkpoint_pending
 from nemo_rl_gke.training_view import pending_checkpoints
 from sandbox import files
@@ -44,6 +43,8 @@ _projects = itertools.count(1)
 LUSTRE_CHAIN = [t.NET, t.PEERING_RANGE, t.PEERING, t.LUSTRE]
 LUSTRE_TEARDOWN = [t.DELETE_LUSTRE, t.DELETE_PEERING, t.DELETE_PEERING_RANGE, t.DELETE_NET]
 # A second group on the same VPC: other Lustre and cluster names (so another range), the network adopted.
+# The validator the validation job ships (run here as the job runs it, on the instance's files).
+REMOTE = Path(__file__).resolve().parents[2] / "plugins" / "nemo_rl_gke" / "remote"
 SECOND_GROUP = {"lustre_name": "nemo-rl-lustre-b", "cluster_name": "nemo-rl-cluster-b", "adopt_existing": True}
 
 
@@ -247,13 +248,14 @@ def _pending(run: Run) -> list[tuple[str, int, str]]:
 def _listing(sandbox: SandboxProcess, run: Run) -> None:
     """The validation job's report, as the real validator prints it when run on the instance's filesystem (what the
     Ray job does on the cluster): it lists every step_N there for teardown to compare."""
-    from nemo_rl_gke.checkpoints import find_report
+    from nemo_rl_gke.remote.report import find_report
 
     mount = _lustre_dir(sandbox, run)
+    # As the job runs it: python -m remote from the directory that holds the folder (the job's working_dir).
     ran = subprocess.run(
-        [sys.executable, str(VALIDATOR), "validate", str(mount / run.spec.checkpoint_dir.removeprefix("/data/")),
+        [sys.executable, "-m", "remote", "validate", str(mount / run.spec.checkpoint_dir.removeprefix("/data/")),
          "--list-steps", str(mount)],
-        capture_output=True, text=True, check=False, timeout=120,
+        capture_output=True, text=True, check=False, timeout=120, cwd=REMOTE.parent,
     )  # fmt: skip
     report = find_report(ran.stdout)
     assert report is not None, ran.stderr

@@ -12,8 +12,8 @@ from googleapiclient.discovery import build
 from sandbox.testing import SandboxProcess, credentials, sandbox_fixture
 
 from nemo_rl_gke import topology as t
-from nemo_rl_gke.gcp.api import ApiRequest
 from nemo_rl_gke.gcp.resources import resources
+from nemo_rl_gke.plan.api import ApiRequest
 from nemo_rl_gke.spec import RunSpec
 from tests.owners import owner_of
 

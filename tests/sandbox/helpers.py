@@ -11,8 +11,8 @@ from google.api_core.future.polling import DEFAULT_POLLING
 from google.cloud import compute_v1
 from sandbox.testing import auth_headers
 
-from nemo_rl_gke.gcp import gke, lustre, peering
-from nemo_rl_gke.gcp.api import ApiRequest
+from nemo_rl_gke.plan import gke, lustre, peering
+from nemo_rl_gke.plan.api import ApiRequest
 from tests.sandbox.conftest import OWNER, SPEC, Clients, network_requests
 
 # api-core polls long-running operations every second at first; the sandbox is faster than that.

@@ -25,7 +25,7 @@ from google.oauth2 import service_account
 from sandbox.auth import JWT_BEARER, MESSAGE_INVALID, MESSAGE_MISSING, TOKEN_PATH
 from sandbox.testing import CLOUD_PLATFORM, REPO_ROOT, SandboxProcess, start_sandbox
 
-from nemo_rl_gke.gcp import peering
+from nemo_rl_gke.plan import peering
 from tests.sandbox.conftest import PROJECT, REGION, SPEC, ZONE, Clients
 from tests.sandbox.helpers import create_cluster, create_networks
 

@@ -10,7 +10,7 @@ import pytest
 from google.api_core import exceptions
 from google.cloud import compute_v1
 
-from nemo_rl_gke.gcp import networks, peering
+from nemo_rl_gke.plan import networks, peering
 from tests.sandbox.conftest import (
     OWNER,
     PROJECT,

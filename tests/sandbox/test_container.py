@@ -15,7 +15,7 @@ from google.api_core import exceptions
 from google.cloud import container_v1
 from sandbox.testing import start_sandbox
 
-from nemo_rl_gke.gcp import gke
+from nemo_rl_gke.plan import gke
 from nemo_rl_gke.spec import RunSpec
 from tests.owners import owner_of
 from tests.sandbox.conftest import OWNER, PROJECT, REGION, SEED, SPEC, Clients

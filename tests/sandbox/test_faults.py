@@ -7,7 +7,7 @@ from google.api_core import exceptions
 from google.cloud import compute_v1, container_v1, lustre_v1
 from googleapiclient.errors import HttpError
 
-from nemo_rl_gke.gcp import lustre, networks, peering
+from nemo_rl_gke.plan import lustre, networks, peering
 from tests.sandbox.conftest import OWNER, PROJECT, SPEC
 from tests.sandbox.helpers import (
     FAST_POLLING,

@@ -13,7 +13,7 @@ import pytest
 from google.cloud import compute_v1
 from sandbox.testing import REPO_ROOT, SandboxError, request_json, start_sandbox
 
-from nemo_rl_gke.gcp import networks
+from nemo_rl_gke.plan import networks
 from tests.sandbox.conftest import OWNER, PROJECT, SEED, SPEC, Clients
 from tests.sandbox.helpers import insert_compute, raw
 

@@ -13,7 +13,7 @@ from google.cloud import compute_v1, lustre_v1
 from google.longrunning import operations_pb2
 from googleapiclient.errors import HttpError
 
-from nemo_rl_gke.gcp import gke, lustre, peering
+from nemo_rl_gke.plan import gke, lustre, peering
 from tests.sandbox.conftest import OWNER, PROJECT, SPEC, ZONE
 from tests.sandbox.helpers import (
     FAST_POLLING,

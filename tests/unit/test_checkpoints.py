@@ -31,18 +31,14 @@ import torch.distributed.checkpoint as dcp
 import torch.multiprocessing as mp
 import yaml
 
-import nemo_rl_gke.checkpoints as checkpoints
-from nemo_rl_gke.checkpoints import (
-    MARKER,
-    Expectation,
-    ExpectationError,
-    Report,
-    find_report,
-    validate_checkpoint,
-)
+from nemo_rl_gke.remote import limits, unpickler
+from nemo_rl_gke.remote.expectation import Expectation, ExpectationError
+from nemo_rl_gke.remote.report import MARKER, Report, find_report
+from nemo_rl_gke.remote.validator import validate_checkpoint
 from tests.paths import ROOT
 
-SCRIPT = ROOT / "plugins" / "nemo_rl_gke" / "checkpoints.py"
+# The folder the validation job ships as remote/ in its working_dir.
+REMOTE = ROOT / "plugins" / "nemo_rl_gke" / "remote"
 RANKS = 4
 STEP = 5
 MODEL = "Qwen/Qwen2.5-7B-Instruct"
@@ -302,8 +298,8 @@ def test_allowlist_is_exactly_what_dcp_save_writes(built: dict[str, Path]) -> No
             _RecordingUnpickler(handle, seen).load()
     dtypes = {(module, name) for module, name in seen if isinstance(getattr(torch, name, None), torch.dtype)}
     assert {("torch", name) for name in ("bfloat16", "float32", "float16", "int64", "bool")} <= dtypes
-    assert seen - dtypes == set(checkpoints.DCP_PICKLE_GLOBALS)
-    allowed = checkpoints._dcp_globals()
+    assert seen - dtypes == set(unpickler.DCP_PICKLE_GLOBALS)
+    allowed = unpickler.dcp_globals()
     assert seen <= set(allowed)
     assert ("torch", "complex128") in allowed and ("torch", "float8_e4m3fn") in allowed  # every dtype
     assert ("torch", "load") not in allowed and ("torch", "tensor") not in allowed
@@ -805,7 +801,7 @@ def test_overlap_check_is_bounded(ckpt: Path, monkeypatch: pytest.MonkeyPatch) -
     ]
     (weights / ".metadata").write_bytes(pickle.dumps(metadata))
     assert not reasons(validate_checkpoint(ckpt, EXPECT), "metadata")
-    monkeypatch.setattr(checkpoints, "MAX_OVERLAP_CHECKS", 1)
+    monkeypatch.setattr(limits, "MAX_OVERLAP_CHECKS", 1)
     assert reasons(validate_checkpoint(ckpt, EXPECT), "metadata") == [
         f"step_{STEP}/policy/weights/.metadata: stopped checking chunks for overlaps after 1 comparisons: no DCP "
         "save needs that many, so the chunks are laid out to make the check slow"
@@ -827,7 +823,7 @@ def test_a_huge_shard_rank_is_refused(ckpt: Path, rank: str) -> None:
 
 
 def test_directory_listing_is_bounded(ckpt: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(checkpoints, "MAX_DIR_ENTRIES", 3)
+    monkeypatch.setattr(limits, "MAX_DIR_ENTRIES", 3)
     found = reasons(validate_checkpoint(ckpt, EXPECT), "shards")
     assert f"step_{STEP}/policy/weights: weights holds more than 3 entries: not read further" in found
 
@@ -941,7 +937,7 @@ def test_oversized_file_is_a_problem_and_not_read(
     ckpt: Path, parts: tuple[str, ...], limit: str, check: str, what: str
 ) -> None:
     path = step_path(ckpt, *parts)
-    size = getattr(checkpoints, limit) + 1
+    size = getattr(limits, limit) + 1
     with path.open("r+b") as handle:
         handle.truncate(size)  # sparse: the real content, then a hole that costs no disk
     report = validate_checkpoint(ckpt, EXPECT)
@@ -955,7 +951,7 @@ def test_oversized_file_is_a_problem_and_not_read(
 
 def test_oversized_tokenizer_file_is_not_hashed(ckpt: Path) -> None:
     path = step_path(ckpt, "policy", "tokenizer", "tokenizer.json")
-    size = checkpoints.MAX_HASHED_BYTES + 1
+    size = limits.MAX_HASHED_BYTES + 1
     with path.open("r+b") as handle:
         handle.truncate(size)
     report = validate_checkpoint(ckpt, EXPECT)
@@ -1064,13 +1060,13 @@ def _marker_report(stdout: str) -> dict:
 
 
 def test_cli_script_is_self_contained(ckpt: Path, tmp_path: Path) -> None:
-    # The Ray job gets only this file in its working_dir: run a copy from an empty dir, no PYTHONPATH.
+    # The Ray job gets only this folder in its working_dir: run a copy from an empty dir, no PYTHONPATH.
     job_dir = tmp_path / "job"
     job_dir.mkdir()
-    shutil.copy(SCRIPT, job_dir / "checkpoints.py")
+    shutil.copytree(REMOTE, job_dir / "remote", ignore=shutil.ignore_patterns("__pycache__"))
     assert _run(["-c", "import nemo_rl_gke"], job_dir).returncode == 1  # so the package cannot be reached
 
-    good = _run(["checkpoints.py", "validate", str(ckpt), "--expect", json.dumps(EXPECT)], job_dir)
+    good = _run(["-m", "remote", "validate", str(ckpt), "--expect", json.dumps(EXPECT)], job_dir)
     assert good.returncode == 0, good.stderr
     data = _marker_report(good.stdout)
     assert data["valid"] is True and data["step"] == STEP and data["shards"] == {"weights": 4, "optimizer": 4}
@@ -1078,7 +1074,7 @@ def test_cli_script_is_self_contained(ckpt: Path, tmp_path: Path) -> None:
     assert good.stderr.startswith(f"OK: checkpoint {step_path(ckpt)} is valid")
 
     step_path(ckpt, "policy", "weights", "__2_0.distcp").unlink()
-    bad = _run(["checkpoints.py", "validate", str(ckpt), "--expect", json.dumps(EXPECT)], job_dir)
+    bad = _run(["-m", "remote", "validate", str(ckpt), "--expect", json.dumps(EXPECT)], job_dir)
     assert bad.returncode == 1, bad.stderr
     data = _marker_report(bad.stdout)
     assert data["valid"] is False
@@ -1088,7 +1084,7 @@ def test_cli_script_is_self_contained(ckpt: Path, tmp_path: Path) -> None:
         "reason": "missing shard of rank 2",
     } in (data["problems"])
 
-    usage = _run(["checkpoints.py", "validate", str(ckpt), "--expect", '{"training_rank": 4}'], job_dir)
+    usage = _run(["-m", "remote", "validate", str(ckpt), "--expect", '{"training_rank": 4}'], job_dir)
     assert usage.returncode == 2 and usage.stdout == ""
     assert usage.stderr.startswith("error: unknown expectation key(s) training_rank")
 
@@ -1097,7 +1093,7 @@ def test_cli_module_text_format_with_expect_file(ckpt: Path, tmp_path: Path) -> 
     expect_file = tmp_path / "expect.json"
     expect_file.write_text(json.dumps(EXPECT))
     env = {"PYTHONPATH": str(ROOT / "plugins")}
-    args = ["-m", "nemo_rl_gke.checkpoints", "validate", str(ckpt), "--expect-file", str(expect_file)]
+    args = ["-m", "nemo_rl_gke.remote", "validate", str(ckpt), "--expect-file", str(expect_file)]
     good = _run([*args, "--format", "text"], tmp_path, env)
     assert good.returncode == 0, good.stderr
     lines = good.stdout.splitlines()
@@ -1118,8 +1114,8 @@ def test_module_import_and_help_do_not_need_torch(tmp_path: Path) -> None:
     # torch is imported only to read .metadata, so --help and the DAG-side helpers work without it.
     code = (
         "import sys; sys.modules['torch'] = None\n"
-        "import nemo_rl_gke.checkpoints as c\n"
-        "sys.exit(c.main(['validate', '--help']))"
+        "from nemo_rl_gke.remote.cli import main\n"
+        "sys.exit(main(['validate', '--help']))"
     )
     result = _run(["-c", code], tmp_path, {"PYTHONPATH": str(ROOT / "plugins")})
     assert result.returncode == 0, result.stderr
@@ -1128,14 +1124,14 @@ def test_module_import_and_help_do_not_need_torch(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("form", ["script", "module"])
 def test_cli_runs_nothing_from_a_crafted_metadata(ckpt: Path, tmp_path: Path, form: str) -> None:
-    # Both documented commands: the Ray job's `python checkpoints.py` and the laptop's `python -m`.
+    # Both documented commands: the Ray job's `python -m remote` and the laptop's `python -m nemo_rl_gke.remote`.
     canary = tmp_path / "canary"
     data, asked = _crafted("os.system", ckpt, canary)
     step_path(ckpt, "policy", "optimizer", ".metadata").write_bytes(data)
     job_dir = tmp_path / "job"
     job_dir.mkdir()
-    shutil.copy(SCRIPT, job_dir / "checkpoints.py")
-    command = ["checkpoints.py"] if form == "script" else ["-m", "nemo_rl_gke.checkpoints"]
+    shutil.copytree(REMOTE, job_dir / "remote", ignore=shutil.ignore_patterns("__pycache__"))
+    command = ["-m", "remote"] if form == "script" else ["-m", "nemo_rl_gke.remote"]
     env = {"PYTHONPATH": str(ROOT / "plugins")} if form == "module" else None
     result = _run([*command, "validate", str(ckpt), "--expect", json.dumps(EXPECT)], job_dir, env)
     assert result.returncode == 1, result.stderr
@@ -1149,3 +1145,22 @@ def test_cli_runs_nothing_from_a_crafted_metadata(ckpt: Path, tmp_path: Path, fo
             "reason": _refused("optimizer", data, asked).split(": ", 1)[1],
         }
     ]
+
+
+def test_the_remote_folder_imports_only_itself_the_stdlib_yaml_and_torch() -> None:
+    # It runs on the cluster without the package: no Airflow, no nemo_rl_gke module, only relative imports inside.
+    import ast
+
+    allowed = set(sys.stdlib_module_names) | {"yaml", "torch"}
+    sources = sorted(REMOTE.glob("*.py"))
+    assert {"__main__.py", "cli.py", "unpickler.py", "validator.py"} <= {s.name for s in sources}
+    for source in sources:
+        for node in ast.walk(ast.parse(source.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            else:
+                continue
+            outside = [n for n in names if n.split(".")[0] not in allowed]
+            assert outside == [], f"{source.name} imports {outside}"

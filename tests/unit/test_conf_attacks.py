@@ -155,7 +155,7 @@ def test_a_conf_cannot_send_the_job_and_its_token_to_a_dashboard_it_picks(serve:
     with pytest.raises(ConfError):
         RunSpec.from_conf(conf)
     # The job of any valid run goes to its own cluster's API server (https under the cluster's CA, as the sandbox's).
-    from nemo_rl_gke.raysubmit import submit_once
+    from nemo_rl_gke.ray.hooks import RayJobsHook
 
     run = RunSpec()
     own_cluster.routes[f"{run.dashboard_proxy_path}/api/version"] = RAY_VERSION
@@ -164,7 +164,7 @@ def test_a_conf_cannot_send_the_job_and_its_token_to_a_dashboard_it_picks(serve:
     request = job_request(run, load_recipe(run.recipe), "dag", "run-1")
     # The stand-in answers no further than that; what matters is where the token went.
     with contextlib.suppress(Exception):
-        submit_once(request, address.url, {}, {"HF_TOKEN": TOKEN}, verify=address.verify())
+        RayJobsHook(address).submit(request, {"HF_TOKEN": TOKEN})
     assert attacker.hits == []
     assert any(TOKEN.encode() in body for _, _, body in own_cluster.hits), "control: the token went to the cluster"
 

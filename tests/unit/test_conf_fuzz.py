@@ -36,7 +36,7 @@ from nemo_rl_gke.deployment import Deployment
 from nemo_rl_gke.findings import MAX_SHOWN, Finding
 from nemo_rl_gke.kube import manifests as manifests_module
 from nemo_rl_gke.kube.validation import validate_manifest
-from nemo_rl_gke.plan import build_plan
+from nemo_rl_gke.plan.build import build_plan
 from nemo_rl_gke.preflight import check_conf
 from nemo_rl_gke.rayjobs import lineage_guard
 from nemo_rl_gke.recipes import load_recipe

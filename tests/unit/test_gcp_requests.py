@@ -17,17 +17,19 @@ import pytest
 from google.cloud import compute_v1, container_v1, lustre_v1
 
 from nemo_rl_gke import topology as t
-from nemo_rl_gke.gcp import api
-from nemo_rl_gke.gcp.api import ApiRequest, DiscoveryMismatchError, discovery_request, message_body
-from nemo_rl_gke.gcp.gke import (
+from nemo_rl_gke.gcp.resources import resources
+from nemo_rl_gke.ownership import Owner
+from nemo_rl_gke.plan import api
+from nemo_rl_gke.plan.api import ApiRequest, DiscoveryMismatchError, discovery_request, message_body
+from nemo_rl_gke.plan.gke import (
     GKE_DEFAULT_SCOPES,
     cluster_create_request,
     cluster_delete_request,
     node_pool_create_request,
     node_pool_delete_request,
 )
-from nemo_rl_gke.gcp.lustre import lustre_create_request, lustre_delete_request
-from nemo_rl_gke.gcp.peering import (
+from nemo_rl_gke.plan.lustre import lustre_create_request, lustre_delete_request
+from nemo_rl_gke.plan.peering import (
     PROJECT_NUMBER_PLACEHOLDER,
     connection_create_request,
     connection_delete_request,
@@ -36,8 +38,6 @@ from nemo_rl_gke.gcp.peering import (
     peering_range_request,
     project_request,
 )
-from nemo_rl_gke.gcp.resources import resources
-from nemo_rl_gke.ownership import Owner
 from nemo_rl_gke.spec import RunSpec
 
 # The tutorial's run (its names are RunSpec's defaults) in a concrete project and location.

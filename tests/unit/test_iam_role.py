@@ -71,7 +71,7 @@ CALLS: dict[str, tuple[tuple[str, ...], tuple[str, str]]] = {
     # GKE: node pools are checked as changes of their cluster; creating nodes acts as their service account.
     "container.projects.locations.clusters.create": (
         ("container.clusters.create", "iam.serviceAccounts.actAs"),
-        ("gcp/gke.py", 'method="projects.locations.clusters.create"'),
+        ("plan/gke.py", 'method="projects.locations.clusters.create"'),
     ),
     "container.projects.locations.clusters.get": (
         ("container.clusters.get",),
@@ -79,15 +79,15 @@ CALLS: dict[str, tuple[tuple[str, ...], tuple[str, str]]] = {
     ),
     "container.projects.locations.clusters.delete": (
         ("container.clusters.delete",),
-        ("gcp/gke.py", 'method="projects.locations.clusters.delete"'),
+        ("plan/gke.py", 'method="projects.locations.clusters.delete"'),
     ),
     "container.projects.locations.clusters.nodePools.create": (
         ("container.clusters.update", "iam.serviceAccounts.actAs"),
-        ("gcp/gke.py", 'method="projects.locations.clusters.nodePools.create"'),
+        ("plan/gke.py", 'method="projects.locations.clusters.nodePools.create"'),
     ),
     "container.projects.locations.clusters.nodePools.delete": (
         ("container.clusters.update",),
-        ("gcp/gke.py", 'method="projects.locations.clusters.nodePools.delete"'),
+        ("plan/gke.py", 'method="projects.locations.clusters.nodePools.delete"'),
     ),
     "container.projects.locations.clusters.nodePools.setSize": (
         ("container.clusters.update",),
@@ -121,11 +121,11 @@ CALLS: dict[str, tuple[tuple[str, ...], tuple[str, str]]] = {
     ),
     "lustre.projects.locations.instances.exportData": (
         ("lustre.instances.exportData",),
-        ("operators/checkpoint.py", "lustre_client.export_data"),
+        ("gcp/resources/lustre.py", "lustre_client.export_data"),
     ),
     "lustre.projects.locations.instances.importData": (
         ("lustre.instances.importData",),
-        ("operators/checkpoint.py", "lustre_client.import_data"),
+        ("gcp/resources/lustre.py", "lustre_client.import_data"),
     ),
     "lustre.projects.locations.operations.list": (
         ("lustre.operations.list",),

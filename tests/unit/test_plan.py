@@ -10,7 +10,7 @@ import pytest
 
 from nemo_rl_gke import topology
 from nemo_rl_gke.deployment import Deployment
-from nemo_rl_gke.plan import build_plan
+from nemo_rl_gke.plan.build import build_plan
 from nemo_rl_gke.spec import RunSpec
 from tests.paths import ROOT
 

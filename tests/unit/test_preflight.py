@@ -221,8 +221,8 @@ def test_shared_reservations_and_reservation_blocks_are_accepted(
     spec = validate({"project": "my-project", "reservation": reservation}, MY_PROJECT)
     assert (spec.reservation_project, spec.reservation_name, spec.reservation_block) == (owner, name, block)
     # GKE takes the conf's form as the pool's reservationAffinity value, unchanged (FACTS §19).
-    from nemo_rl_gke.gcp.gke import node_pool_create_request
     from nemo_rl_gke.ownership import Owner
+    from nemo_rl_gke.plan.gke import node_pool_create_request
 
     request = node_pool_create_request(spec, Owner("d", "g", "r"))
     assert request.body["nodePool"]["config"]["reservationAffinity"]["values"] == [reservation]

@@ -1,4 +1,5 @@
-"""The Ray SDK's log records reach the task log at their own level, not as stderr (which Airflow shows as errors)."""
+"""The Ray SDK's log records reach the task log at their own level, not as stderr (which Airflow shows as errors); the
+Ray token's Secret; the submit task's bound."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import logging
 
 import pytest
 
-from nemo_rl_gke.raysubmit import route_ray_logs
+from nemo_rl_gke.ray.hooks import route_ray_logs
 
 
 def test_ray_sdk_records_go_through_python_logging_not_stderr(
@@ -42,6 +43,24 @@ def test_the_ray_token_comes_from_kuberays_secret_or_a_clear_error() -> None:
         ray_token_of({"data": {"other": "eA=="}}, path)
     with pytest.raises(RayTokenMissingError, match="has no auth_token"):
         ray_token_of({"data": {"auth_token": "not base64!"}}, path)
+
+
+def test_the_kubernetes_clients_never_log_a_secrets_body(caplog: pytest.LogCaptureFixture) -> None:
+    from nemo_rl_gke.raysubmit import KUBE_REST_LOGGERS, hide_secret_bodies
+
+    hide_secret_bodies()
+    hide_secret_bodies()  # idempotent: one filter each
+    secret = b'{"kind":"Secret","data":{"auth_token":"c2VjcmV0LXRva2Vu"}}'
+    for name in KUBE_REST_LOGGERS:
+        caplog.set_level(logging.DEBUG, logger=name)
+        logger = logging.getLogger(name)
+        assert len(logger.filters) == 1
+        # As kubernetes(_asyncio).client.rest logs every response body: bytes, compact (GKE) or spaced (sandbox).
+        logger.debug("response body: %s", secret)
+        logger.debug("response body: %s", secret.decode().replace(":", ": "))
+        logger.debug("response body: %s", b'{"kind":"ConfigMap","data":{"a":"b"}}')
+    shown = [record.getMessage() for record in caplog.records]
+    assert shown == ["""response body: b'{"kind":"ConfigMap","data":{"a":"b"}}'"""] * 2
 
 
 def test_the_secret_name_follows_kuberays_checkname() -> None:

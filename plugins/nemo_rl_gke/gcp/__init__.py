@@ -1,7 +1,6 @@
-"""Google Cloud side of a run: the REST requests of the plan, built from the RunSpec, and the actions that send them.
+"""Google Cloud side of a run: the hooks, and the actions that send the requests :mod:`nemo_rl_gke.plan` built.
 
-One module per resource family (networks, peering, lustre, gke). The request builders are pure functions of the
-RunSpec: they build every body as the google-cloud message type, so a misspelt field fails in a unit test rather than
-in a cloud call, and they return :class:`~nemo_rl_gke.gcp.api.ApiRequest` values that the plan prints and the
-actions send. These modules import google.cloud at module level; nothing outside this package may.
+The request builders (pure functions of the RunSpec) live in the plan layer (``plan/networks.py``, ``peering``,
+``lustre``, ``gke``, ``transfers``); the resources here read, create and delete with exactly those requests.
+These modules import google.cloud at module level; nothing outside this package and those builders may.
 """

@@ -1,15 +1,15 @@
 """Validating the run's final checkpoint where it lives, and exporting it to Cloud Storage before teardown.
 
-Validation is a small Ray job on the run's RayCluster: ``checkpoints.py`` (self-contained) travels as the job's
-working_dir, so no extra image is needed, and its JSON report comes back in the job log. Export is Managed Lustre's
-``exportData`` long-running operation, waited for by the triggerer; success publishes an Airflow Asset event with
-the checkpoint's URI, step, final metrics and shard count, for downstream evaluation DAGs.
+Validation is a small Ray job on the run's RayCluster that runs :mod:`nemo_rl_gke.remote` (shipped in its
+working_dir); its JSON report comes back in the job log. Export is Managed Lustre's ``exportData`` long-running
+operation, waited for by the triggerer; success publishes an Airflow Asset event with the checkpoint's URI, step,
+final metrics and shard count, for downstream evaluation DAGs. Every request these steps send (the validation job,
+the export, the resume's import) is built by the plan layer (:mod:`nemo_rl_gke.plan.validation`,
+:mod:`nemo_rl_gke.plan.transfers`, :mod:`nemo_rl_gke.plan.resume`), and the plan prints the same.
 """
 
 from __future__ import annotations
 
-import uuid
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Context
@@ -18,7 +18,9 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from nemo_rl_gke import outcomes
 from nemo_rl_gke.links import EXPORT_LINKS
 from nemo_rl_gke.operators.base import StepOperator, pull
-from nemo_rl_gke.operators.rayjob import dashboard, ray_token_source
+from nemo_rl_gke.plan import resume as resume_plan
+from nemo_rl_gke.plan.validation import expectation, validation_job
+from nemo_rl_gke.raysubmit import ray_token_source
 from nemo_rl_gke.topology import (
     CHECK_CHECKPOINT,
     CHECKPOINT_REPORT,
@@ -33,9 +35,6 @@ from nemo_rl_gke.topology import (
 if TYPE_CHECKING:
     from nemo_rl_gke.spec import RunSpec
 
-# The validator is one file with no package imports, so it can run in any image that has torch and PyYAML.
-VALIDATOR = Path(__file__).resolve().parents[1] / "checkpoints.py"
-
 
 def final_step(context: Context, spec: RunSpec) -> int:
     """The step whose checkpoint the run validates and exports: where the job stopped after converging, or the last
@@ -43,28 +42,6 @@ def final_step(context: Context, spec: RunSpec) -> int:
     waited = pull(context, WAIT) or pull(context, WAIT, JOB_STALLED) or {}
     step = waited.get("final_step")
     return int(step) if step is not None else spec.final_step
-
-
-def expectation(spec: RunSpec, step: int, *, stopped: bool = False) -> dict[str, Any]:
-    """What the submitted run must have produced: the checkpoint of ``step``, one shard per training rank, its
-    config; ``stopped`` when the job was stopped after that save (it converged, reached its budget or stalled)."""
-    from nemo_rl_gke.nemo_rules import layout
-    from nemo_rl_gke.recipes import load_recipe
-
-    config = load_recipe(spec.recipe).effective_config(spec)
-    keys = (
-        "policy.model_name",
-        "grpo.max_num_steps",
-        "policy.dtensor_cfg.tensor_parallel_size",
-        "cluster.num_nodes",
-        "cluster.gpus_per_node",
-    )
-    return {
-        "step": step,
-        "stopped": stopped,
-        "training_ranks": layout(config).train_gpus,
-        "config": {k: config[k] for k in keys if k in config},
-    }
 
 
 class ValidateCheckpointOperator(StepOperator):
@@ -77,19 +54,11 @@ class ValidateCheckpointOperator(StepOperator):
 
     def execute(self, context: Context) -> None:
         """Submit the validation job (exactly once per run) and defer until it ends."""
-        import json
-        import shlex
-
-        from nemo_rl_gke.rayjobs import JobRequest
-        from nemo_rl_gke.raysubmit import submit_once
+        from nemo_rl_gke.ray.hooks import RayJobsHook
         from nemo_rl_gke.triggers.rayjob import RayJobTrigger
 
         spec = self.run_spec(context)
         submitted = pull(context, SUBMIT)
-        # /data is the Lustre mount on GKE; the sandbox sets SANDBOX_DATA_DIR to the directory standing in for it.
-        rest = spec.checkpoint_dir.removeprefix("/data")
-        mount = '"${SANDBOX_DATA_DIR:-/data}"'
-        target = f"{mount}{shlex.quote(rest)}"
         waited = pull(context, WAIT)
         stalled = pull(context, WAIT, JOB_STALLED)
         if waited is None and not stalled:
@@ -99,44 +68,30 @@ class ValidateCheckpointOperator(StepOperator):
         stopped = bool(stalled) or (waited or {}).get("converged_at") is not None
         stopped = stopped or bool((waited or {}).get("stopped_at_budget"))
         expected = expectation(spec, final_step(context, spec), stopped=stopped)
-        request = JobRequest(
-            submission_id=f"{submitted['submission_id']}-validate",
-            # --list-steps: every step_N on the instance, which teardown compares with the records before a delete.
-            entrypoint=f"python checkpoints.py validate {target} --expect {shlex.quote(json.dumps(expected))} "
-            f"--list-steps {mount}",
-            env_vars={},
-            secrets=(),
-            working_dir_files=(str(VALIDATOR),),
-            metadata={
-                "airflow_dag_id": context["dag"].dag_id,
-                "airflow_run_id": context["run_id"],
-                "purpose": "validate",
-            },
-        )
-        address, headers = dashboard(spec, self.hook, self.deployment)
-        submission = submit_once(request, address.url, headers, {}, verify=address.verify())
+        request = validation_job(spec, context["dag"].dag_id, context["run_id"], submitted["submission_id"], expected)
+        ray = RayJobsHook.for_run(spec, self.hook, self.deployment)
+        submission = ray.submit(request, {})
         self.log.info("Validating %s: %s", spec.checkpoint_dir, request.entrypoint)
         self.defer_until(
             context,
             spec,
             RayJobTrigger,
             what=f"checkpoint validation job {submission.submission_id}",
-            address=address.url,
+            address=ray.address.url,
             submission_id=submission.submission_id,
-            needs_token=address.needs_token,
+            needs_token=ray.address.needs_token,
             zero_learning_steps=0,
-            ca_pem=address.ca_pem,
+            ca_pem=ray.address.ca_pem,
             **ray_token_source(spec),
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Read the report from the job log; fail with every problem it lists."""
-        from nemo_rl_gke.checkpoints import find_report
-        from nemo_rl_gke.raysubmit import job_log
+        from nemo_rl_gke.ray.hooks import RayJobsHook
+        from nemo_rl_gke.remote.report import find_report
 
         spec = self.run_spec(context)
-        address, headers = dashboard(spec, self.hook, self.deployment)
-        logs = job_log(address.url, headers, event["submission_id"], verify=address.verify())
+        logs = RayJobsHook.for_run(spec, self.hook, self.deployment).logs(event["submission_id"])
         report = find_report(logs)
         if report is None:
             tail = "\n".join(event.get("tail") or [])
@@ -168,30 +123,18 @@ class ExportCheckpointOperator(StepOperator):
     operator_extra_links = EXPORT_LINKS
     ui_color = "#fff3d6"
 
-    def _request_id(self, context: Context, spec: RunSpec) -> str:
-        # Stable per run and step: a retried export reuses the operation it started instead of copying twice.
-        step = final_step(context, spec)
-        return str(uuid.uuid5(uuid.NAMESPACE_URL, f"{context['dag'].dag_id}/{context['run_id']}/{step}"))
-
     def execute(self, context: Context) -> None:
         """Start the export and defer on its operation."""
-        from google.cloud import lustre_v1
-
-        from nemo_rl_gke.gcp.operations import LONGRUNNING, OperationRef
+        # Here, not at module level: google.cloud (the request's message type) must not load while DAGs are parsed.
+        from nemo_rl_gke.gcp.resources import resources
+        from nemo_rl_gke.plan.transfers import lustre_export_request
         from nemo_rl_gke.triggers.operations import OperationTrigger
 
         spec = self.run_spec(context)
         step = final_step(context, spec)
-        uri = spec.export_uri(context["dag"].dag_id, context["run_id"], step)
-        source = spec.checkpoint_lustre_path(step)
-        request = lustre_v1.ExportDataRequest(
-            name=spec.lustre_path,
-            lustre_path=lustre_v1.LustrePath(path=source),
-            gcs_path=lustre_v1.GcsPath(uri=uri),
-            request_id=self._request_id(context, spec),
-        )
-        operation = self.hook.call(self.hook.lustre_client.export_data, request=request, what=f"export {source}")
-        ref = OperationRef("lustre", f"/v1/{operation.operation.name}", LONGRUNNING, f"export {source} -> {uri}")
+        request = lustre_export_request(spec, context["dag"].dag_id, context["run_id"], step)
+        ref = resources(spec, self.identity(context, spec))[LUSTRE].export_data(self.hook, request)
+        source, uri = request.message.lustre_path.path, request.message.gcs_path.uri
         what = f"export of Lustre {spec.lustre_name}:{source} to {uri} (operation {ref.path})"
         self.defer_until(context, spec, OperationTrigger, what=what, operation=ref.to_dict())
 
@@ -244,10 +187,6 @@ class ExportCheckpointOperator(StepOperator):
         return {"action": outcomes.EXPORTED, "uri": uri, "step": step}
 
 
-# How many of the lineage's latest checkpoints the resume step reads (the report shows them).
-LINEAGE_SHOWN = 30
-
-
 class ResumeOperator(StepOperator):
     """Continual training (``resume=latest``): the checkpoint to continue from, in Lustre before the job starts.
 
@@ -261,7 +200,9 @@ class ResumeOperator(StepOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Work out where the job resumes; import the checkpoint into a new Lustre, deferred."""
-        from nemo_rl_gke.gcp.operations import LONGRUNNING, OperationRef
+        # Here, not at module level: google.cloud (the request's message type) must not load while DAGs are parsed.
+        from nemo_rl_gke.gcp.resources import resources
+        from nemo_rl_gke.plan.transfers import LayoutError, import_source, lustre_import_request
         from nemo_rl_gke.triggers.operations import OperationTrigger
 
         spec = self.run_spec(context)
@@ -269,10 +210,12 @@ class ResumeOperator(StepOperator):
             return {"action": outcomes.NOT_NEEDED, "resumed_from": None, "max_steps": spec.max_steps,
                     "parent": None, "lineage": []}  # fmt: skip
         lineage = self.lineage(context)
-        parent = lineage[-1] if lineage else None
-        start = int(parent["step"]) if parent else 0
-        max_steps = start + spec.steps_per_run if spec.steps_per_run else spec.max_steps
-        self.check_budget(spec, start, max_steps)
+        point = resume_plan.resume_point(spec, lineage)
+        parent, start, max_steps = point.parent, point.start, point.max_steps
+        try:
+            self.log.info("Step budget: %s", resume_plan.check_resume_budget(spec, start, max_steps))
+        except resume_plan.ResumeBudgetError as exc:
+            raise AirflowFailException(str(exc)) from exc
         result = {"resumed_from": None, "max_steps": max_steps, "parent": parent, "lineage": lineage}
         if parent is None:
             self.log.info("No checkpoint in this DAG's lineage yet: training from scratch to step %d", max_steps)
@@ -282,12 +225,14 @@ class ResumeOperator(StepOperator):
             # Kept warm (exists) or adopted: the lineage's newest checkpoint is still on it, where NeMo RL resumes.
             self.log.info("Resuming from step %d on the warm Lustre, training to step %d", start, max_steps)
             return {**result, "action": "warm", "resumed_from": {"step": start, "source": "lustre"}}
-        source = self.import_source(spec, parent["uri"], start)
+        try:
+            source = import_source(spec, parent["uri"], start)
+        except LayoutError as exc:
+            raise AirflowFailException(str(exc)) from exc
         target = spec.checkpoint_lustre_path(start)
-        request = self.import_request(context, spec, source, start)
-        # A transfer already running on the instance refuses this one (ABORTED): the hook retries it, bounded.
-        operation = self.hook.call(self.hook.lustre_client.import_data, request=request, what=f"import {target}")
-        ref = OperationRef("lustre", f"/v1/{operation.operation.name}", LONGRUNNING, f"import {parent['uri']}")
+        request = lustre_import_request(spec, context["dag"].dag_id, context["run_id"], source, start)
+        lustre = resources(spec, self.identity(context, spec))[LUSTRE]
+        ref = lustre.import_data(self.hook, request, what=f"import {target}", label=f"import {parent['uri']}")
         what = f"import of {source} into Lustre {spec.lustre_name}:/ for {target} (operation {ref.path})"
         pending = {**result, "action": outcomes.IMPORTED, "resumed_from": {"step": start, "source": parent["uri"]}}
         self.defer_until(context, spec, OperationTrigger, what=what, pending=pending, operation=ref.to_dict())
@@ -306,74 +251,5 @@ class ResumeOperator(StepOperator):
 
     def lineage(self, context: Context) -> list[dict[str, Any]]:
         """This DAG's latest exported checkpoints, oldest first: run, step, URI, parent and the night's rewards."""
-        events = context["inlet_events"][self.inlets[0]].ascending(False).limit(LINEAGE_SHOWN)
-        found = []
-        for event in reversed(list(events)):
-            extra = event.extra or {}
-            if not isinstance(extra.get("uri"), str) or not isinstance(extra.get("step"), int):
-                continue  # an event some other producer wrote: not one of ours
-            metrics = extra.get("metrics") or {}
-            found.append(
-                {
-                    "run": f"{event.source_dag_id}/{event.source_run_id}",
-                    "step": extra["step"],
-                    "uri": extra["uri"],
-                    "parent": extra.get("parent"),
-                    "first_reward": metrics.get("first_reward"),
-                    "last_reward": metrics.get("last_reward"),
-                }
-            )
-        return found
-
-    def check_budget(self, spec: RunSpec, start: int, max_steps: int) -> None:
-        """Refuse a run that would train nothing, or that the recipe dataset's epoch cap would cut."""
-        import dataclasses
-
-        from nemo_rl_gke.nemo_rules import step_budget
-        from nemo_rl_gke.recipes import load_recipe
-
-        if max_steps <= start:
-            raise AirflowFailException(
-                f"max_steps={max_steps} is not past the resumed step {start}: NeMo RL would exit at once. Fix: set "
-                "steps_per_run (the steps to train past the resumed step) or a larger max_steps."
-            )
-        budget = step_budget(dataclasses.replace(spec, max_steps=max_steps), load_recipe(spec.recipe))
-        if budget is None:
-            self.log.info("Step budget: step %d + %d = max_steps %d", start, max_steps - start, max_steps)
-            return
-        if budget.capped:
-            raise AirflowFailException(
-                f"resumed step {start} + steps_per_run {spec.steps_per_run} = {max_steps}, but the recipe's epoch cap "
-                f"ends the job first: {budget.explain()}. Nothing was started."
-            )
-        self.log.info("Step budget: step %d + %d = %s", start, max_steps - start, budget.explain())
-
-    def import_source(self, spec: RunSpec, uri: str, step: int) -> str:
-        """The prefix to import into Lustre's ``/`` so the step lands at its checkpoint path.
-
-        An import's Lustre path other than ``/`` must already exist (FACTS §14), and on a new instance only ``/``
-        does. The export lays the step out under the exporting run's prefix at its Lustre path
-        (:meth:`RunSpec.export_uri`), so that prefix, imported into ``/``, puts it back in place.
-        """
-        layout = spec.checkpoint_lustre_path(step).lstrip("/") + "/"
-        if not uri.endswith("/" + layout):
-            raise AirflowFailException(
-                f"the lineage's checkpoint {uri} is not laid out as {layout} under its run's prefix, so importing it "
-                f"into a new Lustre cannot put it at {spec.checkpoint_dir}/step_{step}: it was exported with another "
-                "checkpoint_dir (or by an older version of this package). Fix: trigger with the checkpoint_dir it "
-                f"was exported from, or copy it to <run prefix>/{layout} (gcloud storage cp -r), or resume=none."
-            )
-        return uri.removesuffix(layout)
-
-    def import_request(self, context: Context, spec: RunSpec, source: str, step: int) -> Any:
-        """Lustre's importData request of ``source`` into ``/``; its id is stable per run and step, so a retry reuses
-        the operation."""
-        from google.cloud import lustre_v1
-
-        request_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{context['dag'].dag_id}/{context['run_id']}/import/{step}"))
-        return lustre_v1.ImportDataRequest(
-            name=spec.lustre_path,
-            gcs_path=lustre_v1.GcsPath(uri=source),
-            lustre_path=lustre_v1.LustrePath(path="/"),
-            request_id=request_id,
-        )
+        events = context["inlet_events"][self.inlets[0]].ascending(False).limit(resume_plan.LINEAGE_SHOWN)
+        return resume_plan.lineage_of(reversed(list(events)))

@@ -85,7 +85,7 @@ class PlanOperator(StepOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Build the plan of the spec the validate task accepted."""
-        from nemo_rl_gke.plan import build_plan
+        from nemo_rl_gke.plan.build import build_plan
 
         spec = self.run_spec(context)
         plan = build_plan(spec, dag_id=context["dag"].dag_id, run_id=context["run_id"], deployment=self.deployment)

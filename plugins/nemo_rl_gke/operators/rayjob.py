@@ -1,8 +1,9 @@
 """Submitting the GRPO Ray job exactly once, and the deferrable sensor that follows it to the end.
 
-Thin glue: the job comes from :mod:`nemo_rl_gke.rayjobs` (rendered from the recipe and RunSpec), submission from
-:mod:`nemo_rl_gke.raysubmit`, the dashboard address from :mod:`nemo_rl_gke.kube.access`, and the wait from
-:class:`~nemo_rl_gke.triggers.rayjob.RayJobTrigger`. Clients are imported inside the methods only.
+Thin glue: the job comes from :mod:`nemo_rl_gke.rayjobs` (rendered from the recipe and RunSpec), its secrets from
+:mod:`nemo_rl_gke.raysubmit`, the Ray Jobs API from :class:`~nemo_rl_gke.ray.hooks.RayJobsHook` (the run's dashboard
+and its tokens), and the wait from :class:`~nemo_rl_gke.triggers.rayjob.RayJobTrigger`. Clients are imported inside
+the methods only.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from nemo_rl_gke.links import JOB_LINKS, WAIT_LINKS
 from nemo_rl_gke.operators.base import StepOperator, epoch_of, iso_now, pull
+from nemo_rl_gke.raysubmit import ray_token_source
 from nemo_rl_gke.topology import (
     JOB_BUDGET,
     JOB_STALLED,
@@ -31,30 +33,8 @@ from nemo_rl_gke.topology import (
 SUBMIT_TIMEOUT_S = 15 * 60
 
 if TYPE_CHECKING:
-    from nemo_rl_gke.deployment import Deployment
-    from nemo_rl_gke.gcp.hooks import GcpHook
-    from nemo_rl_gke.kube.access import DashboardAddress
     from nemo_rl_gke.metrics import RunMetrics
     from nemo_rl_gke.spec import RunSpec
-
-
-def dashboard(spec: RunSpec, hook: GcpHook, deployment: Deployment) -> tuple[DashboardAddress, dict[str, str]]:
-    """The Ray dashboard of the run's RayCluster (or the deployment's) and the headers a request to it needs: the
-    Google token through the API server, and the Ray token (masked first) when the RayCluster has token auth."""
-    from airflow.sdk.log import mask_secret
-
-    from nemo_rl_gke.kube.client import KubeHook, ObjectRef
-    from nemo_rl_gke.raysubmit import kuberay_name, ray_token_headers, ray_token_of, ray_token_secret_path
-
-    kube = KubeHook(spec, hook)
-    address = kube.dashboard(deployment)
-    headers = kube.dashboard_headers(address)
-    if ray_token_source(spec):
-        secret = kube.get(ObjectRef("v1", "Secret", kuberay_name(spec.raycluster_name), spec.namespace))
-        token = ray_token_of(secret, ray_token_secret_path(spec.namespace, spec.raycluster_name))
-        mask_secret(token)
-        headers.update(ray_token_headers(token))
-    return address, headers
 
 
 def run_started_at(context: Context) -> float:
@@ -64,20 +44,6 @@ def run_started_at(context: Context) -> float:
         return started
     dag_run_start = getattr(context.get("dag_run"), "start_date", None)
     return dag_run_start.timestamp() if dag_run_start is not None else time.time()
-
-
-def ray_token_source(spec: RunSpec) -> dict[str, str]:
-    """The trigger kwargs that say where the Ray token is (the Secret's cluster and path, never its value), or none
-    when the recipe's Ray has no token auth (its RayCluster has no ``authOptions``)."""
-    from nemo_rl_gke.raysubmit import ray_token_secret_path
-    from nemo_rl_gke.recipes import load_recipe
-
-    if not load_recipe(spec.recipe).version.ray_token_auth:
-        return {}
-    return {
-        "cluster_path": spec.cluster_path,
-        "ray_token_secret": ray_token_secret_path(spec.namespace, spec.raycluster_name),
-    }
 
 
 class SubmitRayJobOperator(StepOperator):
@@ -105,8 +71,9 @@ class SubmitRayJobOperator(StepOperator):
 
         from nemo_rl_gke.budget import BudgetSpentError, must_save_by, run_budget
         from nemo_rl_gke.deployment import ConnectionNotAllowedError
+        from nemo_rl_gke.ray.hooks import RayJobsHook
         from nemo_rl_gke.rayjobs import job_request
-        from nemo_rl_gke.raysubmit import SecretMissingError, resolve_secrets, submit_once
+        from nemo_rl_gke.raysubmit import SecretMissingError, resolve_secrets
         from nemo_rl_gke.recipes import load_recipe
 
         spec = self.run_spec(context)
@@ -149,12 +116,12 @@ class SubmitRayJobOperator(StepOperator):
             secrets = resolve_secrets(request, password_of, self.deployment)
         except (SecretMissingError, ConnectionNotAllowedError) as exc:
             raise AirflowFailException(str(exc)) from exc
-        address, headers = dashboard(spec, self.hook, self.deployment)
-        self.log.info("Ray dashboard of RayCluster %s via %s", spec.raycluster_name, address.via)
+        ray = RayJobsHook.for_run(spec, self.hook, self.deployment)
+        self.log.info("Ray dashboard of RayCluster %s via %s", spec.raycluster_name, ray.address.via)
         self.log.info("Job %s: %s", request.submission_id, request.entrypoint.splitlines()[-1])
         mark_checkpoint_pending(self, context, spec, spec.final_step)
-        submission = submit_once(request, address.url, headers, secrets, verify=address.verify())
-        return {**submission.to_dict(), "dashboard": address.url, "submitted_at": iso_now()}
+        submission = ray.submit(request, secrets)
+        return {**submission.to_dict(), "dashboard": ray.address.url, "submitted_at": iso_now()}
 
 
 def mark_checkpoint_pending(operator: StepOperator, context: Context, spec: RunSpec, step: int) -> None:
@@ -202,6 +169,7 @@ class RayJobSensor(StepOperator):
     def execute(self, context: Context) -> None:
         """Defer to the trigger that follows the job."""
         from nemo_rl_gke.budget import run_budget
+        from nemo_rl_gke.ray.hooks import RayJobsHook
         from nemo_rl_gke.rayjobs import job_secrets
         from nemo_rl_gke.triggers.rayjob import RayJobTrigger
 
@@ -209,7 +177,7 @@ class RayJobSensor(StepOperator):
         submitted = pull(context, SUBMIT)
         budget = run_budget(spec, self.deployment)
         started = run_started_at(context)
-        address, _ = dashboard(spec, self.hook, self.deployment)
+        address = RayJobsHook.for_run(spec, self.hook, self.deployment).address
         guard = f"K={spec.zero_learning_steps}" if spec.zero_learning_guard else "off"
         self.defer_until(
             context,
@@ -287,13 +255,12 @@ class RayJobSensor(StepOperator):
         from airflow.sdk import BaseHook
 
         from nemo_rl_gke.metrics import LogFollower
+        from nemo_rl_gke.ray.hooks import RayJobsHook
         from nemo_rl_gke.rayjobs import job_secrets
-        from nemo_rl_gke.raysubmit import job_log
         from nemo_rl_gke.redaction import StreamRedactor
 
         try:
-            address, headers = dashboard(spec, self.hook, self.deployment)
-            text = job_log(address.url, headers, submission_id, verify=address.verify())
+            text = RayJobsHook.for_run(spec, self.hook, self.deployment).logs(submission_id)
         except Exception as exc:  # the table is a convenience: the run's outcome does not depend on it
             self.log.warning("The per-step table could not be read from job %s's log: %s", submission_id, exc)
             return None

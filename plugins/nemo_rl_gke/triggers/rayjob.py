@@ -1,7 +1,8 @@
 """The trigger that follows the GRPO Ray job: status, live driver log, step metrics, zero-learning guard, timeout.
 
-It polls the Jobs REST API (``GET /api/jobs/{id}``) with aiohttp only, reads the driver log where it is new (Ray's
-``/logs/tail`` websocket, or whole ``/logs`` downloads where no websocket gets through: :mod:`.joblog`), writes each
+It polls the Jobs REST API (``GET /api/jobs/{id}``) through the async Ray Jobs hook (aiohttp only), reads the driver
+log where it is new (Ray's ``/logs/tail`` websocket, or whole ``/logs`` downloads where no websocket gets through:
+:meth:`~nemo_rl_gke.ray.async_hooks.RayJobsAsyncHook.logs`), writes each
 new driver-log line into the task log as it arrives (vLLM progress bars collapsed), parses NeMo RL's step metrics,
 and ends with exactly one event, small whatever the job's length (Airflow logs it as one line)::
 
@@ -30,18 +31,13 @@ log is split into lines, so no line break, chunk boundary or display cut can sho
 from __future__ import annotations
 
 import asyncio
-import json
-import ssl
 import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-import aiohttp
 from airflow.providers.common.compat.connection import get_async_connection
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from nemo_rl_gke.gcp.async_hooks import GcpAsyncHook
-from nemo_rl_gke.kube.async_client import AsyncKubeHook
 from nemo_rl_gke.kube.client import KubeApiError, is_kube_transient
 from nemo_rl_gke.metrics import (
     LogFollower,
@@ -53,9 +49,9 @@ from nemo_rl_gke.metrics import (
     saved_after,
     stall_after,
 )
-from nemo_rl_gke.raysubmit import ray_token_headers, ray_token_of
+from nemo_rl_gke.ray.async_hooks import RayJobsApiError, RayJobsAsyncHook, RayJobsTransientError
+from nemo_rl_gke.ray.hooks import RayTlsError
 from nemo_rl_gke.redaction import StreamRedactor
-from nemo_rl_gke.triggers.joblog import StreamRefused, TailStream
 from nemo_rl_gke.triggers.operations import backoff_delay
 
 CLASSPATH = "nemo_rl_gke.triggers.rayjob.RayJobTrigger"
@@ -134,11 +130,17 @@ class RayJobTrigger(BaseTrigger):
         self.ca_pem = ca_pem
         self.cluster_path = cluster_path
         self.ray_token_secret = ray_token_secret
-        self._ray_headers: dict[str, str] = {}
         self.log_stream = bool(log_stream)
-        self._stream: TailStream | None = None
-        # Log bytes fetched by whole-log downloads (the stream counts its own): what bench/log_follow.py measures.
-        self.download_bytes = 0
+        # The HTTP side: built from these kwargs, no I/O until run() (the tokens are fetched there, never passed in).
+        self._ray = RayJobsAsyncHook(
+            self.address,
+            needs_token=needs_token,
+            gcp_conn_id=gcp_conn_id,
+            ca_pem=ca_pem,
+            cluster_path=cluster_path,
+            ray_token_secret=ray_token_secret,
+            log_stream=self.log_stream,
+        )
         self._converged_logged = False
         self.budget_deadline = float(budget_deadline)
         self.run_started_at = float(run_started_at) or self.started_at
@@ -185,9 +187,7 @@ class RayJobTrigger(BaseTrigger):
         registers the passwords with the masker); the follower gets it before it reads any log text."""
         values: list[str] = []
         if self.ray_token_secret:
-            token = await self._ray_token()
-            values.append(token)
-            self._ray_headers = ray_token_headers(token)
+            values.append(await self._ray_token())
         for conn_id in self.secret_conn_ids:
             try:
                 password = (await get_async_connection(conn_id)).password
@@ -199,91 +199,31 @@ class RayJobTrigger(BaseTrigger):
         self.follower = LogFollower(redactor=self._redactor)
 
     async def _ray_token(self) -> str:
-        """The Ray token from KubeRay's Secret, through the cluster's API (async; transient errors retried a few
-        times; raises RayTokenMissingError or KubeApiError)."""
+        """The Ray token from KubeRay's Secret, read by the hook, which sends it from then on (transient errors
+        retried a few times; raises RayTokenMissingError or KubeApiError)."""
         for attempt in range(1, RAY_TOKEN_ATTEMPTS + 1):
             try:
-                async with AsyncKubeHook(self.gcp_conn_id, self.cluster_path) as kube:
-                    secret = await kube.get(self.ray_token_secret)
-                return ray_token_of(secret, self.ray_token_secret)
+                return await self._ray.read_ray_token()
             except KubeApiError as exc:
                 if attempt == RAY_TOKEN_ATTEMPTS or not is_kube_transient(exc):
                     raise
                 await asyncio.sleep(backoff_delay(attempt, self.poll_interval))
         raise AssertionError("unreachable")
 
-    def _ssl_context(self) -> ssl.SSLContext | None:
-        """The TLS check against the cluster's own CA when there is one (None: the system's CAs)."""
-        return ssl.create_default_context(cadata=self.ca_pem) if self.ca_pem else None
-
-    def _session(self, timeout: aiohttp.ClientTimeout) -> aiohttp.ClientSession:
-        """An HTTP session that verifies TLS: against the cluster's own CA when there is one, else the system's
-        (never switched off)."""
-        context = self._ssl_context()
-        if context is None:
-            return aiohttp.ClientSession(timeout=timeout)
-        return aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(ssl=context))
-
     @property
     def bytes_fetched(self) -> int:
-        """Log bytes fetched so far, by the stream and by whole-log downloads."""
-        return self.download_bytes + (self._stream.bytes_received if self._stream is not None else 0)
-
-    # --- HTTP -----------------------------------------------------------------------------------------------------
-    async def _headers(self, gcp: GcpAsyncHook) -> dict[str, str]:
-        if not self.needs_token:
-            return {"Accept": "application/json", **self._ray_headers}
-        return {**(await gcp.headers()), **self._ray_headers}
-
-    async def _call(self, session: aiohttp.ClientSession, gcp: GcpAsyncHook, method: str, path: str) -> tuple[int, Any]:
-        headers = await self._headers(gcp)
-        async with session.request(method, f"{self.address}{path}", headers=headers) as response:
-            text = await response.text()
-            try:
-                body: Any = await response.json(content_type=None) if text else None
-            except ValueError:
-                body = text
-            return response.status, body
-
-    async def _get_bytes(self, session: aiohttp.ClientSession, gcp: GcpAsyncHook, path: str) -> tuple[int, bytes]:
-        """A GET whose body is left undecoded: decoding a whole log belongs in the worker thread, not on the loop."""
-        headers = await self._headers(gcp)
-        async with session.get(f"{self.address}{path}", headers=headers) as response:
-            return response.status, await response.read()
+        """Log bytes fetched so far, by the stream and by whole-log downloads (what bench/log_follow.py measures)."""
+        return self._ray.bytes_fetched
 
     # --- the log ----------------------------------------------------------------------------------------------------
-    async def _read_log(
-        self, session: aiohttp.ClientSession, gcp: GcpAsyncHook, terminal: bool
-    ) -> tuple[ZeroLearningVerdict | None, int | None]:
-        """Read what is new in the log (the stream, else a whole download) and judge it in a worker thread.
-
-        For a terminal job the stream is read to its end; if Ray does not end it in time, one whole download
-        completes the log (the follower skips what the stream gave).
-        """
-        if self.log_stream and self._stream is None:
-            url = f"{self.address}/api/jobs/{self.submission_id}/logs/tail"
-            self._stream = TailStream(url, lambda: self._headers(gcp), self._ssl_context())
-        if self._stream is not None:
-            try:
-                await self._stream.ensure_open()
-                complete = not terminal or await self._stream.drain()
-                text, start = self._stream.take()
-                result = await asyncio.to_thread(self._take_logs, text, start)
-                if complete:
-                    return result
-            except StreamRefused as exc:
-                self.log.warning("Ray job %s: following its log by whole downloads (%s)", self.submission_id, exc)
-                await self._stream.close()
-                self.download_bytes += self._stream.bytes_received
-                self._stream = None
-                self.log_stream = False
-        status, body = await self._get_bytes(session, gcp, f"/api/jobs/{self.submission_id}/logs")
-        self.download_bytes += len(body)
-        return await asyncio.to_thread(self._take_download, status, body)
-
-    def _take_download(self, status: int, body: bytes) -> tuple[ZeroLearningVerdict | None, int | None]:
-        """:meth:`_take_logs` for a whole-log answer (decoded here, in the worker thread)."""
-        return self._take_logs(_log_text(status, body), None)
+    async def _read_log(self, terminal: bool) -> tuple[ZeroLearningVerdict | None, int | None]:
+        """Read what is new in the log (from the follower's offset on) and judge it in a worker thread. For a
+        terminal job the hook reads the log to its end."""
+        read = await self._ray.logs(self.submission_id, self.follower.offset, to_end=terminal)
+        if read.fallback:
+            self.log.warning("Ray job %s: following its log by whole downloads (%s)", self.submission_id, read.fallback)
+            self.log_stream = False
+        return await asyncio.to_thread(self._take_logs, read.text, read.start)
 
     def _take_logs(self, text: str | None, start: int | None) -> tuple[ZeroLearningVerdict | None, int | None]:
         """Feed log text to the follower, log the new lines, and check the guard. Runs in a worker thread.
@@ -311,19 +251,16 @@ class RayJobTrigger(BaseTrigger):
         for line in self.follower.flush():
             self.log.info("[ray job] %s", line)
 
-    async def _stop(self, session: aiohttp.ClientSession, gcp: GcpAsyncHook) -> str:
+    async def _stop(self) -> str:
         try:
-            status, body = await asyncio.wait_for(
-                self._call(session, gcp, "POST", f"/api/jobs/{self.submission_id}/stop"), STOP_TIMEOUT_S
-            )
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            stopped = await asyncio.wait_for(self._ray.stop(self.submission_id), STOP_TIMEOUT_S)
+        except RayJobsApiError as exc:
+            return f"the stop request answered {exc}"
+        except (RayJobsTransientError, RayTlsError, TimeoutError) as exc:
             return (
                 f"stopping it failed ({type(exc).__name__}: {exc}); stop it by hand: ray job stop {self.submission_id}"
             )
-        stopped = isinstance(body, dict) and body.get("stopped")
-        if status == 200 and stopped:
-            return "the job was stopped"
-        return f"the stop request answered HTTP {status}: {str(body)[:300]}"
+        return "the job was stopped" if stopped else "the stop request answered HTTP 200: it was not running"
 
     # --- events -----------------------------------------------------------------------------------------------------
     async def _event(
@@ -368,7 +305,7 @@ class RayJobTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """Follow the job; every exception becomes an ``error`` event (the job keeps running: a retry resumes it)."""
         try:
-            event = await self._follow()
+            event = await self._poll()
         except Exception as exc:
             self.log.exception("Unexpected error while following Ray job %s", self.submission_id)
             try:
@@ -389,42 +326,25 @@ class RayJobTrigger(BaseTrigger):
                 )
         yield event
 
-    async def _follow(self) -> TriggerEvent:
-        try:
-            return await self._poll()
-        finally:
-            if self._stream is not None:
-                await self._stream.close()
-
     async def _poll(self) -> TriggerEvent:
         failures, job_status = 0, "UNKNOWN"
-        timeout = aiohttp.ClientTimeout(total=60)
         await self._load_secrets()
-        async with GcpAsyncHook(self.gcp_conn_id) as gcp, self._session(timeout) as session:
+        async with self._ray:
             while True:
                 delay = self.poll_interval
                 try:
-                    code, info = await self._call(session, gcp, "GET", f"/api/jobs/{self.submission_id}")
-                    if code == 404:
+                    info = await self._ray.status(self.submission_id)
+                    if info is None:
                         return await self._event("error", f"Ray job {self.submission_id} does not exist", job_status)
-                    if code >= 500 or code in (408, 429):
-                        raise aiohttp.ClientResponseError(None, (), status=code, message=str(info)[:300])  # type: ignore[arg-type]
-                    if code >= 400 or not isinstance(info, dict):
-                        return await self._event(
-                            "error", f"reading Ray job {self.submission_id}: HTTP {code}: {info}", job_status
-                        )
                     job_status = str(info.get("status", "UNKNOWN"))
-                    verdict, saved = await self._read_log(session, gcp, terminal=job_status in TERMINAL)
+                    verdict, saved = await self._read_log(terminal=job_status in TERMINAL)
                     failures = 0
-                except aiohttp.ClientConnectorCertificateError as exc:
+                except RayJobsApiError as exc:
+                    return await self._event("error", f"reading Ray job {self.submission_id}: {exc}", job_status)
+                except RayTlsError as exc:
                     # A wrong CA, or a server that is not the cluster's: waiting cannot fix it.
-                    against = "the cluster's CA" if self.ca_pem else "the system's CAs"
-                    message = (
-                        f"the Ray Jobs API at {self.address} has a TLS certificate that does not verify against "
-                        f"{against}: {exc.certificate_error}"
-                    )
-                    return await self._event("error", message, job_status)
-                except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                    return await self._event("error", str(exc), job_status)
+                except RayJobsTransientError as exc:
                     failures += 1
                     delay = backoff_delay(failures, self.poll_interval)
                     self.log.warning(
@@ -444,7 +364,7 @@ class RayJobTrigger(BaseTrigger):
                             return await self._event("budget", message, job_status, verdict, saved)
                         return await self._event(TERMINAL[job_status], _end_message(info), job_status, verdict)
                     if verdict is not None and verdict.stops_now:
-                        outcome = await self._stop(session, gcp)
+                        outcome = await self._stop()
                         message = f"{verdict.message} Ray job {self.submission_id}: {outcome}."
                         return await self._event("zero_learning", message, job_status, verdict)
                     if verdict is not None and not self._converged_logged:
@@ -454,18 +374,18 @@ class RayJobTrigger(BaseTrigger):
                         self.log.info("%s%s", verdict.message, wait)
                     if saved is not None:
                         assert verdict is not None
-                        outcome = await self._stop(session, gcp)
+                        outcome = await self._stop()
                         message = (
                             f"Converged at step {verdict.decided_at}; checkpoint step {saved} is saved. "
                             f"Ray job {self.submission_id}: {outcome}."
                         )
                         return await self._event("converged", message, job_status, verdict, saved)
-                watched = await self._watch(session, gcp, job_status)
+                watched = await self._watch(job_status)
                 if watched is not None:
                     return watched
                 remaining = self.started_at + self.timeout - time.time()
                 if remaining <= 0:
-                    outcome = await self._stop(session, gcp)
+                    outcome = await self._stop()
                     message = f"Ray job {self.submission_id} ran past the {self.timeout:.0f}s job timeout; {outcome}"
                     return await self._event("timeout", message, job_status)
                 await asyncio.sleep(min(delay, remaining))
@@ -478,7 +398,7 @@ class RayJobTrigger(BaseTrigger):
         usd = (time.time() - self.run_started_at) / 3600.0 * self.usd_per_hour if self.usd_per_hour else None
         return budget_stop_text(done, self.max_steps or done, usd)
 
-    async def _watch(self, session: aiohttp.ClientSession, gcp: GcpAsyncHook, job_status: str) -> TriggerEvent | None:
+    async def _watch(self, job_status: str) -> TriggerEvent | None:
         """The budget and the stall rule on a running job: the event that ends the wait, or None to go on."""
         if job_status in TERMINAL:
             return None
@@ -490,7 +410,7 @@ class RayJobTrigger(BaseTrigger):
         if self.budget_deadline:
             left = self.budget_deadline - now
             if left <= 0:
-                outcome = await self._stop(session, gcp)
+                outcome = await self._stop()
                 saved = newest_save(steps)
                 message = f"{self._budget_text()}: the budget is spent; newest saved step {saved}. "
                 message += f"Ray job {self.submission_id}: {outcome}."
@@ -503,13 +423,13 @@ class RayJobTrigger(BaseTrigger):
             if self._budget_near_index is not None:
                 saved = saved_after(steps, self._budget_near_index)
                 if saved is not None:
-                    outcome = await self._stop(session, gcp)
+                    outcome = await self._stop()
                     message = f"{self._budget_text()}: checkpoint step {saved} is saved. "
                     message += f"Ray job {self.submission_id}: {outcome}."
                     return await self._event("budget", message, job_status, None, saved)
         bound = stall_after(steps, self.stall_after_s)
         if now - self._progress_at >= bound:
-            outcome = await self._stop(session, gcp)
+            outcome = await self._stop()
             done = self.follower.metrics.completed_steps
             at = done[-1].label if done else "0 (no step completed)"
             saved = newest_save(steps)
@@ -523,14 +443,13 @@ class RayJobTrigger(BaseTrigger):
 
     async def on_kill(self) -> None:
         """The user marked the task failed/success or cleared it: stop the job (cleanup() never does)."""
-        timeout = aiohttp.ClientTimeout(total=STOP_TIMEOUT_S)
-        if self.ray_token_secret and not self._ray_headers:
+        if self.ray_token_secret and not self._ray.has_ray_token:
             try:
-                self._ray_headers = ray_token_headers(await self._ray_token())
+                await self._ray_token()
             except Exception as exc:
                 self.log.warning("The Ray token could not be read (%s); stopping without it", type(exc).__name__)
-        async with GcpAsyncHook(self.gcp_conn_id) as gcp, self._session(timeout) as session:
-            outcome = await self._stop(session, gcp)
+        async with self._ray:
+            outcome = await self._stop()
         self.log.warning("The task was killed: Ray job %s: %s", self.submission_id, outcome)
 
 
@@ -554,25 +473,6 @@ def _bounded_tail(lines: list[str]) -> list[str]:
             break
         out.append(clipped)
     return out[::-1]
-
-
-def _log_text(status: int, body: bytes) -> str | None:
-    """The ``logs`` text of a ``GET /api/jobs/{id}/logs`` answer, or None for anything else.
-
-    None, not "": the follower reads a log shorter than what it has seen as a replaced one and would start over,
-    showing every line again, after a single error answer.
-    """
-    if status != 200:
-        return None
-    try:
-        data = json.loads(body)
-    except (ValueError, RecursionError):
-        return None
-    logs = data.get("logs") if isinstance(data, dict) else None
-    if not isinstance(logs, str):
-        return None
-    # JSON may carry lone surrogates ("\udcff" for an undecodable byte), which no log handler can encode.
-    return logs.encode("utf-8", "replace").decode("utf-8")
 
 
 def _end_message(info: dict[str, Any]) -> str:

@@ -19,10 +19,10 @@ from nemo_rl_gke.gcp.hooks import http_status, is_not_found
 from nemo_rl_gke.gcp.resources.drift import Check, diff
 
 if TYPE_CHECKING:
-    from nemo_rl_gke.gcp.api import ApiRequest
     from nemo_rl_gke.gcp.hooks import GcpHook
     from nemo_rl_gke.gcp.operations import OperationRef
     from nemo_rl_gke.ownership import Owner
+    from nemo_rl_gke.plan.api import ApiRequest
     from nemo_rl_gke.spec import RunSpec
 
 log = logging.getLogger(__name__)

@@ -15,6 +15,7 @@ from nemo_rl_gke.ownership import Owner, PendingCheckpoint, owner_from_labels
 
 if TYPE_CHECKING:
     from nemo_rl_gke.gcp.hooks import GcpHook
+    from nemo_rl_gke.plan.api import ApiRequest
 
 
 class LustreInstance(Resource):
@@ -53,6 +54,25 @@ class LustreInstance(Resource):
             lambda: hook.call(hook.lustre_client.delete_instance, request=request, what=f"delete {self.label}")
         )
         return None if operation is None else self._operation(operation.operation.name)
+
+    def export_data(self, hook: GcpHook, request: ApiRequest) -> OperationRef:
+        """``instances.exportData`` with the plan's request
+        (:func:`~nemo_rl_gke.plan.transfers.lustre_export_request`)."""
+        source = request.message.lustre_path.path
+        operation = hook.call(hook.lustre_client.export_data, request=request.message, what=f"export {source}")
+        return OperationRef(
+            "lustre",
+            f"/v1/{operation.operation.name}",
+            LONGRUNNING,
+            f"export {source} -> {request.message.gcs_path.uri}",
+        )
+
+    def import_data(self, hook: GcpHook, request: ApiRequest, *, what: str, label: str) -> OperationRef:
+        """``instances.importData`` with the plan's request (:func:`~nemo_rl_gke.plan.transfers.lustre_import_request`);
+        ``what`` names the call in errors, ``label`` the operation. A transfer already running on the instance refuses
+        it (ABORTED): the hook retries it, bounded."""
+        operation = hook.call(hook.lustre_client.import_data, request=request.message, what=what)
+        return OperationRef("lustre", f"/v1/{operation.operation.name}", LONGRUNNING, label)
 
     def _operation(self, name: str) -> OperationRef:
         return OperationRef("lustre", f"/v1/{name}", LONGRUNNING, self.label)

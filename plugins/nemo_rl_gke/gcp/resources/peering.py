@@ -8,28 +8,23 @@ from typing import TYPE_CHECKING, Any
 from google.cloud import compute_v1
 
 from nemo_rl_gke.gcp.operations import COMPUTE, LONGRUNNING, OperationRef
-from nemo_rl_gke.gcp.peering import (
+from nemo_rl_gke.gcp.resources.base import Resource, absent_on_404
+from nemo_rl_gke.gcp.resources.compute import GlobalAddress
+from nemo_rl_gke.plan.peering import (
     ANY_CONNECTION,
     CONNECTION_NAME,
     PEERING_NAME,
-    PEERING_SERVICE,
-    PROJECT_NUMBER_PLACEHOLDER,
     RANGES_MASK,
     SERVICE_PARENT,
     connection_create_request,
     connection_delete_request,
-    connection_list_request,
     connection_ranges_request,
-    project_request,
 )
-from nemo_rl_gke.gcp.resources.base import Resource, absent_on_404
-from nemo_rl_gke.gcp.resources.compute import GlobalAddress
 
 if TYPE_CHECKING:
-    from nemo_rl_gke.gcp.api import ApiRequest
     from nemo_rl_gke.gcp.hooks import GcpHook
     from nemo_rl_gke.ownership import Owner
-    from nemo_rl_gke.spec import RunSpec
+    from nemo_rl_gke.plan.api import ApiRequest
 
 log = logging.getLogger(__name__)
 
@@ -56,22 +51,17 @@ class PeeringConnection(Resource):
     kind = "peering"
     marker_where = "reserved peering range"
 
-    def __init__(self, spec: RunSpec, owner: Owner, *, key: str, peering_range: GlobalAddress) -> None:
-        super().__init__(
-            spec,
-            owner,
-            key=key,
-            name=f"{spec.network}->{PEERING_SERVICE}",
-            name_param="network",
-            request=connection_create_request(spec, PROJECT_NUMBER_PLACEHOLDER),
-            delete_request=connection_delete_request(spec, PROJECT_NUMBER_PLACEHOLDER),
-        )
+    def __init__(
+        self, *args: Any, lookups: tuple[ApiRequest, ...], peering_range: GlobalAddress, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.lookups = lookups
         self.peering_range = peering_range
 
     @property
     def planned(self) -> list[ApiRequest]:
         """The lookups Service Networking needs first (the project number, existing connections), then the create."""
-        return [project_request(self.spec), connection_list_request(self.spec), self.request]
+        return [*self.lookups, self.request]
 
     def connection(self, hook: GcpHook) -> dict[str, Any] | None:
         """NET's connection to the service, whoever's ranges it holds, or ``None``."""

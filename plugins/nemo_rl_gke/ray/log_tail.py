@@ -9,9 +9,10 @@ proxy passes the upgrade on (kube-apiserver's UpgradeAwareHandler), so one conne
 The state API was no alternative: ``/api/v0/logs/file?submission_id=...`` takes ``lines`` (the last N lines), not an
 offset, and ``/api/v0/logs/stream`` follows the file for ever, with no end that says the log is complete.
 
-A stream that breaks is reopened and resends the log from its start; :meth:`LogFollower.feed_at` skips what was
-read. A proxy or Ray that refuses the upgrade (any 4xx but 408/429, or an answer that is not a websocket) makes
-the follower fall back to whole-log polls, said once in the task log.
+A stream that breaks is reopened and resends the log from its start; the async hook
+(:meth:`~nemo_rl_gke.ray.async_hooks.RayJobsAsyncHook.logs`) skips what was read. A proxy or Ray that refuses the
+upgrade (any 4xx but 408/429, or an answer that is not a websocket) makes the hook fall back to whole-log polls,
+which the trigger says once in the task log.
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ class TailStream:
         self.error = ""
 
     async def ensure_open(self) -> None:
-        """Open the stream unless it runs or has ended; raises :class:`StreamRefused` when it cannot be had."""
+        """Open the stream unless it runs or has ended; raises :class:`StreamRefused` when it cannot be had, and
+        aiohttp's ``ClientConnectorCertificateError`` for a certificate that does not verify."""
         if self.ended or (self._task is not None and not self._task.done()):
             return
         if self._task is not None:
@@ -80,6 +82,8 @@ class TailStream:
                 raise StreamRefused(f"HTTP {exc.status} to the websocket upgrade") from exc
             self._failed(f"HTTP {exc.status}")
             return
+        except aiohttp.ClientConnectorCertificateError:
+            raise  # a certificate that does not verify: no retry can fix it
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             self._failed(f"{type(exc).__name__}: {exc}")
             return

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from google.cloud import compute_v1
 
-from nemo_rl_gke.gcp.api import ApiRequest, collection_path, compute_url, message_body
+from nemo_rl_gke.plan.api import ApiRequest, collection_path, compute_url, message_body
 
 if TYPE_CHECKING:
     from nemo_rl_gke.ownership import Owner

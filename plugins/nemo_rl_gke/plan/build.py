@@ -1,7 +1,9 @@
 """The plan of a run: every GCP request, every manifest, the Ray job and the teardown, in order, creating nothing.
 
-The plan is built from the same request builders, templates and recipe the apply tasks use, so what a reviewer
-reads is what would be sent. Secrets appear only as references to the Airflow connections that hold them.
+The plan is built from the same request builders, templates and recipe the apply tasks use (the GCP requests from
+:mod:`nemo_rl_gke.plan.provision`, which the resources send; the Lustre transfers and the validation job from
+:mod:`nemo_rl_gke.plan.transfers` and :mod:`nemo_rl_gke.plan.validation`, which the checkpoint steps send), so what a
+reviewer reads is what would be sent. Secrets appear only as references to the Airflow connections that hold them.
 """
 
 from __future__ import annotations
@@ -13,16 +15,21 @@ from typing import TYPE_CHECKING, Any
 
 from nemo_rl_gke import topology
 from nemo_rl_gke.ownership import PLANNED_RUN, Owner, lease_key
+from nemo_rl_gke.plan.provision import provision_requests
+from nemo_rl_gke.plan.transfers import lustre_export_request, lustre_import_request
+from nemo_rl_gke.plan.validation import planned_validation_job
 from nemo_rl_gke.rayjobs import RUN_ID_PLACEHOLDER, JobRequest, job_request
 from nemo_rl_gke.recipes import load_recipe
 
 if TYPE_CHECKING:
     from nemo_rl_gke.deployment import Deployment
-    from nemo_rl_gke.gcp.api import ApiRequest
     from nemo_rl_gke.kube.manifests import Manifest
+    from nemo_rl_gke.plan.api import ApiRequest
     from nemo_rl_gke.spec import RunSpec
 
 DEFAULT_DAG_ID = "nemo_rl_grpo_gke"
+# With resume=latest the step the run continues from is known only once the resume step read the lineage.
+LINEAGE_STEP = "<lineage step>"
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,24 @@ class TeardownStep:
 
 
 @dataclass(frozen=True)
+class CheckpointRequests:
+    """What the resume and checkpoint steps send: the import of the lineage's checkpoint into a new Lustre (only with
+    ``resume=latest``), the validation job and the export of the validated step."""
+
+    resume_import: ApiRequest | None
+    validation_job: JobRequest
+    export: ApiRequest
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form for the plan."""
+        return {
+            "resume_import": self.resume_import.to_dict() if self.resume_import else None,
+            "validation_job": self.validation_job.to_dict(),
+            "export": self.export.to_dict(),
+        }
+
+
+@dataclass(frozen=True)
 class Plan:
     """Everything a run would do. Build it with :func:`build_plan`."""
 
@@ -56,6 +81,7 @@ class Plan:
     installer_source: str
     job: JobRequest
     teardown: tuple[TeardownStep, ...]
+    checkpoint: CheckpointRequests
     bounds: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -88,6 +114,7 @@ class Plan:
                 "policy": self.spec.teardown_policy,
                 "steps": [dataclasses.asdict(t) for t in self.teardown],
             },
+            "checkpoint": self.checkpoint.to_dict(),
         }
 
     def to_text(self) -> str:
@@ -147,14 +174,64 @@ class Plan:
             mark = "[delete]" if step.performed else "[keep]  "
             note = f"  ({step.note})" if step.note else ""
             out.append(f"   {n:2}. {mark} {step.action} {step.target}{note}")
-        return "\n".join(out) + "\n"
+        return "\n".join([*out, "", *self._checkpoint_text()]) + "\n"
+
+    def _checkpoint_text(self) -> list[str]:
+        """Section 6: the requests of the resume and checkpoint steps (listed after teardown, which they precede)."""
+        checkpoint = self.checkpoint
+        job = checkpoint.validation_job.to_dict()
+        out = ["6. Resume and checkpoint steps: Lustre transfers (Lustre v1) and the validation Ray job"]
+        if checkpoint.resume_import is not None:
+            out += [
+                "   [train.resume, before the job is submitted; only when this run created Lustre and the lineage "
+                "has a checkpoint]",
+                *_request_text(checkpoint.resume_import),
+            ]
+        out += [
+            "   [checkpoint.validate, after the job: a Ray job on the same cluster, no secrets]",
+            f"   submission_id: {job['submission_id']}",
+            "   entrypoint:",
+            *["     " + line for line in checkpoint.validation_job.entrypoint.splitlines()],
+            "   runtime_env: " + json.dumps(job["runtime_env"]),
+            "   metadata: " + json.dumps(job["metadata"]),
+            "   [checkpoint.export, once the checkpoint is valid]",
+            *_request_text(checkpoint.export),
+        ]
+        return out
+
+
+def _request_text(req: ApiRequest) -> list[str]:
+    """One request as section 1 lists it: the call, then its body."""
+    lines = [f"   {req.http_method} {req.path}  ({req.service} {req.method}: {req.resource})"]
+    if req.body is not None:
+        lines += ["     " + line for line in json.dumps(req.body, indent=2).splitlines()]
+    return lines
 
 
 def gcp_requests(spec: RunSpec, owner: Owner) -> list[PlannedRequest]:
     """Provisioning requests in the topology's creation order, each tagged with its stage."""
-    from nemo_rl_gke.gcp.resources import resources
+    return [PlannedRequest(s.stage, request) for s in provision_requests(spec, owner).values() for request in s.planned]
 
-    return [PlannedRequest(r.stage, request) for r in resources(spec, owner).values() for request in r.planned]
+
+def checkpoint_requests(spec: RunSpec, dag_id: str, run_id: str, job: JobRequest) -> CheckpointRequests:
+    """The requests of the resume and checkpoint steps of the run whose training job is ``job``.
+
+    With ``resume=latest`` the lineage decides the import's source and step, and ``steps_per_run`` the final step:
+    they are shown as placeholders. A run that converges stops at an earlier save, which is then the one validated
+    and exported.
+    """
+    resume_import = None
+    step: int | str = spec.final_step
+    if spec.resume == "latest":
+        source = f"gs://{spec.export_bucket_name}/{dag_id}/<the lineage's run>/"
+        resume_import = lustre_import_request(spec, dag_id, run_id, source, LINEAGE_STEP)
+        if spec.steps_per_run:
+            step = f"<lineage step + {spec.steps_per_run}>"
+    return CheckpointRequests(
+        resume_import=resume_import,
+        validation_job=planned_validation_job(spec, dag_id, run_id, job.submission_id, step),
+        export=lustre_export_request(spec, dag_id, run_id, step),
+    )
 
 
 def _training(spec: RunSpec) -> dict[str, Any]:
@@ -179,10 +256,9 @@ def teardown_steps(spec: RunSpec, manifests: list[Manifest], owner: Owner) -> li
     """Deletions in the topology's teardown order (FACTS §4): the RayCluster, the other Kubernetes objects (each
     group in reverse apply order), Lustre, peering, range, cluster, firewall, subnets, networks. Lustre goes only
     after the checkpoint export succeeded, unless loss is accepted."""
-    from nemo_rl_gke.gcp.resources import resources
     from nemo_rl_gke.kube.manifests import TEMPLATES
 
-    found = resources(spec, owner)
+    found = provision_requests(spec, owner)
     lustre_note = (
         "even if the export failed: accept_checkpoint_loss is true"
         if spec.accept_checkpoint_loss
@@ -197,7 +273,7 @@ def teardown_steps(spec: RunSpec, manifests: list[Manifest], owner: Owner) -> li
                     where = f"{m.namespace}/" if m.namespace else ""
                     steps.append(TeardownStep(teardown.task_id, "DELETE", f"{m.kind} {where}{m.name}", performed))
                 continue
-            req = found[target].delete_request
+            req = found[target].delete
             note = lustre_note if target == topology.LUSTRE else ""
             target_text = f"{req.path} ({req.resource})"
             steps.append(TeardownStep(teardown.task_id, req.http_method, target_text, performed, note))
@@ -223,6 +299,10 @@ def build_plan(
     owner = Owner(deployment.deployment_id, spec.group_id, run)
     recipe = load_recipe(spec.recipe)
     manifests = render_manifests(spec, recipe.image_for(spec), owner)
+    # With resume=latest the step the job checks for is known only once the resume step read the lineage.
+    job = job_request(
+        spec, recipe, dag_id, run_id, deployment, resumed_step=LINEAGE_STEP if spec.resume == "latest" else None
+    )
     return Plan(
         spec=spec,
         dag_id=dag_id,
@@ -230,11 +310,9 @@ def build_plan(
         requests=tuple(gcp_requests(spec, owner)),
         manifests=tuple(manifests),
         installer_source=spec.nccl_installer_source,
-        # With resume=latest the step the job checks for is known only once the resume step read the lineage.
-        job=job_request(
-            spec, recipe, dag_id, run_id, deployment, resumed_step="<lineage step>" if spec.resume == "latest" else None
-        ),
+        job=job,
         teardown=tuple(teardown_steps(spec, manifests, owner)),
+        checkpoint=checkpoint_requests(spec, dag_id, run_id, job),
         bounds=plan_bounds(spec, deployment),
     )
 

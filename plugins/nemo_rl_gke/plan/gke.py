@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from google.cloud import container_v1
 
-from nemo_rl_gke.gcp.api import ApiRequest, message_body
+from nemo_rl_gke.plan.api import ApiRequest, message_body
 
 if TYPE_CHECKING:
     from nemo_rl_gke.ownership import Owner

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from google.cloud import compute_v1
 
-from nemo_rl_gke.gcp.api import (
+from nemo_rl_gke.plan.api import (
     ApiRequest,
     collection_path,
     compute_url,

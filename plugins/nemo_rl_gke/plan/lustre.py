@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from google.cloud import lustre_v1
 
-from nemo_rl_gke.gcp.api import ApiRequest, message_body, with_query
+from nemo_rl_gke.plan.api import ApiRequest, message_body, with_query
 
 if TYPE_CHECKING:
     from nemo_rl_gke.ownership import Owner

@@ -1,0 +1,104 @@
+"""What the plan prints is what the actions send: every create the resources send to the sandbox, and the Lustre
+export and import the checkpoint steps send, carry exactly the body the plan shows for that step (the sandbox's call
+log records the JSON each call came with).
+
+Values only the cloud knows are placeholders in the plan, and filled in here as the run fills them in: the project
+number (Service Networking's network path) and the peering range's CIDR that Google picked.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sandbox.testing import SandboxProcess
+
+from nemo_rl_gke import topology as t
+from nemo_rl_gke.gcp.hooks import GcpHook
+from nemo_rl_gke.gcp.resources import resources
+from nemo_rl_gke.plan.build import build_plan
+from nemo_rl_gke.plan.networks import PEERING_CIDR_PLACEHOLDER
+from nemo_rl_gke.plan.peering import PROJECT_NUMBER_PLACEHOLDER
+from nemo_rl_gke.plan.transfers import import_source, lustre_import_request
+from nemo_rl_gke.spec import RunSpec
+from sandbox import files
+from tests.gcp.conftest import dump, ensure_done, last_seq, wait_for
+
+DAG, RUN = "nemo_rl_grpo_gke", "manual__plan-is-sent"
+
+
+def _sent(sandbox: SandboxProcess, since: int, method: str = "POST") -> list[dict[str, Any]]:
+    """The bodies of the writes the sandbox answered after ``since`` (operation polls are GETs)."""
+    return [c for c in sandbox.calls(since) if c["method"] == method]
+
+
+def _filled(body: Any, number: str, cidr: str) -> Any:
+    text = json.dumps(body).replace(PROJECT_NUMBER_PLACEHOLDER, number).replace(PEERING_CIDR_PLACEHOLDER, cidr)
+    return json.loads(text)
+
+
+def _container_messages(message: Any, path: str, sent: Any, printed: Any) -> tuple[Any, Any]:
+    """The GKE creates as messages: the plan prints gcloud's JSON (enums by name, ``parent`` repeated in the body,
+    some zero values explicit), while the google-cloud-container client sends proto JSON (enums by number, the path's
+    ``parent`` not repeated, zeros left out). Decoded, both must be the same request."""
+    cls = type(message)
+    decoded = cls.from_json(json.dumps(sent))
+    decoded.parent = path.removeprefix("/v1/").rsplit("/", 1)[0]  # the client sends it in the path only
+    return decoded, cls.from_json(json.dumps(printed))
+
+
+def test_every_create_and_the_lustre_transfers_send_the_plans_bodies(
+    sandbox: SandboxProcess, hook: GcpHook, spec: RunSpec
+) -> None:
+    sandbox.seed_reservation(spec.project, spec.zone, spec.reservation, spec.effective_machine_type, 4)
+    sandbox.seed_bucket(spec.project)
+    plan = build_plan(spec, dag_id=DAG, run_id=RUN)
+    # The plan as it prints it (--format json): each step's create, by the object it names.
+    printed = plan.to_dict()
+    planned = {r["resource"]: r for r in printed["gcp_requests"] if r["http_method"] == "POST"}
+    found = resources(spec, plan.owner)
+    number = hook.project_number(spec.project)
+
+    compared = 0
+    for key, resource in found.items():
+        since = last_seq(sandbox)
+        ensure_done(resource, hook)
+        [create] = [c for c in _sent(sandbox, since) if c["operations"]]
+        cidr = ""
+        if key == t.LUSTRE_FW:
+            address = found[t.PEERING_RANGE].get(hook) or {}
+            cidr = f"{address['address']}/{address['prefixLength']}"
+        request = planned[resource.request.resource]
+        expected = _filled(request["body"], number, cidr)
+        # The query carries ids the run picks (requestId) besides the plan's (instanceId).
+        assert create["path"] == _filled(request["path"].split("?")[0], number, cidr), key
+        sent = create["body"]
+        if resource.request.service == "container":
+            sent, expected = _container_messages(resource.request.message, create["path"], sent, expected)
+        assert sent == expected, f"{key}: sent\n{dump(create['body'])}\nplanned\n{dump(expected)}"
+        compared += 1
+    assert compared == len(found)
+
+    # The export of the run's final step: the checkpoint is on Lustre, the body is the plan's section 6.
+    step = spec.final_step
+    step_dir = files.lustre_dir(sandbox.state_dir, spec.project, spec.zone, spec.lustre_name)
+    step_dir = step_dir / spec.checkpoint_lustre_path(step).lstrip("/")
+    step_dir.mkdir(parents=True)
+    (step_dir / "training_info.json").write_text(json.dumps({"current_step": step}))
+    lustre = found[t.LUSTRE]
+    since = last_seq(sandbox)
+    assert not wait_for(hook, lustre.export_data(hook, plan.checkpoint.export)).failed
+    [export] = _sent(sandbox, since)
+    assert export["path"] == printed["checkpoint"]["export"]["path"]
+    assert export["body"] == printed["checkpoint"]["export"]["body"]
+    assert export["body"]["requestId"].count("-") == 4  # a real uuid5, stable per run and step
+
+    # The resume of a later run on a new Lustre imports that export's run prefix into "/" (the plan's builder).
+    uri = spec.export_uri(DAG, RUN, step)
+    request = lustre_import_request(spec, DAG, "scheduled__next", import_source(spec, uri, step), step)
+    since = last_seq(sandbox)
+    ref = lustre.import_data(hook, request, what="import", label="import")
+    assert not wait_for(hook, ref).failed
+    [sent] = _sent(sandbox, since)
+    assert sent["path"] == request.path and sent["body"] == request.body
+    assert sent["body"]["gcsPath"]["uri"] == spec.export_prefix(DAG, RUN)
