@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from nemo_rl_gke.recipes import CONF_KEYS, RecipeError, accepted, clip
 from nemo_rl_gke.rules import Violation, rule
+from nemo_rl_gke.run.steps import COUNTS, MAX_COUNT, config_count, effective_config, step_budget
 
 if TYPE_CHECKING:
     from nemo_rl_gke.recipes import Entry, Protected, Recipe
@@ -24,21 +25,6 @@ NEMO = "nemo-rl"
 TP_ENV = "NRL_IGNORE_TP_ACCURACY_CHECK"
 # Keys the RunSpec owns: an extra override of one would make the plan, the cluster and the job disagree.
 BOUND_KEYS = CONF_KEYS
-# Sizes the rules compute with, each with its default when absent or null (None: required). Each must be a
-# positive integer in the effective config, or nemo.config-integers reports it and the arithmetic rules stay silent.
-COUNTS: dict[str, int | None] = {
-    "cluster.num_nodes": None,
-    "cluster.gpus_per_node": None,
-    "grpo.num_prompts_per_step": None,
-    "grpo.num_generations_per_prompt": None,
-    "policy.train_global_batch_size": None,
-    "policy.dtensor_cfg.tensor_parallel_size": 1,
-    "policy.dtensor_cfg.context_parallel_size": 1,
-    "policy.generation.vllm_cfg.tensor_parallel_size": 1,
-    "policy.generation.vllm_cfg.pipeline_parallel_size": 1,
-}
-# Beyond a C int no size is meaningful, and bounded numbers keep every rule's arithmetic cheap.
-MAX_COUNT = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -56,68 +42,6 @@ class Layout:
     def error(self) -> bool:
         """Whether NeMo RL would refuse this split at setup."""
         return bool(self.problem)
-
-
-@dataclass(frozen=True)
-class StepBudget:
-    """How many GRPO steps the job runs: ``max_steps``, or fewer when the dataset's epochs run out first.
-
-    NeMo RL's loop ends at ``grpo.max_num_steps`` or after ``grpo.max_num_epochs`` passes over a dataloader of
-    ``num_prompts_per_step`` prompts a batch with the last partial batch dropped, whichever comes first.
-    """
-
-    max_steps: int
-    train_examples: int
-    prompts_per_step: int
-    max_epochs: int
-    dataset: str = ""
-
-    @property
-    def steps_per_epoch(self) -> int:
-        """Full batches of prompts in one pass over the training split."""
-        return self.train_examples // self.prompts_per_step
-
-    @property
-    def epoch_cap(self) -> int:
-        """The most steps the dataset allows."""
-        return self.steps_per_epoch * self.max_epochs
-
-    @property
-    def effective(self) -> int:
-        """The steps the job will run."""
-        return min(self.max_steps, self.epoch_cap)
-
-    @property
-    def capped(self) -> bool:
-        """Whether the epoch cap cuts ``max_steps``."""
-        return self.epoch_cap < self.max_steps
-
-    def explain(self) -> str:
-        """The arithmetic, for the validate log and the plan."""
-        dataset = f" of {self.dataset}" if self.dataset else ""
-        arithmetic = (
-            f"{self.train_examples} training examples{dataset} / {self.prompts_per_step} prompts per step = "
-            f"{self.steps_per_epoch} steps per epoch x grpo.max_num_epochs {self.max_epochs} = {self.epoch_cap}"
-        )
-        if not self.capped:
-            return f"{self.effective} steps (max_steps; the epoch cap is {arithmetic})"
-        return (
-            f"{self.effective} steps, not max_steps={self.max_steps}: the epoch cap is {arithmetic}. The job stops "
-            f"at step {self.effective} and that checkpoint is the one validated and exported; to train longer raise "
-            "grpo.max_num_epochs in extra_overrides"
-        )
-
-
-def step_budget(spec: RunSpec, recipe: Recipe) -> StepBudget | None:
-    """The run's step budget, or None when the effective config or the dataset's size is unknown."""
-    cfg = _effective(spec, recipe)
-    if cfg is None:
-        return None
-    examples = recipe.train_example_count(spec, cfg)
-    epochs = cfg.get("grpo.max_num_epochs")
-    if examples is None or isinstance(epochs, bool) or not isinstance(epochs, int) or not 1 <= epochs <= MAX_COUNT:
-        return None
-    return StepBudget(spec.max_steps, examples, cfg["grpo.num_prompts_per_step"], epochs, recipe.dataset)
 
 
 def layout(cfg: dict[str, Any]) -> Layout:
@@ -151,22 +75,12 @@ def layout(cfg: dict[str, Any]) -> Layout:
     return Layout(False, nodes, gpn, (nodes - gen_nodes) * gpn, gen_nodes * gpn)
 
 
-def _count(cfg: dict[str, Any], key: str) -> int | None:
-    """A size from the effective config: its default when absent or null, None when it is not a valid count."""
-    value = cfg.get(key)
-    if value is None:
-        return COUNTS.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
-        return None
-    return value
-
-
 def _tp(cfg: dict[str, Any]) -> int:
-    return _count(cfg, "policy.dtensor_cfg.tensor_parallel_size") or 1
+    return config_count(cfg, "policy.dtensor_cfg.tensor_parallel_size") or 1
 
 
 def _cp(cfg: dict[str, Any]) -> int:
-    return _count(cfg, "policy.dtensor_cfg.context_parallel_size") or 1
+    return config_count(cfg, "policy.dtensor_cfg.context_parallel_size") or 1
 
 
 def data_parallel(cfg: dict[str, Any]) -> int:
@@ -176,21 +90,6 @@ def data_parallel(cfg: dict[str, Any]) -> int:
     if lay.error or lay.train_gpus % model_parallel:
         return 0
     return lay.train_gpus // model_parallel
-
-
-def _effective(spec: RunSpec, recipe: Recipe) -> dict[str, Any] | None:
-    """The effective config when every size the rules compute with is a valid count, else None.
-
-    Bad sizes are reported once, by nemo.config-integers; the arithmetic rules stay silent rather than divide by
-    zero or mislead.
-    """
-    try:
-        cfg = recipe.effective_config(spec)
-    except RecipeError:
-        return None  # the base config itself is broken
-    if any(_count(cfg, key) is None for key in COUNTS):
-        return None
-    return cfg
 
 
 @rule(
@@ -251,7 +150,7 @@ def step_budget_fits(spec: RunSpec, recipe: Recipe) -> Iterator[Violation]:
 )
 def world_size(spec: RunSpec, recipe: Recipe) -> Iterator[Violation]:
     """Non-colocated generation takes whole nodes (or, on one node, some of its GPUs); training gets the rest."""
-    cfg = _effective(spec, recipe)
+    cfg = effective_config(spec, recipe)
     if cfg is None:
         return
     lay = layout(cfg)
@@ -275,7 +174,7 @@ def world_size(spec: RunSpec, recipe: Recipe) -> Iterator[Violation]:
 )
 def dtensor_tp_divides(spec: RunSpec, recipe: Recipe) -> Iterator[Violation]:
     """lm_policy.py refuses a training world that is not a multiple of TP x CP."""
-    cfg = _effective(spec, recipe)
+    cfg = effective_config(spec, recipe)
     if cfg is None or layout(cfg).error:
         return
     lay, model_parallel = layout(cfg), _tp(cfg) * _cp(cfg)
@@ -298,12 +197,12 @@ def dtensor_tp_divides(spec: RunSpec, recipe: Recipe) -> Iterator[Violation]:
 )
 def vllm_tp_divides(spec: RunSpec, recipe: Recipe) -> Iterator[Violation]:
     """vllm_generation.py needs the generation world to be a multiple of TP x PP."""
-    cfg = _effective(spec, recipe)
+    cfg = effective_config(spec, recipe)
     if cfg is None or layout(cfg).error:
         return
     lay = layout(cfg)
-    pp = _count(cfg, "policy.generation.vllm_cfg.pipeline_parallel_size") or 1
-    tp = _count(cfg, "policy.generation.vllm_cfg.tensor_parallel_size") or 1
+    pp = config_count(cfg, "policy.generation.vllm_cfg.pipeline_parallel_size") or 1
+    tp = config_count(cfg, "policy.generation.vllm_cfg.tensor_parallel_size") or 1
     if lay.generation_gpus % (tp * pp):
         yield Violation(
             ("vllm_tp",),
@@ -344,7 +243,7 @@ def tp_divides_heads(spec: RunSpec, recipe: Recipe) -> Iterator[Violation]:
 )
 def batch_multiple(spec: RunSpec, recipe: Recipe) -> Iterator[Violation]:
     """shard_by_batch_size asserts it at the first training step, after a whole generation pass."""
-    cfg = _effective(spec, recipe)
+    cfg = effective_config(spec, recipe)
     if cfg is None:
         return
     prompts, generations = cfg["grpo.num_prompts_per_step"], cfg["grpo.num_generations_per_prompt"]
@@ -382,7 +281,7 @@ def _next_multiple(prompts: int, gbs: int, generations: int) -> int:
 )
 def batch_divisible_by_dp(spec: RunSpec, recipe: Recipe) -> Iterator[Violation]:
     """Each DP rank gets train_global_batch_size / DP samples; NeMo RL asserts it at the first training step."""
-    cfg = _effective(spec, recipe)
+    cfg = effective_config(spec, recipe)
     if cfg is None:
         return
     dp = data_parallel(cfg)
@@ -412,7 +311,7 @@ def batch_divisible_by_dp(spec: RunSpec, recipe: Recipe) -> Iterator[Violation]:
 )
 def tp_micro_logprob(spec: RunSpec, recipe: Recipe) -> Iterator[Violation]:
     """lm_policy.py (v0.6.0+) asserts it when the policy is built, unless the check is switched off."""
-    cfg = _effective(spec, recipe)
+    cfg = effective_config(spec, recipe)
     if cfg is None or not recipe.version.tp_accuracy_check or _tp(cfg) < 4:
         return
     micro, logprob = cfg.get("policy.train_micro_batch_size"), cfg.get("policy.logprob_batch_size")
@@ -596,7 +495,7 @@ def config_integers(spec: RunSpec, recipe: Recipe) -> Iterator[Violation]:
         return
     protected = recipe.protected_keys(spec)
     for key in COUNTS:
-        if _count(cfg, key) is not None:
+        if config_count(cfg, key) is not None:
             continue
         setters = [e for e in entries if e.override is not None and e.override.touches(key) and accepted(e, protected)]
         params: tuple[str, ...] = ("recipe",)

@@ -532,7 +532,7 @@ def _strings(value: Any) -> list[str]:
 def _render_entries(templates: tuple[str, ...], spec: RunSpec) -> tuple[Entry, ...]:
     out: list[Entry] = []
     for template in templates:
-        fields, reads_spec = _template_reads(template)
+        fields, reads_spec = _template_reads(template, type(spec))
         params = fields or ("recipe",)
         shown: Any = getattr(spec, fields[0], template) if len(fields) == 1 else template
         try:
@@ -585,16 +585,14 @@ def _template(source: str) -> Any:
 
 
 @lru_cache(maxsize=256)
-def _template_reads(source: str) -> tuple[tuple[str, ...], bool]:
+def _template_reads(source: str, spec_type: type[RunSpec]) -> tuple[tuple[str, ...], bool]:
     """The RunSpec fields a template reads (its conf parameters), and whether it reads the RunSpec at all."""
     from jinja2 import nodes
-
-    from nemo_rl_gke.spec import RunSpec
 
     tree = _jinja().parse(source)
     reads = any(n.name == "spec" for n in tree.find_all(nodes.Name))
     attrs = [n.attr for n in tree.find_all(nodes.Getattr) if isinstance(n.node, nodes.Name) and n.node.name == "spec"]
-    fields = tuple(dict.fromkeys(a for a in attrs if a in RunSpec.__dataclass_fields__))
+    fields = tuple(dict.fromkeys(a for a in attrs if a in spec_type.__dataclass_fields__))
     return fields, reads
 
 

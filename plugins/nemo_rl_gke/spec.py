@@ -21,6 +21,8 @@ from typing import Any
 
 from nemo_rl_gke.findings import CREDENTIAL_VALUE, REDACTED, ConfError, Finding, looks_like_secret, shown
 from nemo_rl_gke.paths import recipe_names
+from nemo_rl_gke.recipes import load_recipe
+from nemo_rl_gke.run.steps import step_budget
 from nemo_rl_gke.topology import CHECKPOINT, POLICIES, RDMA_SUBNET_COUNT, STOP_POINTS
 
 SECTION_RUN = "Run"
@@ -989,10 +991,7 @@ class RunSpec:
     @property
     def final_step(self) -> int:
         """The step the run's last checkpoint is saved at: NeMo RL saves at its last step, ``max_steps`` or the
-        recipe dataset's epoch cap when that comes first (:class:`~nemo_rl_gke.nemo_rules.StepBudget`)."""
-        from nemo_rl_gke.nemo_rules import step_budget
-        from nemo_rl_gke.recipes import load_recipe
-
+        recipe dataset's epoch cap when that comes first (:class:`~nemo_rl_gke.run.steps.StepBudget`)."""
         budget = step_budget(self, load_recipe(self.recipe))
         return budget.effective if budget is not None and budget.epoch_cap else self.max_steps
 

@@ -46,9 +46,9 @@ class ValidateConfOperator(StepOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         """Validate the run's conf; return the full spec as a JSON conf."""
         from nemo_rl_gke.findings import format_findings
-        from nemo_rl_gke.nemo_rules import step_budget
         from nemo_rl_gke.preflight import check_conf
         from nemo_rl_gke.recipes import load_recipe, notices_of
+        from nemo_rl_gke.run.steps import step_budget
 
         spec, findings = check_conf(run_conf(context), self.deployment)
         if spec is None:

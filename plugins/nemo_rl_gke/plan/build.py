@@ -236,7 +236,7 @@ def checkpoint_requests(spec: RunSpec, dag_id: str, run_id: str, job: JobRequest
 
 def _training(spec: RunSpec) -> dict[str, Any]:
     """The step budget: what max_steps asks, what the recipe dataset's epochs allow, and the steps the job runs."""
-    from nemo_rl_gke.nemo_rules import step_budget
+    from nemo_rl_gke.run.steps import step_budget
 
     budget = step_budget(spec, load_recipe(spec.recipe))
     if budget is None:
@@ -246,7 +246,7 @@ def _training(spec: RunSpec) -> dict[str, Any]:
 
 def _training_text(spec: RunSpec) -> str:
     """The step budget in a line."""
-    from nemo_rl_gke.nemo_rules import step_budget
+    from nemo_rl_gke.run.steps import step_budget
 
     budget = step_budget(spec, load_recipe(spec.recipe))
     return budget.explain() if budget else f"max_steps={spec.max_steps} (the dataset's size is unknown)"
