@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import html
 import logging
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,8 +40,9 @@ from urllib.parse import quote
 from airflow.sdk import BaseNotifier
 
 from nemo_rl_gke import costs, outcomes, topology
-from nemo_rl_gke.deployment import CONN_ID, ENV_PREFIX, SECTION, is_loopback_url
+from nemo_rl_gke.deployment import ENV_PREFIX, SECTION, is_loopback_url
 from nemo_rl_gke.run import task_states as ts
+from nemo_rl_gke.run.alert_settings import AlertSettings
 from nemo_rl_gke.topology import Cost
 
 if TYPE_CHECKING:
@@ -67,60 +67,21 @@ RUNNING_NAMES = 3  # the text names this many resources per state (the payload l
 SLACK_CONN_TYPES = ("slackwebhook", "slack")
 
 
-class AlertSettingsError(ValueError):
-    """A schedule's alert settings are malformed."""
+def dag_deadline(settings: AlertSettings) -> DeadlineAlert | None:
+    """The DAG's ``DeadlineAlert`` (None without ``deadline_hours``): :func:`notify_deadline` in the triggerer,
+    ``deadline_hours`` after the run was queued. Only ids and numbers go in its kwargs: they are stored."""
+    if settings.deadline_hours is None:
+        return None
+    from airflow.sdk import AsyncCallback, DeadlineAlert, DeadlineReference
 
-
-@dataclass(frozen=True)
-class AlertSettings:
-    """What a DAG's alerts do: where they go and whether a run has a deadline.
-
-    :param connections: alert connection ids; empty means every one of the deployment's ``alert_conn_ids``. Ids
-        the deployment does not allow are dropped with an error in the log when an alert is sent.
-    :param deadline_hours: hours after a run is queued by which it should be done; past it, a deadline alert is
-        sent (once; nothing if the run ends first). None: no deadline alert.
-    """
-
-    connections: tuple[str, ...] = ()
-    deadline_hours: float | None = None
-
-    def __post_init__(self) -> None:
-        if isinstance(self.connections, str) or not isinstance(self.connections, Sequence):
-            raise AlertSettingsError(
-                f"alerts.connections={self.connections!r}: must be a list of connection ids. Fix: write a list, "
-                f"e.g. [alert_webhook], or leave it out for every connection in [{SECTION}] alert_conn_ids"
-            )
-        for conn_id in self.connections:
-            if not isinstance(conn_id, str) or not CONN_ID.fullmatch(conn_id):
-                raise AlertSettingsError(
-                    f"alerts.connections: {str(conn_id)[:80]!r} is not a connection id (1-250 letters, digits, "
-                    f"'_', '.' or '-'). Fix: name connections listed in the deployment's [{SECTION}] alert_conn_ids"
-                )
-        object.__setattr__(self, "connections", tuple(dict.fromkeys(self.connections)))
-        hours = self.deadline_hours
-        if hours is not None and (
-            isinstance(hours, bool) or not isinstance(hours, (int, float)) or not math.isfinite(hours) or hours <= 0
-        ):
-            raise AlertSettingsError(
-                f"alerts.deadline_hours={hours!r}: must be a number of hours greater than 0. Fix: set how many hours "
-                "after it is queued a run should be done (e.g. 6), or leave it out for no deadline alert"
-            )
-
-    def deadline_alert(self) -> DeadlineAlert | None:
-        """The DAG's ``DeadlineAlert`` (None without ``deadline_hours``): :func:`notify_deadline` in the triggerer,
-        ``deadline_hours`` after the run was queued. Only ids and numbers go in its kwargs: they are stored."""
-        if self.deadline_hours is None:
-            return None
-        from airflow.sdk import AsyncCallback, DeadlineAlert, DeadlineReference
-
-        return DeadlineAlert(
-            reference=DeadlineReference.DAGRUN_QUEUED_AT,
-            interval=timedelta(hours=self.deadline_hours),
-            callback=AsyncCallback(
-                notify_deadline,
-                kwargs={"connections": list(self.connections), "deadline_hours": float(self.deadline_hours)},
-            ),
-        )
+    return DeadlineAlert(
+        reference=DeadlineReference.DAGRUN_QUEUED_AT,
+        interval=timedelta(hours=settings.deadline_hours),
+        callback=AsyncCallback(
+            notify_deadline,
+            kwargs={"connections": list(settings.connections), "deadline_hours": float(settings.deadline_hours)},
+        ),
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------

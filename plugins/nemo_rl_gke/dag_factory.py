@@ -13,7 +13,7 @@ from typing import Any
 from airflow.sdk import DAG, Asset, BaseOperator, TaskGroup, TriggerRule
 
 from nemo_rl_gke import topology
-from nemo_rl_gke.alerts import AlertSettings, RunAlertNotifier, record_failure
+from nemo_rl_gke.alerts import RunAlertNotifier, dag_deadline, record_failure
 from nemo_rl_gke.dag_params import build_params
 from nemo_rl_gke.docs import GROUP_DOCS
 from nemo_rl_gke.operators.checkpoint import ExportCheckpointOperator, ResumeOperator, ValidateCheckpointOperator
@@ -28,6 +28,7 @@ from nemo_rl_gke.operators.preflight import (
 )
 from nemo_rl_gke.operators.rayjob import RayJobSensor, SubmitRayJobOperator
 from nemo_rl_gke.operators.report import RunReportOperator
+from nemo_rl_gke.run.alert_settings import AlertSettings
 from nemo_rl_gke.topology import Op
 
 OPERATORS: dict[Op, type[BaseOperator]] = {
@@ -118,7 +119,7 @@ def build_dag(
     no deadline); ``dag_kwargs`` go to DAG.
     """
     alerts = alerts or AlertSettings()
-    deadline = alerts.deadline_alert()
+    deadline = dag_deadline(alerts)
     if deadline is not None:
         dag_kwargs["deadline"] = deadline
     # Runs of one run group queue on its lease (on the cloud side, so across Airflows too); runs of different

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nemo_rl_gke.alerts import AlertSettings, AlertSettingsError
+from nemo_rl_gke.run.alert_settings import AlertSettings, AlertSettingsError
 from nemo_rl_gke.spec import RunSpec, conf_findings
 
 DAG_PREFIX = "nemo_rl_grpo_gke__"

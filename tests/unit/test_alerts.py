@@ -22,11 +22,10 @@ from nemo_rl_gke import alerts, outcomes
 from nemo_rl_gke import topology as t
 from nemo_rl_gke.alerts import (
     Alert,
-    AlertSettings,
-    AlertSettingsError,
     LiveFacts,
     RunAlertNotifier,
     current_stage,
+    dag_deadline,
     deadline_alert,
     error_line,
     failure_alert,
@@ -41,6 +40,7 @@ from nemo_rl_gke.costs import DEFAULT_GPU_HOUR_PRICES_USD
 from nemo_rl_gke.dag_factory import build_dag
 from nemo_rl_gke.deployment import Deployment, DeploymentError
 from nemo_rl_gke.report import RunInputs, TaskTiming, build_report
+from nemo_rl_gke.run.alert_settings import AlertSettings, AlertSettingsError
 from nemo_rl_gke.spec import RunSpec
 from tests.webhook import Receiver, webhook_receiver
 
@@ -71,7 +71,7 @@ def webhook(monkeypatch: pytest.MonkeyPatch) -> Iterator[Receiver]:
 def test_alert_settings_default_to_every_deployment_connection_and_no_deadline() -> None:
     settings = AlertSettings()
     assert settings.connections == () and settings.deadline_hours is None
-    assert settings.deadline_alert() is None
+    assert dag_deadline(settings) is None
     assert AlertSettings(["a", "b", "a"], 6).connections == ("a", "b")
 
 

@@ -63,8 +63,8 @@ def resume_point(spec: RunSpec, lineage: list[dict[str, Any]]) -> ResumePoint:
 def check_resume_budget(spec: RunSpec, start: int, max_steps: int) -> str:
     """The step budget in words; raises :class:`ResumeBudgetError` for a run that would train nothing, or that the
     recipe dataset's epoch cap would cut."""
-    from nemo_rl_gke.run.steps import step_budget
     from nemo_rl_gke.recipes import load_recipe
+    from nemo_rl_gke.run.steps import step_budget
 
     if max_steps <= start:
         raise ResumeBudgetError(
