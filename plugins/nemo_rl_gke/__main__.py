@@ -13,7 +13,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from nemo_rl_gke.deployment import SETTINGS_DOC, Deployment, settings_markdown
+from nemo_rl_gke.docs import params_markdown, refresh_docs, rules_markdown
 from nemo_rl_gke.findings import format_findings
+from nemo_rl_gke.preflight import check_conf
+from nemo_rl_gke.recipes import notices_of
+from nemo_rl_gke.spec import default_conf, spec_fields
 
 
 def _load_conf(path: str) -> dict[str, Any]:
@@ -25,10 +30,6 @@ def _load_conf(path: str) -> dict[str, Any]:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from nemo_rl_gke.deployment import Deployment
-    from nemo_rl_gke.preflight import check_conf
-    from nemo_rl_gke.recipes import notices_of
-
     spec, findings = check_conf(_load_conf(args.conf), Deployment.from_env())
     notices = notices_of(spec)
     if args.format == "json":
@@ -44,9 +45,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from nemo_rl_gke.deployment import Deployment
+    # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
     from nemo_rl_gke.plan.build import build_plan
-    from nemo_rl_gke.preflight import check_conf
 
     deployment = Deployment.from_env()
     spec, findings = check_conf(_load_conf(args.conf), deployment)
@@ -59,8 +59,6 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_params(args: argparse.Namespace) -> int:
-    from nemo_rl_gke.spec import default_conf, spec_fields
-
     defaults = default_conf()
     rows = [
         {"name": f.name, "section": f.metadata["section"], "default": defaults[f.name], **f.metadata["schema"]}
@@ -70,8 +68,6 @@ def _cmd_params(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     if args.format == "markdown":
-        from nemo_rl_gke.docs import params_markdown
-
         print(params_markdown(rows), end="")
         return 0
     for row in rows:
@@ -81,15 +77,11 @@ def _cmd_params(args: argparse.Namespace) -> int:
 
 
 def _cmd_rules(args: argparse.Namespace) -> int:
-    from nemo_rl_gke.docs import rules_markdown
-
     print(rules_markdown(), end="")
     return 0
 
 
 def _cmd_settings(args: argparse.Namespace) -> int:
-    from nemo_rl_gke.deployment import SETTINGS_DOC, Deployment, settings_markdown
-
     if args.format == "markdown":
         print(settings_markdown(), end="")
         return 0
@@ -106,7 +98,7 @@ def _cmd_settings(args: argparse.Namespace) -> int:
 
 
 def _cmd_docs(args: argparse.Namespace) -> int:
-    from nemo_rl_gke.docs import refresh_docs
+    # lazy: read at call time, so tests and deployments can re-point the paths
     from nemo_rl_gke.paths import PROJECT_ROOT
 
     changed = refresh_docs(PROJECT_ROOT / "docs")

@@ -40,9 +40,11 @@ from urllib.parse import quote
 from airflow.sdk import BaseNotifier
 
 from nemo_rl_gke import costs, outcomes, topology
-from nemo_rl_gke.deployment import ENV_PREFIX, SECTION, is_loopback_url
+from nemo_rl_gke.deployment import ENV_PREFIX, SECTION, is_loopback_url, load_deployment
+from nemo_rl_gke.report import budget_stop_text, stage_of
 from nemo_rl_gke.run import task_states as ts
 from nemo_rl_gke.run.alert_settings import AlertSettings
+from nemo_rl_gke.spec import RunSpec
 from nemo_rl_gke.topology import Cost
 
 if TYPE_CHECKING:
@@ -387,8 +389,6 @@ def failure_alert(
 
 
 def _budget_text(training: Mapping[str, Any], usd: float | None) -> str:
-    from nemo_rl_gke.report import budget_stop_text
-
     done = int(training.get("steps_completed") or 0)
     return budget_stop_text(done, int(training.get("max_steps") or done), usd)
 
@@ -397,7 +397,6 @@ def current_stage(states: Mapping[str, str]) -> tuple[str | None, tuple[str, ...
     """Where a run in progress is: the stages of its active tasks in run order (storage and cluster run side by side,
     so "storage + cluster"), and those tasks; with none active, the stage of the latest task that ended; (None, ())
     without states."""
-    from nemo_rl_gke.report import stage_of
 
     def rank(stage: str) -> int:
         return topology.STAGES.index(stage) if stage in topology.STAGES else len(topology.STAGES)
@@ -428,7 +427,6 @@ def running_now(facts: LiveFacts) -> tuple[StillRunning, ...]:
         return ()
     if facts.states.get(topology.deleted_by(topology.NODE_POOL).task_id) == ts.SUCCESS:
         return ()
-    from nemo_rl_gke.spec import RunSpec
 
     spec = RunSpec.from_conf(dict(facts.conf))
     if costs.pool_after_teardown(facts.actions) == costs.POOL_SCALED_TO_ZERO:
@@ -594,8 +592,6 @@ def _safe_error(exc: BaseException) -> str:
 def _targets(requested: Sequence[str], deployment: Deployment | None) -> list[str]:
     """The targets, with the deployment's settings read now unless given (tests pass their own)."""
     if deployment is None:
-        from nemo_rl_gke.deployment import load_deployment
-
         deployment = load_deployment()
     return resolve_targets(requested, deployment)
 

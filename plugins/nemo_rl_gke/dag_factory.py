@@ -15,7 +15,7 @@ from airflow.sdk import DAG, Asset, BaseOperator, TaskGroup, TriggerRule
 from nemo_rl_gke import topology
 from nemo_rl_gke.alerts import RunAlertNotifier, dag_deadline, record_failure
 from nemo_rl_gke.dag_params import build_params
-from nemo_rl_gke.docs import GROUP_DOCS
+from nemo_rl_gke.docs import GROUP_DOCS, scheduled_dag_doc
 from nemo_rl_gke.operators.checkpoint import ExportCheckpointOperator, ResumeOperator, ValidateCheckpointOperator
 from nemo_rl_gke.operators.gcp import DeleteGcpResourceOperator, EnsureGcpResourceOperator, ScaleGpuPoolOperator
 from nemo_rl_gke.operators.kube import ApplyKubeObjectsOperator, DeleteKubeObjectsOperator
@@ -29,6 +29,7 @@ from nemo_rl_gke.operators.preflight import (
 from nemo_rl_gke.operators.rayjob import RayJobSensor, SubmitRayJobOperator
 from nemo_rl_gke.operators.report import RunReportOperator
 from nemo_rl_gke.run.alert_settings import AlertSettings
+from nemo_rl_gke.schedules import load_schedules
 from nemo_rl_gke.topology import Op
 
 OPERATORS: dict[Op, type[BaseOperator]] = {
@@ -167,9 +168,8 @@ def build_scheduled_dags(directory: Path | None = None) -> dict[str, DAG]:
     :class:`~nemo_rl_gke.schedules.ScheduleError` (the DAG file's import error names the file, field and fix)."""
     from airflow.timetables.trigger import CronTriggerTimetable
 
-    from nemo_rl_gke.docs import scheduled_dag_doc
+    # lazy: read at call time, so tests and deployments can re-point the paths
     from nemo_rl_gke.paths import SCHEDULES_DIR
-    from nemo_rl_gke.schedules import load_schedules
 
     dags = {}
     for schedule in load_schedules(directory or SCHEDULES_DIR):

@@ -7,6 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from nemo_rl_gke import topology
+from nemo_rl_gke.deployment import settings_markdown
+from nemo_rl_gke.preflight import rules
+from nemo_rl_gke.spec import default_conf, spec_fields
 
 DAG_DESCRIPTION = "GRPO fine-tune with NVIDIA NeMo RL on GKE: provision, train, validate and export, tear down"
 DAG_DOC_MD = """
@@ -146,8 +149,6 @@ Paused at creation: unpause it to enable it. Docs: docs/sweeper.md in the reposi
 
 def rules_markdown() -> str:
     """The preflight rules as a Markdown table: id, what it checks, and a conf that trips it."""
-    from nemo_rl_gke.preflight import rules
-
     lines = [
         "| rule | category | checks | a conf that trips it |",
         "| --- | --- | --- | --- |",
@@ -200,9 +201,6 @@ GENERATED_BLOCKS: tuple[tuple[str, str, str], ...] = (
 
 def generated_block(start: str) -> str:
     """The current text of the generated block that begins with ``start``."""
-    from nemo_rl_gke.deployment import settings_markdown
-    from nemo_rl_gke.spec import default_conf, spec_fields
-
     if start.startswith("| rule"):
         return rules_markdown()
     if start.startswith("## Run"):

@@ -30,6 +30,7 @@ TASK_ROUTE = "nemo-rl-training-task"
 
 @functools.cache
 def _app() -> Any:
+    # lazy: the FastAPI app is built only in the API server
     from nemo_rl_gke.view_app import create_app
 
     return create_app()

@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from nemo_rl_gke.budget import run_budget
+from nemo_rl_gke.deployment import load_deployment
 from nemo_rl_gke.findings import CREDENTIAL_VALUE, REDACTED, ConfError, Finding, looks_like_secret, shown
 from nemo_rl_gke.paths import recipe_names
 from nemo_rl_gke.recipes import load_recipe
@@ -999,17 +1001,11 @@ class RunSpec:
     def budget_hours(self) -> float | None:
         """The hours this run may last under the deployment's settings as loaded now, its conf's lower limits and
         the USD cap converted at the report's prices (None: no limit); :func:`nemo_rl_gke.budget.run_budget`."""
-        from nemo_rl_gke.budget import run_budget
-        from nemo_rl_gke.deployment import load_deployment
-
         return run_budget(self, load_deployment()).hours
 
     @property
     def budget_usd(self) -> float | None:
         """The USD this run may spend, likewise (None: no limit)."""
-        from nemo_rl_gke.budget import run_budget
-        from nemo_rl_gke.deployment import load_deployment
-
         return run_budget(self, load_deployment()).usd
 
     def checkpoint_lustre_path(self, step: int) -> str:

@@ -34,16 +34,17 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from nemo_rl_gke import outcomes, topology
-from nemo_rl_gke.ownership import FREE, HELD, Lease, Owner, PendingCheckpoint
+from nemo_rl_gke.bound_rules import BOUND_RULES
+from nemo_rl_gke.ownership import FREE, HELD, Lease, Owner, PendingCheckpoint, owner_from_labels
+from nemo_rl_gke.preflight import check_conf
 from nemo_rl_gke.run import task_states as ts
-from nemo_rl_gke.spec import GROUP_NAME_PARAMS
+from nemo_rl_gke.spec import GROUP_NAME_PARAMS, RunSpec
 from nemo_rl_gke.sweep_report import GroupReport, Kept, SweepReport, iso
 
 if TYPE_CHECKING:
     from nemo_rl_gke.gcp.hooks import GcpHook
     from nemo_rl_gke.gcp.operations import OperationRef
     from nemo_rl_gke.gcp.resources import Resource
-    from nemo_rl_gke.spec import RunSpec
 
 log = logging.getLogger(__name__)
 
@@ -106,10 +107,6 @@ def judge(
 def group_spec(lease: Lease) -> tuple[RunSpec | None, str]:
     """The spec the lease's recorded names describe, or why there is none (the record is anyone's to write: only names
     a run would accept, for exactly the lease's group, are used)."""
-    from nemo_rl_gke.bound_rules import BOUND_RULES
-    from nemo_rl_gke.preflight import check_conf
-    from nemo_rl_gke.spec import RunSpec
-
     if not lease.names:
         return None, "its lease records no names (written before leases did), so its resources cannot be found"
     if set(lease.names) != set(GROUP_NAME_PARAMS):
@@ -226,6 +223,7 @@ class Sweep:
         ``run`` is the sweeper's own ``dag_id/run_id``; ``ttl_hours`` may give a group its own warm TTL. A dry run is
         complete when this returns: it has decided what it would delete and keep, and written nothing.
         """
+        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
         from nemo_rl_gke.gcp.lease import leases
 
         sweep = cls(project, deployment, run, dry_run, now)
@@ -254,13 +252,14 @@ class Sweep:
         return Owner(self.deployment, group, self.run)
 
     def _resources(self, group: GroupSweep) -> dict[str, Resource]:
+        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
         from nemo_rl_gke.gcp.resources import resources
-        from nemo_rl_gke.spec import RunSpec
 
         return resources(RunSpec.from_conf(group.names), self.owner(group.group))
 
     def _survey(self, hook: GcpHook, group: GroupSweep, spec: RunSpec) -> None:
         """Read every resource of the group; for a dry run, decide all of it as if each wave went through."""
+        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
         from nemo_rl_gke.gcp.resources import resources
 
         found = resources(spec, self.owner(group.group))
@@ -295,6 +294,7 @@ class Sweep:
     ) -> None:
         """Nothing of the group is left: remove its lease record without taking the lease (so no run starting on
         the group meets a held lease), unless somebody wrote the record since it was read."""
+        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
         from nemo_rl_gke.gcp.lease import forget
 
         for key, value in actual.items():
@@ -320,6 +320,7 @@ class Sweep:
         """What the teardown of ``key`` does now, as a run's teardown decides it: (action, reason, owned); action
         ``deleted`` means it goes. ``lustre`` is the Lustre instance as it stands (None: gone, or going), ``records``
         its checkpoint records, ``mounted`` why a PV in the group's live cluster still names it ('' when none does)."""
+        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
         from nemo_rl_gke.gcp.resources import delete_verdict
         from nemo_rl_gke.gcp.resources.keep import kept_for_storage
 
@@ -362,6 +363,7 @@ class Sweep:
         return waiting
 
     def _advance_group(self, hook: GcpHook, group: GroupSweep, now: float, lease_ttl_s: float) -> list[OperationRef]:
+        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
         from nemo_rl_gke.gcp.lease import LeaseHeldError, LeaseLostError, acquire, renew
         from nemo_rl_gke.gcp.operations import OperationRef
 
@@ -409,10 +411,9 @@ class Sweep:
         Kubernetes objects in it, then say which PV there still names the instance ('' when none does, or the
         cluster is gone). A cluster that cannot be read keeps Lustre: nobody can tell what mounts it. A dry run
         (``write=False``) deletes nothing and counts only the PVs that the real sweep would not delete."""
+        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
         from nemo_rl_gke.kube.client import KubeHook
         from nemo_rl_gke.kube.objects import GROUPS, delete_objects, group_objects
-        from nemo_rl_gke.ownership import owner_from_labels
-        from nemo_rl_gke.spec import RunSpec
 
         cluster = found[topology.GKE_CLUSTER]
         try:
@@ -468,6 +469,7 @@ class Sweep:
 
     def _delete(self, hook: GcpHook, group: GroupSweep, found: Mapping[str, Resource], key: str) -> ResourceSweep:
         """Decide about one resource now and, when it goes, request its deletion."""
+        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
         from nemo_rl_gke.gcp.resources import delete_resource
 
         resource = found[key]
@@ -509,6 +511,7 @@ class Sweep:
 
     def _finish(self, hook: GcpHook, group: GroupSweep, found: Mapping[str, Resource], lease: Lease) -> None:
         """Nothing more can go: remove the lease record when nothing of the group is left, else release it warm."""
+        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
         from nemo_rl_gke.gcp.lease import forget, release
 
         def blocked_by(deletion: topology.Step) -> str:
@@ -591,6 +594,7 @@ def _in_order(group: GroupSweep) -> Iterator[ResourceSweep]:
 
 
 def _storage() -> frozenset[str]:
+    # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
     from nemo_rl_gke.gcp.resources.keep import storage_keys
 
     return storage_keys()

@@ -23,6 +23,7 @@ from nemo_rl_gke import costs, topology
 from nemo_rl_gke.metrics import RunMetrics, StepMetrics
 from nemo_rl_gke.report import RunInputs, TaskTiming, gpu_usage, summarize_stages
 from nemo_rl_gke.run import task_states as ts
+from nemo_rl_gke.spec import RunSpec
 
 # The trigger logs every driver-log line with this prefix (RayJobTrigger._take_logs).
 RAY_JOB_PREFIX = "[ray job] "
@@ -295,8 +296,6 @@ def budget(
 def build_view(inputs: ViewInputs) -> dict[str, Any]:
     """The snapshot the page draws: stages, progress, curves, cost and budget, checkpoints and what is still running
     (``banner``: the costly resources one by one, the free ones folded into one line)."""
-    from nemo_rl_gke.spec import RunSpec
-
     metrics = parse_job_log(inputs.log_lines)
     if not metrics.steps and inputs.job_summary:
         metrics.checkpoints = list(inputs.job_summary.get("checkpoints") or [])

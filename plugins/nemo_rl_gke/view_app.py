@@ -26,6 +26,8 @@ from fastapi import Depends, FastAPI, HTTPException, Query
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 
 from nemo_rl_gke import topology
+from nemo_rl_gke.deployment import load_deployment
+from nemo_rl_gke.redaction import StreamRedactor
 from nemo_rl_gke.training_view import BUDGET_SETTINGS, BUDGET_XCOM, TaskState, ViewInputs, build_view
 
 if TYPE_CHECKING:
@@ -109,8 +111,6 @@ def read_inputs(session: Session, dag_id: str, run_id: str) -> ViewInputs:
 def budget_limits() -> dict[str, Any]:
     """The deployment's budget settings that exist on :class:`~nemo_rl_gke.deployment.Deployment` (the view's limits
     for a run whose train.wait has not published its budget)."""
-    from nemo_rl_gke.deployment import load_deployment
-
     deployment = load_deployment()
     return {name: getattr(deployment, name) for name in BUDGET_SETTINGS if hasattr(deployment, name)}
 
@@ -119,8 +119,6 @@ def secret_values() -> list[str]:
     """The passwords of every connection the deployment allows for the job's secrets (never sent anywhere: only
     masked out of the view's answers)."""
     from airflow.models.connection import Connection
-
-    from nemo_rl_gke.deployment import load_deployment
 
     deployment = load_deployment()
     values = []
@@ -136,8 +134,6 @@ def secret_values() -> list[str]:
 
 def masked(view: dict[str, Any]) -> dict[str, Any]:
     """``view`` with every job secret replaced: the trigger masks the log already, this is the second line."""
-    from nemo_rl_gke.redaction import StreamRedactor
-
     return StreamRedactor(secret_values()).redact_value(view)
 
 

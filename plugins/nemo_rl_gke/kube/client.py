@@ -20,8 +20,11 @@ import kubernetes.client
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
+from nemo_rl_gke.deployment import load_deployment
 from nemo_rl_gke.gcp.hooks import GcpHook, RetryPolicy, retry_transient
+from nemo_rl_gke.gcp.resources import resources
 from nemo_rl_gke.kube.access import ClusterAccess, DashboardAddress, dashboard_address
+from nemo_rl_gke.ownership import reader
 from nemo_rl_gke.topology import GKE_CLUSTER
 
 if TYPE_CHECKING:
@@ -120,9 +123,6 @@ class KubeHook:
     @cached_property
     def access(self) -> ClusterAccess:
         """Endpoint and CA of the cluster; raises ClusterUnreachableError when it is missing or not running."""
-        from nemo_rl_gke.gcp.resources import resources
-        from nemo_rl_gke.ownership import reader
-
         cluster = resources(self.spec, reader())[GKE_CLUSTER]
         return ClusterAccess.from_cluster(cluster.get(self.gcp_hook), cluster.label)
 
@@ -164,8 +164,6 @@ class KubeHook:
     def dashboard(self, deployment: Deployment | None = None) -> DashboardAddress:
         """Where the RayCluster's dashboard is (see :func:`~nemo_rl_gke.kube.access.dashboard_address`): the
         deployment's ``ray_dashboard_url`` (read now when not given), else the run's head service via the API."""
-        from nemo_rl_gke.deployment import load_deployment
-
         deployment = deployment or load_deployment()
         access = None if deployment.ray_dashboard_url else self.access
         return dashboard_address(self.spec, access, deployment, google_endpoint=self.gcp_hook.endpoint("container"))

@@ -23,6 +23,7 @@ from nemo_rl_gke import paths
 from nemo_rl_gke.deployment import Deployment
 from nemo_rl_gke.ownership import Owner
 from nemo_rl_gke.paths import MANIFESTS_DIR
+from nemo_rl_gke.recipes import load_recipe
 from nemo_rl_gke.topology import LUSTRE_STORAGE, NCCL_INSTALLER, NETWORK_MAPPING, RAYCLUSTER
 
 if TYPE_CHECKING:
@@ -166,8 +167,6 @@ def render_manifests(spec: RunSpec, image: str, owner: Owner, lustre_ip: str = L
 
 def raycluster_context(spec: RunSpec, image: str) -> dict[str, Any]:
     """What the RayCluster template needs besides the spec and the owner: the image and the pinned Ray's facts."""
-    from nemo_rl_gke.recipes import load_recipe
-
     return {"image": image, "ray": load_recipe(spec.recipe).version}
 
 

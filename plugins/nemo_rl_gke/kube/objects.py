@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from nemo_rl_gke.gcp.resources import resources
 from nemo_rl_gke.kube.client import KubeHook, ObjectRef
 from nemo_rl_gke.kube.manifests import (
     LUSTRE_IP_PLACEHOLDER,
@@ -23,7 +24,9 @@ from nemo_rl_gke.kube.manifests import (
     raycluster_context,
     render_template,
 )
-from nemo_rl_gke.ownership import RUN_KEY, Owner, owner_from_labels
+from nemo_rl_gke.kube.validation import validate_manifest
+from nemo_rl_gke.ownership import RUN_KEY, Owner, owner_from_labels, reader
+from nemo_rl_gke.recipes import load_recipe
 from nemo_rl_gke.topology import LUSTRE, LUSTRE_STORAGE, NCCL_INSTALLER, NETWORK_MAPPING, RAYCLUSTER, kube_groups
 
 if TYPE_CHECKING:
@@ -59,9 +62,6 @@ class ObjectResult:
 
 def lustre_ip(spec: RunSpec, gcp: GcpHook) -> str:
     """The Lustre instance's IP: the address part of its mountPoint (``IP@tcp:/filesystem``)."""
-    from nemo_rl_gke.gcp.resources import resources
-    from nemo_rl_gke.ownership import reader
-
     instance = resources(spec, reader())[LUSTRE].get(gcp)
     mount_point = str((instance or {}).get("mountPoint") or "")
     if "@" not in mount_point:
@@ -81,8 +81,6 @@ def group_objects(
 
     ``owner`` labels every object; ``deployment`` judges where the NCCL installer may come from (None: defaults).
     """
-    from nemo_rl_gke.recipes import load_recipe
-
     if group == NCCL_INSTALLER:
         return load_nccl_installer(spec, owner, deployment)
     if group == NETWORK_MAPPING:
@@ -114,8 +112,6 @@ def apply_objects(kube: KubeHook, objects: list[dict[str, Any]], owner: Owner, *
 
     An object of another deployment or run group is refused, or with ``adopt`` used as it is and never changed.
     """
-    from nemo_rl_gke.kube.validation import validate_manifest
-
     for obj in objects:
         problems = validate_manifest(obj)
         if problems:

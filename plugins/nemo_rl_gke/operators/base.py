@@ -17,6 +17,11 @@ from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from nemo_rl_gke import topology
+from nemo_rl_gke.deployment import load_deployment
+from nemo_rl_gke.links import RunLink
+from nemo_rl_gke.outcomes import KEPT_LEASE_LOST
+from nemo_rl_gke.ownership import Owner
+from nemo_rl_gke.spec import RunSpec
 from nemo_rl_gke.topology import PENDING, RETURN, STARTED_AT, VALIDATE, Step
 
 if TYPE_CHECKING:
@@ -24,8 +29,6 @@ if TYPE_CHECKING:
 
     from nemo_rl_gke.deployment import Deployment
     from nemo_rl_gke.gcp.hooks import GcpHook
-    from nemo_rl_gke.ownership import Owner
-    from nemo_rl_gke.spec import RunSpec
 
 DEFAULT_GCP_CONN_ID = "google_cloud_default"
 # The trigger enforces the wait's timeout and says what timed out; Airflow's own deferral timeout is only a backstop
@@ -79,6 +82,7 @@ class StepOperator(BaseOperator):
     @cached_property
     def hook(self) -> GcpHook:
         """The sync GCP hook; built on first use, never at parse time."""
+        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
         from nemo_rl_gke.gcp.hooks import GcpHook
 
         return GcpHook(gcp_conn_id=self.gcp_conn_id)
@@ -86,15 +90,11 @@ class StepOperator(BaseOperator):
     @cached_property
     def deployment(self) -> Deployment:
         """The deployment's settings (secret connections, dashboard, installer allowlist), read at run time."""
-        from nemo_rl_gke.deployment import load_deployment
-
         return load_deployment()
 
     def run_spec(self, context: Context) -> RunSpec:
         """The RunSpec the validate task accepted: the one source of names. From the training on, ``max_steps`` is
         the one the resume step set (resumed step + budget), when it set one."""
-        from nemo_rl_gke.spec import RunSpec
-
         spec = RunSpec.from_conf(pull(context, VALIDATE))
         if self.step.stage in topology.RESUMED_STAGES and self.step_id != topology.RESUME:
             resumed = pull(context, topology.RESUME) or {}
@@ -104,8 +104,6 @@ class StepOperator(BaseOperator):
 
     def identity(self, context: Context, spec: RunSpec) -> Owner:
         """This run's identity: the deployment, the run group of the spec's names, and ``dag_id/run_id``."""
-        from nemo_rl_gke.ownership import Owner
-
         return Owner(self.deployment.deployment_id, spec.group_id, f"{context['dag'].dag_id}/{context['run_id']}")
 
     def timeout_s(self, spec: RunSpec) -> float:
@@ -133,8 +131,6 @@ class StepOperator(BaseOperator):
     def persist_links(self, context: Context) -> None:
         """Push this step's extra links (:mod:`nemo_rl_gke.links`) that the RunSpec already determines, so they show
         while the task runs or is deferred. A link is a convenience: failing to build one never fails the task."""
-        from nemo_rl_gke.links import RunLink
-
         links = [link for link in self.operator_extra_links if isinstance(link, RunLink) and self.step_id in link.steps]
         if not links or self.step_id == VALIDATE:
             return
@@ -149,6 +145,7 @@ class StepOperator(BaseOperator):
 
     def hold_lease(self, context: Context) -> None:
         """Push the lease's expiry past this step's longest wait; a run that lost it acts on nothing more."""
+        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
         from nemo_rl_gke.gcp.lease import LeaseLostError, renew
 
         spec = self.run_spec(context)
@@ -158,8 +155,6 @@ class StepOperator(BaseOperator):
             renew(self.hook, spec.project, self.identity(context, spec), until)
         except LeaseLostError as exc:
             if self.step.is_teardown:
-                from nemo_rl_gke.outcomes import KEPT_LEASE_LOST
-
                 self.keep(context, {"action": KEPT_LEASE_LOST}, f"nothing deleted: {exc}")
             raise AirflowFailException(str(exc)) from exc
 

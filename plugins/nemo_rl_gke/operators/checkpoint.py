@@ -18,9 +18,11 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from nemo_rl_gke import outcomes
 from nemo_rl_gke.links import EXPORT_LINKS
 from nemo_rl_gke.operators.base import StepOperator, pull
+from nemo_rl_gke.ownership import PendingCheckpoint
 from nemo_rl_gke.plan import resume as resume_plan
 from nemo_rl_gke.plan.validation import expectation, validation_job
 from nemo_rl_gke.raysubmit import ray_token_source
+from nemo_rl_gke.remote.report import find_report
 from nemo_rl_gke.topology import (
     CHECK_CHECKPOINT,
     CHECKPOINT_REPORT,
@@ -54,6 +56,7 @@ class ValidateCheckpointOperator(StepOperator):
 
     def execute(self, context: Context) -> None:
         """Submit the validation job (exactly once per run) and defer until it ends."""
+        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
         from nemo_rl_gke.ray.hooks import RayJobsHook
         from nemo_rl_gke.triggers.rayjob import RayJobTrigger
 
@@ -87,8 +90,8 @@ class ValidateCheckpointOperator(StepOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Read the report from the job log; fail with every problem it lists."""
+        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
         from nemo_rl_gke.ray.hooks import RayJobsHook
-        from nemo_rl_gke.remote.report import find_report
 
         spec = self.run_spec(context)
         logs = RayJobsHook.for_run(spec, self.hook, self.deployment).logs(event["submission_id"])
@@ -127,6 +130,8 @@ class ExportCheckpointOperator(StepOperator):
         """Start the export and defer on its operation."""
         # Here, not at module level: google.cloud (the request's message type) must not load while DAGs are parsed.
         from nemo_rl_gke.gcp.resources import resources
+
+        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
         from nemo_rl_gke.plan.transfers import lustre_export_request
         from nemo_rl_gke.triggers.operations import OperationTrigger
 
@@ -140,9 +145,9 @@ class ExportCheckpointOperator(StepOperator):
 
     def unmark(self, context: Context, spec: RunSpec, step: int, uri: str) -> None:
         """The checkpoint has a copy now: this run's record becomes a receipt naming it (other runs' records stay)."""
+        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
         from nemo_rl_gke.gcp.pending import CheckpointRecords
         from nemo_rl_gke.gcp.resources import resources
-        from nemo_rl_gke.ownership import PendingCheckpoint
 
         owner = self.identity(context, spec)
         lustre = resources(spec, owner)[LUSTRE]
@@ -202,6 +207,8 @@ class ResumeOperator(StepOperator):
         """Work out where the job resumes; import the checkpoint into a new Lustre, deferred."""
         # Here, not at module level: google.cloud (the request's message type) must not load while DAGs are parsed.
         from nemo_rl_gke.gcp.resources import resources
+
+        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
         from nemo_rl_gke.plan.transfers import LayoutError, import_source, lustre_import_request
         from nemo_rl_gke.triggers.operations import OperationTrigger
 

@@ -34,6 +34,7 @@ class _ResourceStep(StepOperator):
 
     def resource(self, context: Context, spec: RunSpec) -> Resource:
         """This task's resource, from the registry, judged as this run's."""
+        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
         from nemo_rl_gke.gcp.resources import resources
 
         return resources(spec, self.identity(context, spec))[self.resource_key]
@@ -50,6 +51,7 @@ class _ResourceStep(StepOperator):
         self, context: Context, spec: RunSpec, operation: OperationRef, resource: Resource, action: str
     ) -> None:
         """Defer on the operation; ``execute_complete`` resumes with the action so far."""
+        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
         from nemo_rl_gke.triggers.operations import OperationTrigger
 
         self.defer_until(
@@ -88,6 +90,7 @@ class EnsureGcpResourceOperator(_ResourceStep):
 
     def execute(self, context: Context) -> dict[str, str]:
         """Ensure the resource; defer on its operation if there is one."""
+        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
         from nemo_rl_gke.gcp.hooks import http_status
         from nemo_rl_gke.gcp.resources import DriftError, NotOwnedError, ResourceFailedError, ensure
 
@@ -114,6 +117,7 @@ class EnsureGcpResourceOperator(_ResourceStep):
         resource = self.resource(context, spec)
         if event.get("status") == "success":
             return self.check_ready(resource, self.pending(context)["action"])
+        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
         from nemo_rl_gke.gcp.hooks import busy_text
 
         message = self.event_failure(resource, event)
@@ -154,6 +158,7 @@ class DeleteGcpResourceOperator(_ResourceStep):
 
     def execute(self, context: Context) -> dict[str, str]:
         """Delete the resource when the policy, ownership and checkpoints allow; defer on the delete operation."""
+        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
         from nemo_rl_gke.gcp.resources import delete_resource, delete_verdict
         from nemo_rl_gke.gcp.resources.keep import kept_for_storage, storage_keys
 
@@ -184,6 +189,7 @@ class DeleteGcpResourceOperator(_ResourceStep):
             if kept:
                 found = self.result(resource, kept[0])
                 if self.resource_key == topology.LUSTRE:
+                    # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
                     from nemo_rl_gke.gcp.pending import pending_rows
 
                     found["pending"] = pending_rows(records)  # type: ignore[assignment]
@@ -202,6 +208,7 @@ class DeleteGcpResourceOperator(_ResourceStep):
     def lustre_records(self, context: Context, spec: RunSpec, actual: dict[str, Any], run: str) -> list[Any]:
         """Lustre's checkpoint records, after this run's listing of its step directories (taken by the validation
         job while the cluster was up) was compared with them; None listing when the run did not get that far."""
+        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
         from nemo_rl_gke.gcp.pending import records_before_delete, release
 
         report = pull(context, topology.CHECK_CHECKPOINT, topology.CHECKPOINT_REPORT) or {}
@@ -215,6 +222,7 @@ class DeleteGcpResourceOperator(_ResourceStep):
     def forget_records(self, spec: RunSpec, actual: dict[str, Any]) -> None:
         """The instance goes, and every record with it: each was exported or released (a stale record would keep
         the next instance of that name)."""
+        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
         from nemo_rl_gke.gcp.pending import CheckpointRecords
 
         removed = CheckpointRecords(self.hook, spec, actual).remove_all()
@@ -223,6 +231,7 @@ class DeleteGcpResourceOperator(_ResourceStep):
 
     def resource_of(self, context: Context, spec: RunSpec, key: str) -> Resource:
         """Another resource of the run, judged as this run's."""
+        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
         from nemo_rl_gke.gcp.resources import resources
 
         return resources(spec, self.identity(context, spec))[key]

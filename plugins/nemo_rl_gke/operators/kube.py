@@ -13,6 +13,7 @@ from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from nemo_rl_gke import outcomes, topology
+from nemo_rl_gke.kube.access import ClusterUnreachableError
 from nemo_rl_gke.operators.base import StepOperator
 
 if TYPE_CHECKING:
@@ -25,12 +26,14 @@ class _KubeStep(StepOperator):
 
     def kube(self, spec: RunSpec) -> KubeHook:
         """The Kubernetes hook of the run's cluster (endpoint, CA and token from the GCP connection)."""
+        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
         from nemo_rl_gke.kube.client import KubeHook
 
         return KubeHook(spec, self.hook)
 
     def wait_for_raycluster(self, context: Context, spec: RunSpec, wait_for: str, result: dict[str, Any]) -> None:
         """Defer until the RayCluster is ``ready`` or ``deleted``; ``execute_complete`` returns ``result``."""
+        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
         from nemo_rl_gke.triggers.raycluster import RayClusterTrigger
 
         self.defer_until(
@@ -58,6 +61,7 @@ class ApplyKubeObjectsOperator(_KubeStep):
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Validate and apply the group; defer on the RayCluster's readiness."""
+        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
         from nemo_rl_gke.kube.client import KubeApiError
         from nemo_rl_gke.kube.objects import (
             InvalidManifestError,
@@ -106,7 +110,7 @@ class DeleteKubeObjectsOperator(_KubeStep):
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Delete each group's objects in reverse apply order."""
-        from nemo_rl_gke.kube.access import ClusterUnreachableError
+        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
         from nemo_rl_gke.kube.objects import delete_objects, group_objects
 
         spec = self.run_spec(context)
@@ -119,6 +123,7 @@ class DeleteKubeObjectsOperator(_KubeStep):
         try:
             kube.access  # noqa: B018 - resolves the cluster first, so a missing one is told apart from API errors
         except ClusterUnreachableError as exc:
+            # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
             from nemo_rl_gke.gcp.resources import resources
 
             cluster = resources(spec, owner)[topology.GKE_CLUSTER]

@@ -32,6 +32,7 @@ class TakeLeaseOperator(StepOperator):
         return self._take(context, started_at=time.time())
 
     def _take(self, context: Context, started_at: float) -> dict[str, Any]:
+        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
         from nemo_rl_gke.gcp.lease import GpuNodesBoundError, LeaseHeldError, acquire
         from nemo_rl_gke.triggers.lease import LeaseTrigger
 
@@ -108,6 +109,7 @@ class ReleaseLeaseOperator(StepOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Release the lease this run holds (a run that lost it releases nothing)."""
+        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
         from nemo_rl_gke.gcp.lease import release
 
         spec = self.run_spec(context)

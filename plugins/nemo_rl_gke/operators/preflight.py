@@ -7,12 +7,17 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from nemo_rl_gke.findings import Finding, format_findings
 from nemo_rl_gke.operators.base import StepOperator
+from nemo_rl_gke.preflight import check_conf
+from nemo_rl_gke.rayjobs import job_secrets
+from nemo_rl_gke.recipes import load_recipe, notices_of
+from nemo_rl_gke.run.steps import step_budget
+from nemo_rl_gke.spec import SECRET_KEY
 from nemo_rl_gke.topology import FINDINGS, PLAN_TEXT
 
 if TYPE_CHECKING:
     from nemo_rl_gke.deployment import Deployment
-    from nemo_rl_gke.findings import Finding
     from nemo_rl_gke.spec import RunSpec
 
 
@@ -23,8 +28,6 @@ def run_conf(context: Context) -> dict[str, Any]:
     validator then rejects those keys instead of silently ignoring a typo.
     """
     from airflow.sdk.log import mask_secret
-
-    from nemo_rl_gke.spec import SECRET_KEY
 
     conf = dict(context["params"])
     dag_run = context.get("dag_run")
@@ -45,11 +48,6 @@ class ValidateConfOperator(StepOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Validate the run's conf; return the full spec as a JSON conf."""
-        from nemo_rl_gke.findings import format_findings
-        from nemo_rl_gke.preflight import check_conf
-        from nemo_rl_gke.recipes import load_recipe, notices_of
-        from nemo_rl_gke.run.steps import step_budget
-
         spec, findings = check_conf(run_conf(context), self.deployment)
         if spec is None:
             for finding in findings:
@@ -85,6 +83,7 @@ class PlanOperator(StepOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Build the plan of the spec the validate task accepted."""
+        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
         from nemo_rl_gke.plan.build import build_plan
 
         spec = self.run_spec(context)
@@ -114,9 +113,6 @@ class ApplyGateOperator(StepOperator):
 def secret_findings(spec: RunSpec, deployment: Deployment) -> list[Finding]:
     """The job's secrets exist now (connection with a password), before anything is created."""
     from airflow.sdk import BaseHook
-
-    from nemo_rl_gke.findings import Finding
-    from nemo_rl_gke.rayjobs import job_secrets
 
     findings = []
     for secret in job_secrets(spec, deployment):
@@ -151,7 +147,7 @@ class PreflightLiveOperator(StepOperator):
 
     def execute(self, context: Context) -> None:
         """Run the live checks of the validated spec; fail with all findings."""
-        from nemo_rl_gke.findings import format_findings
+        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
         from nemo_rl_gke.gcp.live_checks import live_findings
 
         spec = self.run_spec(context)

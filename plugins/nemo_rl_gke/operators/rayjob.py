@@ -15,9 +15,16 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 
+from nemo_rl_gke.budget import BudgetSpentError, must_save_by, run_budget
+from nemo_rl_gke.deployment import ConnectionNotAllowedError
 from nemo_rl_gke.links import JOB_LINKS, WAIT_LINKS
+from nemo_rl_gke.metrics import LogFollower, last_finished_save, summary_text
 from nemo_rl_gke.operators.base import StepOperator, epoch_of, iso_now, pull
-from nemo_rl_gke.raysubmit import ray_token_source
+from nemo_rl_gke.ownership import PendingCheckpoint
+from nemo_rl_gke.rayjobs import job_request, job_secrets
+from nemo_rl_gke.raysubmit import SecretMissingError, ray_token_source, resolve_secrets
+from nemo_rl_gke.recipes import load_recipe
+from nemo_rl_gke.redaction import StreamRedactor
 from nemo_rl_gke.topology import (
     JOB_BUDGET,
     JOB_STALLED,
@@ -69,12 +76,8 @@ class SubmitRayJobOperator(StepOperator):
         from airflow.sdk import BaseHook
         from airflow.sdk.log import mask_secret
 
-        from nemo_rl_gke.budget import BudgetSpentError, must_save_by, run_budget
-        from nemo_rl_gke.deployment import ConnectionNotAllowedError
+        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
         from nemo_rl_gke.ray.hooks import RayJobsHook
-        from nemo_rl_gke.rayjobs import job_request
-        from nemo_rl_gke.raysubmit import SecretMissingError, resolve_secrets
-        from nemo_rl_gke.recipes import load_recipe
 
         spec = self.run_spec(context)
         budget = run_budget(spec, self.deployment)
@@ -129,9 +132,9 @@ def mark_checkpoint_pending(operator: StepOperator, context: Context, spec: RunS
     it, every later run's teardown and the sweeper keep the instance. The record is this run's own object in the
     bucket the instance names (:mod:`nemo_rl_gke.gcp.pending`): one request, done when it returns, so the submit waits
     on no long-running operation."""
+    # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
     from nemo_rl_gke.gcp.pending import CheckpointRecords
     from nemo_rl_gke.gcp.resources import resources
-    from nemo_rl_gke.ownership import PendingCheckpoint
 
     owner = operator.identity(context, spec)
     lustre = resources(spec, owner)[LUSTRE]
@@ -168,9 +171,8 @@ class RayJobSensor(StepOperator):
 
     def execute(self, context: Context) -> None:
         """Defer to the trigger that follows the job."""
-        from nemo_rl_gke.budget import run_budget
+        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
         from nemo_rl_gke.ray.hooks import RayJobsHook
-        from nemo_rl_gke.rayjobs import job_secrets
         from nemo_rl_gke.triggers.rayjob import RayJobTrigger
 
         spec = self.run_spec(context)
@@ -202,9 +204,6 @@ class RayJobSensor(StepOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Push the per-step table and the summary; succeed (converged or done) or fail with the full story."""
-        from nemo_rl_gke.budget import run_budget
-        from nemo_rl_gke.metrics import last_finished_save, summary_text
-
         spec = self.run_spec(context)
         summary = event.get("summary") or {}
         log = self.read_job_log(spec, str(event.get("submission_id")))
@@ -254,10 +253,8 @@ class RayJobSensor(StepOperator):
         the job's length); None, with a warning, when the log cannot be read."""
         from airflow.sdk import BaseHook
 
-        from nemo_rl_gke.metrics import LogFollower
+        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
         from nemo_rl_gke.ray.hooks import RayJobsHook
-        from nemo_rl_gke.rayjobs import job_secrets
-        from nemo_rl_gke.redaction import StreamRedactor
 
         try:
             text = RayJobsHook.for_run(spec, self.hook, self.deployment).logs(submission_id)

@@ -17,8 +17,11 @@ from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 
 from nemo_rl_gke import topology
+from nemo_rl_gke.alerts import failure_alert, run_failed, send
 from nemo_rl_gke.operators.base import StepOperator, epoch_of, pull
+from nemo_rl_gke.report import RunInputs, TaskTiming, build_report
 from nemo_rl_gke.run import task_states as ts
+from nemo_rl_gke.spec import RunSpec
 from nemo_rl_gke.topology import (
     ERROR,
     EXPORT,
@@ -81,9 +84,6 @@ class RunReportOperator(StepOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Collect timings and results, log the table, return the JSON; alert when the run failed."""
-        from nemo_rl_gke.alerts import run_failed
-        from nemo_rl_gke.report import TaskTiming
-
         ti = context["ti"]
         conf = pull(context, VALIDATE)
         if not conf:
@@ -128,9 +128,6 @@ class RunReportOperator(StepOperator):
         raise AirflowFailException(f"the run fails: {', '.join(failed) or WAIT} failed{detail}")
 
     def _report(self, context: Context, conf: dict[str, Any], timings: list[Any]) -> RunReport:
-        from nemo_rl_gke.report import RunInputs, build_report
-        from nemo_rl_gke.spec import RunSpec
-
         spec = RunSpec.from_conf(conf)
         dag = context["dag"]
         teardown = {}
@@ -167,8 +164,6 @@ class RunReportOperator(StepOperator):
 
     def _alert(self, context: Context, states: dict[str, str], report: RunReport | None) -> None:
         """Send the failed run's alert; a problem is logged, never raised (an alert never changes the run)."""
-        from nemo_rl_gke.alerts import failure_alert, send
-
         try:
             errors = {}
             for task_id, state in states.items():

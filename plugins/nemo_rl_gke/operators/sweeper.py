@@ -17,13 +17,17 @@ from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from nemo_rl_gke.dag_params import WARM_TTL_MAX_HOURS
+from nemo_rl_gke.deployment import load_deployment
 from nemo_rl_gke.operators.base import DEFAULT_GCP_CONN_ID, DEFERRAL_BACKSTOP_S, LEASE_MARGIN_S
+from nemo_rl_gke.preflight import check_conf
+from nemo_rl_gke.schedules import ScheduleError, warm_ttls
+from nemo_rl_gke.sweeper import Sweep
 
 if TYPE_CHECKING:
     from nemo_rl_gke.deployment import Deployment
     from nemo_rl_gke.gcp.hooks import GcpHook
     from nemo_rl_gke.gcp.operations import OperationRef
-    from nemo_rl_gke.sweeper import RunState, Sweep
+    from nemo_rl_gke.sweeper import RunState
 
 # The sweeper DAG's params (:func:`nemo_rl_gke.dag_params.sweeper_params`), the only keys its conf may hold.
 SWEEP_PARAMS = ("project", "dry_run", "warm_ttl_hours")
@@ -68,6 +72,7 @@ class SweepOperator(BaseOperator):
     @cached_property
     def hook(self) -> GcpHook:
         """The sync GCP hook; built on first use, never at parse time."""
+        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
         from nemo_rl_gke.gcp.hooks import GcpHook
 
         return GcpHook(gcp_conn_id=self.gcp_conn_id)
@@ -79,9 +84,6 @@ class SweepOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Judge every lease record of the project, look at the groups to sweep, and start deleting."""
-        from nemo_rl_gke.deployment import load_deployment
-        from nemo_rl_gke.sweeper import Sweep
-
         deployment = load_deployment(self.gcp_conn_id)
         project, dry_run, warm_ttl_hours = sweep_params(context["params"], deployment)
         sweep = Sweep.start(
@@ -100,8 +102,8 @@ class SweepOperator(BaseOperator):
     def schedule_ttls(self) -> dict[str, float]:
         """Each schedule's own ``warm_ttl_hours`` by run group; a bad schedule file leaves every group on the param's
         TTL (logged: a sweeper that stops sweeping would leak GPUs)."""
+        # lazy: read at call time, so tests and deployments can re-point the paths
         from nemo_rl_gke.paths import SCHEDULES_DIR
-        from nemo_rl_gke.schedules import ScheduleError, warm_ttls
 
         try:
             return warm_ttls(SCHEDULES_DIR)
@@ -140,6 +142,7 @@ class SweepOperator(BaseOperator):
     ) -> None:
         """Defer on one operation of the wave; the rest of the wave and the sweep wait in XCom. Every operation of a
         wave shares the wave's deadline."""
+        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
         from nemo_rl_gke.triggers.operations import OperationTrigger
 
         state = {"sweep": sweep.to_dict(), "waiting": [op.to_dict() for op in rest], "started_at": started_at}
@@ -162,8 +165,8 @@ class SweepOperator(BaseOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Resume after one operation: wait for the next of the wave, or make the next pass."""
+        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
         from nemo_rl_gke.gcp.operations import OperationRef
-        from nemo_rl_gke.sweeper import Sweep
 
         state = context["ti"].xcom_pull(task_ids=self.task_id, key=STATE_KEY)
         if not state:
@@ -193,8 +196,6 @@ def sweep_params(params: Any, deployment: Deployment | None = None) -> tuple[str
     """The DAG params ``project``, ``dry_run`` and ``warm_ttl_hours``, checked (a bad one fails the task, not
     retried: the same params would fail again). The project must be one ``deployment`` allows (None: the
     defaults), as a run's must."""
-    from nemo_rl_gke.preflight import check_conf
-
     unknown = sorted(set(params) - set(SWEEP_PARAMS))
     if unknown:
         # A typo such as "dry-run" must not turn a dry run into a real sweep.

@@ -14,15 +14,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from nemo_rl_gke import topology
+from nemo_rl_gke.budget import run_budget
+from nemo_rl_gke.deployment import Deployment
+from nemo_rl_gke.kube.manifests import TEMPLATES, render_manifests
 from nemo_rl_gke.ownership import PLANNED_RUN, Owner, lease_key
 from nemo_rl_gke.plan.provision import provision_requests
 from nemo_rl_gke.plan.transfers import lustre_export_request, lustre_import_request
 from nemo_rl_gke.plan.validation import planned_validation_job
 from nemo_rl_gke.rayjobs import RUN_ID_PLACEHOLDER, JobRequest, job_request
 from nemo_rl_gke.recipes import load_recipe
+from nemo_rl_gke.run.steps import step_budget
 
 if TYPE_CHECKING:
-    from nemo_rl_gke.deployment import Deployment
     from nemo_rl_gke.kube.manifests import Manifest
     from nemo_rl_gke.plan.api import ApiRequest
     from nemo_rl_gke.spec import RunSpec
@@ -236,8 +239,6 @@ def checkpoint_requests(spec: RunSpec, dag_id: str, run_id: str, job: JobRequest
 
 def _training(spec: RunSpec) -> dict[str, Any]:
     """The step budget: what max_steps asks, what the recipe dataset's epochs allow, and the steps the job runs."""
-    from nemo_rl_gke.run.steps import step_budget
-
     budget = step_budget(spec, load_recipe(spec.recipe))
     if budget is None:
         return {"max_steps": spec.max_steps, "epoch_cap": None, "steps": spec.max_steps}
@@ -246,8 +247,6 @@ def _training(spec: RunSpec) -> dict[str, Any]:
 
 def _training_text(spec: RunSpec) -> str:
     """The step budget in a line."""
-    from nemo_rl_gke.run.steps import step_budget
-
     budget = step_budget(spec, load_recipe(spec.recipe))
     return budget.explain() if budget else f"max_steps={spec.max_steps} (the dataset's size is unknown)"
 
@@ -256,8 +255,6 @@ def teardown_steps(spec: RunSpec, manifests: list[Manifest], owner: Owner) -> li
     """Deletions in the topology's teardown order (FACTS §4): the RayCluster, the other Kubernetes objects (each
     group in reverse apply order), Lustre, peering, range, cluster, firewall, subnets, networks. Lustre goes only
     after the checkpoint export succeeded, unless loss is accepted."""
-    from nemo_rl_gke.kube.manifests import TEMPLATES
-
     found = provision_requests(spec, owner)
     lustre_note = (
         "even if the export failed: accept_checkpoint_loss is true"
@@ -291,9 +288,6 @@ def build_plan(
     ``deployment`` resolves which connections the job's secrets come from and whose resources the run owns (None:
     the defaults).
     """
-    from nemo_rl_gke.deployment import Deployment
-    from nemo_rl_gke.kube.manifests import render_manifests
-
     deployment = deployment or Deployment()
     run = PLANNED_RUN if run_id == RUN_ID_PLACEHOLDER else f"{dag_id}/{run_id}"
     owner = Owner(deployment.deployment_id, spec.group_id, run)
@@ -320,8 +314,6 @@ def build_plan(
 def plan_bounds(spec: RunSpec, deployment: Deployment) -> dict[str, Any]:
     """The deployment's bounds this run was judged against ([nemo_rl_gke]; the conf cannot change them), and the
     run's budget under them (the conf's lower limits applied; None: no limit)."""
-    from nemo_rl_gke.budget import run_budget
-
     budget = run_budget(spec, deployment)
     return {
         "allowed_projects": list(deployment.projects),

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 
 from google.cloud import lustre_v1
 
+from nemo_rl_gke.gcp.pending import records_uri
+from nemo_rl_gke.ownership import records_description
 from nemo_rl_gke.plan.api import ApiRequest, message_body, with_query
 
 if TYPE_CHECKING:
@@ -27,9 +29,6 @@ def lustre_create_request(spec: RunSpec, owner: Owner) -> ApiRequest:
     gcloud resolves ``--network`` to. The labels are the owner's (deployment, group, creating run); gcloud sends none.
     The description names where the instance's checkpoint records live (:mod:`nemo_rl_gke.gcp.pending`), once.
     """
-    from nemo_rl_gke.gcp.pending import records_uri
-    from nemo_rl_gke.ownership import records_description
-
     instance = lustre_v1.Instance(
         filesystem=spec.lustre_filesystem,
         capacity_gib=spec.lustre_capacity_gib,

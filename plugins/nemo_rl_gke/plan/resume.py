@@ -9,6 +9,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from nemo_rl_gke.recipes import load_recipe
+from nemo_rl_gke.run.steps import step_budget
+
 if TYPE_CHECKING:
     from nemo_rl_gke.spec import RunSpec
 
@@ -63,9 +66,6 @@ def resume_point(spec: RunSpec, lineage: list[dict[str, Any]]) -> ResumePoint:
 def check_resume_budget(spec: RunSpec, start: int, max_steps: int) -> str:
     """The step budget in words; raises :class:`ResumeBudgetError` for a run that would train nothing, or that the
     recipe dataset's epoch cap would cut."""
-    from nemo_rl_gke.recipes import load_recipe
-    from nemo_rl_gke.run.steps import step_budget
-
     if max_steps <= start:
         raise ResumeBudgetError(
             f"max_steps={max_steps} is not past the resumed step {start}: NeMo RL would exit at once. Fix: set "

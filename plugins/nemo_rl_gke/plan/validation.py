@@ -10,7 +10,9 @@ import json
 import shlex
 from typing import TYPE_CHECKING, Any
 
+from nemo_rl_gke.nemo_rules import layout
 from nemo_rl_gke.rayjobs import JobRequest
+from nemo_rl_gke.recipes import load_recipe
 
 if TYPE_CHECKING:
     from nemo_rl_gke.spec import RunSpec
@@ -30,9 +32,6 @@ EXPECTED_CONFIG_KEYS = (
 def expectation(spec: RunSpec, step: int, *, stopped: bool = False) -> dict[str, Any]:
     """What the submitted run must have produced: the checkpoint of ``step``, one shard per training rank, its
     config; ``stopped`` when the job was stopped after that save (it converged)."""
-    from nemo_rl_gke.nemo_rules import layout
-    from nemo_rl_gke.recipes import load_recipe
-
     config = load_recipe(spec.recipe).effective_config(spec)
     return {
         "step": step,

@@ -52,6 +52,7 @@ from nemo_rl_gke.metrics import (
 from nemo_rl_gke.ray.async_hooks import RayJobsApiError, RayJobsAsyncHook, RayJobsTransientError
 from nemo_rl_gke.ray.hooks import RayTlsError
 from nemo_rl_gke.redaction import StreamRedactor
+from nemo_rl_gke.report import budget_stop_text
 from nemo_rl_gke.triggers.operations import backoff_delay
 
 CLASSPATH = "nemo_rl_gke.triggers.rayjob.RayJobTrigger"
@@ -392,8 +393,6 @@ class RayJobTrigger(BaseTrigger):
 
     # --- budget and stall ------------------------------------------------------------------------------------------
     def _budget_text(self) -> str:
-        from nemo_rl_gke.report import budget_stop_text
-
         done = len(self.follower.metrics.completed_steps)
         usd = (time.time() - self.run_started_at) / 3600.0 * self.usd_per_hour if self.usd_per_hour else None
         return budget_stop_text(done, self.max_steps or done, usd)

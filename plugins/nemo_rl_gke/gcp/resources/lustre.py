@@ -9,6 +9,7 @@ from google.cloud import lustre_v1
 from google.longrunning import operations_pb2
 
 from nemo_rl_gke.gcp.operations import LONGRUNNING, OperationRef
+from nemo_rl_gke.gcp.pending import CheckpointRecords
 from nemo_rl_gke.gcp.resources.base import Resource, absent_on_404, list_operations, request_id
 from nemo_rl_gke.gcp.resources.drift import Check, as_int, message_dict, same_ref
 from nemo_rl_gke.ownership import Owner, PendingCheckpoint, owner_from_labels
@@ -87,8 +88,6 @@ class LustreInstance(Resource):
 
     def records(self, hook: GcpHook, actual: dict[str, Any] | None) -> list[PendingCheckpoint]:
         """Every checkpoint record of the instance (and its pre-records label mark), pending or exported."""
-        from nemo_rl_gke.gcp.pending import CheckpointRecords
-
         found = CheckpointRecords(hook, self.spec, actual).all()
         legacy = self.legacy_mark(actual) if actual is not None else None
         return [*found, legacy] if legacy is not None else found
