@@ -38,8 +38,8 @@ sys.path.insert(0, str(ROOT / "plugins"))
 from sandbox.ports import free_port  # noqa: E402
 
 from nemo_rl_gke.kube.access import DashboardAddress  # noqa: E402
+from nemo_rl_gke.plan.ray_job import JobRequest  # noqa: E402
 from nemo_rl_gke.ray.hooks import RayJobsHook  # noqa: E402
-from nemo_rl_gke.rayjobs import JobRequest  # noqa: E402
 from nemo_rl_gke.triggers.rayjob import RayJobTrigger  # noqa: E402
 
 TARGET = 1.2

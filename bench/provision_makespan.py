@@ -52,7 +52,7 @@ from bench.airflow_components import (  # noqa: E402
 )
 from sandbox.testing import start_sandbox  # noqa: E402
 
-from nemo_rl_gke import topology as t  # noqa: E402
+from nemo_rl_gke.run import topology as t  # noqa: E402
 
 DAG_ID = "nemo_rl_grpo_gke"
 HOST = "127.0.0.1"
@@ -176,10 +176,10 @@ def match_operations(operations: list[dict[str, Any]], names: dict[str, str]) ->
 
 def resource_names() -> dict[str, str]:
     """Resource key -> name for the default apply conf (from the package, so the bench never drifts from it)."""
-    from nemo_rl_gke.deployment import Deployment
     from nemo_rl_gke.gcp.resources import resources
-    from nemo_rl_gke.ownership import Owner
-    from nemo_rl_gke.preflight import check_conf
+    from nemo_rl_gke.preflight.offline import check_conf
+    from nemo_rl_gke.run.deployment import Deployment
+    from nemo_rl_gke.run.ownership import Owner
 
     spec, _ = check_conf({"mode": "apply", "teardown_policy": t.KEEP_ALL})
     assert spec is not None

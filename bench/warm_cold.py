@@ -36,7 +36,7 @@ from bench.airflow_components import Airflow, BenchError, http_json, run_bench, 
 from bench.provision_makespan import DAG_ID, SEED, run_dag, when  # noqa: E402
 from sandbox.testing import start_sandbox  # noqa: E402
 
-from nemo_rl_gke import topology as t  # noqa: E402
+from nemo_rl_gke.run import topology as t  # noqa: E402
 
 TARGET = 0.05
 STAGES = (t.NETWORK, t.STORAGE, t.CLUSTER, t.KUBE)

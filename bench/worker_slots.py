@@ -47,8 +47,8 @@ from bench.airflow_components import AirflowStartError, running_airflow, trigger
 from sandbox.demo import start_demo_sandbox  # noqa: E402
 from sandbox.testing import SandboxError, set_latency  # noqa: E402
 
-from nemo_rl_gke import topology  # noqa: E402
-from nemo_rl_gke.topology import Op  # noqa: E402
+from nemo_rl_gke.run import topology  # noqa: E402
+from nemo_rl_gke.run.topology import Op  # noqa: E402
 
 TARGET = 0.02
 DAG_ID = "nemo_rl_grpo_gke"

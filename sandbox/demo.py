@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nemo_rl_gke import topology
-from nemo_rl_gke.deployment import Deployment
-from nemo_rl_gke.rayjobs import job_secrets
+from nemo_rl_gke.plan.ray_job import job_secrets
+from nemo_rl_gke.run import topology
+from nemo_rl_gke.run.deployment import Deployment
 from sandbox.testing import start_sandbox
 
 
@@ -62,7 +62,7 @@ def latest_run(dag_id: str) -> dict[str, Any]:
 
 def start_demo_sandbox(home: Path, conf: dict[str, Any]) -> tuple[Any, dict[str, str]]:
     """The local GCP sandbox, seeded with the conf's reservation and export bucket, and the connection env for it."""
-    from nemo_rl_gke.spec import RunSpec
+    from nemo_rl_gke.run.spec import RunSpec
 
     spec = RunSpec.from_conf(conf)
     seed = {
@@ -153,7 +153,7 @@ def _bearer_summary(calls: list[dict[str, Any]], refused: list[dict[str, Any]]) 
 def plan_connection_env(conf: dict[str, Any]) -> dict[str, str]:
     """A plan-mode run's google_cloud_default: it names the conf's project, which the deployment's default bound
     allows, and its endpoint is a closed loopback port, so a plan that called Google by mistake fails here."""
-    from nemo_rl_gke.spec import RunSpec
+    from nemo_rl_gke.run.spec import RunSpec
 
     extra = {"project": RunSpec.from_conf(conf).project, "api_endpoint": "http://127.0.0.1:9"}
     return {"AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": json.dumps({"conn_type": "google_cloud_platform", "extra": extra})}

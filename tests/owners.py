@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from nemo_rl_gke.deployment import Deployment
-from nemo_rl_gke.ownership import Owner
-from nemo_rl_gke.spec import RunSpec
+from nemo_rl_gke.run.deployment import Deployment
+from nemo_rl_gke.run.ownership import Owner
+from nemo_rl_gke.run.spec import RunSpec
 
 TEST_RUN = "nemo_rl_grpo_gke/manual__test"
 

@@ -13,12 +13,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nemo_rl_gke.deployment import SETTINGS_DOC, Deployment, settings_markdown
 from nemo_rl_gke.docs import params_markdown, refresh_docs, rules_markdown
-from nemo_rl_gke.findings import format_findings
-from nemo_rl_gke.preflight import check_conf
-from nemo_rl_gke.recipes import notices_of
-from nemo_rl_gke.spec import default_conf, spec_fields
+from nemo_rl_gke.preflight.offline import check_conf
+from nemo_rl_gke.run.deployment import SETTINGS_DOC, Deployment, settings_markdown
+from nemo_rl_gke.run.findings import format_findings
+from nemo_rl_gke.run.recipes import notices_of
+from nemo_rl_gke.run.spec import default_conf, spec_fields
 
 
 def _load_conf(path: str) -> dict[str, Any]:
@@ -99,7 +99,7 @@ def _cmd_settings(args: argparse.Namespace) -> int:
 
 def _cmd_docs(args: argparse.Namespace) -> int:
     # lazy: read at call time, so tests and deployments can re-point the paths
-    from nemo_rl_gke.paths import PROJECT_ROOT
+    from nemo_rl_gke.run.paths import PROJECT_ROOT
 
     changed = refresh_docs(PROJECT_ROOT / "docs")
     print("updated: " + ", ".join(changed) if changed else "the generated docs are up to date")

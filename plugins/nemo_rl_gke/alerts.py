@@ -39,19 +39,19 @@ from urllib.parse import quote
 
 from airflow.sdk import BaseNotifier
 
-from nemo_rl_gke import costs, outcomes, topology
-from nemo_rl_gke.deployment import ENV_PREFIX, SECTION, is_loopback_url, load_deployment
-from nemo_rl_gke.report import budget_stop_text, stage_of
+from nemo_rl_gke.observe.report import budget_stop_text, stage_of
+from nemo_rl_gke.run import costs, outcomes, topology
 from nemo_rl_gke.run import task_states as ts
 from nemo_rl_gke.run.alert_settings import AlertSettings
-from nemo_rl_gke.spec import RunSpec
-from nemo_rl_gke.topology import Cost
+from nemo_rl_gke.run.deployment import ENV_PREFIX, SECTION, is_loopback_url, load_deployment
+from nemo_rl_gke.run.spec import RunSpec
+from nemo_rl_gke.run.topology import Cost
 
 if TYPE_CHECKING:
     from airflow.sdk import Connection, Context, DeadlineAlert
 
-    from nemo_rl_gke.deployment import Deployment
-    from nemo_rl_gke.report import RunReport
+    from nemo_rl_gke.observe.report import RunReport
+    from nemo_rl_gke.run.deployment import Deployment
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,6 @@ from typing import Any
 
 from airflow.sdk import DAG, Asset, BaseOperator, TaskGroup, TriggerRule
 
-from nemo_rl_gke import topology
 from nemo_rl_gke.alerts import RunAlertNotifier, dag_deadline, record_failure
 from nemo_rl_gke.dag_params import build_params
 from nemo_rl_gke.docs import GROUP_DOCS, scheduled_dag_doc
@@ -28,9 +27,10 @@ from nemo_rl_gke.operators.preflight import (
 )
 from nemo_rl_gke.operators.rayjob import RayJobSensor, SubmitRayJobOperator
 from nemo_rl_gke.operators.report import RunReportOperator
+from nemo_rl_gke.run import topology
 from nemo_rl_gke.run.alert_settings import AlertSettings
-from nemo_rl_gke.schedules import load_schedules
-from nemo_rl_gke.topology import Op
+from nemo_rl_gke.run.schedules import load_schedules
+from nemo_rl_gke.run.topology import Op
 
 OPERATORS: dict[Op, type[BaseOperator]] = {
     Op.VALIDATE_CONF: ValidateConfOperator,
@@ -165,11 +165,11 @@ def build_dag(
 def build_scheduled_dags(directory: Path | None = None) -> dict[str, DAG]:
     """One DAG per schedule file (``include/schedules/*.yaml``): the run's DAG on the schedule's cron, its conf as the
     form's defaults, paused when Airflow first sees it, never catching up. A bad file raises
-    :class:`~nemo_rl_gke.schedules.ScheduleError` (the DAG file's import error names the file, field and fix)."""
+    :class:`~nemo_rl_gke.run.schedules.ScheduleError` (the DAG file's import error names the file, field and fix)."""
     from airflow.timetables.trigger import CronTriggerTimetable
 
     # lazy: read at call time, so tests and deployments can re-point the paths
-    from nemo_rl_gke.paths import SCHEDULES_DIR
+    from nemo_rl_gke.run.paths import SCHEDULES_DIR
 
     dags = {}
     for schedule in load_schedules(directory or SCHEDULES_DIR):

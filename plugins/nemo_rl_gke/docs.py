@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from nemo_rl_gke import topology
-from nemo_rl_gke.deployment import settings_markdown
-from nemo_rl_gke.preflight import rules
-from nemo_rl_gke.spec import default_conf, spec_fields
+from nemo_rl_gke.preflight.offline import rules
+from nemo_rl_gke.run import topology
+from nemo_rl_gke.run.deployment import settings_markdown
+from nemo_rl_gke.run.spec import default_conf, spec_fields
 
 DAG_DESCRIPTION = "GRPO fine-tune with NVIDIA NeMo RL on GKE: provision, train, validate and export, tear down"
 DAG_DOC_MD = """

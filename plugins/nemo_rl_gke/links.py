@@ -22,13 +22,13 @@ from urllib.parse import quote, urlencode
 
 from airflow.sdk import BaseOperatorLink
 
-from nemo_rl_gke import topology
+from nemo_rl_gke.run import topology
 
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperator
     from airflow.sdk.types import TaskInstanceKey
 
-    from nemo_rl_gke.spec import RunSpec
+    from nemo_rl_gke.run.spec import RunSpec
 
 CONSOLE = "https://console.cloud.google.com"
 # `kubectl proxy` listens here by default; it forwards to the cluster's API server with the user's own credentials.

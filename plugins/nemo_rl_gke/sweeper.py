@@ -33,13 +33,13 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from nemo_rl_gke import outcomes, topology
-from nemo_rl_gke.bound_rules import BOUND_RULES
-from nemo_rl_gke.ownership import FREE, HELD, Lease, Owner, PendingCheckpoint, owner_from_labels
-from nemo_rl_gke.preflight import check_conf
+from nemo_rl_gke.observe.sweep_report import GroupReport, Kept, SweepReport, iso
+from nemo_rl_gke.preflight.bounds import BOUND_RULES
+from nemo_rl_gke.preflight.offline import check_conf
+from nemo_rl_gke.run import outcomes, topology
 from nemo_rl_gke.run import task_states as ts
-from nemo_rl_gke.spec import GROUP_NAME_PARAMS, RunSpec
-from nemo_rl_gke.sweep_report import GroupReport, Kept, SweepReport, iso
+from nemo_rl_gke.run.ownership import FREE, HELD, Lease, Owner, PendingCheckpoint, owner_from_labels
+from nemo_rl_gke.run.spec import GROUP_NAME_PARAMS, RunSpec
 
 if TYPE_CHECKING:
     from nemo_rl_gke.gcp.hooks import GcpHook

@@ -10,8 +10,8 @@ DAG's task instances (the data also needs its XComs and task logs). Without them
 
 It reads only what Airflow has, through the API server's own session: the run's task instances, their XComs and the
 ``train.wait`` task log (``TaskLogReader``). It holds no Google credentials and starts nothing: the page is static,
-the data is built per request by :func:`nemo_rl_gke.training_view.build_view`, and the job's secrets (the passwords
-of the connections the deployment allows for them) are masked in every answer.
+the data is built per request by :func:`nemo_rl_gke.observe.training_view.build_view`, and the job's secrets (the
+passwords of the connections the deployment allows for them) are masked in every answer.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from airflow.api_fastapi.common.db.common import SessionDep
 from fastapi import Depends, FastAPI, HTTPException, Query
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 
-from nemo_rl_gke import topology
-from nemo_rl_gke.deployment import load_deployment
-from nemo_rl_gke.redaction import StreamRedactor
-from nemo_rl_gke.training_view import BUDGET_SETTINGS, BUDGET_XCOM, TaskState, ViewInputs, build_view
+from nemo_rl_gke.observe.redaction import StreamRedactor
+from nemo_rl_gke.observe.training_view import BUDGET_SETTINGS, BUDGET_XCOM, TaskState, ViewInputs, build_view
+from nemo_rl_gke.run import topology
+from nemo_rl_gke.run.deployment import load_deployment
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -109,7 +109,7 @@ def read_inputs(session: Session, dag_id: str, run_id: str) -> ViewInputs:
 
 
 def budget_limits() -> dict[str, Any]:
-    """The deployment's budget settings that exist on :class:`~nemo_rl_gke.deployment.Deployment` (the view's limits
+    """The deployment's budget settings that exist on :class:`~nemo_rl_gke.run.deployment.Deployment` (the view's limits
     for a run whose train.wait has not published its budget)."""
     deployment = load_deployment()
     return {name: getattr(deployment, name) for name in BUDGET_SETTINGS if hasattr(deployment, name)}
@@ -164,7 +164,7 @@ def create_app() -> FastAPI:
 
     @app.get("/training/data", dependencies=can_read_data)
     def data(session: SessionDep, dag_id: str = Query(), run_id: str = Query()) -> JSONResponse:
-        """One snapshot of the run (see :func:`nemo_rl_gke.training_view.build_view`)."""
+        """One snapshot of the run (see :func:`nemo_rl_gke.observe.training_view.build_view`)."""
         view = build_view(read_inputs(session, dag_id, run_id))
         return JSONResponse(masked(view), headers={"Cache-Control": "no-store"})
 

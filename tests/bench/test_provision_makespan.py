@@ -5,8 +5,8 @@ from __future__ import annotations
 from bench.provision_makespan import KIND, resource_names
 from bench.warm_cold import PROVISIONING, creates_between
 
-from nemo_rl_gke import topology as t
-from nemo_rl_gke.spec import RunSpec
+from nemo_rl_gke.run import topology as t
+from nemo_rl_gke.run.spec import RunSpec
 
 
 def test_every_timed_ensure_task_has_the_name_the_run_gives_its_resource() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench import worker_slots
-from nemo_rl_gke import topology
+from nemo_rl_gke.run import topology
 from tests.paths import ROOT
 
 

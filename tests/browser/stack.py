@@ -34,7 +34,8 @@ from bench.airflow_components import (
 from sandbox.demo import start_demo_sandbox
 from sandbox.testing import SandboxProcess, add_fault
 
-from nemo_rl_gke import plugin, topology
+from nemo_rl_gke import plugin
+from nemo_rl_gke.run import topology
 from tests.paths import ROOT
 
 CHROMIUM = Path("/usr/bin/chromium")

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 from sandbox.testing import clear_faults
 
-from nemo_rl_gke import links, topology
+from nemo_rl_gke import links
 from nemo_rl_gke.docs import DAG_DESCRIPTION
-from nemo_rl_gke.spec import RunSpec
+from nemo_rl_gke.run import topology
+from nemo_rl_gke.run.spec import RunSpec
 from tests.browser.stack import (
     DAG_ID,
     HF_TOKEN,

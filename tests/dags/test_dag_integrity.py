@@ -7,13 +7,13 @@ import json
 
 import pytest
 
-from nemo_rl_gke import topology
 from nemo_rl_gke.dag_factory import MAX_ACTIVE_RUNS
 from nemo_rl_gke.dag_params import FORM_OPEN_SECTION, form_fields, form_section
-from nemo_rl_gke.paths import SCHEDULES_DIR
-from nemo_rl_gke.preflight import check_conf
-from nemo_rl_gke.schedules import load_schedules
-from nemo_rl_gke.spec import RunSpec, param_schema, spec_fields
+from nemo_rl_gke.preflight.offline import check_conf
+from nemo_rl_gke.run import topology
+from nemo_rl_gke.run.paths import SCHEDULES_DIR
+from nemo_rl_gke.run.schedules import load_schedules
+from nemo_rl_gke.run.spec import RunSpec, param_schema, spec_fields
 from nemo_rl_gke.sweeper import SWEEPER_DAG_ID
 from tests.dags.guard import parse_dag_folder
 from tests.owners import owner_of
@@ -135,12 +135,12 @@ def test_a_schedule_file_is_a_paused_cron_dag_whose_form_defaults_are_its_conf(d
 def test_a_bad_schedule_file_is_an_import_error_naming_the_file_the_field_and_the_fix(
     tmp_path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import nemo_rl_gke.paths
+    import nemo_rl_gke.run.paths
 
     (tmp_path / "nightly.yaml").write_text((SCHEDULES_DIR / "nightly-tutorial.yaml").read_text().replace(
         'cron: "0 1 * * *"', 'cron: "every night"'
     ))  # fmt: skip
-    monkeypatch.setattr(nemo_rl_gke.paths, "SCHEDULES_DIR", tmp_path)
+    monkeypatch.setattr(nemo_rl_gke.run.paths, "SCHEDULES_DIR", tmp_path)
     bag = parse_dag_folder(ROOT / "dags")
     (error,) = bag.import_errors.values()
     assert f"schedule file {tmp_path / 'nightly.yaml'}: cron: 'every night' is not a cron expression" in error
@@ -182,7 +182,7 @@ def test_teardown_tasks_are_teardowns_of_their_setups(dagbag) -> None:
     assert counted == {topology.DELETE_NET, topology.DELETE_GVNIC_NET, topology.DELETE_RDMA_NET}
     # One ensure task per resource of the registry; every resource but the node pool has a teardown step.
     from nemo_rl_gke.gcp.resources import resources
-    from nemo_rl_gke.spec import RunSpec
+    from nemo_rl_gke.run.spec import RunSpec
 
     registry = resources(RunSpec(), owner_of(RunSpec()))
     assert [s.task_id for s in topology.gcp_resources()] == list(registry)
@@ -215,7 +215,7 @@ def _task_id_literals(tree: ast.AST) -> list[ast.Constant]:
 
 
 def test_no_task_id_is_written_outside_the_topology() -> None:
-    """Every task id is read from nemo_rl_gke.topology: a rename there renames it everywhere."""
+    """Every task id is read from nemo_rl_gke.run.topology: a rename there renames it everywhere."""
     offenders = []
     for path in [*(ROOT / "plugins").rglob("*.py"), *(ROOT / "dags").rglob("*.py")]:
         if path.name != "topology.py":

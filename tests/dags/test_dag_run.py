@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from sandbox.demo import latest_run
 
-from nemo_rl_gke import topology
+from nemo_rl_gke.run import topology
 from tests.paths import ROOT
 
 pytestmark = pytest.mark.airflow

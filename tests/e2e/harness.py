@@ -14,8 +14,8 @@ from typing import Any
 
 from sandbox.testing import connection_extra, connection_json
 
-from nemo_rl_gke import topology as t
-from nemo_rl_gke.spec import RunSpec
+from nemo_rl_gke.run import topology as t
+from nemo_rl_gke.run.spec import RunSpec
 from tests.paths import ROOT
 
 DAG_ID = "nemo_rl_grpo_gke"

@@ -20,12 +20,12 @@ from urllib.parse import quote
 import pytest
 from sandbox.testing import SandboxProcess
 
-from nemo_rl_gke import outcomes
-from nemo_rl_gke import topology as t
-from nemo_rl_gke.costs import DEFAULT_GPU_HOUR_PRICES_USD
 from nemo_rl_gke.dag_factory import build_dag
+from nemo_rl_gke.run import outcomes
+from nemo_rl_gke.run import topology as t
 from nemo_rl_gke.run.alert_settings import AlertSettings
-from nemo_rl_gke.spec import RunSpec
+from nemo_rl_gke.run.costs import DEFAULT_GPU_HOUR_PRICES_USD
+from nemo_rl_gke.run.spec import RunSpec
 from tests.e2e.harness import DAG_ID, HF_TEST_TOKEN, INFRA_ONLY, WANDB_TEST_KEY, run_in_process
 from tests.faults import create_match
 from tests.owners import owner_of

@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from sandbox.testing import SandboxProcess
 
-from nemo_rl_gke import outcomes
-from nemo_rl_gke import topology as t
 from nemo_rl_gke.gcp.resources import resources
-from nemo_rl_gke.ownership import owner_from_description, owner_from_labels
-from nemo_rl_gke.spec import RunSpec
+from nemo_rl_gke.run import outcomes
+from nemo_rl_gke.run import topology as t
+from nemo_rl_gke.run.ownership import owner_from_description, owner_from_labels
+from nemo_rl_gke.run.spec import RunSpec
 from tests.e2e.harness import INFRA_ONLY, run_in_process
 from tests.faults import create_match, delete_match
 from tests.owners import owner_of

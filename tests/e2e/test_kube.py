@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 from sandbox.testing import SandboxProcess, pid_alive
 
-from nemo_rl_gke import topology as t
-from nemo_rl_gke.deployment import Deployment
 from nemo_rl_gke.gcp.hooks import GcpHook
 from nemo_rl_gke.ray.hooks import RayJobsHook
-from nemo_rl_gke.raysubmit import RAY_TOKEN_HEADER
-from nemo_rl_gke.spec import RunSpec
+from nemo_rl_gke.ray.submit import RAY_TOKEN_HEADER
+from nemo_rl_gke.run import topology as t
+from nemo_rl_gke.run.deployment import Deployment
+from nemo_rl_gke.run.spec import RunSpec
 from tests.e2e.harness import run_cli, run_in_process
 
 pytestmark = pytest.mark.airflow

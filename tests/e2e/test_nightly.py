@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 from sandbox.testing import SandboxProcess
 
-from nemo_rl_gke import outcomes
-from nemo_rl_gke import topology as t
-from nemo_rl_gke.deployment import Deployment
-from nemo_rl_gke.ownership import Owner
-from nemo_rl_gke.schedules import load_schedule
-from nemo_rl_gke.spec import RunSpec, default_conf
+from nemo_rl_gke.run import outcomes
+from nemo_rl_gke.run import topology as t
+from nemo_rl_gke.run.deployment import Deployment
+from nemo_rl_gke.run.ownership import Owner
+from nemo_rl_gke.run.schedules import load_schedule
+from nemo_rl_gke.run.spec import RunSpec, default_conf
 from tests.e2e.harness import run_in_process
 from tests.paths import ROOT
 
@@ -43,16 +43,16 @@ def nightly(env: dict[str, str]) -> Iterator[Any]:
     ``dag.test`` parses the folder again to store the DAG)."""
     from airflow.dag_processing.dagbag import DagBag
 
-    import nemo_rl_gke.paths
+    import nemo_rl_gke.run.paths
 
-    saved = nemo_rl_gke.paths.SCHEDULES_DIR
-    nemo_rl_gke.paths.SCHEDULES_DIR = SCHEDULES
+    saved = nemo_rl_gke.run.paths.SCHEDULES_DIR
+    nemo_rl_gke.run.paths.SCHEDULES_DIR = SCHEDULES
     try:
         bag = DagBag(dag_folder=str(ROOT / "dags"))
         assert not bag.import_errors, bag.import_errors
         yield bag.dags[SCHEDULE.dag_id]
     finally:
-        nemo_rl_gke.paths.SCHEDULES_DIR = saved
+        nemo_rl_gke.run.paths.SCHEDULES_DIR = saved
 
 
 def _xcom(dag_id: str) -> dict[tuple[str, str], Any]:

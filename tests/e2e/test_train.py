@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from sandbox.testing import SandboxProcess
 
-from nemo_rl_gke import topology as t
-from nemo_rl_gke.spec import RunSpec
+from nemo_rl_gke.run import topology as t
+from nemo_rl_gke.run.spec import RunSpec
 from tests.e2e.harness import HF_TEST_TOKEN, INFRA_ONLY, WANDB_TEST_KEY, run_cli
 from tests.paths import ROOT
 

@@ -19,7 +19,7 @@ from sandbox.testing import SandboxProcess, request_json, start_sandbox
 from nemo_rl_gke.gcp.hooks import GcpHook, RetryPolicy
 from nemo_rl_gke.gcp.operations import OperationRef, OperationStatus, operation_status
 from nemo_rl_gke.gcp.resources import ActionResult, Resource, ensure
-from nemo_rl_gke.spec import RunSpec
+from nemo_rl_gke.run.spec import RunSpec
 
 # Operations take 1/1000 of their modelled time: Lustre 0.6 s, a cluster 0.4 s. Enough to be seen running.
 LATENCY_SCALE = 0.001

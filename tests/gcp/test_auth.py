@@ -12,13 +12,13 @@ import kubernetes.client
 import pytest
 from sandbox.testing import SandboxProcess
 
-from nemo_rl_gke import topology as t
 from nemo_rl_gke.gcp.async_hooks import GcpAsyncHook
 from nemo_rl_gke.gcp.hooks import GcpHook
 from nemo_rl_gke.gcp.resources import resources
 from nemo_rl_gke.kube.async_client import AsyncKubeHook
 from nemo_rl_gke.kube.client import KubeHook
-from nemo_rl_gke.spec import RunSpec
+from nemo_rl_gke.run import topology as t
+from nemo_rl_gke.run.spec import RunSpec
 from tests.gcp.conftest import ensure_done, last_seq
 from tests.owners import owner_of
 

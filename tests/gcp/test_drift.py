@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from nemo_rl_gke import topology as t
 from nemo_rl_gke.gcp.resources import resources
 from nemo_rl_gke.gcp.resources.drift import normalize_ref, same_ref
 from nemo_rl_gke.gcp.resources.peering import PEERING_RANGE_FIELD
-from nemo_rl_gke.spec import RunSpec
+from nemo_rl_gke.run import topology as t
+from nemo_rl_gke.run.spec import RunSpec
 from tests.owners import owner_of
 
 SPEC = RunSpec.from_conf({"project": "my-project", "region": "us-east5", "zone": "us-east5-b"})

@@ -12,10 +12,10 @@ from google.auth.credentials import AnonymousCredentials
 from googleapiclient.errors import HttpError
 from sandbox.testing import SandboxProcess
 
-from nemo_rl_gke import topology as t
 from nemo_rl_gke.gcp.hooks import GcpHook, RetryPolicy, is_transient, retry_transient
 from nemo_rl_gke.gcp.resources import ensure, resources
-from nemo_rl_gke.spec import RunSpec
+from nemo_rl_gke.run import topology as t
+from nemo_rl_gke.run.spec import RunSpec
 from tests.gcp.conftest import FAST_RETRY, ensure_done
 from tests.owners import owner_of
 

@@ -18,8 +18,6 @@ import pytest
 from sandbox.testing import SandboxProcess, pid_alive
 from sandbox.tls import new_cluster_tls
 
-from nemo_rl_gke import topology as t
-from nemo_rl_gke.deployment import Deployment
 from nemo_rl_gke.gcp.hooks import GcpHook
 from nemo_rl_gke.gcp.resources import resources
 from nemo_rl_gke.kube.access import ClusterAccess, ClusterUnreachableError, EndpointNotAllowedError, dashboard_address
@@ -34,7 +32,9 @@ from nemo_rl_gke.kube.objects import (
     lustre_ip,
 )
 from nemo_rl_gke.kube.raycluster import diagnose, pods_not_ready, reports_conditions
-from nemo_rl_gke.spec import RunSpec
+from nemo_rl_gke.run import topology as t
+from nemo_rl_gke.run.deployment import Deployment
+from nemo_rl_gke.run.spec import RunSpec
 from nemo_rl_gke.triggers.raycluster import CLASSPATH, RayClusterTrigger
 from tests.gcp.conftest import ensure_done
 from tests.owners import owner_of

@@ -9,7 +9,6 @@ import pytest
 from google.api_core import exceptions as api_exceptions
 from sandbox.testing import SandboxProcess, request_json
 
-from nemo_rl_gke.findings import Finding
 from nemo_rl_gke.gcp.hooks import GcpHook
 from nemo_rl_gke.gcp.iam import role_permissions
 from nemo_rl_gke.gcp.live_checks import (
@@ -22,7 +21,8 @@ from nemo_rl_gke.gcp.live_checks import (
     live_findings,
     reservation_findings,
 )
-from nemo_rl_gke.spec import RunSpec
+from nemo_rl_gke.run.findings import Finding
+from nemo_rl_gke.run.spec import RunSpec
 from tests.gcp.conftest import ZONE, api_calls, last_seq
 
 LUSTRE_WRITER = "roles/storage.objectUser"

@@ -13,14 +13,14 @@ from typing import Any
 
 from sandbox.testing import SandboxProcess
 
-from nemo_rl_gke import topology as t
 from nemo_rl_gke.gcp.hooks import GcpHook
 from nemo_rl_gke.gcp.resources import resources
 from nemo_rl_gke.plan.build import build_plan
 from nemo_rl_gke.plan.networks import PEERING_CIDR_PLACEHOLDER
 from nemo_rl_gke.plan.peering import PROJECT_NUMBER_PLACEHOLDER
 from nemo_rl_gke.plan.transfers import import_source, lustre_import_request
-from nemo_rl_gke.spec import RunSpec
+from nemo_rl_gke.run import topology as t
+from nemo_rl_gke.run.spec import RunSpec
 from sandbox import files
 from tests.gcp.conftest import dump, ensure_done, last_seq, wait_for
 

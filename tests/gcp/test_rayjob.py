@@ -20,24 +20,24 @@ import pytest
 from sandbox.testing import SandboxProcess
 from sandbox.tls import new_cluster_tls
 
-from nemo_rl_gke import topology as t
-from nemo_rl_gke.deployment import Deployment
 from nemo_rl_gke.gcp.hooks import GcpHook
 from nemo_rl_gke.gcp.resources import resources
 from nemo_rl_gke.kube.access import DashboardAddress
 from nemo_rl_gke.kube.client import KubeHook, ObjectRef
 from nemo_rl_gke.kube.objects import apply_objects, delete_objects, group_objects, lustre_ip
+from nemo_rl_gke.plan.ray_job import JobRequest, SecretEnv
 from nemo_rl_gke.ray.async_hooks import RayJobsApiError, RayJobsAsyncHook
 from nemo_rl_gke.ray.hooks import RayJobsHook, RayTlsError
-from nemo_rl_gke.rayjobs import JobRequest, SecretEnv
-from nemo_rl_gke.raysubmit import (
+from nemo_rl_gke.ray.submit import (
     KUBE_REST_LOGGERS,
     RAY_TOKEN_HEADER,
     SecretMissingError,
     ray_token_source,
     resolve_secrets,
 )
-from nemo_rl_gke.spec import RunSpec
+from nemo_rl_gke.run import topology as t
+from nemo_rl_gke.run.deployment import Deployment
+from nemo_rl_gke.run.spec import RunSpec
 from nemo_rl_gke.triggers.raycluster import RayClusterTrigger
 from nemo_rl_gke.triggers.rayjob import CLASSPATH, RayJobTrigger
 from tests.gcp.conftest import FAST_RETRY, ZONE, ensure_done
@@ -715,8 +715,8 @@ def _local_job(
     checkpoint_dir so the tests' jobs never resume from each other's steps; returns (address, headers, spec)."""
     import dataclasses
 
-    from nemo_rl_gke.rayjobs import job_request
-    from nemo_rl_gke.recipes import load_recipe
+    from nemo_rl_gke.plan.ray_job import job_request
+    from nemo_rl_gke.run.recipes import load_recipe
 
     conf = {**RAY_CONF, "checkpoint_dir": f"/data/{submission_id}", "extra_overrides": overrides}
     conf.update(worker_replicas=1, gpu_pool_max_nodes=1, colocated=True, dtensor_tp=1, vllm_tp=1, max_steps=max_steps)

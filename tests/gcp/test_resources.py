@@ -11,7 +11,6 @@ from google.api_core import exceptions as api_exceptions
 from google.cloud import compute_v1
 from sandbox.testing import SandboxProcess
 
-from nemo_rl_gke import topology as t
 from nemo_rl_gke.gcp.hooks import GcpHook
 from nemo_rl_gke.gcp.operations import COMPUTE, CONTAINER, LONGRUNNING
 from nemo_rl_gke.gcp.resources import (
@@ -23,7 +22,8 @@ from nemo_rl_gke.gcp.resources import (
     ensure,
     resources,
 )
-from nemo_rl_gke.spec import RunSpec
+from nemo_rl_gke.run import topology as t
+from nemo_rl_gke.run.spec import RunSpec
 from tests.gcp.conftest import (
     FAST_RETRY,
     ZONE,

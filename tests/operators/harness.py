@@ -21,14 +21,14 @@ import pytest
 from airflow.sdk.exceptions import AirflowSkipException, TaskDeferred
 from sandbox.testing import SandboxProcess
 
-from nemo_rl_gke import topology
 from nemo_rl_gke.dag_factory import OPERATORS
-from nemo_rl_gke.deployment import DEFAULT_DEPLOYMENT_ID, Deployment
 from nemo_rl_gke.gcp.resources import Resource, resources
-from nemo_rl_gke.ownership import Owner
-from nemo_rl_gke.preflight import check_conf
-from nemo_rl_gke.spec import RunSpec
-from nemo_rl_gke.topology import LEASE, RETURN, VALIDATE
+from nemo_rl_gke.preflight.offline import check_conf
+from nemo_rl_gke.run import topology
+from nemo_rl_gke.run.deployment import DEFAULT_DEPLOYMENT_ID, Deployment
+from nemo_rl_gke.run.ownership import Owner
+from nemo_rl_gke.run.spec import RunSpec
+from nemo_rl_gke.run.topology import LEASE, RETURN, VALIDATE
 
 REGION, ZONE = "us-central1", "us-central1-b"  # a RoCE zone of the sandbox
 POLL = 0.05

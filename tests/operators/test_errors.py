@@ -14,10 +14,10 @@ from airflow.sdk import Asset
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 from sandbox.testing import SandboxProcess, request_json, start_sandbox
 
-from nemo_rl_gke import outcomes
-from nemo_rl_gke import topology as t
 from nemo_rl_gke.dag_factory import OPERATORS
 from nemo_rl_gke.gcp.hooks import RetryPolicy
+from nemo_rl_gke.run import outcomes
+from nemo_rl_gke.run import topology as t
 from tests.operators.harness import Run, gcp_conn, operator, project_resources, run_step, start_run, trigger_events
 
 __all__ = ["gcp_conn"]

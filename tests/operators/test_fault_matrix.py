@@ -15,9 +15,9 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 from sandbox.testing import SandboxProcess, start_sandbox
 
-from nemo_rl_gke import outcomes
-from nemo_rl_gke import topology as t
-from nemo_rl_gke.spec import RunSpec
+from nemo_rl_gke.run import outcomes
+from nemo_rl_gke.run import topology as t
+from nemo_rl_gke.run.spec import RunSpec
 from tests.faults import create_match, delete_match
 from tests.operators.harness import ZONE, Run, gcp_conn, project_resources, run_step, start_run
 

@@ -18,10 +18,10 @@ import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 from sandbox.testing import SandboxProcess, request_json, start_sandbox
 
-from nemo_rl_gke import outcomes
-from nemo_rl_gke import topology as t
 from nemo_rl_gke.operators.base import DEFERRAL_BACKSTOP_S
-from nemo_rl_gke.spec import RunSpec
+from nemo_rl_gke.run import outcomes
+from nemo_rl_gke.run import topology as t
+from nemo_rl_gke.run.spec import RunSpec
 from nemo_rl_gke.triggers.operations import OperationTrigger
 from tests.operators.harness import (
     POLL,

@@ -20,12 +20,12 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 from sandbox.testing import SandboxProcess, start_sandbox
 
-from nemo_rl_gke import outcomes
-from nemo_rl_gke import topology as t
 from nemo_rl_gke.gcp.lease import read_lease
 from nemo_rl_gke.gcp.pending import CheckpointRecords
+from nemo_rl_gke.observe.training_view import pending_checkpoints
 from nemo_rl_gke.operators.rayjob import mark_checkpoint_pending
-from nemo_rl_gke.training_view import pending_checkpoints
+from nemo_rl_gke.run import outcomes
+from nemo_rl_gke.run import topology as t
 from sandbox import files
 from tests.operators.harness import (
     DAG_ID,
@@ -356,8 +356,8 @@ def test_a_step_directory_no_record_names_keeps_the_instance(sandbox: SandboxPro
 
 
 def test_resume_none_on_a_warm_lustre_holding_steps_does_not_resume(sandbox: SandboxProcess, project: str) -> None:
-    from nemo_rl_gke.rayjobs import LINEAGE_EXIT, job_request
-    from nemo_rl_gke.recipes import load_recipe
+    from nemo_rl_gke.plan.ray_job import LINEAGE_EXIT, job_request
+    from nemo_rl_gke.run.recipes import load_recipe
 
     yesterday = start_run(project, teardown_policy=t.KEEP_WARM)
     _steps(yesterday, LUSTRE_CHAIN)

@@ -22,12 +22,12 @@ import pytest
 from airflow.sdk.exceptions import AirflowException, TaskDeferred
 from sandbox.testing import SandboxProcess, request_json, start_sandbox
 
-from nemo_rl_gke import outcomes
-from nemo_rl_gke import topology as t
 from nemo_rl_gke.gcp.lease import acquire, read_lease, release
 from nemo_rl_gke.operators.rayjob import mark_checkpoint_pending
 from nemo_rl_gke.operators.sweeper import STATE_KEY, TEXT_KEY, SweepOperator
-from nemo_rl_gke.ownership import FREE, Owner
+from nemo_rl_gke.run import outcomes
+from nemo_rl_gke.run import topology as t
+from nemo_rl_gke.run.ownership import FREE, Owner
 from nemo_rl_gke.sweeper import SWEEPER_DAG_ID, Sweep
 from tests.operators.harness import (
     DAG_ID,
@@ -196,7 +196,7 @@ def _last_seq(sandbox: SandboxProcess) -> int:
 def _exported(run: Run, step: int) -> None:
     """What checkpoint.export does once the export succeeded: the run's record names the copy."""
     from nemo_rl_gke.gcp.pending import CheckpointRecords
-    from nemo_rl_gke.ownership import PendingCheckpoint
+    from nemo_rl_gke.run.ownership import PendingCheckpoint
 
     actual = run.resources()[t.LUSTRE].get(_hook())
     uri = run.spec.export_uri(DAG_ID, run.run_id, step)
@@ -377,7 +377,7 @@ def test_a_scheduled_warm_group_idles_for_its_schedule_files_ttl_not_the_params(
 ) -> None:
     import yaml
 
-    from nemo_rl_gke import paths
+    from nemo_rl_gke.run import paths
 
     nightly = start_run(project, teardown_policy=t.KEEP_WARM, **OTHER_NAMES)
     made = [t.NET, t.GVNIC_NET, t.GVNIC_FW]

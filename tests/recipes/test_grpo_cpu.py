@@ -174,7 +174,7 @@ def test_every_step_prints_nemo_rl_markers(default_run: tuple[Path, subprocess.C
 
 
 def test_the_dags_log_parser_reads_every_step(default_run: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
-    metrics = pytest.importorskip("nemo_rl_gke.metrics")
+    metrics = pytest.importorskip("nemo_rl_gke.observe.metrics")
     follower = metrics.LogFollower()
     follower.feed(default_run[1].stdout)
     follower.flush()
@@ -281,7 +281,7 @@ def test_full_solution_ground_truth_never_rewards(tmp_path: Path) -> None:
     # All rewards equal: every advantage is 0, so is the policy gradient, and the KL term stays 0.
     assert LOSS.findall(result.stdout) == ["0.0000"] * 5
     assert re.findall(r"^    • Accuracy: (\S+)$", result.stdout, re.MULTILINE) == ["0.0000"]
-    metrics = pytest.importorskip("nemo_rl_gke.metrics")
+    metrics = pytest.importorskip("nemo_rl_gke.observe.metrics")
     follower = metrics.LogFollower()
     follower.feed(result.stdout)
     assert metrics.check_zero_learning(follower.metrics.completed_steps, 3) is not None
@@ -300,7 +300,7 @@ def test_checkpoint_must_save_by_saves_and_stops_as_nemo_rl_does(tmp_path: Path)
     assert "Saving checkpoint for step 1..." in result.stdout
     assert result.stdout.rstrip().endswith("Timeout has been reached, stopping training early")
     assert sorted(p.name for p in (tmp_path / "data" / "ckpt").iterdir()) == ["step_1"]
-    metrics = pytest.importorskip("nemo_rl_gke.metrics")
+    metrics = pytest.importorskip("nemo_rl_gke.observe.metrics")
     follower = metrics.LogFollower()
     follower.feed(result.stdout)
     assert follower.metrics.timeout_reached and metrics.newest_save(follower.metrics.steps) == 1

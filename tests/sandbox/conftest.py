@@ -11,10 +11,10 @@ from google.cloud import compute_v1, container_v1, lustre_v1
 from googleapiclient.discovery import build
 from sandbox.testing import SandboxProcess, credentials, sandbox_fixture
 
-from nemo_rl_gke import topology as t
 from nemo_rl_gke.gcp.resources import resources
 from nemo_rl_gke.plan.api import ApiRequest
-from nemo_rl_gke.spec import RunSpec
+from nemo_rl_gke.run import topology as t
+from nemo_rl_gke.run.spec import RunSpec
 from tests.owners import owner_of
 
 PROJECT, REGION, ZONE, RESERVATION = "my-project", "us-central1", "us-central1-b", "my-res"

@@ -16,7 +16,7 @@ from google.cloud import container_v1
 from sandbox.testing import start_sandbox
 
 from nemo_rl_gke.plan import gke
-from nemo_rl_gke.spec import RunSpec
+from nemo_rl_gke.run.spec import RunSpec
 from tests.owners import owner_of
 from tests.sandbox.conftest import OWNER, PROJECT, REGION, SEED, SPEC, Clients
 from tests.sandbox.helpers import create_cluster, create_networks, create_node_pool, operation_name, raw

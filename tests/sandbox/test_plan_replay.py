@@ -7,12 +7,12 @@ import json
 from typing import Any
 from urllib.parse import quote
 
-from nemo_rl_gke import topology as t
 from nemo_rl_gke.gcp.resources import resources
-from nemo_rl_gke.ownership import PLANNED_RUN, run_label
 from nemo_rl_gke.plan import networks, peering
 from nemo_rl_gke.plan.api import ApiRequest
 from nemo_rl_gke.plan.build import build_plan
+from nemo_rl_gke.run import topology as t
+from nemo_rl_gke.run.ownership import PLANNED_RUN, run_label
 from tests.sandbox.conftest import OWNER, SPEC
 from tests.sandbox.helpers import project_number, raw
 

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from nemo_rl_gke import topology as t
 from nemo_rl_gke.gcp.operations import OperationRef
+from nemo_rl_gke.run import topology as t
 from nemo_rl_gke.triggers.operations import (
     BACKOFF_CAP_POLLS,
     CLASSPATH,
@@ -454,10 +454,10 @@ def test_waits_on_the_sandboxs_real_operations(monkeypatch: pytest.MonkeyPatch, 
     """Operations started by the real clients on the sandbox, with latency: compute, container and longrunning."""
     from sandbox.testing import start_sandbox
 
-    from nemo_rl_gke.deployment import Deployment
     from nemo_rl_gke.gcp.hooks import GcpHook
     from nemo_rl_gke.gcp.resources import ensure, resources
-    from nemo_rl_gke.preflight import check_conf
+    from nemo_rl_gke.preflight.offline import check_conf
+    from nemo_rl_gke.run.deployment import Deployment
 
     spec, findings = check_conf(
         {"project": "trigger-test", "region": "us-central1", "zone": "us-central1-b", "reservation": "res"},

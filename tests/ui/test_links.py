@@ -8,9 +8,10 @@ from urllib.parse import unquote
 
 import pytest
 
-from nemo_rl_gke import links, topology
+from nemo_rl_gke import links
 from nemo_rl_gke.dag_factory import OPERATORS
-from nemo_rl_gke.spec import RunSpec
+from nemo_rl_gke.run import topology
+from nemo_rl_gke.run.spec import RunSpec
 
 SPEC = RunSpec(project="p-1", region="europe-west4", zone="europe-west4-b", cluster_name="c-1", lustre_name="l-1")
 ALL = [*links.GCP_RESOURCE_LINKS, *links.WAIT_LINKS, *links.EXPORT_LINKS]

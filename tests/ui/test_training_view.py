@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from nemo_rl_gke import costs, outcomes, topology
-from nemo_rl_gke.metrics import LogFollower
-from nemo_rl_gke.spec import RunSpec, default_conf
-from nemo_rl_gke.training_view import RAY_JOB_PREFIX, TaskState, ViewInputs, build_view, parse_job_log
+from nemo_rl_gke.observe.metrics import LogFollower
+from nemo_rl_gke.observe.training_view import RAY_JOB_PREFIX, TaskState, ViewInputs, build_view, parse_job_log
+from nemo_rl_gke.run import costs, outcomes, topology
+from nemo_rl_gke.run.spec import RunSpec, default_conf
 from tests.paths import ROOT
 
 NOW = 1_800_000_000.0

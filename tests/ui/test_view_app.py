@@ -16,7 +16,8 @@ from urllib.parse import urlencode
 
 import pytest
 
-from nemo_rl_gke import plugin, topology
+from nemo_rl_gke import plugin
+from nemo_rl_gke.run import topology
 from tests.paths import ROOT
 
 pytestmark = pytest.mark.airflow
@@ -137,7 +138,7 @@ def test_the_budget_train_wait_published_is_what_the_view_shows(client: Any, tok
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
 
-    from nemo_rl_gke.training_view import BUDGET_XCOM
+    from nemo_rl_gke.observe.training_view import BUDGET_XCOM
 
     published = {
         "hours_limit": 6.0,

@@ -18,8 +18,7 @@ from urllib.parse import quote
 
 import pytest
 
-from nemo_rl_gke import alerts, outcomes
-from nemo_rl_gke import topology as t
+from nemo_rl_gke import alerts
 from nemo_rl_gke.alerts import (
     Alert,
     LiveFacts,
@@ -36,12 +35,14 @@ from nemo_rl_gke.alerts import (
     run_url,
     send,
 )
-from nemo_rl_gke.costs import DEFAULT_GPU_HOUR_PRICES_USD
 from nemo_rl_gke.dag_factory import build_dag
-from nemo_rl_gke.deployment import Deployment, DeploymentError
-from nemo_rl_gke.report import RunInputs, TaskTiming, build_report
+from nemo_rl_gke.observe.report import RunInputs, TaskTiming, build_report
+from nemo_rl_gke.run import outcomes
+from nemo_rl_gke.run import topology as t
 from nemo_rl_gke.run.alert_settings import AlertSettings, AlertSettingsError
-from nemo_rl_gke.spec import RunSpec
+from nemo_rl_gke.run.costs import DEFAULT_GPU_HOUR_PRICES_USD
+from nemo_rl_gke.run.deployment import Deployment, DeploymentError
+from nemo_rl_gke.run.spec import RunSpec
 from tests.webhook import Receiver, webhook_receiver
 
 URL = "https://airflow.example.test/dags/d/runs/r"

@@ -13,9 +13,9 @@ import sys
 
 import pytest
 
-from nemo_rl_gke.deployment import Deployment, DeploymentError, connection_project
-from nemo_rl_gke.ownership import Lease, live_gpu_leases
-from nemo_rl_gke.preflight import check_conf
+from nemo_rl_gke.preflight.offline import check_conf
+from nemo_rl_gke.run.deployment import Deployment, DeploymentError, connection_project
+from nemo_rl_gke.run.ownership import Lease, live_gpu_leases
 from tests.paths import ROOT
 
 TUTORIAL = json.loads((ROOT / "include/conf/tutorial.json").read_text())

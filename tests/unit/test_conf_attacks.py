@@ -25,17 +25,17 @@ from typing import Any
 import pytest
 from sandbox.tls import new_cluster_tls
 
-from nemo_rl_gke import paths as paths_module
-from nemo_rl_gke.deployment import ConnectionNotAllowedError, Deployment, DeploymentError
-from nemo_rl_gke.findings import ConfError, Finding
 from nemo_rl_gke.kube.access import ClusterAccess, EndpointNotAllowedError, dashboard_address
 from nemo_rl_gke.kube.manifests import ManifestSourceError, fetch_installer, load_nccl_installer
-from nemo_rl_gke.ownership import Owner
-from nemo_rl_gke.preflight import check_conf
-from nemo_rl_gke.rayjobs import JobRequest, SecretEnv, job_request, job_secrets
-from nemo_rl_gke.raysubmit import resolve_secrets
-from nemo_rl_gke.recipes import load_recipe
-from nemo_rl_gke.spec import RunSpec
+from nemo_rl_gke.plan.ray_job import JobRequest, SecretEnv, job_request, job_secrets
+from nemo_rl_gke.preflight.offline import check_conf
+from nemo_rl_gke.ray.submit import resolve_secrets
+from nemo_rl_gke.run import paths as paths_module
+from nemo_rl_gke.run.deployment import ConnectionNotAllowedError, Deployment, DeploymentError
+from nemo_rl_gke.run.findings import ConfError, Finding
+from nemo_rl_gke.run.ownership import Owner
+from nemo_rl_gke.run.recipes import load_recipe
+from nemo_rl_gke.run.spec import RunSpec
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "nccl-rdma-installer.yaml"
 TOKEN = "hf_" + "CanaryCanaryCanaryCanary1234"
@@ -427,7 +427,7 @@ def test_long_values_are_cut_in_every_finding(conf: dict[str, Any]) -> None:
 
 
 def test_a_rules_own_prose_is_not_cut_between_two_apostrophes() -> None:
-    from nemo_rl_gke.findings import safe_text
+    from nemo_rl_gke.run.findings import safe_text
 
     prose = "the job's environment would reach the driver log, W&B and the exported checkpoint's config.yaml, so no"
     assert safe_text(prose) == prose

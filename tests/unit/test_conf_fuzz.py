@@ -31,17 +31,17 @@ import kubernetes_validate.utils as kv_utils
 import pytest
 import yaml
 
-from nemo_rl_gke import recipes
-from nemo_rl_gke.deployment import Deployment
-from nemo_rl_gke.findings import MAX_SHOWN, Finding
 from nemo_rl_gke.kube import manifests as manifests_module
 from nemo_rl_gke.kube.validation import validate_manifest
 from nemo_rl_gke.plan.build import build_plan
-from nemo_rl_gke.preflight import check_conf
-from nemo_rl_gke.rayjobs import lineage_guard
-from nemo_rl_gke.recipes import load_recipe
-from nemo_rl_gke.spec import POLL_MIN_S, RunSpec, param_schema, spec_fields
-from nemo_rl_gke.topology import STAGE_TIMEOUT_PARAM
+from nemo_rl_gke.plan.ray_job import lineage_guard
+from nemo_rl_gke.preflight.offline import check_conf
+from nemo_rl_gke.run import recipes
+from nemo_rl_gke.run.deployment import Deployment
+from nemo_rl_gke.run.findings import MAX_SHOWN, Finding
+from nemo_rl_gke.run.recipes import load_recipe
+from nemo_rl_gke.run.spec import POLL_MIN_S, RunSpec, param_schema, spec_fields
+from nemo_rl_gke.run.topology import STAGE_TIMEOUT_PARAM
 
 SEED = 20_261_201
 CONFS = 5_000

@@ -6,12 +6,12 @@ import ast
 
 import pytest
 
-from nemo_rl_gke import costs, outcomes
-from nemo_rl_gke import topology as t
 from nemo_rl_gke.alerts import LiveFacts, deadline_alert, kept_after_teardown
-from nemo_rl_gke.report import RunInputs, TaskTiming, build_report
-from nemo_rl_gke.spec import RunSpec, default_conf
-from nemo_rl_gke.training_view import TaskState, ViewInputs, build_view
+from nemo_rl_gke.observe.report import RunInputs, TaskTiming, build_report
+from nemo_rl_gke.observe.training_view import TaskState, ViewInputs, build_view
+from nemo_rl_gke.run import costs, outcomes
+from nemo_rl_gke.run import topology as t
+from nemo_rl_gke.run.spec import RunSpec, default_conf
 from tests.paths import ROOT
 
 NOW = 1_800_000_000.0

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from nemo_rl_gke.dag_params import build_params
-from nemo_rl_gke.spec import conf_findings, default_conf, param_schema, spec_fields
+from nemo_rl_gke.run.spec import conf_findings, default_conf, param_schema, spec_fields
 
 PARAMS = build_params()
 PROBES: list[Any] = [
@@ -90,7 +90,7 @@ def test_an_optional_field_left_empty_submits_and_means_the_default(name: str) -
         assert _param_accepts(name, value), value
         assert conf_findings({name: value}) == [], value
     assert build_params()[name].value is None  # resolve() above changed PARAMS[name].value
-    from nemo_rl_gke.spec import RunSpec
+    from nemo_rl_gke.run.spec import RunSpec
 
     assert getattr(RunSpec.from_conf({name: None}), name) == getattr(RunSpec(), name)
 

@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from nemo_rl_gke.deployment import (
+from nemo_rl_gke.preflight.offline import check_conf
+from nemo_rl_gke.run.deployment import (
     DEFAULT_DEPLOYMENT_ID,
     TUTORIAL_INSTALLER_URLS,
     ConnectionNotAllowedError,
@@ -17,7 +18,6 @@ from nemo_rl_gke.deployment import (
     is_loopback_url,
     load_deployment,
 )
-from nemo_rl_gke.preflight import check_conf
 from tests.paths import ROOT
 
 

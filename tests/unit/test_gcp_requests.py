@@ -16,9 +16,7 @@ from urllib.parse import unquote
 import pytest
 from google.cloud import compute_v1, container_v1, lustre_v1
 
-from nemo_rl_gke import topology as t
 from nemo_rl_gke.gcp.resources import resources
-from nemo_rl_gke.ownership import Owner
 from nemo_rl_gke.plan import api
 from nemo_rl_gke.plan.api import ApiRequest, DiscoveryMismatchError, discovery_request, message_body
 from nemo_rl_gke.plan.gke import (
@@ -38,7 +36,9 @@ from nemo_rl_gke.plan.peering import (
     peering_range_request,
     project_request,
 )
-from nemo_rl_gke.spec import RunSpec
+from nemo_rl_gke.run import topology as t
+from nemo_rl_gke.run.ownership import Owner
+from nemo_rl_gke.run.spec import RunSpec
 
 # The tutorial's run (its names are RunSpec's defaults) in a concrete project and location.
 P, R, Z = "my-project", "us-east5", "us-east5-b"

@@ -19,10 +19,10 @@ from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from nemo_rl_gke.findings import ConfError
-from nemo_rl_gke.preflight import check_conf, check_spec, rules, validate
-from nemo_rl_gke.recipes import RecipeError, hydra_value, load_recipe, load_version
-from nemo_rl_gke.spec import RunSpec
+from nemo_rl_gke.preflight.offline import check_conf, check_spec, rules, validate
+from nemo_rl_gke.run.findings import ConfError
+from nemo_rl_gke.run.recipes import RecipeError, hydra_value, load_recipe, load_version
+from nemo_rl_gke.run.spec import RunSpec
 
 CANARY = "hf_canary_0123456789abcdef"
 QWEN = {"recipe": "qwen2.5-7b-gsm8k-v0.7.0", "dtensor_tp": 4, "vllm_tp": 4}

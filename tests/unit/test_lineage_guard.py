@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from nemo_rl_gke.rayjobs import LINEAGE_EXIT, lineage_guard
-from nemo_rl_gke.spec import RunSpec
+from nemo_rl_gke.plan.ray_job import LINEAGE_EXIT, lineage_guard
+from nemo_rl_gke.run.spec import RunSpec
 
 SPEC = RunSpec(checkpoint_dir="/data/lineage_a")
 

@@ -16,8 +16,6 @@ import jinja2
 import pytest
 import yaml
 
-from nemo_rl_gke import paths as paths_module
-from nemo_rl_gke.deployment import Deployment
 from nemo_rl_gke.kube import manifests as manifests_module
 from nemo_rl_gke.kube.manifests import (
     LUSTRE_IP_PLACEHOLDER,
@@ -28,8 +26,10 @@ from nemo_rl_gke.kube.manifests import (
     render_template,
 )
 from nemo_rl_gke.kube.validation import KUBERNETES_SCHEMA_VERSION, available_schema_versions, validate_manifest
-from nemo_rl_gke.ownership import MANAGED_BY, MANAGED_BY_KEY, Owner
-from nemo_rl_gke.spec import RunSpec
+from nemo_rl_gke.run import paths as paths_module
+from nemo_rl_gke.run.deployment import Deployment
+from nemo_rl_gke.run.ownership import MANAGED_BY, MANAGED_BY_KEY, Owner
+from nemo_rl_gke.run.spec import RunSpec
 
 IMAGE = "nvcr.io/nvidia/nemo-rl:v0.5.0"
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "nccl-rdma-installer.yaml"

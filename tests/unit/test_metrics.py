@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 import pytest
 
-from nemo_rl_gke import metrics
-from nemo_rl_gke.metrics import (
+from nemo_rl_gke.observe import metrics
+from nemo_rl_gke.observe.metrics import (
     COLLAPSED,
     CONVERGED,
     NEVER_LEARNED,
@@ -30,7 +30,7 @@ from nemo_rl_gke.metrics import (
     saved_after,
     summary_text,
 )
-from nemo_rl_gke.redaction import StreamRedactor
+from nemo_rl_gke.observe.redaction import StreamRedactor
 from tests.paths import ROOT
 from tests.unit.test_redaction import assert_linear
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from nemo_rl_gke.ownership import (
+from nemo_rl_gke.run.ownership import (
     DESCRIPTION_PREFIX,
     FREE,
     HELD,

@@ -8,10 +8,10 @@ import os
 
 import pytest
 
-from nemo_rl_gke import topology
-from nemo_rl_gke.deployment import Deployment
 from nemo_rl_gke.plan.build import build_plan
-from nemo_rl_gke.spec import RunSpec
+from nemo_rl_gke.run import topology
+from nemo_rl_gke.run.deployment import Deployment
+from nemo_rl_gke.run.spec import RunSpec
 from tests.paths import ROOT
 
 

@@ -12,7 +12,7 @@ from nemo_rl_gke.plan.build import build_plan
 from nemo_rl_gke.plan.resume import ResumeBudgetError, check_resume_budget, lineage_of, resume_point
 from nemo_rl_gke.plan.transfers import LayoutError, import_source, lustre_export_request, lustre_import_request
 from nemo_rl_gke.plan.validation import validation_job
-from nemo_rl_gke.spec import RunSpec
+from nemo_rl_gke.run.spec import RunSpec
 from tests.paths import ROOT
 
 DAG, RUN = "nemo_rl_nightly", "scheduled__2026-12-01T01:00:00+00:00"

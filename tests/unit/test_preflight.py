@@ -8,11 +8,11 @@ import re
 
 import pytest
 
-from nemo_rl_gke.deployment import Deployment
-from nemo_rl_gke.findings import ConfError
-from nemo_rl_gke.preflight import check_conf, rules, validate
-from nemo_rl_gke.recipes import load_recipe
-from nemo_rl_gke.spec import RunSpec
+from nemo_rl_gke.preflight.offline import check_conf, rules, validate
+from nemo_rl_gke.run.deployment import Deployment
+from nemo_rl_gke.run.findings import ConfError
+from nemo_rl_gke.run.recipes import load_recipe
+from nemo_rl_gke.run.spec import RunSpec
 from tests.paths import ROOT
 
 # rule id -> a fragment of the message its example must produce. Every registered rule must be listed here.
@@ -221,8 +221,8 @@ def test_shared_reservations_and_reservation_blocks_are_accepted(
     spec = validate({"project": "my-project", "reservation": reservation}, MY_PROJECT)
     assert (spec.reservation_project, spec.reservation_name, spec.reservation_block) == (owner, name, block)
     # GKE takes the conf's form as the pool's reservationAffinity value, unchanged (FACTS §19).
-    from nemo_rl_gke.ownership import Owner
     from nemo_rl_gke.plan.gke import node_pool_create_request
+    from nemo_rl_gke.run.ownership import Owner
 
     request = node_pool_create_request(spec, Owner("d", "g", "r"))
     assert request.body["nodePool"]["config"]["reservationAffinity"]["values"] == [reservation]
@@ -250,7 +250,7 @@ def test_a_reservation_outside_the_grammar_is_refused_naming_the_parameter(reser
 
 
 def test_a_conf_above_the_deployments_budget_is_refused_naming_the_setting_and_a_lower_one_applies() -> None:
-    from nemo_rl_gke.budget import run_budget
+    from nemo_rl_gke.run.budget import run_budget
 
     deployment = Deployment(max_run_hours=10, max_run_usd=1000)
     _, findings = check_conf({"max_run_hours": 11, "max_run_usd": 2000}, deployment)
@@ -273,7 +273,7 @@ def test_a_conf_above_the_deployments_budget_is_refused_naming_the_setting_and_a
 
 
 def test_a_conf_cannot_stretch_the_usd_budget_with_a_low_gpu_price() -> None:
-    from nemo_rl_gke.budget import run_budget
+    from nemo_rl_gke.run.budget import run_budget
 
     local = json.loads((ROOT / "include/conf/local.json").read_text())
     deployment = Deployment(max_run_hours=0, max_run_usd=88)

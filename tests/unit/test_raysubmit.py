@@ -29,7 +29,7 @@ def test_ray_sdk_records_go_through_python_logging_not_stderr(
 def test_the_ray_token_comes_from_kuberays_secret_or_a_clear_error() -> None:
     import base64
 
-    from nemo_rl_gke.raysubmit import RayTokenMissingError, ray_token_headers, ray_token_of, ray_token_secret_path
+    from nemo_rl_gke.ray.submit import RayTokenMissingError, ray_token_headers, ray_token_of, ray_token_secret_path
 
     path = ray_token_secret_path("default", "ray-cluster-kuberay")
     assert path == "/api/v1/namespaces/default/secrets/ray-cluster-kuberay"
@@ -46,7 +46,7 @@ def test_the_ray_token_comes_from_kuberays_secret_or_a_clear_error() -> None:
 
 
 def test_the_kubernetes_clients_never_log_a_secrets_body(caplog: pytest.LogCaptureFixture) -> None:
-    from nemo_rl_gke.raysubmit import KUBE_REST_LOGGERS, hide_secret_bodies
+    from nemo_rl_gke.ray.submit import KUBE_REST_LOGGERS, hide_secret_bodies
 
     hide_secret_bodies()
     hide_secret_bodies()  # idempotent: one filter each
@@ -64,7 +64,7 @@ def test_the_kubernetes_clients_never_log_a_secrets_body(caplog: pytest.LogCaptu
 
 
 def test_the_secret_name_follows_kuberays_checkname() -> None:
-    from nemo_rl_gke.raysubmit import kuberay_name
+    from nemo_rl_gke.ray.submit import kuberay_name
 
     assert kuberay_name("rc") == "rc"
     long_name = "a" * 10 + "b" * 50
@@ -74,7 +74,7 @@ def test_the_secret_name_follows_kuberays_checkname() -> None:
 
 def test_the_submit_task_is_bounded_since_rays_client_sets_no_request_timeout() -> None:
     from nemo_rl_gke.operators.rayjob import SubmitRayJobOperator
-    from nemo_rl_gke.topology import SUBMIT
+    from nemo_rl_gke.run.topology import SUBMIT
 
     operator = SubmitRayJobOperator(step=SUBMIT)
     assert operator.execution_timeout is not None and operator.execution_timeout.total_seconds() == 15 * 60

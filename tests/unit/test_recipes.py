@@ -8,9 +8,9 @@ import shlex
 
 import pytest
 
-from nemo_rl_gke.paths import recipe_names
-from nemo_rl_gke.recipes import Override, RecipeError, hydra_value, load_recipe, load_version
-from nemo_rl_gke.spec import RunSpec
+from nemo_rl_gke.run.paths import recipe_names
+from nemo_rl_gke.run.recipes import Override, RecipeError, hydra_value, load_recipe, load_version
+from nemo_rl_gke.run.spec import RunSpec
 from tests.paths import ROOT
 
 # The tutorial's overrides (gemma3-27b-gsm8k.sh) and what the recipe renders for each, for the default spec.

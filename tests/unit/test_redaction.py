@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from nemo_rl_gke.metrics import LogFollower
-from nemo_rl_gke.redaction import MAX_HOLD_CHARS, MIN_PARTIAL_AT_END, PIECE_CHARS, StreamRedactor
+from nemo_rl_gke.observe.metrics import LogFollower
+from nemo_rl_gke.observe.redaction import MAX_HOLD_CHARS, MIN_PARTIAL_AT_END, PIECE_CHARS, StreamRedactor
 from nemo_rl_gke.triggers.rayjob import TAIL_LINE_MAX_BYTES, RayJobTrigger
 from tests.triggers.scripted_api import scripted_api
 

@@ -13,16 +13,16 @@ import math
 
 import pytest
 
-from nemo_rl_gke import report
-from nemo_rl_gke import topology as t
-from nemo_rl_gke.costs import DEFAULT_GPU_HOUR_PRICES_USD
-from nemo_rl_gke.report import (
+from nemo_rl_gke.observe import report
+from nemo_rl_gke.observe.report import (
     RunInputs,
     TaskTiming,
     build_report,
     critical_path,
     stage_of,
 )
+from nemo_rl_gke.run import topology as t
+from nemo_rl_gke.run.costs import DEFAULT_GPU_HOUR_PRICES_USD
 
 T0 = 1_750_000_000.0
 
@@ -523,7 +523,7 @@ def test_module_is_cheap_to_import() -> None:
         imports = [line for line in f if line.startswith(("import ", "from "))]
     assert not any("airflow" in line for line in imports), imports
     assert [line for line in imports if "nemo_rl_gke" in line] == [
-        "from nemo_rl_gke import costs, outcomes, topology\n",
+        "from nemo_rl_gke.run import costs, outcomes, topology\n",
         "from nemo_rl_gke.run import task_states as ts\n",
     ]
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nemo_rl_gke.paths import SCHEDULES_DIR
-from nemo_rl_gke.preflight import check_conf
-from nemo_rl_gke.schedules import ScheduleError, load_schedule, load_schedules
-from nemo_rl_gke.spec import default_conf
+from nemo_rl_gke.preflight.offline import check_conf
+from nemo_rl_gke.run.paths import SCHEDULES_DIR
+from nemo_rl_gke.run.schedules import ScheduleError, load_schedule, load_schedules
+from nemo_rl_gke.run.spec import default_conf
 
 EXAMPLE = yaml.safe_load((SCHEDULES_DIR / "nightly-tutorial.yaml").read_text())
 
@@ -115,8 +115,8 @@ def test_a_schedule_without_a_deadline_has_none_and_alerts_every_allowed_connect
 
 
 def test_each_scheduled_group_has_its_own_warm_ttl_for_the_sweeper(tmp_path: Path) -> None:
-    from nemo_rl_gke.schedules import warm_ttls
-    from nemo_rl_gke.spec import RunSpec
+    from nemo_rl_gke.run.schedules import warm_ttls
+    from nemo_rl_gke.run.spec import RunSpec
 
     _write(tmp_path, {**EXAMPLE, "warm_ttl_hours": 6}, "a.yaml")
     other = {**EXAMPLE["conf"], "cluster_name": "nemo-rl-other"}

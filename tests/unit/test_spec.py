@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from nemo_rl_gke.findings import ConfError
-from nemo_rl_gke.spec import GPU_PROFILES, RunSpec, conf_findings, default_conf, spec_fields
+from nemo_rl_gke.run.findings import ConfError
+from nemo_rl_gke.run.spec import GPU_PROFILES, RunSpec, conf_findings, default_conf, spec_fields
 
 
 def test_defaults_are_the_tutorial_run() -> None:
@@ -140,7 +140,7 @@ def test_an_array_item_problem_names_the_item_and_its_fix() -> None:
 
 def test_optional_fields_may_be_null_once_their_schema_says_so() -> None:
     # Room for the trigger form's optional fields (type ["null", ...]): null is valid and means the default.
-    from nemo_rl_gke.spec import _coerce, _value_problem
+    from nemo_rl_gke.run.spec import _coerce, _value_problem
 
     nullable = {"type": ["null", "string"], "maxLength": 128}
     assert _value_problem(nullable, None) is None

@@ -6,10 +6,10 @@ import ast
 
 import pytest
 
-from nemo_rl_gke import costs, topology
 from nemo_rl_gke.dag_factory import build_dag
 from nemo_rl_gke.gcp.resources import resources
-from nemo_rl_gke.spec import RunSpec
+from nemo_rl_gke.run import costs, topology
+from nemo_rl_gke.run.spec import RunSpec
 from tests.owners import owner_of
 from tests.paths import ROOT
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from nemo_rl_gke.paths import INCLUDE_DIR
+from nemo_rl_gke.run.paths import INCLUDE_DIR
 
 if TYPE_CHECKING:
     from nemo_rl_gke.gcp.hooks import GcpHook

@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING
 from google.cloud import compute_v1
 
 from nemo_rl_gke.gcp.hooks import http_status
-from nemo_rl_gke.ownership import FREE, HELD, Lease, lease_key, leases_in, live_gpu_leases
+from nemo_rl_gke.run.ownership import FREE, HELD, Lease, lease_key, leases_in, live_gpu_leases
 
 if TYPE_CHECKING:
     from nemo_rl_gke.gcp.hooks import GcpHook
-    from nemo_rl_gke.ownership import Owner
+    from nemo_rl_gke.run.ownership import Owner
 
 log = logging.getLogger(__name__)
 

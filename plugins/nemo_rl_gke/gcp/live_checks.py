@@ -31,14 +31,14 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from nemo_rl_gke.findings import Finding
 from nemo_rl_gke.gcp.hooks import http_status, is_not_found
 from nemo_rl_gke.gcp.iam import granting_role, missing_permissions, role_permissions
 from nemo_rl_gke.gcp.resources.drift import message_dict, normalize_ref
+from nemo_rl_gke.run.findings import Finding
 
 if TYPE_CHECKING:
     from nemo_rl_gke.gcp.hooks import GcpHook
-    from nemo_rl_gke.spec import RunSpec
+    from nemo_rl_gke.run.spec import RunSpec
 
 log = logging.getLogger(__name__)
 

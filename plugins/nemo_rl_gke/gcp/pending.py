@@ -9,10 +9,10 @@ request that is done when it returns (strongly consistent, listed at once), so t
 
 Where: ``gs://<bucket>/nemo-rl-gke/records/<project>/<zone>/<instance>/``. The bucket is the export bucket of the
 run that created the instance, written once into the instance's description at create
-(:func:`~nemo_rl_gke.ownership.records_description`): every later run of the group, whatever its own
+(:func:`~nemo_rl_gke.run.ownership.records_description`): every later run of the group, whatever its own
 ``export_bucket``, and the sweeper (which knows only the group's names) find the records there. An instance made
 before records has no such description: its records are looked for in the reader's export bucket, and its old
-label mark (:meth:`~nemo_rl_gke.ownership.PendingCheckpoint.on_instance`) still counts.
+label mark (:meth:`~nemo_rl_gke.run.ownership.PendingCheckpoint.on_instance`) still counts.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from nemo_rl_gke.gcp.hooks import is_not_found
-from nemo_rl_gke.ownership import PendingCheckpoint, records_location, run_label
+from nemo_rl_gke.run.ownership import PendingCheckpoint, records_location, run_label
 
 if TYPE_CHECKING:
     from nemo_rl_gke.gcp.hooks import GcpHook
-    from nemo_rl_gke.spec import RunSpec
+    from nemo_rl_gke.run.spec import RunSpec
 
 log = logging.getLogger(__name__)
 

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nemo_rl_gke.deployment import Deployment, EndpointNotAllowedError, check_endpoint, check_https
+from nemo_rl_gke.run.deployment import Deployment, EndpointNotAllowedError, check_endpoint, check_https
 
 if TYPE_CHECKING:
-    from nemo_rl_gke.spec import RunSpec
+    from nemo_rl_gke.run.spec import RunSpec
 
 RUNNING_STATES = frozenset({"RUNNING", "RECONCILING"})
 

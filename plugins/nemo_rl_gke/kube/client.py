@@ -20,16 +20,16 @@ import kubernetes.client
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from nemo_rl_gke.deployment import load_deployment
 from nemo_rl_gke.gcp.hooks import GcpHook, RetryPolicy, retry_transient
 from nemo_rl_gke.gcp.resources import resources
 from nemo_rl_gke.kube.access import ClusterAccess, DashboardAddress, dashboard_address
-from nemo_rl_gke.ownership import reader
-from nemo_rl_gke.topology import GKE_CLUSTER
+from nemo_rl_gke.run.deployment import load_deployment
+from nemo_rl_gke.run.ownership import reader
+from nemo_rl_gke.run.topology import GKE_CLUSTER
 
 if TYPE_CHECKING:
-    from nemo_rl_gke.deployment import Deployment
-    from nemo_rl_gke.spec import RunSpec
+    from nemo_rl_gke.run.deployment import Deployment
+    from nemo_rl_gke.run.spec import RunSpec
 
 log = logging.getLogger(__name__)
 

@@ -19,17 +19,17 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from nemo_rl_gke import paths
-from nemo_rl_gke.deployment import Deployment
-from nemo_rl_gke.ownership import Owner
-from nemo_rl_gke.paths import MANIFESTS_DIR
-from nemo_rl_gke.recipes import load_recipe
-from nemo_rl_gke.topology import LUSTRE_STORAGE, NCCL_INSTALLER, NETWORK_MAPPING, RAYCLUSTER
+from nemo_rl_gke.run import paths
+from nemo_rl_gke.run.deployment import Deployment
+from nemo_rl_gke.run.ownership import Owner
+from nemo_rl_gke.run.paths import MANIFESTS_DIR
+from nemo_rl_gke.run.recipes import load_recipe
+from nemo_rl_gke.run.topology import LUSTRE_STORAGE, NCCL_INSTALLER, NETWORK_MAPPING, RAYCLUSTER
 
 if TYPE_CHECKING:
     import jinja2
 
-    from nemo_rl_gke.spec import RunSpec
+    from nemo_rl_gke.run.spec import RunSpec
 
 LUSTRE_IP_PLACEHOLDER = "<LUSTRE_IP from the instance's mountPoint>"
 NCCL_INSTALLER_TEMPLATE = "nccl-rdma-installer.yaml.j2"

@@ -25,14 +25,14 @@ from nemo_rl_gke.kube.manifests import (
     render_template,
 )
 from nemo_rl_gke.kube.validation import validate_manifest
-from nemo_rl_gke.ownership import RUN_KEY, Owner, owner_from_labels, reader
-from nemo_rl_gke.recipes import load_recipe
-from nemo_rl_gke.topology import LUSTRE, LUSTRE_STORAGE, NCCL_INSTALLER, NETWORK_MAPPING, RAYCLUSTER, kube_groups
+from nemo_rl_gke.run.ownership import RUN_KEY, Owner, owner_from_labels, reader
+from nemo_rl_gke.run.recipes import load_recipe
+from nemo_rl_gke.run.topology import LUSTRE, LUSTRE_STORAGE, NCCL_INSTALLER, NETWORK_MAPPING, RAYCLUSTER, kube_groups
 
 if TYPE_CHECKING:
-    from nemo_rl_gke.deployment import Deployment
     from nemo_rl_gke.gcp.hooks import GcpHook
-    from nemo_rl_gke.spec import RunSpec
+    from nemo_rl_gke.run.deployment import Deployment
+    from nemo_rl_gke.run.spec import RunSpec
 
 log = logging.getLogger(__name__)
 

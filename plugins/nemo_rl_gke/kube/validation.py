@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from nemo_rl_gke.ownership import MANAGED_BY, MANAGED_BY_KEY
+from nemo_rl_gke.run.ownership import MANAGED_BY, MANAGED_BY_KEY
 
 # Oldest Kubernetes minor this package expects GKE to run. Core v1 / apps/v1 fields are never removed, so an object
 # valid against it is accepted by newer API servers too.

@@ -16,19 +16,19 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from nemo_rl_gke import topology
-from nemo_rl_gke.deployment import load_deployment
 from nemo_rl_gke.links import RunLink
-from nemo_rl_gke.outcomes import KEPT_LEASE_LOST
-from nemo_rl_gke.ownership import Owner
-from nemo_rl_gke.spec import RunSpec
-from nemo_rl_gke.topology import PENDING, RETURN, STARTED_AT, VALIDATE, Step
+from nemo_rl_gke.run import topology
+from nemo_rl_gke.run.deployment import load_deployment
+from nemo_rl_gke.run.outcomes import KEPT_LEASE_LOST
+from nemo_rl_gke.run.ownership import Owner
+from nemo_rl_gke.run.spec import RunSpec
+from nemo_rl_gke.run.topology import PENDING, RETURN, STARTED_AT, VALIDATE, Step
 
 if TYPE_CHECKING:
     from airflow.triggers.base import BaseTrigger
 
-    from nemo_rl_gke.deployment import Deployment
     from nemo_rl_gke.gcp.hooks import GcpHook
+    from nemo_rl_gke.run.deployment import Deployment
 
 DEFAULT_GCP_CONN_ID = "google_cloud_default"
 # The trigger enforces the wait's timeout and says what timed out; Airflow's own deferral timeout is only a backstop
@@ -62,7 +62,7 @@ def pull(context: Context, task_id: str, key: str = RETURN) -> Any:
 
 
 class StepOperator(BaseOperator):
-    """Base of every operator of a run: one step of :mod:`nemo_rl_gke.topology`.
+    """Base of every operator of a run: one step of :mod:`nemo_rl_gke.run.topology`.
 
     :param step: the step's task id in the topology (the task is created inside its group under its name).
     :param gcp_conn_id: the Airflow connection with the Google credentials and endpoint overrides.

@@ -15,15 +15,15 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from nemo_rl_gke import outcomes
 from nemo_rl_gke.links import EXPORT_LINKS
 from nemo_rl_gke.operators.base import StepOperator, pull
-from nemo_rl_gke.ownership import PendingCheckpoint
 from nemo_rl_gke.plan import resume as resume_plan
 from nemo_rl_gke.plan.validation import expectation, validation_job
-from nemo_rl_gke.raysubmit import ray_token_source
+from nemo_rl_gke.ray.submit import ray_token_source
 from nemo_rl_gke.remote.report import find_report
-from nemo_rl_gke.topology import (
+from nemo_rl_gke.run import outcomes
+from nemo_rl_gke.run.ownership import PendingCheckpoint
+from nemo_rl_gke.run.topology import (
     CHECK_CHECKPOINT,
     CHECKPOINT_REPORT,
     JOB_STALLED,
@@ -35,7 +35,7 @@ from nemo_rl_gke.topology import (
 )
 
 if TYPE_CHECKING:
-    from nemo_rl_gke.spec import RunSpec
+    from nemo_rl_gke.run.spec import RunSpec
 
 
 def final_step(context: Context, spec: RunSpec) -> int:

@@ -13,15 +13,15 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from nemo_rl_gke import outcomes, topology
 from nemo_rl_gke.links import GCP_RESOURCE_LINKS
 from nemo_rl_gke.operators.base import StepOperator, pull
+from nemo_rl_gke.run import outcomes, topology
 
 if TYPE_CHECKING:
     from nemo_rl_gke.gcp.operations import OperationRef
     from nemo_rl_gke.gcp.resources import Resource
     from nemo_rl_gke.gcp.resources.lustre import LustreInstance
-    from nemo_rl_gke.spec import RunSpec
+    from nemo_rl_gke.run.spec import RunSpec
 
 
 class _ResourceStep(StepOperator):
@@ -151,7 +151,7 @@ class DeleteGcpResourceOperator(_ResourceStep):
     export has copied (any run's record, :mod:`nemo_rl_gke.gcp.pending`, or a step directory the listing found that
     no record names), and what Lustre needs while it stays. One that is already gone counts as deleted (404 is
     success). The wait on the delete operation is deferred with the teardown timeout. Returns ``{"key", "name",
-    "action"}`` with an :mod:`~nemo_rl_gke.outcomes` action; a kept Lustre adds ``pending``, every pending record.
+    "action"}`` with an :mod:`~nemo_rl_gke.run.outcomes` action; a kept Lustre adds ``pending``, every pending record.
     """
 
     ui_color = "#fbe9e3"

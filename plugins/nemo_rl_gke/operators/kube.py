@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from nemo_rl_gke import outcomes, topology
 from nemo_rl_gke.kube.access import ClusterUnreachableError
 from nemo_rl_gke.operators.base import StepOperator
+from nemo_rl_gke.run import outcomes, topology
 
 if TYPE_CHECKING:
     from nemo_rl_gke.kube.client import KubeHook
-    from nemo_rl_gke.spec import RunSpec
+    from nemo_rl_gke.run.spec import RunSpec
 
 
 class _KubeStep(StepOperator):

@@ -12,8 +12,8 @@ from typing import Any
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from nemo_rl_gke import outcomes, topology
 from nemo_rl_gke.operators.base import DEFERRAL_BACKSTOP_S, LEASE_MARGIN_S, StepOperator, pull
+from nemo_rl_gke.run import outcomes, topology
 
 # The first hold covers the network stage; every later step pushes the expiry past its own longest wait.
 FIRST_HOLD_PARAM = "network_timeout_s"

@@ -7,18 +7,18 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from nemo_rl_gke.findings import Finding, format_findings
 from nemo_rl_gke.operators.base import StepOperator
-from nemo_rl_gke.preflight import check_conf
-from nemo_rl_gke.rayjobs import job_secrets
-from nemo_rl_gke.recipes import load_recipe, notices_of
+from nemo_rl_gke.plan.ray_job import job_secrets
+from nemo_rl_gke.preflight.offline import check_conf
+from nemo_rl_gke.run.findings import Finding, format_findings
+from nemo_rl_gke.run.recipes import load_recipe, notices_of
+from nemo_rl_gke.run.spec import SECRET_KEY
 from nemo_rl_gke.run.steps import step_budget
-from nemo_rl_gke.spec import SECRET_KEY
-from nemo_rl_gke.topology import FINDINGS, PLAN_TEXT
+from nemo_rl_gke.run.topology import FINDINGS, PLAN_TEXT
 
 if TYPE_CHECKING:
-    from nemo_rl_gke.deployment import Deployment
-    from nemo_rl_gke.spec import RunSpec
+    from nemo_rl_gke.run.deployment import Deployment
+    from nemo_rl_gke.run.spec import RunSpec
 
 
 def run_conf(context: Context) -> dict[str, Any]:

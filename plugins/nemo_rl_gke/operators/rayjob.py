@@ -1,7 +1,7 @@
 """Submitting the GRPO Ray job exactly once, and the deferrable sensor that follows it to the end.
 
-Thin glue: the job comes from :mod:`nemo_rl_gke.rayjobs` (rendered from the recipe and RunSpec), its secrets from
-:mod:`nemo_rl_gke.raysubmit`, the Ray Jobs API from :class:`~nemo_rl_gke.ray.hooks.RayJobsHook` (the run's dashboard
+Thin glue: the job comes from :mod:`nemo_rl_gke.plan.ray_job` (rendered from the recipe and RunSpec), its secrets from
+:mod:`nemo_rl_gke.ray.submit`, the Ray Jobs API from :class:`~nemo_rl_gke.ray.hooks.RayJobsHook` (the run's dashboard
 and its tokens), and the wait from :class:`~nemo_rl_gke.triggers.rayjob.RayJobTrigger`. Clients are imported inside
 the methods only.
 """
@@ -15,17 +15,17 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 
-from nemo_rl_gke.budget import BudgetSpentError, must_save_by, run_budget
-from nemo_rl_gke.deployment import ConnectionNotAllowedError
 from nemo_rl_gke.links import JOB_LINKS, WAIT_LINKS
-from nemo_rl_gke.metrics import LogFollower, last_finished_save, summary_text
+from nemo_rl_gke.observe.metrics import LogFollower, last_finished_save, summary_text
+from nemo_rl_gke.observe.redaction import StreamRedactor
 from nemo_rl_gke.operators.base import StepOperator, epoch_of, iso_now, pull
-from nemo_rl_gke.ownership import PendingCheckpoint
-from nemo_rl_gke.rayjobs import job_request, job_secrets
-from nemo_rl_gke.raysubmit import SecretMissingError, ray_token_source, resolve_secrets
-from nemo_rl_gke.recipes import load_recipe
-from nemo_rl_gke.redaction import StreamRedactor
-from nemo_rl_gke.topology import (
+from nemo_rl_gke.plan.ray_job import job_request, job_secrets
+from nemo_rl_gke.ray.submit import SecretMissingError, ray_token_source, resolve_secrets
+from nemo_rl_gke.run.budget import BudgetSpentError, must_save_by, run_budget
+from nemo_rl_gke.run.deployment import ConnectionNotAllowedError
+from nemo_rl_gke.run.ownership import PendingCheckpoint
+from nemo_rl_gke.run.recipes import load_recipe
+from nemo_rl_gke.run.topology import (
     JOB_BUDGET,
     JOB_STALLED,
     JOB_STEPS,
@@ -40,8 +40,8 @@ from nemo_rl_gke.topology import (
 SUBMIT_TIMEOUT_S = 15 * 60
 
 if TYPE_CHECKING:
-    from nemo_rl_gke.metrics import RunMetrics
-    from nemo_rl_gke.spec import RunSpec
+    from nemo_rl_gke.observe.metrics import RunMetrics
+    from nemo_rl_gke.run.spec import RunSpec
 
 
 def run_started_at(context: Context) -> float:
@@ -161,7 +161,7 @@ class RayJobSensor(StepOperator):
     budget". A stalled job (no new step for the stall bound) is stopped and this task fails "stalled at step N";
     the checkpoint steps, which run after it whatever its end, validate and export its newest save. XCom: ``steps``
     (one row per training step, read from the job's log when the wait ends), ``summary``, ``budget``
-    (:meth:`~nemo_rl_gke.budget.RunBudget.xcom`), ``stalled`` (``{"final_step", "message"}``) and the return value
+    (:meth:`~nemo_rl_gke.run.budget.RunBudget.xcom`), ``stalled`` (``{"final_step", "message"}``) and the return value
     (status, summary, ``final_step`` the checkpoint step to validate and export, ``converged_at``,
     ``stopped_at_budget``, ``max_steps``).
     """

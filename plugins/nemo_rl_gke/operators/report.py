@@ -4,7 +4,7 @@ teardown; a table in the task log and JSON in XCom. When the run failed it also 
 
 Airflow 3 tasks have no database access, so the report is built from what the execution API gives a task: every
 finished task's state and duration (``get_task_breadcrumbs``), plus the start time each step records in XCom when it
-starts (:class:`~nemo_rl_gke.operators.base.StepOperator`). The arithmetic lives in :mod:`nemo_rl_gke.report`.
+starts (:class:`~nemo_rl_gke.operators.base.StepOperator`). The arithmetic lives in :mod:`nemo_rl_gke.observe.report`.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 
-from nemo_rl_gke import topology
 from nemo_rl_gke.alerts import failure_alert, run_failed, send
+from nemo_rl_gke.observe.report import RunInputs, TaskTiming, build_report
 from nemo_rl_gke.operators.base import StepOperator, epoch_of, pull
-from nemo_rl_gke.report import RunInputs, TaskTiming, build_report
 from nemo_rl_gke.run import task_states as ts
-from nemo_rl_gke.spec import RunSpec
-from nemo_rl_gke.topology import (
+from nemo_rl_gke.run import topology
+from nemo_rl_gke.run.spec import RunSpec
+from nemo_rl_gke.run.topology import (
     ERROR,
     EXPORT,
     JOB_STALLED,
@@ -35,7 +35,7 @@ from nemo_rl_gke.topology import (
 )
 
 if TYPE_CHECKING:
-    from nemo_rl_gke.report import RunReport
+    from nemo_rl_gke.observe.report import RunReport
 
 
 def _training(context: Context) -> dict[str, Any] | None:

@@ -17,16 +17,16 @@ from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from nemo_rl_gke.dag_params import WARM_TTL_MAX_HOURS
-from nemo_rl_gke.deployment import load_deployment
 from nemo_rl_gke.operators.base import DEFAULT_GCP_CONN_ID, DEFERRAL_BACKSTOP_S, LEASE_MARGIN_S
-from nemo_rl_gke.preflight import check_conf
-from nemo_rl_gke.schedules import ScheduleError, warm_ttls
+from nemo_rl_gke.preflight.offline import check_conf
+from nemo_rl_gke.run.deployment import load_deployment
+from nemo_rl_gke.run.schedules import ScheduleError, warm_ttls
 from nemo_rl_gke.sweeper import Sweep
 
 if TYPE_CHECKING:
-    from nemo_rl_gke.deployment import Deployment
     from nemo_rl_gke.gcp.hooks import GcpHook
     from nemo_rl_gke.gcp.operations import OperationRef
+    from nemo_rl_gke.run.deployment import Deployment
     from nemo_rl_gke.sweeper import RunState
 
 # The sweeper DAG's params (:func:`nemo_rl_gke.dag_params.sweeper_params`), the only keys its conf may hold.
@@ -103,7 +103,7 @@ class SweepOperator(BaseOperator):
         """Each schedule's own ``warm_ttl_hours`` by run group; a bad schedule file leaves every group on the param's
         TTL (logged: a sweeper that stops sweeping would leak GPUs)."""
         # lazy: read at call time, so tests and deployments can re-point the paths
-        from nemo_rl_gke.paths import SCHEDULES_DIR
+        from nemo_rl_gke.run.paths import SCHEDULES_DIR
 
         try:
             return warm_ttls(SCHEDULES_DIR)

@@ -13,22 +13,22 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from nemo_rl_gke import topology
-from nemo_rl_gke.budget import run_budget
-from nemo_rl_gke.deployment import Deployment
 from nemo_rl_gke.kube.manifests import TEMPLATES, render_manifests
-from nemo_rl_gke.ownership import PLANNED_RUN, Owner, lease_key
 from nemo_rl_gke.plan.provision import provision_requests
+from nemo_rl_gke.plan.ray_job import RUN_ID_PLACEHOLDER, JobRequest, job_request
 from nemo_rl_gke.plan.transfers import lustre_export_request, lustre_import_request
 from nemo_rl_gke.plan.validation import planned_validation_job
-from nemo_rl_gke.rayjobs import RUN_ID_PLACEHOLDER, JobRequest, job_request
-from nemo_rl_gke.recipes import load_recipe
+from nemo_rl_gke.run import topology
+from nemo_rl_gke.run.budget import run_budget
+from nemo_rl_gke.run.deployment import Deployment
+from nemo_rl_gke.run.ownership import PLANNED_RUN, Owner, lease_key
+from nemo_rl_gke.run.recipes import load_recipe
 from nemo_rl_gke.run.steps import step_budget
 
 if TYPE_CHECKING:
     from nemo_rl_gke.kube.manifests import Manifest
     from nemo_rl_gke.plan.api import ApiRequest
-    from nemo_rl_gke.spec import RunSpec
+    from nemo_rl_gke.run.spec import RunSpec
 
 DEFAULT_DAG_ID = "nemo_rl_grpo_gke"
 # With resume=latest the step the run continues from is known only once the resume step read the lineage.

@@ -15,8 +15,8 @@ from google.cloud import container_v1
 from nemo_rl_gke.plan.api import ApiRequest, message_body
 
 if TYPE_CHECKING:
-    from nemo_rl_gke.ownership import Owner
-    from nemo_rl_gke.spec import RunSpec
+    from nemo_rl_gke.run.ownership import Owner
+    from nemo_rl_gke.run.spec import RunSpec
 
 SERVICE = "container"
 API_PREFIX = "/v1/"

@@ -16,8 +16,8 @@ from google.cloud import compute_v1
 from nemo_rl_gke.plan.api import ApiRequest, collection_path, compute_url, message_body
 
 if TYPE_CHECKING:
-    from nemo_rl_gke.ownership import Owner
-    from nemo_rl_gke.spec import RunSpec
+    from nemo_rl_gke.run.ownership import Owner
+    from nemo_rl_gke.run.spec import RunSpec
 
 SERVICE = "compute"
 API_PREFIX = "/compute/v1/"

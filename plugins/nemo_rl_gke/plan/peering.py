@@ -24,8 +24,8 @@ from nemo_rl_gke.plan.api import (
 )
 
 if TYPE_CHECKING:
-    from nemo_rl_gke.ownership import Owner
-    from nemo_rl_gke.spec import RunSpec
+    from nemo_rl_gke.run.ownership import Owner
+    from nemo_rl_gke.run.spec import RunSpec
 
 PROJECT_NUMBER_PLACEHOLDER = "<PROJECT_NUMBER>"
 PEERING_SERVICE = "servicenetworking.googleapis.com"

@@ -11,7 +11,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from nemo_rl_gke import topology as t
 from nemo_rl_gke.plan.gke import (
     cluster_create_request,
     cluster_delete_request,
@@ -41,18 +40,19 @@ from nemo_rl_gke.plan.peering import (
     peering_range_request,
     project_request,
 )
+from nemo_rl_gke.run import topology as t
 
 if TYPE_CHECKING:
-    from nemo_rl_gke.ownership import Owner
     from nemo_rl_gke.plan.api import ApiRequest
-    from nemo_rl_gke.spec import RunSpec
+    from nemo_rl_gke.run.ownership import Owner
+    from nemo_rl_gke.run.spec import RunSpec
 
 
 @dataclass(frozen=True)
 class StepRequests:
     """The requests of one Google Cloud step.
 
-    :param key: the step's task id (:mod:`nemo_rl_gke.topology`).
+    :param key: the step's task id (:mod:`nemo_rl_gke.run.topology`).
     :param name: the object's name in Google Cloud.
     :param name_param: the conf parameter the name comes from, named in error messages.
     :param create: the create request; its message is sent and its body is the drift reference.

@@ -9,11 +9,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from nemo_rl_gke.recipes import load_recipe
+from nemo_rl_gke.run.recipes import load_recipe
 from nemo_rl_gke.run.steps import step_budget
 
 if TYPE_CHECKING:
-    from nemo_rl_gke.spec import RunSpec
+    from nemo_rl_gke.run.spec import RunSpec
 
 # How many of the lineage's latest checkpoints the resume step reads (the report shows them).
 LINEAGE_SHOWN = 30

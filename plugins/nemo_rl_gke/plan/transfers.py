@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 from google.cloud import lustre_v1
 
 from nemo_rl_gke.plan.api import ApiRequest, message_body
-from nemo_rl_gke.rayjobs import RUN_ID_PLACEHOLDER
+from nemo_rl_gke.plan.ray_job import RUN_ID_PLACEHOLDER
 
 if TYPE_CHECKING:
-    from nemo_rl_gke.spec import RunSpec
+    from nemo_rl_gke.run.spec import RunSpec
 
 SERVICE = "lustre"
 # An import's Lustre path other than "/" must already exist (FACTS §14); on a new instance only "/" does.

@@ -10,12 +10,12 @@ import json
 import shlex
 from typing import TYPE_CHECKING, Any
 
-from nemo_rl_gke.nemo_rules import layout
-from nemo_rl_gke.rayjobs import JobRequest
-from nemo_rl_gke.recipes import load_recipe
+from nemo_rl_gke.plan.ray_job import JobRequest
+from nemo_rl_gke.preflight.nemo import layout
+from nemo_rl_gke.run.recipes import load_recipe
 
 if TYPE_CHECKING:
-    from nemo_rl_gke.spec import RunSpec
+    from nemo_rl_gke.run.spec import RunSpec
 
 # Package-relative, as the working_dir files of a job name it (raysubmit.stage_working_dir resolves it).
 REMOTE_PACKAGE = "nemo_rl_gke/remote"

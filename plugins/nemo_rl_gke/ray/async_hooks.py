@@ -27,7 +27,7 @@ from nemo_rl_gke.gcp.async_hooks import GcpAsyncHook
 from nemo_rl_gke.kube.async_client import AsyncKubeHook
 from nemo_rl_gke.ray.hooks import RayTlsError, tls_error
 from nemo_rl_gke.ray.log_tail import StreamRefused, TailStream
-from nemo_rl_gke.raysubmit import hide_secret_bodies, ray_token_headers, ray_token_of
+from nemo_rl_gke.ray.submit import hide_secret_bodies, ray_token_headers, ray_token_of
 
 REQUEST_TIMEOUT_S = 60.0
 # 408 and 429 say "try later"; every 5xx is the server's (or the proxy's) problem, not the request's.

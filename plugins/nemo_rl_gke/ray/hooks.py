@@ -27,12 +27,10 @@ from airflow.sdk import BaseHook
 from airflow.sdk.log import mask_secret
 
 import nemo_rl_gke
-from nemo_rl_gke.deployment import Deployment
 from nemo_rl_gke.kube.access import DashboardAddress
 from nemo_rl_gke.kube.client import KubeHook, ObjectRef
-from nemo_rl_gke.paths import RECIPES_DIR
-from nemo_rl_gke.rayjobs import JobRequest
-from nemo_rl_gke.raysubmit import (
+from nemo_rl_gke.plan.ray_job import JobRequest
+from nemo_rl_gke.ray.submit import (
     hide_secret_bodies,
     kuberay_name,
     ray_token_headers,
@@ -40,12 +38,14 @@ from nemo_rl_gke.raysubmit import (
     ray_token_secret_path,
     ray_token_source,
 )
+from nemo_rl_gke.run.deployment import Deployment
+from nemo_rl_gke.run.paths import RECIPES_DIR
 
 if TYPE_CHECKING:
     from ray.job_submission import JobSubmissionClient
 
     from nemo_rl_gke.gcp.hooks import GcpHook
-    from nemo_rl_gke.spec import RunSpec
+    from nemo_rl_gke.run.spec import RunSpec
 
 
 class RayTlsError(RuntimeError):
@@ -136,7 +136,7 @@ class RayJobsHook(BaseHook):
     def submit(self, request: JobRequest, secrets: Mapping[str, str]) -> Submission:
         """Submit the job, or adopt it when its submission id already exists on the cluster.
 
-        ``secrets`` (resolved by :func:`~nemo_rl_gke.raysubmit.resolve_secrets`) join the runtime env's variables;
+        ``secrets`` (resolved by :func:`~nemo_rl_gke.ray.submit.resolve_secrets`) join the runtime env's variables;
         the request itself carries references only.
         """
         existing = self.status(request.submission_id)

@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from nemo_rl_gke.recipes import RecipeError
+from nemo_rl_gke.run.recipes import RecipeError
 
 if TYPE_CHECKING:
-    from nemo_rl_gke.recipes import Recipe
-    from nemo_rl_gke.spec import RunSpec
+    from nemo_rl_gke.run.recipes import Recipe
+    from nemo_rl_gke.run.spec import RunSpec
 
 # Sizes the rules compute with, each with its default when absent or null (None: required). Each must be a
 # positive integer in the effective config, or nemo.config-integers reports it and the arithmetic rules stay silent.

@@ -20,7 +20,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from nemo_rl_gke.gcp.async_hooks import GcpAsyncHook, PermanentApiError, TransientApiError
-from nemo_rl_gke.ownership import Lease, lease_key, leases_in, live_gpu_leases
+from nemo_rl_gke.run.ownership import Lease, lease_key, leases_in, live_gpu_leases
 from nemo_rl_gke.triggers.operations import ERROR, SUCCESS, TIMEOUT, backoff_delay
 
 CLASSPATH = "nemo_rl_gke.triggers.lease.LeaseTrigger"

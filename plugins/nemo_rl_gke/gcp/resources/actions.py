@@ -23,7 +23,7 @@ from nemo_rl_gke.gcp.hooks import is_conflict
 from nemo_rl_gke.gcp.operations import OperationRef
 from nemo_rl_gke.gcp.resources.base import Resource
 from nemo_rl_gke.gcp.resources.errors import DriftError, NotOwnedError, NotReadyError, ResourceFailedError
-from nemo_rl_gke.outcomes import ABSENT, ADOPTED, CREATED, DELETED, EXISTS, KEPT_UNOWNED, KEPT_UNUSED
+from nemo_rl_gke.run.outcomes import ABSENT, ADOPTED, CREATED, DELETED, EXISTS, KEPT_UNOWNED, KEPT_UNUSED
 
 if TYPE_CHECKING:
     from nemo_rl_gke.gcp.hooks import GcpHook
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ActionResult:
-    """What :func:`ensure` or :func:`delete_resource` did (an :mod:`~nemo_rl_gke.outcomes` word) and the operation
+    """What :func:`ensure` or :func:`delete_resource` did (an :mod:`~nemo_rl_gke.run.outcomes` word) and the operation
     to wait on, if any."""
 
     action: str

@@ -14,16 +14,16 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from nemo_rl_gke import topology
 from nemo_rl_gke.gcp.hooks import http_status, is_not_found
 from nemo_rl_gke.gcp.resources.drift import Check, diff
+from nemo_rl_gke.run import topology
 
 if TYPE_CHECKING:
     from nemo_rl_gke.gcp.hooks import GcpHook
     from nemo_rl_gke.gcp.operations import OperationRef
-    from nemo_rl_gke.ownership import Owner
     from nemo_rl_gke.plan.api import ApiRequest
-    from nemo_rl_gke.spec import RunSpec
+    from nemo_rl_gke.run.ownership import Owner
+    from nemo_rl_gke.run.spec import RunSpec
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -53,7 +53,7 @@ class Resource(ABC):
 
     :param spec: the run's spec (every name and path comes from it).
     :param owner: the run's identity: stamped on what it creates, compared with what it finds.
-    :param key: the task id of the step that makes it (:mod:`nemo_rl_gke.topology`).
+    :param key: the task id of the step that makes it (:mod:`nemo_rl_gke.run.topology`).
     :param name: the object's name in Google Cloud.
     :param name_param: the conf parameter the name comes from, named in error messages.
     :param request: the create request the builders made; its message is sent and its body is the drift reference.

@@ -8,8 +8,8 @@ from nemo_rl_gke.gcp.operations import COMPUTE, OperationRef
 from nemo_rl_gke.gcp.resources.base import Resource, absent_on_404, request_id
 from nemo_rl_gke.gcp.resources.drift import Check, as_int, message_dict
 from nemo_rl_gke.gcp.resources.errors import NotReadyError
-from nemo_rl_gke.ownership import Owner, owner_from_description
 from nemo_rl_gke.plan.networks import lustre_firewall_request
+from nemo_rl_gke.run.ownership import Owner, owner_from_description
 
 if TYPE_CHECKING:
     from nemo_rl_gke.gcp.hooks import GcpHook

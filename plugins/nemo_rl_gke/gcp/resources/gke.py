@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from nemo_rl_gke.gcp.operations import CONTAINER, OperationRef
 from nemo_rl_gke.gcp.resources.base import Resource, absent_on_404, list_operations
 from nemo_rl_gke.gcp.resources.drift import Check, after_project, as_int, last_part, message_dict, normalize_ref
-from nemo_rl_gke.ownership import Owner, owner_from_labels
+from nemo_rl_gke.run.ownership import Owner, owner_from_labels
 
 if TYPE_CHECKING:
     from nemo_rl_gke.gcp.hooks import GcpHook

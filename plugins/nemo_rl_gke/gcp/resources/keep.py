@@ -13,11 +13,11 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from nemo_rl_gke import outcomes, topology
+from nemo_rl_gke.run import outcomes, topology
 
 if TYPE_CHECKING:
     from nemo_rl_gke.gcp.resources.lustre import LustreInstance
-    from nemo_rl_gke.ownership import PendingCheckpoint
+    from nemo_rl_gke.run.ownership import PendingCheckpoint
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from nemo_rl_gke.gcp.operations import LONGRUNNING, OperationRef
 from nemo_rl_gke.gcp.pending import CheckpointRecords
 from nemo_rl_gke.gcp.resources.base import Resource, absent_on_404, list_operations, request_id
 from nemo_rl_gke.gcp.resources.drift import Check, as_int, message_dict, same_ref
-from nemo_rl_gke.ownership import Owner, PendingCheckpoint, owner_from_labels
+from nemo_rl_gke.run.ownership import Owner, PendingCheckpoint, owner_from_labels
 
 if TYPE_CHECKING:
     from nemo_rl_gke.gcp.hooks import GcpHook

@@ -23,8 +23,8 @@ from nemo_rl_gke.plan.peering import (
 
 if TYPE_CHECKING:
     from nemo_rl_gke.gcp.hooks import GcpHook
-    from nemo_rl_gke.ownership import Owner
     from nemo_rl_gke.plan.api import ApiRequest
+    from nemo_rl_gke.run.ownership import Owner
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Every Google Cloud object of a run, keyed by the task id of the step that makes it (:mod:`nemo_rl_gke.topology`).
+"""Every Google Cloud object of a run, keyed by the task id of the step that makes it (:mod:`nemo_rl_gke.run.topology`).
 
 Names and requests come from the plan's :func:`~nemo_rl_gke.plan.provision.provision_requests` only, so what the plan
 prints is what the resources send, and teardown deletes exactly what setup made.
@@ -8,17 +8,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from nemo_rl_gke import topology as t
 from nemo_rl_gke.gcp.resources.compute import Firewall, GlobalAddress, LustreFirewall, Network, Subnet
 from nemo_rl_gke.gcp.resources.gke import GkeCluster, GkeNodePool
 from nemo_rl_gke.gcp.resources.lustre import LustreInstance
 from nemo_rl_gke.gcp.resources.peering import PeeringConnection
 from nemo_rl_gke.plan.provision import provision_requests
+from nemo_rl_gke.run import topology as t
 
 if TYPE_CHECKING:
     from nemo_rl_gke.gcp.resources.base import Resource
-    from nemo_rl_gke.ownership import Owner
-    from nemo_rl_gke.spec import RunSpec
+    from nemo_rl_gke.run.ownership import Owner
+    from nemo_rl_gke.run.spec import RunSpec
 
 # The resource class of each step (the RDMA subnets are added below).
 KINDS: dict[str, type[Resource]] = {

@@ -19,13 +19,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from nemo_rl_gke.budget import run_budget
-from nemo_rl_gke.deployment import load_deployment
-from nemo_rl_gke.findings import CREDENTIAL_VALUE, REDACTED, ConfError, Finding, looks_like_secret, shown
-from nemo_rl_gke.paths import recipe_names
-from nemo_rl_gke.recipes import load_recipe
+from nemo_rl_gke.run.budget import run_budget
+from nemo_rl_gke.run.deployment import load_deployment
+from nemo_rl_gke.run.findings import CREDENTIAL_VALUE, REDACTED, ConfError, Finding, looks_like_secret, shown
+from nemo_rl_gke.run.paths import recipe_names
+from nemo_rl_gke.run.recipes import load_recipe
 from nemo_rl_gke.run.steps import step_budget
-from nemo_rl_gke.topology import CHECKPOINT, POLICIES, RDMA_SUBNET_COUNT, STOP_POINTS
+from nemo_rl_gke.run.topology import CHECKPOINT, POLICIES, RDMA_SUBNET_COUNT, STOP_POINTS
 
 SECTION_RUN = "Run"
 SECTION_LOCATION = "Project and location"
@@ -757,7 +757,7 @@ class RunSpec:
         """Build a RunSpec from a trigger conf, or raise :class:`ConfError` listing every type-level problem.
 
         Only the conf's own shape is checked here (unknown keys, JSON types, enums, ranges); the rules that
-        relate fields to each other live in :mod:`nemo_rl_gke.preflight`.
+        relate fields to each other live in :mod:`nemo_rl_gke.preflight.offline`.
         """
         findings = conf_findings(conf)
         if findings:
@@ -1000,7 +1000,7 @@ class RunSpec:
     @property
     def budget_hours(self) -> float | None:
         """The hours this run may last under the deployment's settings as loaded now, its conf's lower limits and
-        the USD cap converted at the report's prices (None: no limit); :func:`nemo_rl_gke.budget.run_budget`."""
+        the USD cap converted at the report's prices (None: no limit); :func:`nemo_rl_gke.run.budget.run_budget`."""
         return run_budget(self, load_deployment()).hours
 
     @property

@@ -16,12 +16,12 @@ import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from nemo_rl_gke.deployment import ConnectionNotAllowedError, Deployment
-from nemo_rl_gke.rayjobs import JobRequest, allowed_secret_conn_ids
-from nemo_rl_gke.recipes import load_recipe
+from nemo_rl_gke.plan.ray_job import JobRequest, allowed_secret_conn_ids
+from nemo_rl_gke.run.deployment import ConnectionNotAllowedError, Deployment
+from nemo_rl_gke.run.recipes import load_recipe
 
 if TYPE_CHECKING:
-    from nemo_rl_gke.spec import RunSpec
+    from nemo_rl_gke.run.spec import RunSpec
 
 # KubeRay 1.5.1+ with ``authOptions: {mode: token}`` keeps the Ray token in a Secret named after the RayCluster
 # (``utils.CheckName(name)``), under this key (``utils.RAY_AUTH_TOKEN_SECRET_KEY``; `kubectl ray get token` reads it).

@@ -3,7 +3,7 @@
 Secrets never enter this object as values: they are :class:`SecretEnv` references to Airflow connections, so a
 job request can be logged, planned and pushed to XCom as it is. The submitting task resolves them at the last
 moment, straight into the request it sends to Ray. Which connections may be referenced is the deployment's choice
-(:class:`~nemo_rl_gke.deployment.Deployment`): the conf may only pick among them.
+(:class:`~nemo_rl_gke.run.deployment.Deployment`): the conf may only pick among them.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import shlex
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from nemo_rl_gke.deployment import Deployment
+from nemo_rl_gke.run.deployment import Deployment
 
 if TYPE_CHECKING:
-    from nemo_rl_gke.recipes import Recipe
-    from nemo_rl_gke.spec import RunSpec
+    from nemo_rl_gke.run.recipes import Recipe
+    from nemo_rl_gke.run.spec import RunSpec
 
 RUN_ID_PLACEHOLDER = "<run_id>"
 HF_TOKEN_ENV = "HF_TOKEN"
@@ -76,7 +76,7 @@ def job_secrets(spec: RunSpec, deployment: Deployment | None = None) -> tuple[Se
     """The secrets the job needs: the HF token always, the W&B key with W&B logging.
 
     The connections are the conf's choice among those ``deployment`` allows (None: the defaults), '' meaning the
-    deployment's first; any other raises :class:`~nemo_rl_gke.deployment.ConnectionNotAllowedError`.
+    deployment's first; any other raises :class:`~nemo_rl_gke.run.deployment.ConnectionNotAllowedError`.
     """
     deployment = deployment or Deployment()
     secrets = [SecretEnv(HF_TOKEN_ENV, deployment.hf_conn_id(spec.hf_conn_id))]

@@ -6,7 +6,7 @@ stdlib-only and cheap to import (the DAG file imports it while Airflow parses DA
 
 What is measured:
 
-* **Stages.** A task's stage is its step's stage in :mod:`nemo_rl_gke.topology`; a task the topology does not know
+* **Stages.** A task's stage is its step's stage in :mod:`nemo_rl_gke.run.topology`; a task the topology does not know
   belongs to its task-group prefix, or is its own stage. A stage lasts
   from the first start to the last end of its tasks that ran.
 * **Critical path.** The longest chain through the DAG's dependencies, each task weighted by its own duration
@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from heapq import heapify, heappop, heappush
 from typing import Any
 
-from nemo_rl_gke import costs, outcomes, topology
+from nemo_rl_gke.run import costs, outcomes, topology
 from nemo_rl_gke.run import task_states as ts
 
 # What train.wait says about how training ended: shown as sentences, not in the summary's table.

@@ -2,7 +2,7 @@
 
 The registry feeds the validator, the docs table (``python -m nemo_rl_gke rules``) and the per-rule tests, so a
 rule cannot exist without an example and a documented message. A rule that needs the deployment's settings (which
-connections, which installer URLs) says so, and gets the :class:`~nemo_rl_gke.deployment.Deployment` as well.
+connections, which installer URLs) says so, and gets the :class:`~nemo_rl_gke.run.deployment.Deployment` as well.
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from nemo_rl_gke.deployment import Deployment
-from nemo_rl_gke.findings import Finding
+from nemo_rl_gke.run.deployment import Deployment
+from nemo_rl_gke.run.findings import Finding
 
 if TYPE_CHECKING:
-    from nemo_rl_gke.recipes import Recipe
-    from nemo_rl_gke.spec import RunSpec
+    from nemo_rl_gke.run.recipes import Recipe
+    from nemo_rl_gke.run.spec import RunSpec
 
 
 @dataclass(frozen=True)

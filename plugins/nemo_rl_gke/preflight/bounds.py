@@ -1,5 +1,5 @@
 """Offline rules for the deployment's bounds: where a run may act (projects, regions, export buckets), which recipes
-it may run, how many GPU nodes it may hold, and how long and how much it may run (:mod:`nemo_rl_gke.deployment`).
+it may run, how many GPU nodes it may hold, and how long and how much it may run (:mod:`nemo_rl_gke.run.deployment`).
 
 Whoever can trigger a run writes its conf, so the conf never widens these: each finding names the setting, the
 value, the bound and who can change it (the deployment's operator, never the conf). The total across runs is also
@@ -11,14 +11,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from nemo_rl_gke.deployment import ENV_PREFIX, SECTION, WHO_CHANGES
-from nemo_rl_gke.findings import shown
-from nemo_rl_gke.rules import Violation, rule
+from nemo_rl_gke.preflight.registry import Violation, rule
+from nemo_rl_gke.run.deployment import ENV_PREFIX, SECTION, WHO_CHANGES
+from nemo_rl_gke.run.findings import shown
 
 if TYPE_CHECKING:
-    from nemo_rl_gke.deployment import Deployment
-    from nemo_rl_gke.recipes import Recipe
-    from nemo_rl_gke.spec import RunSpec
+    from nemo_rl_gke.run.deployment import Deployment
+    from nemo_rl_gke.run.recipes import Recipe
+    from nemo_rl_gke.run.spec import RunSpec
 
 BOUNDS = "deployment"
 # Every bound rule's id starts so.
@@ -165,7 +165,7 @@ def recipe_allowed(spec: RunSpec, _: Recipe, deployment: Deployment) -> Iterator
 )
 def budget_bounded(spec: RunSpec, _: Recipe, deployment: Deployment) -> Iterator[Violation]:
     """Whoever triggers a run may ask it to last or spend less than the deployment allows, never more (the
-    budget itself is enforced while training: :mod:`nemo_rl_gke.budget`)."""
+    budget itself is enforced while training: :mod:`nemo_rl_gke.run.budget`)."""
     for name in ("max_run_hours", "max_run_usd"):
         value, bound = getattr(spec, name), getattr(deployment, name)
         if value is not None and bound > 0 and value > bound:

@@ -14,15 +14,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from nemo_rl_gke.findings import shown
 from nemo_rl_gke.kube.manifests import installer_source_problem
-from nemo_rl_gke.rules import Violation, rule
-from nemo_rl_gke.spec import GPU_PROFILES
+from nemo_rl_gke.preflight.registry import Violation, rule
+from nemo_rl_gke.run.findings import shown
+from nemo_rl_gke.run.spec import GPU_PROFILES
 
 if TYPE_CHECKING:
-    from nemo_rl_gke.deployment import Deployment
-    from nemo_rl_gke.recipes import Recipe
-    from nemo_rl_gke.spec import RunSpec
+    from nemo_rl_gke.run.deployment import Deployment
+    from nemo_rl_gke.run.recipes import Recipe
+    from nemo_rl_gke.run.spec import RunSpec
 
 RESOURCE = "resource"
 

@@ -57,7 +57,7 @@ class Owner:
     """The identity a run stamps on everything it creates, and checks on everything it finds.
 
     :param deployment: the deployment's id (Airflow config ``[nemo_rl_gke] deployment_id``).
-    :param group: the run group's id (:attr:`nemo_rl_gke.spec.RunSpec.group_id`).
+    :param group: the run group's id (:attr:`nemo_rl_gke.run.spec.RunSpec.group_id`).
     :param run: ``dag_id/run_id`` of the run (``PLANNED_RUN`` in a plan).
     """
 

@@ -1,7 +1,7 @@
 """Offline preflight: every problem of a conf that can be known before anything is created, all at once.
 
 Conf-shape problems (unknown keys, types, ranges) come from the RunSpec schema; semantic problems from the rules
-registered in :mod:`nemo_rl_gke.resource_rules` and :mod:`nemo_rl_gke.nemo_rules`. A parameter with a shape
+registered in :mod:`nemo_rl_gke.preflight.resources` and :mod:`nemo_rl_gke.preflight.nemo`. A parameter with a shape
 problem is left at its default for the semantic pass, and findings about it are dropped, so one run of the
 validator reports every independent mistake without echoing the same one twice.
 
@@ -17,12 +17,13 @@ from collections.abc import Mapping
 from typing import Any
 
 # Importing the rule modules registers their rules.
-from nemo_rl_gke import bound_rules, budget, nemo_rules, resource_rules  # noqa: F401
-from nemo_rl_gke.deployment import Deployment
-from nemo_rl_gke.findings import ConfError, Finding
-from nemo_rl_gke.recipes import Recipe, RecipeError, load_recipe
-from nemo_rl_gke.rules import REGISTRY, Rule
-from nemo_rl_gke.spec import PARAM_NAMES, RunSpec, conf_findings
+from nemo_rl_gke.preflight import bounds, nemo, resources  # noqa: F401
+from nemo_rl_gke.preflight.registry import REGISTRY, Rule
+from nemo_rl_gke.run import budget  # noqa: F401
+from nemo_rl_gke.run.deployment import Deployment
+from nemo_rl_gke.run.findings import ConfError, Finding
+from nemo_rl_gke.run.recipes import Recipe, RecipeError, load_recipe
+from nemo_rl_gke.run.spec import PARAM_NAMES, RunSpec, conf_findings
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ def check_conf(conf: Any, deployment: Deployment | None = None) -> tuple[RunSpec
     """Validate a raw conf: the spec (when the conf is fully valid) and every finding. Never raises.
 
     ``deployment`` gives the allowed connections and installer URLs; None means the defaults (tasks pass
-    :func:`nemo_rl_gke.deployment.load_deployment`).
+    :func:`nemo_rl_gke.run.deployment.load_deployment`).
     """
     shape = conf_findings(conf)
     if not isinstance(conf, Mapping):

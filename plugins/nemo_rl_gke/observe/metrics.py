@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from nemo_rl_gke.redaction import StreamRedactor
+    from nemo_rl_gke.observe.redaction import StreamRedactor
 
 # ---------------------------------------------------------------------------------------------------------------
 # Line decorations: ANSI colours, Ray's actor prefix and its de-duplication suffix

@@ -1,7 +1,7 @@
 """A run's budget: the hours and USD the deployment and the conf allow, what is left, and NeMo RL's deadline.
 
-The deployment sets ``max_run_hours`` and ``max_run_usd`` (:mod:`nemo_rl_gke.deployment`); a conf may only lower
-them. USD becomes hours through the run report's cost model (:func:`nemo_rl_gke.costs.gpu_hour_price` x GPUs per
+The deployment sets ``max_run_hours`` and ``max_run_usd`` (:mod:`nemo_rl_gke.run.deployment`); a conf may only lower
+them. USD becomes hours through the run report's cost model (:func:`nemo_rl_gke.run.costs.gpu_hour_price` x GPUs per
 node x GPU nodes), and the lower limit applies, counted from the run's start: provisioning spends budget too.
 
 Training keeps inside it twice over. The job gets NeMo RL's ``checkpointing.checkpoint_must_save_by``
@@ -17,11 +17,11 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from nemo_rl_gke.costs import gpu_hour_price, pool_usd_per_hour
-from nemo_rl_gke.deployment import Deployment
+from nemo_rl_gke.run.costs import gpu_hour_price, pool_usd_per_hour
+from nemo_rl_gke.run.deployment import Deployment
 
 if TYPE_CHECKING:
-    from nemo_rl_gke.spec import RunSpec
+    from nemo_rl_gke.run.spec import RunSpec
 
 # The save NeMo RL makes at its deadline needs time: a tenth of what is left, at most 10 min.
 SAVE_MARGIN_S = 600.0

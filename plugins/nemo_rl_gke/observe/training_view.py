@@ -3,8 +3,8 @@
 Inputs are the run's task-instance states and times, its tasks' XComs (the validated conf, the job's submission and
 summary, the budget, the export, every teardown action) and the ``[ray job] ...`` lines the RayJobTrigger wrote into the
 ``train.wait`` task log. The per-step metrics come from those lines, parsed by the same
-:class:`~nemo_rl_gke.metrics.RunMetrics` the trigger uses, so the curves show every step the log has so far, also
-while the task is deferred and its XCom is still empty.
+:class:`~nemo_rl_gke.observe.metrics.RunMetrics` the trigger uses, so the curves show every step the log has so far,
+also while the task is deferred and its XCom is still empty.
 
 Pure and stdlib-only (the API server builds it on each poll of the page): :mod:`nemo_rl_gke.view_app` reads the
 inputs from the metadata DB and the task log; this module only computes. Nothing here reads a credential, and the
@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from nemo_rl_gke import costs, topology
-from nemo_rl_gke.metrics import RunMetrics, StepMetrics
-from nemo_rl_gke.report import RunInputs, TaskTiming, gpu_usage, summarize_stages
+from nemo_rl_gke.observe.metrics import RunMetrics, StepMetrics
+from nemo_rl_gke.observe.report import RunInputs, TaskTiming, gpu_usage, summarize_stages
+from nemo_rl_gke.run import costs, topology
 from nemo_rl_gke.run import task_states as ts
-from nemo_rl_gke.spec import RunSpec
+from nemo_rl_gke.run.spec import RunSpec
 
 # The trigger logs every driver-log line with this prefix (RayJobTrigger._take_logs).
 RAY_JOB_PREFIX = "[ray job] "

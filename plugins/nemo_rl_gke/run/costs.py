@@ -7,12 +7,12 @@ kept network never reads like a deleted one (:func:`banner`).
 
 Rough on-demand list-price estimates (USD, us-central1), for a ballpark while a run is going, not a bill: GPU nodes
 at a per-GPU-hour price (the conf's ``gpu_hour_price_usd``, else :data:`DEFAULT_GPU_HOUR_PRICES_USD`), the rest the
-tables below, each resource by its step's cost kind (:class:`nemo_rl_gke.topology.Cost`). Networks, subnets,
+tables below, each resource by its step's cost kind (:class:`nemo_rl_gke.run.topology.Cost`). Networks, subnets,
 firewall rules, the reserved peering range and the peering itself cost nothing while idle; the RayCluster costs what
 its nodes cost, which the pools already count.
 
 A resource counts as still up from the moment its ensure step started until its teardown step reports it gone
-(:data:`nemo_rl_gke.outcomes.GONE`); a teardown that kept it says why; the GPU pool goes with its cluster, or stays
+(:data:`nemo_rl_gke.run.outcomes.GONE`); a teardown that kept it says why; the GPU pool goes with its cluster, or stays
 at 0 nodes when teardown scaled it down (:func:`pool_after_teardown`). Pure and stdlib-only: the API server imports it.
 """
 
@@ -22,12 +22,12 @@ from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from nemo_rl_gke import outcomes, topology
+from nemo_rl_gke.run import outcomes, topology
 from nemo_rl_gke.run import task_states as ts
-from nemo_rl_gke.topology import Cost
+from nemo_rl_gke.run.topology import Cost
 
 if TYPE_CHECKING:
-    from nemo_rl_gke.spec import RunSpec
+    from nemo_rl_gke.run.spec import RunSpec
 
 # Rough on-demand list prices per GPU-hour (USD) of a4-highgpu-8g (B200) and a3-ultragpu-8g (H200) divided by 8.
 # Estimates for a ballpark figure, not quotes: set gpu_hour_price_usd in the run conf for your contracted price.

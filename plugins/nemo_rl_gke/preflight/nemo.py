@@ -13,13 +13,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from nemo_rl_gke.recipes import CONF_KEYS, RecipeError, accepted, clip
-from nemo_rl_gke.rules import Violation, rule
+from nemo_rl_gke.preflight.registry import Violation, rule
+from nemo_rl_gke.run.recipes import CONF_KEYS, RecipeError, accepted, clip
 from nemo_rl_gke.run.steps import COUNTS, MAX_COUNT, config_count, effective_config, step_budget
 
 if TYPE_CHECKING:
-    from nemo_rl_gke.recipes import Entry, Protected, Recipe
-    from nemo_rl_gke.spec import RunSpec
+    from nemo_rl_gke.run.recipes import Entry, Protected, Recipe
+    from nemo_rl_gke.run.spec import RunSpec
 
 NEMO = "nemo-rl"
 TP_ENV = "NRL_IGNORE_TP_ACCURACY_CHECK"

@@ -25,10 +25,10 @@ from functools import cache, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nemo_rl_gke.paths import RECIPES_DIR
+from nemo_rl_gke.run.paths import RECIPES_DIR
 
 if TYPE_CHECKING:
-    from nemo_rl_gke.spec import RunSpec
+    from nemo_rl_gke.run.spec import RunSpec
 
 VERSIONS_DIR = RECIPES_DIR / "nemo_rl"
 LOCAL_DIR = RECIPES_DIR / "local"

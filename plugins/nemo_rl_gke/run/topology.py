@@ -77,7 +77,7 @@ POLICIES: tuple[str, ...] = (DELETE_ALL, KEEP_WARM, KEEP_ALL)
 
 
 class Cost(StrEnum):
-    """What a step's resource costs while it is up (:mod:`nemo_rl_gke.costs` prices each kind), in the order the
+    """What a step's resource costs while it is up (:mod:`nemo_rl_gke.run.costs` prices each kind), in the order the
     alerts name what is still up: the GPU nodes, the cluster, the storage, what runs on the nodes, the free rest."""
 
     GPU_NODES = "gpu-nodes"  # the GPU pool's nodes, at the per-GPU-hour price
@@ -98,7 +98,7 @@ FINDINGS = "findings"
 PLAN_TEXT = "plan_text"
 JOB_STEPS = "steps"
 JOB_SUMMARY = "summary"
-# train.wait's budget figures (:meth:`nemo_rl_gke.budget.RunBudget.xcom`), for the report and the Training view.
+# train.wait's budget figures (:meth:`nemo_rl_gke.run.budget.RunBudget.xcom`), for the report and the Training view.
 JOB_BUDGET = "budget"
 # A stalled job's newest save and the stall's message: train.wait fails, and the checkpoint steps still run on it.
 JOB_STALLED = "stalled"
