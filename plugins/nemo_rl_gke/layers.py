@@ -1,0 +1,51 @@
+"""The package's layers and the one direction imports go between them, written once (``tests/unit/test_layers.py``).
+
+A module's layer is its first folder under ``nemo_rl_gke/``; a module that sits at the top, or in ``operators/`` or
+``triggers/``, is Airflow glue. Data flows one way (DESIGN.md): the conf becomes a RunSpec (``run/``), checked offline
+(``preflight/``), turned into the requests each API gets (built in ``gcp/``, ``kube/``, ``ray/``, next to the hooks
+and actions that send them) and printed as the plan (``plan/``); ``observe/`` reads what a run did; the glue wires it
+into Airflow. ``remote/`` is shipped to the cluster as is, so it imports nothing of the package outside itself.
+"""
+
+from __future__ import annotations
+
+GLUE = "glue"
+
+# Each layer's folders under nemo_rl_gke/ (every other module is glue).
+LAYERS: dict[str, tuple[str, ...]] = {
+    "remote": ("remote",),
+    "run": ("run",),
+    "preflight": ("preflight",),
+    "gcp": ("gcp",),
+    "kube": ("kube",),
+    "ray": ("ray",),
+    "plan": ("plan",),
+    "observe": ("observe",),
+}
+
+# The layers each layer may import besides itself; glue may import every layer. Anything else goes up (or sideways
+# where no direction is agreed) and fails the test. kube reads gcp for the cluster's credentials and owner records;
+# preflight renders the manifests to check them; the plan gathers the requests the actions will send.
+MAY_IMPORT: dict[str, frozenset[str]] = {
+    "remote": frozenset(),
+    "run": frozenset(),
+    "gcp": frozenset({"run"}),
+    "kube": frozenset({"run", "gcp"}),
+    "ray": frozenset({"run"}),
+    "preflight": frozenset({"run", "kube"}),
+    "plan": frozenset({"run", "preflight", "gcp", "kube", "ray"}),
+    "observe": frozenset({"run"}),
+    GLUE: frozenset(LAYERS),
+}
+
+# Layers that import no Airflow at module level: they run in the CLI, the plan and the cluster without it
+# (a function may import Airflow's config or a hook where it reads them). remote/ imports no Airflow at all.
+AIRFLOW_FREE_AT_IMPORT: frozenset[str] = frozenset({"remote", "run", "preflight", "plan", "observe"})
+NO_AIRFLOW: frozenset[str] = frozenset({"remote"})
+
+
+def layer_of(module: str) -> str:
+    """The layer of a dotted module name under ``nemo_rl_gke``."""
+    parts = module.split(".")
+    top = parts[1] if len(parts) > 1 else ""
+    return next((layer for layer, folders in LAYERS.items() if top in folders), GLUE)
