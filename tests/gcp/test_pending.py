@@ -10,8 +10,8 @@ from sandbox.testing import SandboxProcess
 
 from nemo_rl_gke.gcp import pending
 from nemo_rl_gke.gcp.hooks import GcpHook
-from nemo_rl_gke.gcp.pending import CheckpointRecords, exported_copy_exists, records_uri
-from nemo_rl_gke.run.ownership import PendingCheckpoint, records_description
+from nemo_rl_gke.gcp.pending import CheckpointRecords, exported_copy_exists
+from nemo_rl_gke.run.ownership import PendingCheckpoint, records_description, records_uri
 from nemo_rl_gke.run.spec import RunSpec
 from tests.gcp.conftest import last_seq
 

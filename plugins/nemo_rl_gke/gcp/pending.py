@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from nemo_rl_gke.gcp.hooks import is_not_found
-from nemo_rl_gke.run.ownership import PendingCheckpoint, records_location, run_label
+from nemo_rl_gke.run.ownership import PendingCheckpoint, records_location, records_uri, run_label
 
 if TYPE_CHECKING:
     from nemo_rl_gke.gcp.hooks import GcpHook
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-RECORDS_PATH = "nemo-rl-gke/records"
 # A listing's orphan record sits beside the listing run's own: its key is the run's digest and this.
 ORPHANS = "-unrecorded"
 _URI = re.compile(r"^gs://([^/]+)/(.*)$")
@@ -46,11 +45,6 @@ def execute(hook: GcpHook, request: Any, what: str) -> Any:
         # googleapiclient builds upload URLs from the rootUrl's scheme, whatever the endpoint override says.
         request.uri = urlunsplit((urlsplit(endpoint).scheme, *urlsplit(request.uri)[1:]))
     return hook.execute(request, what=what)
-
-
-def records_uri(spec: RunSpec) -> str:
-    """Where a new instance's records go: under the creating run's export bucket."""
-    return f"gs://{spec.export_bucket_name}/{RECORDS_PATH}/{spec.project}/{spec.zone}/{spec.lustre_name}/"
 
 
 class CheckpointRecords:

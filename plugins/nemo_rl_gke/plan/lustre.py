@@ -10,9 +10,8 @@ from typing import TYPE_CHECKING
 
 from google.cloud import lustre_v1
 
-from nemo_rl_gke.gcp.pending import records_uri
 from nemo_rl_gke.plan.api import ApiRequest, message_body, with_query
-from nemo_rl_gke.run.ownership import records_description
+from nemo_rl_gke.run.ownership import records_description, records_uri
 
 if TYPE_CHECKING:
     from nemo_rl_gke.run.ownership import Owner

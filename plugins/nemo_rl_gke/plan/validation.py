@@ -11,7 +11,7 @@ import shlex
 from typing import TYPE_CHECKING, Any
 
 from nemo_rl_gke.plan.ray_job import JobRequest
-from nemo_rl_gke.preflight.nemo import layout
+from nemo_rl_gke.run.gpu_layout import layout
 from nemo_rl_gke.run.recipes import load_recipe
 
 if TYPE_CHECKING:

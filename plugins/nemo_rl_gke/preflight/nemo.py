@@ -10,10 +10,10 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from nemo_rl_gke.preflight.registry import Violation, rule
+from nemo_rl_gke.run.gpu_layout import layout
 from nemo_rl_gke.run.recipes import CONF_KEYS, RecipeError, accepted, clip
 from nemo_rl_gke.run.steps import COUNTS, MAX_COUNT, config_count, effective_config, step_budget
 
@@ -25,54 +25,6 @@ NEMO = "nemo-rl"
 TP_ENV = "NRL_IGNORE_TP_ACCURACY_CHECK"
 # Keys the RunSpec owns: an extra override of one would make the plan, the cluster and the job disagree.
 BOUND_KEYS = CONF_KEYS
-
-
-@dataclass(frozen=True)
-class Layout:
-    """How NeMo RL will split the GPUs, from the effective config (grpo.py setup(), lm_policy.py)."""
-
-    colocated: bool
-    num_nodes: int
-    gpus_per_node: int
-    train_gpus: int
-    generation_gpus: int
-    problem: str = ""
-
-    @property
-    def error(self) -> bool:
-        """Whether NeMo RL would refuse this split at setup."""
-        return bool(self.problem)
-
-
-def layout(cfg: dict[str, Any]) -> Layout:
-    """Training and generation GPU counts, or the reason NeMo RL would refuse the split."""
-    nodes = int(cfg.get("cluster.num_nodes") or 0)
-    gpn = int(cfg.get("cluster.gpus_per_node") or 0)
-    if cfg.get("policy.generation.colocated.enabled", True):
-        return Layout(True, nodes, gpn, nodes * gpn, nodes * gpn)
-    gen_nodes = cfg.get("policy.generation.colocated.resources.num_nodes")
-    gen_gpn = cfg.get("policy.generation.colocated.resources.gpus_per_node")
-    if nodes == 1:
-        if not gen_gpn or gen_gpn >= gpn or gen_nodes not in (None, 1):
-            return Layout(
-                False, nodes, gpn, 0, 0, "on one node, generation takes 1..gpus_per_node-1 GPUs and at most 1 node"
-            )
-        return Layout(False, nodes, gpn, gpn - gen_gpn, gen_gpn)
-    if not gen_nodes or gen_gpn != gpn:
-        return Layout(
-            False,
-            nodes,
-            gpn,
-            0,
-            0,
-            f"with {nodes} nodes, generation needs at least one whole node and its gpus_per_node "
-            f"({gen_gpn}) must equal the cluster's ({gpn})",
-        )
-    if gen_nodes >= nodes:
-        return Layout(
-            False, nodes, gpn, 0, 0, f"generation takes {gen_nodes} of {nodes} nodes, leaving none for training"
-        )
-    return Layout(False, nodes, gpn, (nodes - gen_nodes) * gpn, gen_nodes * gpn)
 
 
 def _tp(cfg: dict[str, Any]) -> int:

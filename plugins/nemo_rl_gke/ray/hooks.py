@@ -26,7 +26,6 @@ import requests
 from airflow.sdk import BaseHook
 from airflow.sdk.log import mask_secret
 
-import nemo_rl_gke
 from nemo_rl_gke.kube.access import DashboardAddress
 from nemo_rl_gke.kube.client import KubeHook, ObjectRef
 from nemo_rl_gke.plan.ray_job import JobRequest
@@ -39,7 +38,7 @@ from nemo_rl_gke.ray.submit import (
     ray_token_source,
 )
 from nemo_rl_gke.run.deployment import Deployment
-from nemo_rl_gke.run.paths import RECIPES_DIR
+from nemo_rl_gke.run.paths import PLUGINS_DIR, RECIPES_DIR
 
 if TYPE_CHECKING:
     from ray.job_submission import JobSubmissionClient
@@ -183,7 +182,7 @@ def stage_working_dir(request: JobRequest, into: Path) -> Path:
         if Path(name).is_absolute():
             source = Path(name)
         elif name.startswith("nemo_rl_gke/"):
-            source = Path(nemo_rl_gke.__file__).resolve().parent.parent / name
+            source = PLUGINS_DIR / name
         else:
             source = RECIPES_DIR / name
         if source.is_dir():

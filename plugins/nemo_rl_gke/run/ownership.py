@@ -15,7 +15,10 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nemo_rl_gke.run.spec import RunSpec
 
 MANAGED_BY_KEY = "managed-by"
 MANAGED_BY = "airflow-nemo-rl-gke"
@@ -225,6 +228,13 @@ CHECKPOINT_STEP_KEY = "nemo-rl-ckpt-step"
 CHECKPOINT_PREFIX = "nemo-rl-gke pending checkpoint v1 "
 # A Lustre instance names, in its description, written once at create, where its checkpoint records live.
 RECORDS_PREFIX = "nemo-rl-gke checkpoint records v1 "
+# Under the creating run's export bucket: one Storage object per pending checkpoint (nemo_rl_gke.gcp.pending).
+RECORDS_PATH = "nemo-rl-gke/records"
+
+
+def records_uri(spec: RunSpec) -> str:
+    """Where a new instance's records go: under the creating run's export bucket."""
+    return f"gs://{spec.export_bucket_name}/{RECORDS_PATH}/{spec.project}/{spec.zone}/{spec.lustre_name}/"
 
 
 def records_description(uri: str) -> str:
