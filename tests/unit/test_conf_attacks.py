@@ -26,7 +26,7 @@ import pytest
 from sandbox.tls import new_cluster_tls
 
 from nemo_rl_gke.kube.access import ClusterAccess, EndpointNotAllowedError, dashboard_address
-from nemo_rl_gke.kube.manifests import ManifestSourceError, fetch_installer, load_nccl_installer
+from nemo_rl_gke.plan.manifests import ManifestSourceError, fetch_installer, load_nccl_installer
 from nemo_rl_gke.plan.ray_job import JobRequest, SecretEnv, job_request, job_secrets
 from nemo_rl_gke.preflight.offline import check_conf
 from nemo_rl_gke.ray.submit import resolve_secrets

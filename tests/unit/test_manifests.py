@@ -17,7 +17,8 @@ import pytest
 import yaml
 
 from nemo_rl_gke.kube import manifests as manifests_module
-from nemo_rl_gke.kube.manifests import (
+from nemo_rl_gke.kube.validation import KUBERNETES_SCHEMA_VERSION, available_schema_versions, validate_manifest
+from nemo_rl_gke.plan.manifests import (
     LUSTRE_IP_PLACEHOLDER,
     Manifest,
     ManifestSourceError,
@@ -25,7 +26,6 @@ from nemo_rl_gke.kube.manifests import (
     render_manifests,
     render_template,
 )
-from nemo_rl_gke.kube.validation import KUBERNETES_SCHEMA_VERSION, available_schema_versions, validate_manifest
 from nemo_rl_gke.run import paths as paths_module
 from nemo_rl_gke.run.deployment import Deployment
 from nemo_rl_gke.run.ownership import MANAGED_BY, MANAGED_BY_KEY, Owner
@@ -594,7 +594,7 @@ def test_rendered_yaml_round_trips() -> None:
 def test_importing_the_modules_stays_light() -> None:
     code = (
         "import sys\n"
-        "import nemo_rl_gke.kube.manifests, nemo_rl_gke.kube.validation\n"
+        "import nemo_rl_gke.plan.manifests, nemo_rl_gke.kube.validation\n"
         "heavy = {'jinja2', 'yaml', 'jsonschema', 'kubernetes_validate', 'kubernetes'} & set(sys.modules)\n"
         "print(sorted(heavy))\n"
     )

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from nemo_rl_gke.gcp.resources import resources
 from nemo_rl_gke.kube.client import KubeHook, ObjectRef
-from nemo_rl_gke.kube.manifests import (
+from nemo_rl_gke.kube.validation import validate_manifest
+from nemo_rl_gke.plan.manifests import (
     LUSTRE_IP_PLACEHOLDER,
     LUSTRE_STORAGE_TEMPLATE,
     NETWORK_MAPPING_TEMPLATE,
@@ -24,7 +25,6 @@ from nemo_rl_gke.kube.manifests import (
     raycluster_context,
     render_template,
 )
-from nemo_rl_gke.kube.validation import validate_manifest
 from nemo_rl_gke.run.ownership import RUN_KEY, Owner, owner_from_labels, reader
 from nemo_rl_gke.run.recipes import load_recipe
 from nemo_rl_gke.run.topology import LUSTRE, LUSTRE_STORAGE, NCCL_INSTALLER, NETWORK_MAPPING, RAYCLUSTER, kube_groups

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from nemo_rl_gke.kube.manifests import TEMPLATES, render_manifests
+from nemo_rl_gke.plan.manifests import TEMPLATES, render_manifests
 from nemo_rl_gke.plan.provision import provision_requests
 from nemo_rl_gke.plan.ray_job import RUN_ID_PLACEHOLDER, JobRequest, job_request
 from nemo_rl_gke.plan.transfers import lustre_export_request, lustre_import_request
@@ -26,8 +26,8 @@ from nemo_rl_gke.run.recipes import load_recipe
 from nemo_rl_gke.run.steps import step_budget
 
 if TYPE_CHECKING:
-    from nemo_rl_gke.kube.manifests import Manifest
     from nemo_rl_gke.plan.api import ApiRequest
+    from nemo_rl_gke.plan.manifests import Manifest
     from nemo_rl_gke.run.spec import RunSpec
 
 DEFAULT_DAG_ID = "nemo_rl_grpo_gke"

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from nemo_rl_gke.kube.manifests import installer_source_problem
+from nemo_rl_gke.plan.manifests import installer_source_problem
 from nemo_rl_gke.preflight.registry import Violation, rule
 from nemo_rl_gke.run.findings import shown
 from nemo_rl_gke.run.spec import GPU_PROFILES
