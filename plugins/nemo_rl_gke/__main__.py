@@ -15,10 +15,11 @@ from typing import Any
 
 from nemo_rl_gke.docs import params_markdown, refresh_docs, rules_markdown
 from nemo_rl_gke.preflight.offline import check_conf
+from nemo_rl_gke.run.conf_schema import spec_fields
 from nemo_rl_gke.run.deployment import SETTINGS_DOC, Deployment, settings_markdown
 from nemo_rl_gke.run.findings import format_findings
 from nemo_rl_gke.run.recipes import notices_of
-from nemo_rl_gke.run.spec import default_conf, spec_fields
+from nemo_rl_gke.run.spec import default_conf
 
 
 def _load_conf(path: str) -> dict[str, Any]:

@@ -8,8 +8,9 @@ from typing import Any
 
 from nemo_rl_gke.preflight.offline import rules
 from nemo_rl_gke.run import topology
+from nemo_rl_gke.run.conf_schema import spec_fields
 from nemo_rl_gke.run.deployment import settings_markdown
-from nemo_rl_gke.run.spec import default_conf, spec_fields
+from nemo_rl_gke.run.spec import default_conf
 
 DAG_DESCRIPTION = "GRPO fine-tune with NVIDIA NeMo RL on GKE: provision, train, validate and export, tear down"
 DAG_DOC_MD = """

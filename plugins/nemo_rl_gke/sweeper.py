@@ -38,8 +38,9 @@ from nemo_rl_gke.preflight.bounds import BOUND_RULES
 from nemo_rl_gke.preflight.offline import check_conf
 from nemo_rl_gke.run import outcomes, topology
 from nemo_rl_gke.run import task_states as ts
+from nemo_rl_gke.run.conf_schema import GROUP_NAME_PARAMS
 from nemo_rl_gke.run.ownership import FREE, HELD, Lease, Owner, PendingCheckpoint, owner_from_labels
-from nemo_rl_gke.run.spec import GROUP_NAME_PARAMS, RunSpec
+from nemo_rl_gke.run.spec import RunSpec
 
 if TYPE_CHECKING:
     from nemo_rl_gke.gcp.hooks import GcpHook

@@ -11,9 +11,10 @@ from nemo_rl_gke.dag_factory import MAX_ACTIVE_RUNS
 from nemo_rl_gke.dag_params import FORM_OPEN_SECTION, form_fields, form_section
 from nemo_rl_gke.preflight.offline import check_conf
 from nemo_rl_gke.run import topology
+from nemo_rl_gke.run.conf_schema import param_schema, spec_fields
 from nemo_rl_gke.run.paths import SCHEDULES_DIR
 from nemo_rl_gke.run.schedules import load_schedules
-from nemo_rl_gke.run.spec import RunSpec, param_schema, spec_fields
+from nemo_rl_gke.run.spec import RunSpec
 from nemo_rl_gke.sweeper import SWEEPER_DAG_ID
 from tests.dags.guard import parse_dag_folder
 from tests.owners import owner_of

@@ -37,10 +37,11 @@ from nemo_rl_gke.plan.build import build_plan
 from nemo_rl_gke.plan.ray_job import lineage_guard
 from nemo_rl_gke.preflight.offline import check_conf
 from nemo_rl_gke.run import recipes
+from nemo_rl_gke.run.conf_schema import POLL_MIN_S, param_schema, spec_fields
 from nemo_rl_gke.run.deployment import Deployment
 from nemo_rl_gke.run.findings import MAX_SHOWN, Finding
 from nemo_rl_gke.run.recipes import load_recipe
-from nemo_rl_gke.run.spec import POLL_MIN_S, RunSpec, param_schema, spec_fields
+from nemo_rl_gke.run.spec import RunSpec
 from nemo_rl_gke.run.topology import STAGE_TIMEOUT_PARAM
 
 SEED = 20_261_201

@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 
 from nemo_rl_gke.dag_params import build_params
-from nemo_rl_gke.run.spec import conf_findings, default_conf, param_schema, spec_fields
+from nemo_rl_gke.run.conf_checks import conf_findings
+from nemo_rl_gke.run.conf_schema import param_schema, spec_fields
+from nemo_rl_gke.run.spec import default_conf
 
 PARAMS = build_params()
 PROBES: list[Any] = [

@@ -6,8 +6,10 @@ import dataclasses
 
 import pytest
 
+from nemo_rl_gke.run.conf_checks import conf_findings
+from nemo_rl_gke.run.conf_schema import GPU_PROFILES, spec_fields
 from nemo_rl_gke.run.findings import ConfError
-from nemo_rl_gke.run.spec import GPU_PROFILES, RunSpec, conf_findings, default_conf, spec_fields
+from nemo_rl_gke.run.spec import RunSpec, default_conf
 
 
 def test_defaults_are_the_tutorial_run() -> None:
@@ -140,7 +142,7 @@ def test_an_array_item_problem_names_the_item_and_its_fix() -> None:
 
 def test_optional_fields_may_be_null_once_their_schema_says_so() -> None:
     # Room for the trigger form's optional fields (type ["null", ...]): null is valid and means the default.
-    from nemo_rl_gke.run.spec import _coerce, _value_problem
+    from nemo_rl_gke.run.conf_checks import _coerce, _value_problem
 
     nullable = {"type": ["null", "string"], "maxLength": 128}
     assert _value_problem(nullable, None) is None
@@ -154,7 +156,7 @@ def test_a_former_run_parameter_the_deployment_now_decides_is_refused_unless_emp
     assert conf_findings({"ray_dashboard_url": ""}) == []
 
 
-# What the tutorial's A4 run waits for before the RayCluster is ready (spec.py's comment on kube_timeout_s): the GPU
+# What the tutorial's A4 run waits for before the RayCluster is ready (conf_schema.py's comment on kube_timeout_s): the GPU
 # pool's scale-up from 0 nodes and the NeMo RL image pull on each new node, each up to about 20 minutes.
 A4_SCALE_UP_S = 20 * 60
 NEMO_RL_IMAGE_PULL_S = 20 * 60

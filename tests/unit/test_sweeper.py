@@ -15,9 +15,10 @@ from nemo_rl_gke.observe.sweep_report import GroupReport, Kept, SweepReport
 from nemo_rl_gke.preflight.offline import check_conf
 from nemo_rl_gke.run import outcomes
 from nemo_rl_gke.run import topology as t
+from nemo_rl_gke.run.conf_schema import GROUP_NAME_PARAMS
 from nemo_rl_gke.run.deployment import Deployment
 from nemo_rl_gke.run.ownership import FREE, HELD, Lease, PendingCheckpoint
-from nemo_rl_gke.run.spec import GROUP_NAME_PARAMS, RunSpec
+from nemo_rl_gke.run.spec import RunSpec
 from nemo_rl_gke.sweeper import SWEEPER_DAG_ID, group_spec, judge, needs
 from tests.owners import TEST_RUN, owner_of
 

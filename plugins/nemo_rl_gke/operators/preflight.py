@@ -10,9 +10,9 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from nemo_rl_gke.operators.base import StepOperator
 from nemo_rl_gke.plan.ray_job import job_secrets
 from nemo_rl_gke.preflight.offline import check_conf
+from nemo_rl_gke.run.conf_checks import SECRET_KEY
 from nemo_rl_gke.run.findings import Finding, format_findings
 from nemo_rl_gke.run.recipes import load_recipe, notices_of
-from nemo_rl_gke.run.spec import SECRET_KEY
 from nemo_rl_gke.run.steps import step_budget
 from nemo_rl_gke.run.topology import FINDINGS, PLAN_TEXT
 

@@ -20,10 +20,12 @@ from typing import Any
 from nemo_rl_gke.preflight import bounds, nemo, resources  # noqa: F401
 from nemo_rl_gke.preflight.registry import REGISTRY, Rule
 from nemo_rl_gke.run import budget  # noqa: F401
+from nemo_rl_gke.run.conf_checks import conf_findings
+from nemo_rl_gke.run.conf_schema import PARAM_NAMES
 from nemo_rl_gke.run.deployment import Deployment
 from nemo_rl_gke.run.findings import ConfError, Finding
 from nemo_rl_gke.run.recipes import Recipe, RecipeError, load_recipe
-from nemo_rl_gke.run.spec import PARAM_NAMES, RunSpec, conf_findings
+from nemo_rl_gke.run.spec import RunSpec
 
 log = logging.getLogger(__name__)
 

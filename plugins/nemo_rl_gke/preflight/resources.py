@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 from nemo_rl_gke.plan.manifests import installer_source_problem
 from nemo_rl_gke.preflight.registry import Violation, rule
+from nemo_rl_gke.run.conf_schema import GPU_PROFILES
 from nemo_rl_gke.run.findings import shown
-from nemo_rl_gke.run.spec import GPU_PROFILES
 
 if TYPE_CHECKING:
     from nemo_rl_gke.run.deployment import Deployment

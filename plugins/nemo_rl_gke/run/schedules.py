@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from nemo_rl_gke.run.alert_settings import AlertSettings, AlertSettingsError
-from nemo_rl_gke.run.spec import RunSpec, conf_findings
+from nemo_rl_gke.run.conf_checks import conf_findings
+from nemo_rl_gke.run.spec import RunSpec
 
 DAG_PREFIX = "nemo_rl_grpo_gke__"
 # A schedule's name becomes part of a DAG id: lowercase letters, digits, '-' and '_'.
