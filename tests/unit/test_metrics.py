@@ -17,20 +17,22 @@ import pytest
 
 from nemo_rl_gke.observe import metrics
 from nemo_rl_gke.observe.metrics import (
-    COLLAPSED,
-    CONVERGED,
-    NEVER_LEARNED,
     LogFollower,
     RunMetrics,
     StepMetrics,
-    ZeroLearningVerdict,
-    check_zero_learning,
     last_finished_save,
     new_log_text,
     saved_after,
     summary_text,
 )
 from nemo_rl_gke.observe.redaction import StreamRedactor
+from nemo_rl_gke.observe.zero_learning import (
+    COLLAPSED,
+    CONVERGED,
+    NEVER_LEARNED,
+    ZeroLearningVerdict,
+    check_zero_learning,
+)
 from tests.paths import ROOT
 from tests.unit.test_redaction import assert_linear
 

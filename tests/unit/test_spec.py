@@ -156,8 +156,8 @@ def test_a_former_run_parameter_the_deployment_now_decides_is_refused_unless_emp
     assert conf_findings({"ray_dashboard_url": ""}) == []
 
 
-# What the tutorial's A4 run waits for before the RayCluster is ready (conf_schema.py's comment on kube_timeout_s): the GPU
-# pool's scale-up from 0 nodes and the NeMo RL image pull on each new node, each up to about 20 minutes.
+# What the tutorial's A4 run waits for before the RayCluster is ready (conf_schema.py's comment on kube_timeout_s): the
+# GPU pool's scale-up from 0 nodes and the NeMo RL image pull on each new node, each up to about 20 minutes.
 A4_SCALE_UP_S = 20 * 60
 NEMO_RL_IMAGE_PULL_S = 20 * 60
 

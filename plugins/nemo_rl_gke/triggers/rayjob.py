@@ -17,9 +17,9 @@ that never learned (or collapsed) at once; a job that converged runs to its next
 then ("converged", a success). The run's budget (``budget_deadline``) stops the job at its next save once less
 than a step is left, at once when it is spent, and a job that stopped itself at NeMo RL's
 ``checkpoint_must_save_by`` is one too ("budget", a success: the newest save is exported). A job that prints no new
-step for the stall bound (:func:`~nemo_rl_gke.observe.metrics.stall_after`) is stopped ("stalled": its newest finished
-save is exported, then the run fails). The timeout stops the job before the event is sent. Marking the deferred task
-failed or success in the UI (or clearing it) calls :meth:`on_kill`, which stops the job too. The Google token for
+step for the stall bound (:func:`~nemo_rl_gke.observe.step_timing.stall_after`) is stopped ("stalled": its newest
+finished save is exported, then the run fails). The timeout stops the job before the event is sent. Marking the deferred
+task failed or success in the UI (or clearing it) calls :meth:`on_kill`, which stops the job too. The Google token for
 the API server's service proxy is fetched here, never passed in: trigger kwargs are stored in the metadata DB.
 
 Every deferred task shares the triggerer's event loop, so the per-poll work on the driver log (it can be megabytes:
@@ -39,18 +39,11 @@ from airflow.providers.common.compat.connection import get_async_connection
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from nemo_rl_gke.kube.client import KubeApiError, is_kube_transient
-from nemo_rl_gke.observe.metrics import (
-    LogFollower,
-    ZeroLearningVerdict,
-    check_zero_learning,
-    mean_step_time,
-    newest_save,
-    progress_mark,
-    saved_after,
-    stall_after,
-)
+from nemo_rl_gke.observe.metrics import LogFollower, newest_save, saved_after
 from nemo_rl_gke.observe.redaction import StreamRedactor
 from nemo_rl_gke.observe.report import budget_stop_text
+from nemo_rl_gke.observe.step_timing import mean_step_time, progress_mark, stall_after
+from nemo_rl_gke.observe.zero_learning import ZeroLearningVerdict, check_zero_learning
 from nemo_rl_gke.ray.async_hooks import RayJobsApiError, RayJobsAsyncHook, RayJobsTransientError
 from nemo_rl_gke.ray.hooks import RayTlsError
 from nemo_rl_gke.triggers.operations import backoff_delay
