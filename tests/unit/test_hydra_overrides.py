@@ -21,7 +21,8 @@ from omegaconf import OmegaConf
 
 from nemo_rl_gke.preflight.offline import check_conf, check_spec, rules, validate
 from nemo_rl_gke.run.findings import ConfError
-from nemo_rl_gke.run.recipes import RecipeError, hydra_value, load_recipe, load_version
+from nemo_rl_gke.run.hydra_overrides import RecipeError, hydra_value
+from nemo_rl_gke.run.recipes import load_recipe, load_version
 from nemo_rl_gke.run.spec import RunSpec
 
 CANARY = "hf_canary_0123456789abcdef"

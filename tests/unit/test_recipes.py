@@ -8,8 +8,9 @@ import shlex
 
 import pytest
 
+from nemo_rl_gke.run.hydra_overrides import Override, RecipeError, hydra_value
 from nemo_rl_gke.run.paths import recipe_names
-from nemo_rl_gke.run.recipes import Override, RecipeError, hydra_value, load_recipe, load_version
+from nemo_rl_gke.run.recipes import load_recipe, load_version
 from nemo_rl_gke.run.spec import RunSpec
 from tests.paths import ROOT
 

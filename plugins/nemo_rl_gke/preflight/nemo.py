@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from nemo_rl_gke.preflight.registry import Violation, rule
 from nemo_rl_gke.run.gpu_layout import layout
-from nemo_rl_gke.run.recipes import CONF_KEYS, RecipeError, accepted, clip
+from nemo_rl_gke.run.hydra_overrides import RecipeError, clip
+from nemo_rl_gke.run.recipes import CONF_KEYS, accepted
 from nemo_rl_gke.run.steps import COUNTS, MAX_COUNT, config_count, effective_config, step_budget
 
 if TYPE_CHECKING:

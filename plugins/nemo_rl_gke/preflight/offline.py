@@ -24,7 +24,8 @@ from nemo_rl_gke.run.conf_checks import conf_findings
 from nemo_rl_gke.run.conf_schema import PARAM_NAMES
 from nemo_rl_gke.run.deployment import Deployment
 from nemo_rl_gke.run.findings import ConfError, Finding
-from nemo_rl_gke.run.recipes import Recipe, RecipeError, load_recipe
+from nemo_rl_gke.run.hydra_overrides import RecipeError
+from nemo_rl_gke.run.recipes import Recipe, load_recipe
 from nemo_rl_gke.run.spec import RunSpec
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from nemo_rl_gke.run.recipes import RecipeError
+from nemo_rl_gke.run.hydra_overrides import RecipeError
 
 if TYPE_CHECKING:
     from nemo_rl_gke.run.recipes import Recipe
