@@ -20,22 +20,25 @@ import pytest
 
 from nemo_rl_gke import alerts
 from nemo_rl_gke.alerts import (
-    Alert,
-    LiveFacts,
     RunAlertNotifier,
-    current_stage,
     dag_deadline,
-    deadline_alert,
     error_line,
-    failure_alert,
     http_problem,
     record_failure,
     resolve_targets,
-    reward_text,
-    run_url,
     send,
 )
 from nemo_rl_gke.dag_factory import build_dag
+from nemo_rl_gke.observe import alert_messages
+from nemo_rl_gke.observe.alert_messages import (
+    Alert,
+    LiveFacts,
+    current_stage,
+    deadline_alert,
+    failure_alert,
+    reward_text,
+    run_url,
+)
 from nemo_rl_gke.observe.report import RunInputs, TaskTiming, build_report
 from nemo_rl_gke.run import outcomes
 from nemo_rl_gke.run import topology as t
@@ -481,11 +484,11 @@ def test_a_budget_stop_is_an_alert_of_its_own_and_a_stall_a_line_of_the_failure(
     fine = {k: "success" for k in states}
     training = {**SUMMARY, "stopped_at_budget": True, "max_steps": 40, "final_step": 10}
     alert = failure_alert("d", "r", fine, training=training, report=report, url=URL)
-    assert alert.kind == alerts.BUDGET
+    assert alert.kind == alert_messages.BUDGET
     usd = report.gpu.estimated_cost_usd
     assert usd is not None
     assert alert.headline() == f"[d] run r stopped at budget: {SUMMARY['steps_completed']} of 40 steps, {usd:,.2f} USD"
     stalled = {**SUMMARY, "stalled": "stalled at step 12/40: no new step in the log for 901s\nLast lines: ..."}
     alert = failure_alert("d", "r", fine, training=stalled, report=report, url=URL)
-    assert alert.kind == alerts.FAILED and alert.headline() == "[d] run r failed"
+    assert alert.kind == alert_messages.FAILED and alert.headline() == "[d] run r failed"
     assert "stalled at step 12/40: no new step in the log for 901s" in alert.text().splitlines()

@@ -6,7 +6,7 @@ import ast
 
 import pytest
 
-from nemo_rl_gke.alerts import LiveFacts, deadline_alert, kept_after_teardown
+from nemo_rl_gke.observe.alert_messages import LiveFacts, deadline_alert, kept_after_teardown
 from nemo_rl_gke.observe.report import RunInputs, TaskTiming, build_report
 from nemo_rl_gke.observe.training_view import TaskState, ViewInputs, build_view
 from nemo_rl_gke.run import costs, outcomes

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 
-from nemo_rl_gke.alerts import failure_alert, run_failed, send
+from nemo_rl_gke.alerts import send
+from nemo_rl_gke.observe.alert_messages import failure_alert, run_failed
 from nemo_rl_gke.observe.report import RunInputs, TaskTiming, build_report
 from nemo_rl_gke.operators.base import StepOperator, epoch_of, pull
 from nemo_rl_gke.run import task_states as ts

@@ -1,0 +1,384 @@
+"""What a run alert says: the failed, refused, budget and deadline messages (headline, text, JSON payload), built
+from the run's task states, its training summary and what is still up and what it costs. Pure: sending them is
+:mod:`nemo_rl_gke.alerts`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from nemo_rl_gke.observe.report import budget_stop_text, stage_of
+from nemo_rl_gke.run import costs, outcomes, topology
+from nemo_rl_gke.run import task_states as ts
+from nemo_rl_gke.run.spec import RunSpec
+from nemo_rl_gke.run.topology import Cost
+
+if TYPE_CHECKING:
+    from nemo_rl_gke.observe.report import RunReport
+
+FAILED = "failed"
+REFUSED = "refused"
+DEADLINE = "deadline"
+# A run its budget stopped: it succeeded with an earlier checkpoint than asked for, which someone should know.
+BUDGET = "budget"
+
+# Airflow's own fallback when [api] base_url is unset (RuntimeTaskInstance.log_url).
+DEFAULT_BASE_URL = "http://localhost:8080/"
+RUNNING_NAMES = 3  # the text names this many resources per state (the payload lists them all)
+
+
+@dataclass(frozen=True)
+class FailedTask:
+    """A task whose final try failed, with the first line of its error ('' when none was recorded)."""
+
+    task_id: str
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class StillRunning:
+    """Something of the run that is (or may be) still up after it, and its estimated USD per hour (None: unpriced)."""
+
+    what: str
+    state: str
+    usd_per_hour: float | None = None
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One alert: what happened to which run, the reward so far, what is still up and its cost, and the link."""
+
+    kind: str  # failed, refused, deadline or budget
+    dag_id: str
+    run_id: str
+    url: str
+    failed: tuple[FailedTask, ...] = ()
+    upstream_failed: int = 0
+    reward: Mapping[str, Any] | None = None  # the train.wait summary (None: no training ran)
+    still_running: tuple[StillRunning, ...] = ()
+    stage: str | None = None  # deadline alerts: where the run is
+    active: tuple[str, ...] = ()  # deadline alerts: the tasks running now
+    deadline: str | None = None  # deadline alerts: when it passed (ISO 8601)
+    deadline_hours: float | None = None
+    readable: bool = True  # deadline alerts: False when the run's tasks could not be read
+    notes: tuple[str, ...] = field(default=())
+    outcome: str = ""  # budget alerts: "stopped at budget: N of M steps, X USD"
+
+    @property
+    def cost_per_hour_usd(self) -> float | None:
+        """The estimated USD per hour of what is still running (None when none of it has a price)."""
+        prices = [r.usd_per_hour for r in self.still_running if r.usd_per_hour is not None]
+        return round(sum(prices), 2) if prices else None
+
+    def headline(self) -> str:
+        """One line: which run, and what happened."""
+        run = f"[{self.dag_id}] run {self.run_id}"
+        if self.kind == DEADLINE:
+            hours = f", {self.deadline_hours:g} h after it was queued" if self.deadline_hours else ""
+            return f"{run} is not done by its deadline ({self.deadline or 'time unknown'}{hours})"
+        if self.kind == REFUSED:
+            return f"{run} failed: its conf was refused, nothing was created"
+        if self.kind == BUDGET:
+            return f"{run} {self.outcome}"
+        return f"{run} failed"
+
+    def text(self) -> str:
+        """The message for people: a few short lines."""
+        lines = [self.headline()]
+        if self.kind == DEADLINE:
+            active = f" (running: {', '.join(self.active)})" if self.active else ""
+            lines.append(f"Stage: {self.stage or 'unknown'}{active}")
+        if self.failed or self.upstream_failed:
+            parts = [f"{f.task_id}: {f.error}" if f.error else f.task_id for f in self.failed]
+            if self.upstream_failed:
+                parts.append(f"{self.upstream_failed} task(s) upstream_failed")
+            lines.append("Failed: " + "; ".join(parts))
+        if self.kind == REFUSED:
+            pass
+        elif self.kind == DEADLINE and not self.readable:
+            lines.append("Reward so far, still running: unknown (the run's tasks could not be read from here)")
+        else:
+            lines.append("Reward so far: " + self._reward_text())
+            lines.append("Still running: " + self._running_text())
+        lines += list(self.notes)
+        lines.append(f"Run: {self.url}")
+        return "\n".join(lines)
+
+    def _reward_text(self) -> str:
+        if self.reward is None and self.kind == DEADLINE:
+            if topology.WAIT in self.active:
+                return "training in progress (the train.wait log shows every step; figures here when it ends)"
+            return "no training yet"
+        return reward_text(self.reward)
+
+    def _running_by_state(self) -> dict[str, list[str]]:
+        groups: dict[str, list[str]] = {}
+        for r in sorted(self.still_running, key=_costly_first):
+            groups.setdefault(r.state, []).append(r.what)
+        return groups
+
+    def _running_text(self) -> str:
+        """Priced items one by one, the rest named per state (a few names, then a count): a short line."""
+        if not self.still_running:
+            return "nothing"
+        parts = [f"{r.what}: {r.state}, ~${r.usd_per_hour:,.2f}/h" for r in self.still_running if r.usd_per_hour]
+        groups: dict[str, list[str]] = {}
+        for r in sorted(self.still_running, key=_costly_first):
+            if not r.usd_per_hour:
+                groups.setdefault(r.state, []).append(r.what)
+        for state, names in groups.items():
+            more = f" and {len(names) - RUNNING_NAMES} more" if len(names) > RUNNING_NAMES else ""
+            parts.append(f"{state}: {', '.join(names[:RUNNING_NAMES])}{more}")
+        cost = self.cost_per_hour_usd
+        total = "cost unknown" if cost is None else f"~${cost:,.2f}/h estimated (GPU nodes; the rest is not priced)"
+        return "; ".join(parts) + f". Total: {total}"
+
+    def payload(self) -> dict[str, Any]:
+        """The JSON body a webhook gets: the text, and the same facts as fields."""
+        return {
+            "text": self.text(),
+            "kind": self.kind,
+            "dag_id": self.dag_id,
+            "run_id": self.run_id,
+            "url": self.url,
+            "failed": [{"task_id": f.task_id, "error": f.error} for f in self.failed],
+            "upstream_failed": self.upstream_failed,
+            "reward": _reward_fields(self.reward),
+            # Names by state, costly ones first; null (not {}) when a deadline alert could not read the run.
+            "still_running": self._running_by_state() if self.readable else None,
+            "cost_per_hour_usd": self.cost_per_hour_usd,
+            "stage": self.stage,
+            "deadline": self.deadline,
+        }
+
+
+def _costly_first(item: StillRunning) -> tuple[bool, int]:
+    """Sort key: priced items, then what costs while it stays (by its step's cost kind: cluster, Lustre,
+    RayCluster), then the free rest."""
+    kinds = list(Cost)
+    step = topology.STEPS.get(item.what)
+    cost = None if step is None else step.cost
+    rank = kinds.index(cost) if cost is not None and cost is not Cost.FREE else len(kinds)
+    return item.usd_per_hour is None, rank
+
+
+def _reward_fields(summary: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if not summary:
+        return None
+    return {
+        "steps": summary.get("steps_completed"),
+        "first": summary.get("first_reward"),
+        "last": summary.get("last_reward"),
+        "best": summary.get("best_reward"),
+        "best_step": summary.get("best_reward_step"),
+    }
+
+
+def reward_text(summary: Mapping[str, Any] | None) -> str:
+    """The reward so far in words: steps, first, last and best average reward."""
+    if summary is None:
+        return "no training ran"
+    fields = _reward_fields(summary) or {}
+    if not fields.get("steps"):
+        return "no training step completed"
+    figures = [f"{k} {fields[k]:.4f}" for k in ("first", "last", "best") if isinstance(fields.get(k), (int, float))]
+    if figures and fields.get("best_step") is not None:
+        figures[-1] += f" (step {fields['best_step']})"
+    return f"{fields['steps']} step(s), avg reward " + (", ".join(figures) or "not logged")
+
+
+def run_url(dag_id: str, run_id: str, base_url: str | None = None) -> str:
+    """The run in the Airflow UI: ``[api] base_url`` + ``/dags/<dag_id>/runs/<run_id>`` (as Airflow's log links)."""
+    if base_url is None:
+        from airflow.configuration import conf
+
+        base_url = conf.get("api", "base_url", fallback=None) or DEFAULT_BASE_URL
+    return f"{base_url.rstrip('/')}/dags/{quote(dag_id)}/runs/{quote(run_id)}"
+
+
+def run_failed(states: Mapping[str, str]) -> bool:
+    """Whether a task of the run (other than the report) ended failed or upstream_failed: teardown failures count,
+    since what they should have deleted may still bill."""
+    return any(state in ts.FAILED_STATES for task_id, state in states.items() if task_id != topology.RUN_REPORT)
+
+
+def _failed(states: Mapping[str, str], errors: Mapping[str, str]) -> tuple[tuple[FailedTask, ...], int]:
+    failed = tuple(
+        FailedTask(task_id, errors.get(task_id, "")) for task_id in _in_order(states) if states[task_id] == ts.FAILED
+    )
+    return failed, sum(1 for state in states.values() if state == ts.UPSTREAM_FAILED)
+
+
+def _in_order(states: Mapping[str, str]) -> list[str]:
+    """Task ids in topology order (unknown ones last, by name)."""
+    order = {task_id: i for i, task_id in enumerate(topology.STEPS)}
+    return sorted(states, key=lambda t: (order.get(t, len(order)), t))
+
+
+def _pool(gpu_type: str, gpus_per_node: int, nodes: int, state: str, usd: float | None) -> StillRunning:
+    return StillRunning(f"GPU node pool ({nodes} x {gpus_per_node} {gpu_type})", state, usd)
+
+
+def kept_after_teardown(states: Mapping[str, str], report: RunReport | None) -> tuple[StillRunning, ...]:
+    """What a finished run left up: what teardown kept (and why), what a failed deletion may have left, and the GPU
+    pool when its cluster was not deleted, priced by the report's GPU-hour price."""
+    found: list[StillRunning] = []
+    kept = {item.task_id: item.action for item in report.kept} if report is not None else {}
+    for step in topology.teardown_steps():
+        created = [d for d in step.deletes if states.get(d) in ts.MADE]  # a failed create can leave one behind
+        if not created:
+            continue
+        state = states.get(step.task_id, "none")
+        if step.task_id in kept:
+            why = kept[step.task_id]
+        elif state in ts.FAILED_STATES:
+            failed = state == ts.FAILED
+            why = "deletion failed: may still exist" if failed else "not deleted: an earlier deletion failed"
+        else:
+            continue
+        found += [StillRunning(d, why) for d in created]
+    if report is not None and report.gpu.came_up and report.gpu.still_running:
+        g = report.gpu
+        usd = costs.pool_usd_per_hour(g.price_per_gpu_hour_usd, g.gpus_per_node, g.worker_replicas)
+        reason = kept.get(topology.deleted_by(topology.NODE_POOL).task_id) or "cluster not deleted"
+        found.append(_pool(g.gpu_type, g.gpus_per_node, g.worker_replicas, reason, usd))
+    elif report is not None and report.gpu.scaled_to_zero:
+        # The warm cluster's pool is there at 0 nodes: say so, at what it costs now.
+        g = report.gpu
+        found.append(_scaled_pool(g.gpu_type, g.gpus_per_node, g.worker_replicas))
+    return tuple(found)
+
+
+def _scaled_pool(gpu_type: str, gpus_per_node: int, nodes: int) -> StillRunning:
+    what = f"GPU node pool (0 nodes; {nodes} x {gpus_per_node} {gpu_type} when in use)"
+    return StillRunning(what, outcomes.SCALED_TO_ZERO, 0.0)
+
+
+def failure_alert(
+    dag_id: str,
+    run_id: str,
+    states: Mapping[str, str],
+    *,
+    errors: Mapping[str, str] | None = None,
+    training: Mapping[str, Any] | None = None,
+    report: RunReport | None = None,
+    url: str | None = None,
+) -> Alert:
+    """The alert of a failed run, from its task states, the recorded errors, the training summary and the report; or
+    of a run its budget stopped (nothing failed): a budget alert. A stalled job's message is a line of its own."""
+    failed, upstream = _failed(states, errors or {})
+    stalled = str((training or {}).get("stalled") or "")
+    budget = bool((training or {}).get("stopped_at_budget"))
+    outcome = ""
+    if budget:
+        outcome = _budget_text(training or {}, None if report is None else report.gpu.estimated_cost_usd)
+    notes = [stalled.splitlines()[0]] if stalled else []
+    if budget and (failed or upstream):
+        notes.append(outcome)
+    if report is None:
+        notes.append("(the run report could not be built: costs unknown)")
+    return Alert(
+        kind=BUDGET if budget and not (failed or upstream or stalled) else FAILED,
+        dag_id=dag_id,
+        run_id=run_id,
+        url=url or run_url(dag_id, run_id),
+        failed=failed,
+        upstream_failed=upstream,
+        reward=training,
+        still_running=kept_after_teardown(states, report),
+        notes=tuple(notes),
+        outcome=outcome,
+    )
+
+
+def _budget_text(training: Mapping[str, Any], usd: float | None) -> str:
+    done = int(training.get("steps_completed") or 0)
+    return budget_stop_text(done, int(training.get("max_steps") or done), usd)
+
+
+def current_stage(states: Mapping[str, str]) -> tuple[str | None, tuple[str, ...]]:
+    """Where a run in progress is: the stages of its active tasks in run order (storage and cluster run side by side,
+    so "storage + cluster"), and those tasks; with none active, the stage of the latest task that ended; (None, ())
+    without states."""
+
+    def rank(stage: str) -> int:
+        return topology.STAGES.index(stage) if stage in topology.STAGES else len(topology.STAGES)
+
+    active = tuple(t for t in _in_order(states) if states[t] in ts.ACTIVE)
+    if active:
+        return " + ".join(sorted({stage_of(t) for t in active}, key=rank)), active
+    ended = [stage_of(t) for t in states if states[t] not in ts.NOT_RUN]
+    if not ended:
+        return None, ()
+    return max(ended, key=rank), ()
+
+
+@dataclass(frozen=True)
+class LiveFacts:
+    """What the triggerer can read about a run in progress (empty when it cannot read anything)."""
+
+    states: Mapping[str, str] = field(default_factory=dict)
+    conf: Mapping[str, Any] | None = None  # validate's accepted conf
+    training: Mapping[str, Any] | None = None
+    actions: Mapping[str, str] = field(default_factory=dict)  # what the pool's teardown steps did, by task id
+
+
+def running_now(facts: LiveFacts) -> tuple[StillRunning, ...]:
+    """The GPU pool of a run in progress, if it is up (its step succeeded and the cluster is not yet deleted): at its
+    full size's price, or at 0 nodes and 0 USD/h once teardown scaled it down (as the view's banner says)."""
+    if facts.states.get(topology.NODE_POOL) != ts.SUCCESS or not facts.conf:
+        return ()
+    if facts.states.get(topology.deleted_by(topology.NODE_POOL).task_id) == ts.SUCCESS:
+        return ()
+
+    spec = RunSpec.from_conf(dict(facts.conf))
+    if costs.pool_after_teardown(facts.actions) == costs.POOL_SCALED_TO_ZERO:
+        return (_scaled_pool(spec.gpu_type, spec.gpus_per_node, spec.worker_replicas),)
+    usd, _ = costs.hourly_cost(topology.NODE_POOL, spec)
+    return (_pool(spec.gpu_type, spec.gpus_per_node, spec.worker_replicas, "up", usd),)
+
+
+def deadline_alert(
+    dag_id: str,
+    run_id: str,
+    *,
+    deadline: Any = None,
+    deadline_hours: float | None = None,
+    facts: LiveFacts | None = None,
+    url: str | None = None,
+) -> Alert:
+    """The alert of a run not done by its deadline: the stage it is in and what runs, when the run can be read."""
+    facts = facts or LiveFacts()
+    stage, active = current_stage(facts.states)
+    failed, upstream = _failed(facts.states, {})
+    return Alert(
+        kind=DEADLINE,
+        dag_id=dag_id,
+        run_id=run_id,
+        url=url or run_url(dag_id, run_id),
+        failed=failed,
+        upstream_failed=upstream,
+        reward=facts.training,
+        still_running=running_now(facts),
+        stage=stage,
+        active=active,
+        deadline=_iso(deadline),
+        deadline_hours=deadline_hours,
+        readable=bool(facts.states),
+    )
+
+
+def _iso(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        at = value if value.tzinfo else value.replace(tzinfo=UTC)
+        return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        return _iso(datetime.fromisoformat(str(value)))
+    except ValueError:
+        return str(value)[:40]
