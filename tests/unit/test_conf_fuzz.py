@@ -31,8 +31,8 @@ import kubernetes_validate.utils as kv_utils
 import pytest
 import yaml
 
-from nemo_rl_gke.kube import manifests as manifests_module
 from nemo_rl_gke.kube.validation import validate_manifest
+from nemo_rl_gke.plan import manifests as manifests_module
 from nemo_rl_gke.plan.build import build_plan
 from nemo_rl_gke.plan.ray_job import lineage_guard
 from nemo_rl_gke.preflight.offline import check_conf

@@ -16,8 +16,8 @@ import jinja2
 import pytest
 import yaml
 
-from nemo_rl_gke.kube import manifests as manifests_module
 from nemo_rl_gke.kube.validation import KUBERNETES_SCHEMA_VERSION, available_schema_versions, validate_manifest
+from nemo_rl_gke.plan import manifests as manifests_module
 from nemo_rl_gke.plan.manifests import (
     LUSTRE_IP_PLACEHOLDER,
     Manifest,

@@ -282,3 +282,10 @@ def test_a_conf_cannot_stretch_the_usd_budget_with_a_low_gpu_price() -> None:
     assert cheap is not None and dear is not None
     assert run_budget(cheap, deployment).hours == 1.0  # the list price, 11 USD/GPU-h x 8
     assert run_budget(dear, deployment).hours == 0.5
+
+
+@pytest.mark.parametrize("name", ["a-", "-a", "1ray"])
+def test_a_raycluster_name_that_is_no_object_name_is_refused_though_its_service_name_would_do(name: str) -> None:
+    # "a-" gives the valid service name "a--head-svc"; the RayCluster itself would be refused by the API server.
+    (finding,) = _run("name.kubernetes", {"raycluster_name": name})
+    assert finding.value == name and "raycluster_name" in finding.params

@@ -391,18 +391,19 @@ def default_pool_bounds(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
 def kubernetes_names(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
     """Namespace and service names are DNS-1123 labels; the head service adds 9 characters to the RayCluster."""
     checks = [
-        ("namespace", spec.namespace, DNS1123_LABEL, "a DNS-1123 label (1-63 lowercase letters, digits, hyphens)"),
-        ("ksa_name", spec.ksa_name, DNS1123_SUBDOMAIN, "a DNS-1123 subdomain"),
+        ("namespace", (spec.namespace,), DNS1123_LABEL, "a DNS-1123 label (1-63 lowercase letters, digits, hyphens)"),
+        ("ksa_name", (spec.ksa_name,), DNS1123_SUBDOMAIN, "a DNS-1123 subdomain"),
         (
+            # The RayCluster's own name too: "a-" makes a valid "a--head-svc" but is no object name.
             "raycluster_name",
-            spec.head_service,
+            (spec.raycluster_name, spec.head_service),
             RFC1035,
             "usable as service name {value}-head-svc: an RFC 1035 label of at most 63 characters",
         ),
-        ("lustre_name", spec.lustre_pv, DNS1123_SUBDOMAIN, "usable as PersistentVolume name {value}-pv"),
+        ("lustre_name", (spec.lustre_pv,), DNS1123_SUBDOMAIN, "usable as PersistentVolume name {value}-pv"),
     ]
-    for param, name, pattern, what in checks:
-        if not pattern.fullmatch(name):
+    for param, names, pattern, what in checks:
+        if not all(pattern.fullmatch(name) for name in names):
             value = getattr(spec, param)
             yield Violation(
                 (param,),
