@@ -175,6 +175,7 @@ def test_every_step_prints_nemo_rl_markers(default_run: tuple[Path, subprocess.C
 
 def test_the_dags_log_parser_reads_every_step(default_run: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
     metrics = pytest.importorskip("nemo_rl_gke.observe.metrics")
+    zero_learning = pytest.importorskip("nemo_rl_gke.observe.zero_learning")
     follower = metrics.LogFollower()
     follower.feed(default_run[1].stdout)
     follower.flush()
@@ -185,7 +186,7 @@ def test_the_dags_log_parser_reads_every_step(default_run: tuple[Path, subproces
     assert all({"Training Worker Group", "Generation Worker Group"} <= set(s.group_tokens_per_s_per_gpu) for s in steps)
     assert [s.step for s in steps if s.val_accuracy is not None] == [10, 20]
     assert follower.metrics.checkpoints == [10, 20]
-    assert metrics.check_zero_learning(steps, 3) is None
+    assert zero_learning.check_zero_learning(steps, 3) is None
 
 
 def test_checkpoints_use_nemo_rl_layout_with_a_shard_per_rank(
@@ -282,9 +283,10 @@ def test_full_solution_ground_truth_never_rewards(tmp_path: Path) -> None:
     assert LOSS.findall(result.stdout) == ["0.0000"] * 5
     assert re.findall(r"^    • Accuracy: (\S+)$", result.stdout, re.MULTILINE) == ["0.0000"]
     metrics = pytest.importorskip("nemo_rl_gke.observe.metrics")
+    zero_learning = pytest.importorskip("nemo_rl_gke.observe.zero_learning")
     follower = metrics.LogFollower()
     follower.feed(result.stdout)
-    assert metrics.check_zero_learning(follower.metrics.completed_steps, 3) is not None
+    assert zero_learning.check_zero_learning(follower.metrics.completed_steps, 3) is not None
 
 
 def test_checkpoint_must_save_by_saves_and_stops_as_nemo_rl_does(tmp_path: Path) -> None:
