@@ -27,9 +27,10 @@ chromium:
 	@test -x /usr/bin/chromium || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
 
 # Two workers on this 2-core machine: most tests wait (on Airflow, the sandbox, Ray) rather than compute. A module's
-# tests stay on one worker: they share its sandbox and Ray head.
+# tests stay on one worker: they share its sandbox and Ray head. Files go out in collection order, which
+# tests/conftest.py starts with the longest (LONGEST_FIRST), so no worker ends alone on a whole-DAG file.
 test: $(STAMP) chromium
-	$(PY) -m pytest -n auto --dist loadfile --durations=10
+	$(PY) -m pytest -n auto --dist loadfile --no-loadscope-reorder --durations=10
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

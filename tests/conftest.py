@@ -31,3 +31,30 @@ def airflow_db() -> None:
     airflow = Path(sys.executable).parent / "airflow"
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     subprocess.run([str(airflow), "db", "migrate"], env=env, check=True, capture_output=True)
+
+
+# The files of whole runs (real Airflow, Ray, the sandbox), longest first, as `--durations` measured them. Under
+# `--dist loadfile` each file is one unit of work, handed out in collection order; starting the long ones first keeps
+# both workers busy to the end, instead of one finishing a whole-DAG file alone while the other idles (the Makefile
+# passes --no-loadscope-reorder, which would otherwise put the files with the most tests first).
+LONGEST_FIRST = (
+    "tests/e2e/test_train.py",
+    "tests/browser/test_ui.py",
+    "tests/operators/test_fault_matrix.py",
+    "tests/e2e/test_apply.py",
+    "tests/gcp/test_rayjob.py",
+    "tests/e2e/test_nightly.py",
+    "tests/e2e/test_kube.py",
+    "tests/bench/test_worker_slots.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Put the files of :data:`LONGEST_FIRST` first, in that order; every file keeps its own tests' order."""
+    rank = {path: index for index, path in enumerate(LONGEST_FIRST)}
+
+    def key(item: pytest.Item) -> int:
+        path = Path(str(item.path)).relative_to(ROOT).as_posix()
+        return rank.get(path, len(rank))
+
+    items.sort(key=key)

@@ -20,6 +20,8 @@ from airflow.providers.common.compat.connection import get_async_connection, get
 from airflow.providers.google.common.hooks.base_google import GoogleBaseAsyncHook, GoogleBaseHook
 from asgiref.sync import sync_to_async
 
+from nemo_rl_gke.gcp.credentials import shared_credentials
+
 if TYPE_CHECKING:
     from airflow.providers.google.common.hooks.base_google import _CredentialsToken
 
@@ -180,7 +182,7 @@ class GcpAsyncHook(GoogleBaseAsyncHook):
         from airflow.providers.google.common.hooks.base_google import _CredentialsToken
 
         sync_hook = self.sync_hook_class(**self._hook_kwargs)
-        credentials, project = sync_hook.get_credentials_and_project_id()
+        credentials, project = shared_credentials(sync_hook, sync_hook.get_credentials_and_project_id)
         return _CredentialsToken(credentials, project=project, session=session, scopes=sync_hook.scopes)
 
     def _get_session(self) -> aiohttp.ClientSession:

@@ -44,6 +44,8 @@ from googleapiclient import discovery as gdiscovery
 from googleapiclient.errors import HttpError
 from googleapiclient.http import HttpRequest, build_http
 
+from nemo_rl_gke.gcp.credentials import shared_credentials
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -287,6 +289,15 @@ class GcpHook(GoogleBaseHook):
         self._compute: dict[str, Any] = {}
         self._discovery: dict[tuple[str, str], Any] = {}
         self._project_numbers: dict[str, str] = {}
+
+    def get_credentials_and_project_id(self) -> tuple[Any, str | None]:
+        """The connection's credentials and project, shared by every hook of this process on the same connection
+        (see :mod:`nemo_rl_gke.gcp.credentials`)."""
+        if self._cached_credentials is None:
+            self._cached_credentials, self._cached_project_id = shared_credentials(
+                self, super().get_credentials_and_project_id
+            )
+        return self._cached_credentials, self._cached_project_id
 
     # --- endpoints ----------------------------------------------------------------------------------------------
     @property
