@@ -25,6 +25,14 @@ os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "False"
 os.environ["AIRFLOW__CORE__PARALLELISM"] = "4"
 
 
+@pytest.fixture(autouse=True)
+def _fresh_credentials() -> None:
+    """Each test builds its own credentials: two tests may point the same connection at different token servers."""
+    from nemo_rl_gke.gcp import credentials
+
+    credentials.clear()
+
+
 @pytest.fixture(scope="session")
 def airflow_db() -> None:
     """Migrate the session's private metadata DB once (`airflow db migrate`, as a user would)."""

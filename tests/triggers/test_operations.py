@@ -273,7 +273,8 @@ def test_timeout_counts_from_started_at_across_restarts(monkeypatch: pytest.Monk
 
 def test_transient_errors_count_toward_the_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
     scripts = {LUSTRE_OP.path: [(200, RUNNING["longrunning"]), (503, {"error": {"message": "backend down"}})]}
-    events, paths = run_against(monkeypatch, scripts, trigger_for(LUSTRE_OP, timeout=0.5))
+    # Long enough for the 503s to come after RUNNING on a busy machine (0.5 s once ended before the second poll).
+    events, paths = run_against(monkeypatch, scripts, trigger_for(LUSTRE_OP, timeout=2.0))
     assert len(events) == 1
     event = events[0]
     assert (event["status"], event["state"]) == ("timeout", "CREATING")
@@ -390,8 +391,9 @@ def test_bearer_token_from_the_connection_credentials(
         return web.json_response({"access_token": "ya29.test-token", "expires_in": 3600, "token_type": "Bearer"})
 
     async def scenario() -> tuple[list[dict[str, Any]], list[str | None]]:
-        # Generous, so a busy 2-vCPU machine does not trip it; a sync HTTP call to the token endpoint never returns.
-        asyncio.get_running_loop().slow_callback_duration = 0.5
+        # Generous: on a 2-vCPU machine busy with whole-DAG runs, 0.5 s tripped while the process was descheduled. A
+        # sync HTTP call to the token endpoint is caught anyway: it never returns.
+        asyncio.get_running_loop().slow_callback_duration = 1.5
         scripts = {COMPUTE_OP.path: [(200, RUNNING["compute"]), (200, DONE["compute"])]}
         async with scripted_api(scripts, routes={"/token": token}) as api:
             key = _service_account_key(pem, f"{api.url}/token")
