@@ -53,7 +53,6 @@ LONGEST_FIRST = (
     "tests/gcp/test_rayjob.py",
     "tests/e2e/test_nightly.py",
     "tests/e2e/test_kube.py",
-    "tests/bench/test_worker_slots.py",
 )
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from sandbox.testing import clear_faults
 
+from bench import worker_slots
 from nemo_rl_gke import links
 from nemo_rl_gke.docs import DAG_DESCRIPTION
 from nemo_rl_gke.run import topology
@@ -184,6 +185,15 @@ def test_the_training_view_follows_the_job_and_the_links_lead_out(stack: Stack, 
     button.wait_for()
     assert button.get_attribute("href") == links.gke_cluster_url(spec)
     screenshot(page, "extra-links")
+
+    # The worker-slot bench's reading of a run (bench/worker_slots.py) on this real scheduler and triggerer's logs:
+    # every wait deferred, so none held a worker slot (the bench's own run starts the same stack, minutes more).
+    tries = worker_slots.read_run(airflow.home / "logs", run_id)
+    _, _, wall, synchronous = worker_slots.ratio(tries)
+    waited = {t.task_id for t in tries if t.waits}
+    assert synchronous == [] and wall > 0, [(t.task_id, t.segments) for t in tries]
+    assert {topology.NET, topology.GKE_CLUSTER, topology.LUSTRE, topology.RAYCLUSTER, topology.WAIT} <= waited
+    worker_slots.report(tries)  # the bench's table, in the test's output
 
 
 def test_what_a_failed_run_keeps_shows_on_the_grid_and_in_the_view(stack: Stack, page: Any) -> None:

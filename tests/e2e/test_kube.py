@@ -1,5 +1,7 @@
 """The kube task group end to end on the sandbox: Kubernetes objects, a real Ray head behind the service proxy,
-idempotent re-apply, teardown that leaves no Ray process, and a RayCluster that never gets ready.
+idempotent re-apply, and teardown that leaves no Ray process. A RayCluster that never gets ready is a trigger test
+(tests/gcp/test_kube.py) and an operator test (tests/operators/test_gcp.py): a whole run would only add a teardown
+that the failed-provisioning runs of tests/e2e/test_apply.py already prove.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from nemo_rl_gke.ray.submit import RAY_TOKEN_HEADER
 from nemo_rl_gke.run import topology as t
 from nemo_rl_gke.run.deployment import Deployment
 from nemo_rl_gke.run.spec import RunSpec
-from tests.e2e.harness import run_cli, run_in_process
+from tests.e2e.harness import run_in_process
 
 pytestmark = pytest.mark.airflow
 # The names the harness's runs use (include/conf/local.json: the defaults) and its recipe, whose Ray has token auth.
@@ -96,27 +98,3 @@ def test_kube_group_brings_up_objects_and_a_real_ray_then_teardown_leaves_nothin
     logged = sandbox.calls()
     assert {c["auth"] for c in logged} == {"valid"}, sandbox.unauthenticated_calls()[:5]
     assert any(c["service"] == "kubernetes" and "/proxy" in c["path"] for c in logged)
-
-
-def test_a_raycluster_that_never_gets_ready_fails_the_run_naming_condition_and_pod_reason(
-    sandbox: SandboxProcess, env: dict[str, str]
-) -> None:
-    sandbox.reset()
-    sandbox.add_fault(
-        {"method": "PATCH", "path": "/rayclusters/"},
-        operation="hang",
-        message="0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
-    )
-    try:
-        result = run_cli({"stop_after": t.KUBE, "kube_timeout_s": 8}, env)
-    finally:
-        sandbox.clear_faults()
-    assert result.state == "failed"
-    assert result.tasks[t.RAYCLUSTER] == "failed"
-    assert result.tries[t.RAYCLUSTER] == 1  # a stuck cluster is not retried into a second long wait
-    assert "missing HeadPodReady (False, HeadPodNotReady)" in result.output
-    assert "Unschedulable: 0/2 nodes are available: 2 Insufficient nvidia.com/gpu." in result.output
-    # Teardown still cleaned everything, and no Ray was ever started.
-    assert all(result.tasks[s.task_id] == "success" for s in t.teardown_steps())
-    after = sandbox.full_inventory()
-    assert after["resources"] == [] and after["kubernetes"] == [] and after["ray_heads"] == []

@@ -173,6 +173,17 @@ def test_polling_error_event_fails_retryably(project: str) -> None:
     assert "last state RUNNING" in str(failure.value)
 
 
+def test_a_raycluster_that_timed_out_fails_for_good_with_what_is_stuck(project: str) -> None:
+    # The readiness message says what is stuck (tests/gcp/test_kube.py builds it against the sandbox): a retry would
+    # only wait again, so it is final, and teardown runs on the failed task as after any other.
+    stuck = "missing HeadPodReady (False, HeadPodNotReady); Unschedulable: 0/2 nodes are available"
+    run = start_run(project)
+    with pytest.raises(AirflowFailException) as failure:
+        event = {"status": "timeout", "message": stuck}
+        operator(t.RAYCLUSTER).execute_complete(run.context(t.RAYCLUSTER), event=event)
+    assert str(failure.value) == f"timeout: {stuck}"
+
+
 def test_unowned_resource_fails_fast_and_survives_teardown(sandbox: SandboxProcess, project: str) -> None:
     # Someone else's network of the same name: no ownership marker in its description.
     request_json(
