@@ -46,8 +46,9 @@ def airflow_db() -> None:
 # both workers busy to the end, instead of one finishing a whole-DAG file alone while the other idles (the Makefile
 # passes --no-loadscope-reorder, which would otherwise put the files with the most tests first).
 LONGEST_FIRST = (
-    "tests/e2e/test_train.py",
     "tests/browser/test_ui.py",
+    "tests/e2e/test_train.py",
+    "tests/e2e/test_train_failures.py",
     "tests/operators/test_fault_matrix.py",
     "tests/e2e/test_apply.py",
     "tests/gcp/test_rayjob.py",

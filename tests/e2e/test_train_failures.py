@@ -1,0 +1,94 @@
+"""Whole runs that fail after training started, on the sandbox with the local CPU recipe: a failing job, the
+zero-reward guard, a failed export that keeps Lustre. (Apart from tests/e2e/test_train.py so that the two files can
+run side by side on two workers.)
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sandbox.testing import SandboxProcess
+
+from nemo_rl_gke.run import topology as t
+from nemo_rl_gke.run.spec import RunSpec
+from tests.e2e.harness import INFRA_ONLY, run_cli
+
+pytestmark = pytest.mark.airflow
+SPEC = RunSpec()
+# Lustre and what it needs: the peering, its range, the firewall rule for Lustre traffic, the main network.
+LUSTRE_CHAIN = {
+    "lustre.instance",
+    "servicenetworking.connection",
+    "compute.address",
+    "compute.firewall",
+    "compute.network",
+}
+
+
+@pytest.fixture(autouse=True)
+def _fresh(sandbox: SandboxProcess) -> Iterator[None]:
+    sandbox.reset()
+    yield
+    sandbox.clear_faults()
+
+
+def _xcom() -> dict[tuple[str, str], Any]:
+    from sandbox.demo import latest_run
+
+    return latest_run("nemo_rl_grpo_gke")["xcom"]
+
+
+def test_a_failing_job_fails_the_run_with_the_driver_last_lines_and_teardown_runs(
+    sandbox: SandboxProcess, env: dict[str, str]
+) -> None:
+    result = run_cli({"extra_overrides": ["policy.optimizer.lr=-1"], "accept_checkpoint_loss": True}, env)
+    assert result.state == "failed"
+    assert result.tasks[t.WAIT] == "failed" and result.tries[t.WAIT] == 1
+    assert "driver exit code: 2" in result.output or "exit code 2" in result.output
+    assert "Last lines of the driver log:" in result.output
+    assert "'policy.optimizer.lr' must be a number > 0.0, got -1" in result.output
+    # checkpoint.validate runs after any end of train.wait and skips without a stall's save; the report fails the run.
+    assert (result.tasks[t.CHECK_CHECKPOINT], result.tasks[t.RUN_REPORT]) == ("skipped", "failed"), result.tasks
+    assert all(result.tasks[s.task_id] == "success" for s in t.teardown_steps())
+    assert sandbox.full_inventory()["resources"] == []
+
+
+def test_every_reward_zero_trips_the_guard_within_k_steps_and_lustre_is_kept_without_an_export(
+    sandbox: SandboxProcess, env: dict[str, str]
+) -> None:
+    conf = {"max_steps": 20, "extra_overrides": ["data.ground_truth=full_solution"], "zero_learning_steps": 3}
+    result = run_cli(conf, env)
+    assert result.state == "failed"
+    assert result.tasks[t.WAIT] == "failed"
+    assert "advantages" in result.output and "zero_learning_guard" in result.output
+    steps = _xcom()[(t.WAIT, "steps")]
+    assert 3 <= len(steps) < 20 and {s["avg_reward"] for s in steps} == {0.0}
+    # A job ran and nothing was exported: teardown keeps Lustre (and what it needs) rather than lose the checkpoint.
+    actions = {t: v.get("action") for (t, k), v in _xcom().items() if k == "return_value" and isinstance(v, dict)}
+    assert actions[t.DELETE_LUSTRE] == "kept-for-checkpoint"
+    assert actions[t.DELETE_NET] == "kept-for-lustre"
+    kept = {r["kind"] for r in sandbox.inventory()}
+    assert kept == LUSTRE_CHAIN
+    assert sandbox.full_inventory()["ray_heads"] == []
+
+
+def test_a_failed_export_keeps_lustre_and_says_where_the_checkpoint_is(
+    sandbox: SandboxProcess, env: dict[str, str]
+) -> None:
+    sandbox.add_fault({"method": "POST", "path": ":exportData$"}, operation="error", message="injected: export failed")
+    result = run_cli({}, env)
+    assert result.state == "failed"
+    assert result.tasks[t.EXPORT] == "failed"
+    assert re.search(r"still on Lustre instance nemo-rl-lustre at /nemo_rl_local/step_2", result.output)
+    assert {r["kind"] for r in sandbox.inventory()} == LUSTRE_CHAIN
+    # The message names the run whose checkpoint is pending. A run that only accepts its own loss keeps it; naming
+    # that run releases it, and that run's teardown deletes it all.
+    failed_run = re.search(r"release_checkpoint_of_run='([^']+)'", result.output)
+    assert failed_run, result.output[-3000:]
+    sandbox.clear_faults()
+    cleanup = run_cli({"release_checkpoint_of_run": failed_run.group(1), **INFRA_ONLY}, env)
+    assert cleanup.state == "success"
+    assert sandbox.inventory() == []
