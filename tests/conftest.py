@@ -5,7 +5,9 @@ AIRFLOW_HOME must be set before anything imports airflow, so it is set here, at 
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -16,6 +18,7 @@ import pytest
 from tests.paths import ROOT
 
 _HOME = Path(tempfile.mkdtemp(prefix="nemo-rl-gke-airflow-"))
+atexit.register(shutil.rmtree, _HOME, ignore_errors=True)  # under tmpfs (make test), a leftover home holds RAM
 
 os.environ["AIRFLOW_HOME"] = str(_HOME)
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(ROOT / "dags")
