@@ -1,8 +1,9 @@
 """The process's Google credentials: built once per connection, not once per hook.
 
 GoogleBaseHook caches credentials on the hook instance, and every task, trigger and lease write makes a new hook.
-Building service-account credentials parses and checks the RSA private key, about 50-70 ms of CPU each time. In the
-triggerer that time blocks the event loop every trigger shares, and in a run of fifty tasks it is seconds of CPU.
+Building service-account credentials parses and checks the RSA private key, about 60 ms of CPU each time here. In the
+triggerer that CPU is taken from the process whose event loop every trigger shares, and in a run of fifty tasks it
+is seconds.
 Sharing one credentials object also shares its access token until google-auth refreshes it near its expiry.
 
 The cache key is a digest of everything the provider builds credentials from (the connection's extras, the key
