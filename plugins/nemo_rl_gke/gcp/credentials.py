@@ -3,8 +3,8 @@
 GoogleBaseHook caches credentials on the hook instance, and every task, trigger and lease write makes a new hook.
 Building service-account credentials parses and checks the RSA private key, about 60 ms of CPU each time here. In the
 triggerer that CPU is taken from the process whose event loop every trigger shares, and in a run of fifty tasks it
-is seconds.
-Sharing one credentials object also shares its access token until google-auth refreshes it near its expiry.
+is seconds. Sharing one credentials object also shares its access token until google-auth refreshes it near its
+expiry (a refresh racing another in a second thread only fetches one token more).
 
 The cache key is a digest of everything the provider builds credentials from (the connection's extras, the key
 file's identity, scopes, impersonation, quota project), so a rotated key or an edited connection builds anew. The
