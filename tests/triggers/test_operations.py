@@ -247,7 +247,8 @@ def test_a_rate_limited_403_is_retried_a_permission_403_is_not(monkeypatch: pyte
 
 def test_timeout_names_the_resource_and_its_last_state(monkeypatch: pytest.MonkeyPatch) -> None:
     started = time.time()
-    trigger = trigger_for(CONTAINER_OP, timeout=0.3, started_at=started)
+    # Wide enough for three polls on a busy machine (0.3 s once gave one, in CI under whole-DAG load).
+    trigger = trigger_for(CONTAINER_OP, timeout=2.0, started_at=started)
     events, paths = run_against(monkeypatch, {CONTAINER_OP.path: [(200, RUNNING["container"])]}, trigger)
     elapsed = time.time() - started
     assert len(events) == 1
@@ -256,7 +257,7 @@ def test_timeout_names_the_resource_and_its_last_state(monkeypatch: pytest.Monke
     assert "cluster nemo-rl-cluster" in event["message"]
     assert "last state RUNNING" in event["message"]
     # Never early (a slow machine only adds time, so this bound cannot flake); no upper bound on a shared machine.
-    assert elapsed >= 0.3
+    assert elapsed >= 2.0
     assert len(paths) >= 3
 
 
@@ -301,7 +302,7 @@ def test_still_waiting_while_the_operation_runs(monkeypatch: pytest.MonkeyPatch)
             use_conn(monkeypatch, {"is_anonymous": True, "api_endpoint": api.url})
             task = asyncio.create_task(anext(trigger_for(CONTAINER_OP).run()))
             with pytest.raises(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.shield(task), 0.5)
+                await asyncio.wait_for(asyncio.shield(task), 3.0)  # 0.5 s once saw no poll under CI load
             # Polled several times, yielded nothing, still running: the task stays deferred.
             assert not task.done()
             assert api.count(CONTAINER_OP.path) >= 3
