@@ -37,3 +37,11 @@ def env(sandbox: SandboxProcess, airflow_db: None) -> Iterator[dict[str, str]]:
 def dag(env: dict[str, str]) -> Any:
     """The DAG as Airflow parses it from dags/."""
     return load_dag()
+
+
+@pytest.fixture
+def fresh_sandbox(sandbox: SandboxProcess) -> Iterator[None]:
+    """A test that starts from an empty sandbox and leaves no fault behind (opt in with ``usefixtures``)."""
+    sandbox.reset()
+    yield
+    sandbox.clear_faults()

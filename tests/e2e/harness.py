@@ -135,3 +135,10 @@ def load_dag() -> Any:
     bag = DagBag(dag_folder=str(ROOT / "dags"))
     assert not bag.import_errors, bag.import_errors
     return bag.dags[DAG_ID]
+
+
+def latest_xcom(dag_id: str = DAG_ID) -> dict[tuple[str, str], Any]:
+    """Every XCom of the newest run of ``dag_id``, keyed by (task id, key)."""
+    from sandbox.demo import latest_run
+
+    return latest_run(dag_id)["xcom"]

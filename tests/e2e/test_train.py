@@ -8,34 +8,19 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
 from sandbox.testing import SandboxProcess
 
 from nemo_rl_gke.run import topology as t
 from nemo_rl_gke.run.spec import RunSpec
-from tests.e2e.harness import HF_TEST_TOKEN, WANDB_TEST_KEY, run_cli
+from tests.e2e.harness import HF_TEST_TOKEN, WANDB_TEST_KEY, latest_xcom, run_cli
 from tests.paths import ROOT
 
-pytestmark = pytest.mark.airflow
+pytestmark = [pytest.mark.airflow, pytest.mark.usefixtures("fresh_sandbox")]
 SPEC = RunSpec()
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sandbox: SandboxProcess) -> Iterator[None]:
-    sandbox.reset()
-    yield
-    sandbox.clear_faults()
-
-
-def _xcom() -> dict[tuple[str, str], Any]:
-    from sandbox.demo import latest_run
-
-    return latest_run("nemo_rl_grpo_gke")["xcom"]
 
 
 def test_the_local_recipe_trains_validates_exports_and_cleans_up(sandbox: SandboxProcess, env: dict[str, str]) -> None:
@@ -43,7 +28,7 @@ def test_the_local_recipe_trains_validates_exports_and_cleans_up(sandbox: Sandbo
     assert result.state == "success", result.output[-3000:]
     assert all(state == "success" for state in result.tasks.values()), result.tasks
     # Every resource was created, then deleted; every wait was a deferral, so no task held a worker slot meanwhile.
-    xcom = _xcom()
+    xcom = latest_xcom()
     ensures = [s.task_id for s in t.gcp_resources()]
     deletes = [s.task_id for s in t.teardown_steps() if s.op is t.Op.DELETE_GCP]
     assert {xcom[(k, t.RETURN)]["action"] for k in ensures} == {"created"}
@@ -148,7 +133,7 @@ def test_a_run_that_converged_stops_at_its_next_save_and_exports_that_checkpoint
 ) -> None:
     result = run_cli(CONVERGING, env)
     assert result.state == "success", result.output[-3000:]
-    xcom = _xcom()
+    xcom = latest_xcom()
     # Three steps at reward 1.0 after steps that learned: converged at step 8; the job ran on to its save at step
     # 10 and was stopped once a step after it began. Ray's log tail sends new lines about once a second, which is
     # several 0.1 s local steps, so the stop may land after a later save (15): the newest save is validated and
@@ -176,7 +161,7 @@ def test_a_stalled_job_is_stopped_its_last_checkpoint_exported_and_the_run_fails
     assert result.tasks[t.WAIT] == "failed" and result.tries[t.WAIT] == 1, result.tasks
     assert result.tasks[t.CHECK_CHECKPOINT] == "success" and result.tasks[t.EXPORT] == "success", result.tasks
     assert result.tasks[t.RUN_REPORT] == "failed"
-    xcom = _xcom()
+    xcom = latest_xcom()
     stalled = xcom[(t.WAIT, t.JOB_STALLED)]
     assert stalled["final_step"] == 2 and stalled["message"].startswith("stalled at step 3/20: no new step in the log")
     assert "Last lines of the driver log:" in stalled["message"]

@@ -6,17 +6,15 @@ run side by side on two workers.)
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from sandbox.testing import SandboxProcess
 
 from nemo_rl_gke.run import topology as t
 from nemo_rl_gke.run.spec import RunSpec
-from tests.e2e.harness import INFRA_ONLY, run_cli
+from tests.e2e.harness import INFRA_ONLY, latest_xcom, run_cli
 
-pytestmark = pytest.mark.airflow
+pytestmark = [pytest.mark.airflow, pytest.mark.usefixtures("fresh_sandbox")]
 SPEC = RunSpec()
 # Lustre and what it needs: the peering, its range, the firewall rule for Lustre traffic, the main network.
 LUSTRE_CHAIN = {
@@ -26,19 +24,6 @@ LUSTRE_CHAIN = {
     "compute.firewall",
     "compute.network",
 }
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sandbox: SandboxProcess) -> Iterator[None]:
-    sandbox.reset()
-    yield
-    sandbox.clear_faults()
-
-
-def _xcom() -> dict[tuple[str, str], Any]:
-    from sandbox.demo import latest_run
-
-    return latest_run("nemo_rl_grpo_gke")["xcom"]
 
 
 def test_a_failing_job_fails_the_run_with_the_driver_last_lines_and_teardown_runs(
@@ -64,10 +49,10 @@ def test_every_reward_zero_trips_the_guard_within_k_steps_and_lustre_is_kept_wit
     assert result.state == "failed"
     assert result.tasks[t.WAIT] == "failed"
     assert "advantages" in result.output and "zero_learning_guard" in result.output
-    steps = _xcom()[(t.WAIT, "steps")]
+    steps = latest_xcom()[(t.WAIT, "steps")]
     assert 3 <= len(steps) < 20 and {s["avg_reward"] for s in steps} == {0.0}
     # A job ran and nothing was exported: teardown keeps Lustre (and what it needs) rather than lose the checkpoint.
-    actions = {t: v.get("action") for (t, k), v in _xcom().items() if k == "return_value" and isinstance(v, dict)}
+    actions = {t: v.get("action") for (t, k), v in latest_xcom().items() if k == "return_value" and isinstance(v, dict)}
     assert actions[t.DELETE_LUSTRE] == "kept-for-checkpoint"
     assert actions[t.DELETE_NET] == "kept-for-lustre"
     kept = {r["kind"] for r in sandbox.inventory()}
