@@ -51,8 +51,6 @@ log = logging.getLogger("sandbox.kuberay")
 HOST = "127.0.0.1"
 DASHBOARD_PORT = "8265"
 READY_TIMEOUT_S = 180.0
-# `ray start --block` forwards SIGTERM to its children but can wait long on busy workers; then SIGKILL the group.
-STOP_TIMEOUT_S = 5.0
 # KubeRay's Secret key for the token (utils.RAY_AUTH_TOKEN_SECRET_KEY).
 RAY_TOKEN_KEY = "auth_token"
 DEFAULT_STUCK_MESSAGE = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu. preemption: 0/4 nodes are available."
@@ -304,7 +302,8 @@ class KubeRay:
                     async with session.get(url, headers=headers) as response:
                         if response.status == 200:
                             return True
-                await asyncio.sleep(0.5)
+                # Ray's dashboard comes up about 5 s after `ray start`: a short poll adds little to that.
+                await asyncio.sleep(0.1)
         return False
 
     async def _watch(self, cluster: KubeCluster, head: RayHead) -> None:
@@ -445,21 +444,18 @@ class KubeRay:
 
 
 async def _stop(head: RayHead) -> None:
-    """Stop one Ray by its own process group: SIGTERM, then SIGKILL after a grace period."""
+    """Stop one Ray by its own process group, at once, as a pod whose grace period ran out.
+
+    A SIGTERM first bought nothing: ``ray start --block`` never finished its own stop within a 5 s grace on this
+    machine, so every RayCluster delete waited the whole grace and ended in SIGKILL anyway. Nothing reads the head's
+    temp dir after the delete, and Lustre's files (the checkpoints) live outside it.
+    """
     process = head.process
-    if process is not None and process.returncode is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            await asyncio.wait_for(process.wait(), STOP_TIMEOUT_S)
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            await process.wait()
     if process is not None:
-        # `ray start --block` stops its children on SIGTERM; anything left in the group goes too.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)
+        if process.returncode is None:
+            await process.wait()
     if head.temp_dir:
         shutil.rmtree(head.temp_dir, ignore_errors=True)
 

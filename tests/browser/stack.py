@@ -4,9 +4,7 @@ The pieces the browser tests use, importable by any other test that needs the sa
 (:func:`start_stack`), log a browser context in (:func:`login`), trigger and follow runs, open the training view of a
 run and read what it shows. Everything binds 127.0.0.1; screenshots go to ``.airflow/screenshots/`` (not committed).
 
-Hook for the "kept resources are visible" test: :func:`trigger_failed_run_keeping_lustre` makes a run fail after
-its checkpoint was saved (the export to Cloud Storage fails in the sandbox), so teardown keeps Lustre and what it
-needs; :func:`training_banner` and :func:`grid_task_states` read what a person then sees.
+What a run left up: :func:`training_banner` and :func:`grid_task_states` read what a person then sees.
 """
 
 from __future__ import annotations
@@ -32,7 +30,7 @@ from bench.airflow_components import (
     wait_run,
 )
 from sandbox.demo import start_demo_sandbox
-from sandbox.testing import SandboxProcess, add_fault
+from sandbox.testing import SandboxProcess
 
 from nemo_rl_gke import plugin
 from nemo_rl_gke.run import topology
@@ -172,18 +170,6 @@ def grid_task_states(airflow: Airflow, run_id: str) -> dict[str, str]:
     return {ti["task_id"]: str(ti["state"]) for ti in task_instances(airflow, run_id)}
 
 
-def trigger_failed_run_keeping_lustre(stack: Stack, **conf: Any) -> str:
-    """Trigger an apply run of the local conf whose checkpoint export fails in the sandbox; its run id.
-
-    The job trains and saves its checkpoint, the export's Lustre operation ends in error, so the run fails and
-    teardown keeps Lustre (``kept-for-checkpoint``) and the peering, range and network it needs
-    (``kept-for-lustre``). ``conf`` overrides the local conf (e.g. ``max_steps``). Call :func:`wait_run` after it.
-    """
-    add_fault(stack.sandbox.url, {"method": "POST", "path": r":exportData$"}, operation="error", times=None,
-              message="injected by the browser tests: export refused")  # fmt: skip
-    return trigger(stack.airflow, {**LOCAL_CONF, "zero_learning_guard": False, **conf})
-
-
 __all__ = [
     "DAG_ID",
     "Stack",
@@ -198,7 +184,6 @@ __all__ = [
     "topology",
     "training_banner",
     "trigger",
-    "trigger_failed_run_keeping_lustre",
     "view_data",
     "view_url",
     "wait_run",

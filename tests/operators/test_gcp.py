@@ -18,7 +18,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 from sandbox.testing import SandboxProcess, request_json, start_sandbox
 
-from nemo_rl_gke.operators.base import DEFERRAL_BACKSTOP_S
+from nemo_rl_gke.operators.base import DEFERRAL_BACKSTOP_S, LEASE_MARGIN_S, LEASE_RENEW_AHEAD_S
 from nemo_rl_gke.run import outcomes
 from nemo_rl_gke.run import topology as t
 from nemo_rl_gke.run.spec import RunSpec
@@ -255,6 +255,29 @@ def test_the_pool_s_scale_step_does_what_its_step_facts_say_and_holds_the_lease(
     assert (result["action"], deferred) == (action, None)
     after = read_lease(GcpHook(), project, run.owner.group)
     assert before is not None and after is not None and after.expires_at > before.expires_at
+
+
+def test_a_step_that_renews_writes_the_lease_ahead_so_the_next_steps_only_read_it(
+    sandbox: SandboxProcess, project: str
+) -> None:
+    """Each step checks it still holds the lease (a read); only a renewal that would fall short writes, and it writes
+    LEASE_RENEW_AHEAD_S past what the step needs, so the steps that follow within minutes write nothing."""
+    from nemo_rl_gke.gcp.hooks import GcpHook
+    from nemo_rl_gke.gcp.lease import read_lease
+
+    run = start_run(project)
+    since = len(sandbox.calls())
+    steps = [t.NET, t.GVNIC_NET, t.RDMA_NET]
+    for key in steps:
+        run_step(run, key)
+    made = sandbox.calls(since)
+    writes = [c for c in made if c["path"].endswith("/setCommonInstanceMetadata")]
+    reads = [c for c in made if c["method"] == "GET" and c["path"] == f"/compute/v1/projects/{project}"]
+    assert len(writes) == 1 and len(reads) >= len(steps), [(c["method"], c["path"]) for c in made]
+    lease = read_lease(GcpHook(), project, run.owner.group)
+    assert lease is not None
+    needed = time.time() + DEFERRAL_BACKSTOP_S + LEASE_MARGIN_S
+    assert lease.expires_at > needed + LEASE_RENEW_AHEAD_S / 2
 
 
 def test_failed_delete_is_retryable_and_names_the_resource(sandbox: SandboxProcess, project: str) -> None:

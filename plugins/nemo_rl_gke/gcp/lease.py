@@ -194,8 +194,9 @@ def acquire(
     return "acquired", after
 
 
-def renew(hook: GcpHook, project: str, owner: Owner, until: float) -> Lease:
-    """Make sure this run holds the lease until at least ``until`` (writing only when it would expire sooner).
+def renew(hook: GcpHook, project: str, owner: Owner, until: float, *, ahead_s: float = 0.0) -> Lease:
+    """Make sure this run holds the lease until at least ``until``, writing only when it would expire sooner; a write
+    sets the expiry ``ahead_s`` past ``until``, so renewals in the next ``ahead_s`` seconds only read.
 
     Raises :class:`LeaseLostError` when another run holds it, or it was released.
     """
@@ -206,7 +207,7 @@ def renew(hook: GcpHook, project: str, owner: Owner, until: float) -> Lease:
             raise LeaseLostError(
                 f"this run ({owner.run}) no longer holds the lease of group {owner.group}: {holder} does"
             )
-        return lease if lease.expires_at >= until else replace(lease, expires_at=until)
+        return lease if lease.expires_at >= until else replace(lease, expires_at=until + ahead_s)
 
     _, after = _update(hook, project, owner.group, extend)
     assert after is not None

@@ -37,6 +37,10 @@ DEFERRAL_BACKSTOP_S = 600
 # A step holds its group's lease until its longest wait would end, plus this much, so a live run never loses it to
 # a takeover; a crashed run's lease expires that much after its last step would have ended.
 LEASE_MARGIN_S = 600
+# A renewal that writes pushes the expiry this much further, so the steps of the next minutes only read the lease:
+# each write is a rate-limited project-metadata write and an operation to wait for. A crashed run's lease outlives
+# its last step by at most this much more.
+LEASE_RENEW_AHEAD_S = 300
 
 
 def iso_now() -> str:
@@ -152,7 +156,7 @@ class StepOperator(BaseOperator):
         timeout = self.timeout_s(spec) if self.step.wait_timeout_param else 0.0
         until = time.time() + timeout + DEFERRAL_BACKSTOP_S + LEASE_MARGIN_S
         try:
-            renew(self.hook, spec.project, self.identity(context, spec), until)
+            renew(self.hook, spec.project, self.identity(context, spec), until, ahead_s=LEASE_RENEW_AHEAD_S)
         except LeaseLostError as exc:
             if self.step.is_teardown:
                 self.keep(context, {"action": KEPT_LEASE_LOST}, f"nothing deleted: {exc}")
