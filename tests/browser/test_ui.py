@@ -160,7 +160,6 @@ def test_the_training_view_follows_the_job_the_links_lead_out_and_what_teardown_
     assert final["dots"] == data["points"] == WATCH_STEPS
     assert data["checkpoints"][-1]["exported"] and data["checkpoints"][-1]["step"] == WATCH_STEPS
     assert HF_TOKEN not in view.content() and HF_TOKEN not in str(data)
-    screenshot(view, "training-view-done")
     _check_what_teardown_kept(airflow, run_id, view, page)
 
     # The extra links: on the task that made each thing, built from the RunSpec and XCom.

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sandbox.testing import connection_extra, connection_json
 
 from nemo_rl_gke.run import topology as t
@@ -102,6 +103,15 @@ def run_in_process(
     run_conf = {**(base or {}), **(conf or {})} or None
     run = dag.test(run_conf=run_conf, logical_date=logical_date)
     return _run_from_db(run.run_id, dag.dag_id)
+
+
+def run_logged(dag: Any, conf: dict[str, Any], capfd: pytest.CaptureFixture[str]) -> RunResult:
+    """:func:`run_in_process` with what the run printed (its task and trigger logs) as the result's output: the log
+    assertions of :func:`run_cli` without a new interpreter, Airflow import and DAG parse per run."""
+    capfd.readouterr()
+    result = run_in_process(dag, conf)
+    captured = capfd.readouterr()
+    return RunResult(result.state, result.tasks, result.tries, captured.out + captured.err)
 
 
 def run_cli(conf: dict[str, Any], env: dict[str, str]) -> RunResult:

@@ -1,18 +1,20 @@
 """Whole runs that fail after training started, on the sandbox with the local CPU recipe: a failing job, the
 zero-reward guard, a failed export that keeps Lustre. (Apart from tests/e2e/test_train.py so that the two files can
-run side by side on two workers.)
+run side by side on two workers.) In process (``dag.test``), their logs read from what the run printed: the
+``airflow dags test`` command a user types is the main run's, in tests/e2e/test_train.py.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 from sandbox.testing import SandboxProcess
 
 from nemo_rl_gke.run import topology as t
 from nemo_rl_gke.run.spec import RunSpec
-from tests.e2e.harness import INFRA_ONLY, latest_xcom, run_cli
+from tests.e2e.harness import INFRA_ONLY, latest_xcom, run_in_process, run_logged
 
 pytestmark = [pytest.mark.airflow, pytest.mark.usefixtures("fresh_sandbox")]
 SPEC = RunSpec()
@@ -27,9 +29,9 @@ LUSTRE_CHAIN = {
 
 
 def test_a_failing_job_fails_the_run_with_the_driver_last_lines_and_teardown_runs(
-    sandbox: SandboxProcess, env: dict[str, str]
+    sandbox: SandboxProcess, dag: Any, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    result = run_cli({"extra_overrides": ["policy.optimizer.lr=-1"], "accept_checkpoint_loss": True}, env)
+    result = run_logged(dag, {"extra_overrides": ["policy.optimizer.lr=-1"], "accept_checkpoint_loss": True}, capfd)
     assert result.state == "failed"
     assert result.tasks[t.WAIT] == "failed" and result.tries[t.WAIT] == 1
     assert "driver exit code: 2" in result.output or "exit code 2" in result.output
@@ -42,10 +44,10 @@ def test_a_failing_job_fails_the_run_with_the_driver_last_lines_and_teardown_run
 
 
 def test_every_reward_zero_trips_the_guard_within_k_steps_and_lustre_is_kept_without_an_export(
-    sandbox: SandboxProcess, env: dict[str, str]
+    sandbox: SandboxProcess, dag: Any, capfd: pytest.CaptureFixture[str]
 ) -> None:
     conf = {"max_steps": 20, "extra_overrides": ["data.ground_truth=full_solution"], "zero_learning_steps": 3}
-    result = run_cli(conf, env)
+    result = run_logged(dag, conf, capfd)
     assert result.state == "failed"
     assert result.tasks[t.WAIT] == "failed"
     assert "advantages" in result.output and "zero_learning_guard" in result.output
@@ -61,10 +63,10 @@ def test_every_reward_zero_trips_the_guard_within_k_steps_and_lustre_is_kept_wit
 
 
 def test_a_failed_export_keeps_lustre_and_says_where_the_checkpoint_is(
-    sandbox: SandboxProcess, env: dict[str, str]
+    sandbox: SandboxProcess, dag: Any, capfd: pytest.CaptureFixture[str]
 ) -> None:
     sandbox.add_fault({"method": "POST", "path": ":exportData$"}, operation="error", message="injected: export failed")
-    result = run_cli({}, env)
+    result = run_logged(dag, {}, capfd)
     assert result.state == "failed"
     assert result.tasks[t.EXPORT] == "failed"
     assert re.search(r"still on Lustre instance nemo-rl-lustre at /nemo_rl_local/step_2", result.output)
@@ -74,6 +76,6 @@ def test_a_failed_export_keeps_lustre_and_says_where_the_checkpoint_is(
     failed_run = re.search(r"release_checkpoint_of_run='([^']+)'", result.output)
     assert failed_run, result.output[-3000:]
     sandbox.clear_faults()
-    cleanup = run_cli({"release_checkpoint_of_run": failed_run.group(1), **INFRA_ONLY}, env)
+    cleanup = run_in_process(dag, {"release_checkpoint_of_run": failed_run.group(1), **INFRA_ONLY})
     assert cleanup.state == "success"
     assert sandbox.inventory() == []
