@@ -61,6 +61,8 @@ SYNC_WAIT_MIN_S = 10.0
 SEGMENT_START = "::group::Pre Execute"
 DEFERRED = "Pausing task as DEFERRED"
 FIRED = "Trigger fired event"
+# What a teardown step logs when it keeps its resource (StepOperator.keep): it then ends skipped, with nothing waited.
+KEPT = "Kept ("
 
 
 @dataclass
@@ -70,6 +72,7 @@ class TaskWaits:
     task_id: str
     segments: list[tuple[float, float]] = field(default_factory=list)  # worker processes: (first, last line)
     waits: list[tuple[float, float]] = field(default_factory=list)  # (asked to defer, trigger fired)
+    kept: bool = False  # a teardown step that kept its resource: it waited on nothing
 
     @property
     def running_s(self) -> float:
@@ -108,6 +111,7 @@ def read_try(task_dir: Path, attempt: Path) -> TaskWaits:
     """Segments and waits of one try from its worker log and its triggerer log(s)."""
     task = TaskWaits(task_dir.name.removeprefix("task_id="))
     worker = _lines(attempt)
+    task.kept = any(event.startswith(KEPT) for _, event in worker)
     for at, event in worker:
         if event.startswith(SEGMENT_START) or not task.segments:
             task.segments.append((at, at))
@@ -151,7 +155,7 @@ def ratio(tries: list[TaskWaits]) -> tuple[float, float, float, list[str]]:
         if task.waits:
             slot += task.slot_in_waits_s
             wall += task.wait_s
-        elif waits_by_design(task.task_id) and task.running_s > SYNC_WAIT_MIN_S:
+        elif waits_by_design(task.task_id) and not task.kept and task.running_s > SYNC_WAIT_MIN_S:
             synchronous.append(task.task_id)
             slot += task.running_s
             wall += task.running_s

@@ -276,6 +276,9 @@ class KubeRay:
             "PATH": path,
             "SANDBOX_DATA_DIR": head.data_dir,
             "RAY_USAGE_STATS_ENABLED": "0",
+            # No idle workers started ahead: the jobs here start their own processes (the local trainer is one), so
+            # prestarted ones only took CPU from the small machines the sandbox runs on (two per head here).
+            "RAY_enable_worker_prestart": "0",
             # Loopback only (see the module docstring): without it ray start binds to the machine's own address.
             "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
         }

@@ -41,3 +41,16 @@ def test_a_step_that_waits_on_its_slot_counts_whole(tmp_path: Path) -> None:
     assert synchronous == [topology.LUSTRE]
     assert (slot, wall) == (pytest.approx(300.5), pytest.approx(400.0))
     assert value > worker_slots.TARGET
+
+
+def test_a_teardown_step_that_kept_its_resource_waited_on_nothing_however_long_it_ran(tmp_path: Path) -> None:
+    # Under a keep policy every delete step starts at once; on a busy 2-core machine one may run for 10 s and more.
+    task_dir = tmp_path / f"task_id={topology.DELETE_LUSTRE}"
+    task_dir.mkdir()
+    attempt = task_dir / "attempt=1.log"
+    _write(attempt, [(1.0, "::group::Pre Execute"), (13.0, "Kept (kept-by-policy): teardown_policy keeps it"),
+                     (14.0, "::endgroup::")])  # fmt: skip
+    kept = worker_slots.read_try(task_dir, attempt)
+    assert kept.kept and kept.running_s > worker_slots.SYNC_WAIT_MIN_S
+    slow = worker_slots.TaskWaits(topology.DELETE_NET, segments=[(0.0, 13.0)])  # deleted, but never deferred
+    assert worker_slots.ratio([kept, slow])[3] == [topology.DELETE_NET]

@@ -130,23 +130,22 @@ def test_a_resource_the_run_did_not_create_survives_every_teardown(sandbox: Sand
         _raw_network(sandbox, "DELETE")
 
 
-# One fault of each kind through the whole DAG: the failed task, teardown after it, the run's state.
-@pytest.mark.parametrize(
-    ("key", "fault"),
-    [
-        (t.NODE_POOL, {"status": 400, "message": "injected: invalid request"}),
-        (t.LUSTRE, {"operation": "error", "message": "injected: operation failed"}),
-    ],
-    ids=["create-node-pool", "wait-lustre"],
-)
-def test_a_failed_provisioning_step_fails_the_run_and_teardown_leaves_nothing(
-    sandbox: SandboxProcess, dag: Any, key: str, fault: dict[str, Any]
-) -> None:
-    sandbox.add_fault(create_match(REGISTRY[key]), **fault)
+# One fault of each kind in one whole run (each step's own are in the fault matrix): a refused create and an
+# operation that ends in error, on two branches that run side by side; the failed tasks, teardown after them, the
+# run's state.
+FAULTS = {
+    t.NODE_POOL: {"status": 400, "message": "injected: invalid request"},
+    t.LUSTRE: {"operation": "error", "message": "injected: operation failed"},
+}
+
+
+def test_failed_provisioning_steps_fail_the_run_and_teardown_leaves_nothing(sandbox: SandboxProcess, dag: Any) -> None:
+    for key, fault in FAULTS.items():
+        sandbox.add_fault(create_match(REGISTRY[key]), **fault)
     result = run_in_process(dag, INFRA_ONLY)
     assert result.state == "failed"
-    assert result.tasks[key] == "failed" and result.tries[key] == 1
-    # Teardown ran after the failure and deleted everything the run had created.
+    assert {k: (result.tasks[k], result.tries[k]) for k in FAULTS} == dict.fromkeys(FAULTS, ("failed", 1))
+    # Teardown ran after the failures and deleted everything the run had created.
     assert all(result.tasks[d] == "success" for d in DELETES)
-    assert [f["fired"] for f in sandbox.faults()] == [1]
+    assert [f["fired"] for f in sandbox.faults()] == [1, 1]
     assert sandbox.inventory() == []
