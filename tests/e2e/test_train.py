@@ -61,7 +61,9 @@ def test_the_local_recipe_trains_until_it_converged_validates_exports_and_cleans
     assert [s["step"] for s in steps] == list(range(1, done + 1)) and done < 40
     rewards = [s["avg_reward"] for s in steps]
     assert sum(rewards[-3:]) / 3 > sum(rewards[:3]) / 3 + 0.2, rewards
-    assert xcom[(t.WAIT, "summary")]["steps_completed"] == done
+    # The summary counts finished steps; the stop may land inside the last step the log began.
+    completed = xcom[(t.WAIT, "summary")]["steps_completed"]
+    assert completed in {done - 1, done}, (completed, done)
 
     # Every step header reached the task log (that they arrive while the job runs is proven causally, with a
     # gated job, in tests/gcp/test_rayjob.py: no timing here).
@@ -106,7 +108,7 @@ def test_the_local_recipe_trains_until_it_converged_validates_exports_and_cleans
         assert event is not None
         assert event.extra["uri"] == exported["uri"] and event.extra["step"] == step
         assert event.extra["shards"] == {"weights": 8, "optimizer": 8}
-        assert event.extra["metrics"]["steps_completed"] == done
+        assert event.extra["metrics"]["steps_completed"] == completed
 
     # The report is the last task; teardown left nothing, no Ray process either.
     run_report = xcom[("report", "return_value")]
