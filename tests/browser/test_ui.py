@@ -202,10 +202,13 @@ def _check_what_teardown_kept(airflow: Any, run_id: str, view: Any, page: Any) -
     own colour), the view's banner lists every kept resource and why, the pool at 0 nodes, and its costly ones a row
     each."""
     states = grid_task_states(airflow, run_id)
+    # What the policy keeps, as the topology declares it: those deletes end skipped, the others success.
+    policy = topology.KEEP_WARM
     deletes = [s for s in topology.teardown_steps() if s.op is topology.Op.DELETE_GCP]
-    kept = {s.task_id for s in deletes if states[s.task_id] == "skipped"}
+    expected = {s.task_id: "success" if topology.deletes_under(s.deletes[0], policy) else "skipped" for s in deletes}
+    assert "skipped" in expected.values() and {k: states[k] for k in expected} == expected, states
+    assert states[topology.DELETE_RAYCLUSTER] == "success", states
     made = [r.task_id for r in topology.gcp_resources()]
-    assert kept == {s.task_id for s in deletes} and states[topology.DELETE_RAYCLUSTER] == "success", states
     view.locator("#running tbody tr").first.wait_for()
     assert "ended" in (view.locator("#banner").get_attribute("class") or "")
     rows = {r["task_id"]: r for r in training_banner(view)}
