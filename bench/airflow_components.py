@@ -175,6 +175,34 @@ def session_pids(sid: int) -> list[int]:
     return pids
 
 
+def component_pids(airflow: Airflow, component: str) -> list[int]:
+    """The PIDs of one Airflow component (``airflow triggerer``: its process and the subprocesses it forked),
+    found in the stack's own session only."""
+    pids = []
+    for pid in session_pids(airflow.process.pid):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        # The supervising bash's script names every component too: only a process running airflow itself counts.
+        runs_airflow = any(Path(arg).name == "airflow" for arg in argv[:2])
+        if runs_airflow and component in argv[1:4]:
+            pids.append(pid)
+    return pids
+
+
+def kill_component(airflow: Airflow, component: str) -> list[int]:
+    """SIGKILL one component (``scheduler``, ``triggerer``, ...), as a crash or an OOM kill would end it; its
+    supervisor starts it again a second later. The PIDs killed."""
+    pids = component_pids(airflow, component)
+    if not pids:
+        raise AirflowStartError(f"no airflow {component} process is running\n{airflow.log_tail()}")
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return pids
+
+
 def stop_airflow(airflow: Airflow, grace: float = 20.0) -> None:
     """SIGTERM the Airflow process group, then SIGKILL whatever is left in its session."""
     pid = airflow.process.pid
@@ -229,13 +257,16 @@ def start_airflow(workdir: Path, sandbox_url: str, extra_env: dict[str, str] | N
         **(extra_env or {}),
     }
     env.pop("PYTHONPATH", None)
+    # Each component restarts a second after it exits, as docker-compose.yaml's `restart: unless-stopped` (or a
+    # Deployment) restarts it: what the Airflow-restart tests rely on after they kill one (kill_component).
     script = f"""
 set -e
 airflow db migrate > db-migrate.log 2>&1
-airflow scheduler --skip-serve-logs > scheduler.log 2>&1 &
-airflow triggerer --skip-serve-logs > triggerer.log 2>&1 &
-airflow dag-processor > dag-processor.log 2>&1 &
-airflow api-server --host {HOST} --port {port} > api-server.log 2>&1 &
+supervise() {{ log=$1; shift; while :; do "$@" >> "$log" 2>&1 || true; sleep 1; done; }}
+supervise scheduler.log airflow scheduler --skip-serve-logs &
+supervise triggerer.log airflow triggerer --skip-serve-logs &
+supervise dag-processor.log airflow dag-processor &
+supervise api-server.log airflow api-server --host {HOST} --port {port} &
 wait
 """
     log_path = workdir / "components.log"

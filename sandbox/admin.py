@@ -17,6 +17,9 @@ not Google's.
 - ``POST /sandbox/services``: ``{"service": "lustre.googleapis.com", "enabled": false}``.
 - ``GET|POST /sandbox/latency``: the latency model; POST ``{"scale": 0.01, "seconds": {"kind": s}}`` changes it,
   ``"defaults": true`` first drops every per-kind override (seeded ones included).
+- ``GET|POST /sandbox/node-loss``: list, or lose one worker node of a RayCluster ``{"raycluster", "namespace"
+  (optional), "mode": "killed" | "frozen", "replace_after_s": 5, "after_save": 10 (optional: as soon as the checkpoint
+  step_10 is on its Lustre volume)}`` (see :mod:`sandbox.kuberay`).
 - ``POST /sandbox/reset``: forget every resource, operation, fault and call (the seeded config stays).
 - ``GET /sandbox/credentials``: the service-account JSON key file (see :mod:`sandbox.auth`), made on first use and
   kept in the state dir; its ``token_uri`` is this sandbox's token endpoint.
@@ -246,11 +249,39 @@ async def set_auth(sb: Sandbox, call: Call) -> Reply:
     return reply(sb.auth.to_json())
 
 
+async def list_node_losses(sb: Sandbox, call: Call) -> Reply:
+    """Every node loss asked for, with when it happened and its replacement."""
+    return reply({"node_losses": sb.kuberay.node_losses()})
+
+
+async def lose_node(sb: Sandbox, call: Call) -> Reply:
+    """Lose one worker node of a RayCluster, now or at a step of its job (a host that dies, or hangs)."""
+    body = call.json()
+    raycluster, after_save = body.get("raycluster"), body.get("after_save")
+    replace_after_s = body.get("replace_after_s", 5.0)
+    if not isinstance(raycluster, str) or not raycluster:
+        raise invalid('give {"raycluster": "NAME", "mode": "killed" | "frozen", "replace_after_s": 5}')
+    if after_save is not None and (isinstance(after_save, bool) or not isinstance(after_save, int) or after_save < 1):
+        raise invalid(f"after_save must be a checkpoint step >= 1, got {after_save!r}")
+    if isinstance(replace_after_s, bool) or not isinstance(replace_after_s, (int, float)):
+        raise invalid(f"replace_after_s must be a number of seconds, got {replace_after_s!r}")
+    try:
+        loss = sb.kuberay.lose_node(
+            raycluster, body.get("namespace"), str(body.get("mode", "killed")), float(replace_after_s), after_save
+        )
+    except LookupError as exc:
+        raise not_found(str(exc)) from exc
+    except ValueError as exc:
+        raise invalid(str(exc)) from exc
+    return reply(loss.to_json(), 201)
+
+
 async def reset(sb: Sandbox, call: Call) -> Reply:
     """Forget every resource, operation, fault and call; keep the seeded config."""
     sb.store.reset()
     sb.faults.clear()
     sb.calls.clear()
+    sb.kuberay.losses.clear()
     return reply({})
 
 
@@ -273,6 +304,8 @@ def router() -> Router:
     add("POST", "/sandbox/services", SERVICE, set_service)
     add("GET", "/sandbox/latency", SERVICE, get_latency)
     add("POST", "/sandbox/latency", SERVICE, set_latency)
+    add("GET", "/sandbox/node-loss", SERVICE, list_node_losses)
+    add("POST", "/sandbox/node-loss", SERVICE, lose_node)
     add("POST", "/sandbox/reset", SERVICE, reset)
     add("GET", "/sandbox/credentials", SERVICE, credentials)
     add("GET", "/sandbox/auth", SERVICE, get_auth)

@@ -18,7 +18,18 @@ a loopback address for the machine's own (``services.resolve_ip_for_localhost``)
 server and dashboard agent then bind to that. ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` keeps it at 127.0.0.1 (the
 single-node mode Ray uses on laptops); its one cost, no second node joining, is what the sandbox wants anyway.
 
-What stays fake: the worker pods are shown but not run (there are no GPUs); everything runs on the head.
+Every worker pod is a real local Ray worker node (``ray start --address=<head>``, through :mod:`sandbox.ray_node` so
+it stays on loopback) that advertises the pod's ``nvidia.com/gpu`` limit as Ray GPUs, as KubeRay's generated start
+command does; no process uses a GPU. A worker pod turns Running when its node has joined; ``readyWorkerReplicas``
+counts them, and ``RayClusterProvisioned`` turns True once the head and every worker were ready (KubeRay's
+``AllPodRunningAndReadyFirstTime``).
+
+A node can be lost (:meth:`KubeRay.lose_node`, the admin API's ``/sandbox/node-loss``): killed (its processes
+SIGKILLed, as a host that dies) or frozen (SIGSTOPped, as a host that hangs: Ray finds it by missed heartbeats). Its
+pod goes, KubeRay's replacement pod is Pending until the node pool's replacement node comes after
+``replace_after_s`` (GKE auto-repair, or the instance group recreating the VM), and then joins as a new Ray node. A
+loss can wait for a checkpoint (``after_save``: as soon as ``step_N`` is on the RayCluster's Lustre volume), so a
+test knows which save the job resumes from.
 """
 
 from __future__ import annotations
@@ -26,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import logging
 import os
 import secrets
@@ -39,11 +51,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
+import psutil
 
 from sandbox import formats
 from sandbox.ports import free_ports
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from sandbox.kube_cluster import KubeCluster
     from sandbox.store import Store
 
@@ -64,6 +79,51 @@ PORT_FLAGS = (
     "--metrics-export-port",
     "--runtime-env-agent-port",
 )
+# A worker node's own fixed-default ports; its GCS, node manager and object manager ports are the head's or random.
+WORKER_PORT_FLAGS = PORT_FLAGS[3:]
+# What `ray start --block` prints once the node has joined.
+WORKER_STARTED = "Ray runtime started."
+NODE_LOSS_MODES = ("killed", "frozen")
+NODE_LOST_MESSAGE = "0/1 nodes are available: 1 Insufficient nvidia.com/gpu. The node pool is replacing a lost node."
+
+
+@dataclass
+class WorkerNode:
+    """One worker pod's local Ray worker node."""
+
+    pod: str
+    process: asyncio.subprocess.Process | None = None
+    log_path: str = ""
+    temp_dir: str = ""
+    ready: bool = False
+    # "killed" or "frozen" once the node is lost ("" : it is not).
+    lost: str = ""
+
+    @property
+    def pid(self) -> int | None:
+        """The PID of its ``ray start --block`` (the leader of its process group)."""
+        return self.process.pid if self.process is not None else None
+
+
+@dataclass
+class NodeLoss:
+    """One node loss: asked for, done, and replaced (the admin API's record of it)."""
+
+    id: str
+    raycluster: str
+    namespace: str
+    mode: str
+    replace_after_s: float
+    after_save: int | None
+    state: str = "armed"
+    worker_pod: str = ""
+    replacement_pod: str = ""
+    lost_at: float | None = None
+    replaced_at: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The admin API's view of it."""
+        return dataclasses.asdict(self)
 
 
 @dataclass
@@ -87,11 +147,25 @@ class RayHead:
     problem: str = ""
     stopping: bool = False
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    # The Ray GPUs each worker node advertises (the worker template's nvidia.com/gpu limit), and the head's GCS port.
+    gpus_per_worker: int = 0
+    gcs_port: int = 0
+    env: dict[str, str] = field(default_factory=dict, repr=False)
+    workers: dict[str, WorkerNode] = field(default_factory=dict)
+    losses: list[NodeLoss] = field(default_factory=list)
+    # KubeRay's AllPodRunningAndReadyFirstTime: once true, it stays true.
+    provisioned: bool = False
+    cluster: KubeCluster | None = field(default=None, repr=False)
 
     @property
     def pid(self) -> int | None:
         """The PID of ``ray start --block`` (the leader of the Ray process group)."""
         return self.process.pid if self.process is not None else None
+
+    @property
+    def ready_workers(self) -> int:
+        """Worker pods whose Ray node has joined and is not lost."""
+        return sum(1 for pod in self.worker_pods if (w := self.workers.get(pod)) is not None and w.ready)
 
     def to_json(self) -> dict[str, Any]:
         """The admin inventory entry."""
@@ -102,6 +176,12 @@ class RayHead:
             "pid": self.pid,
             "dashboard": f"http://{HOST}:{self.dashboard_port}" if self.dashboard_port else None,
             "ready": self.ready,
+            "workers": [
+                {"pod": pod, "pid": w.pid if w else None, "ready": bool(w and w.ready)}
+                for pod in self.worker_pods
+                for w in [self.workers.get(pod)]
+            ],
+            "node_losses": [loss.to_json() for loss in self.losses],
             "problem": self.problem,
             "data_dir": self.data_dir,
             "log": self.log_path,
@@ -115,6 +195,8 @@ class KubeRay:
         self.store = store
         self.state_dir = state_dir
         self.heads: dict[tuple[str, str, str], RayHead] = {}
+        # Every node loss asked for, kept after its RayCluster is gone (the admin API lists them).
+        self.losses: list[NodeLoss] = []
 
     # --- called by the API ----------------------------------------------------------------------------------------
     def created(self, cluster: KubeCluster, obj: dict[str, Any], stuck_message: str | None) -> None:
@@ -127,14 +209,13 @@ class KubeRay:
             for n in range(int(group.get("replicas") or 0)):
                 workers.append(f"{name}-{group.get('groupName', 'workers')}-worker-{suffix}{n}")
         head = RayHead(cluster.cluster_id, namespace, name, f"{name}-head-{suffix}", workers)
+        head.gpus_per_worker = _worker_gpus(obj)
+        head.cluster = cluster
         self.heads[(cluster.cluster_id, namespace, name)] = head
         if ((obj.get("spec") or {}).get("authOptions") or {}).get("mode") == "token":
             head.token = self._token_secret(cluster, head, meta)
         for pod in [head.head_pod, *workers]:
-            role = "head" if pod == head.head_pod else "worker"
-            labels = {"ray.io/cluster": name, "ray.io/node-type": role, **(meta.get("labels") or {})}
-            body = {"metadata": {"labels": labels}, "spec": {}, "status": _pending_status("ContainerCreating", "")}
-            cluster.put("v1", "pods", cluster.new_object("v1", "Pod", pod, namespace, body))
+            self._new_pod(cluster, head, pod, "head" if pod == head.head_pod else "worker", meta.get("labels"))
         self._set_conditions(cluster, head, head_ready=False, reason="HeadPodNotReady")
         task = asyncio.get_running_loop().create_task(self._reconcile(cluster, head, stuck_message))
         head.tasks.append(task)
@@ -211,9 +292,13 @@ class KubeRay:
                 return
             head.data_dir = str(data_dir)
             await self._start(head)
+            # The workers join as soon as the head's GCS listens, while its dashboard is still starting.
+            loop = asyncio.get_running_loop()
+            for pod in list(head.worker_pods):
+                head.tasks.append(loop.create_task(self._run_worker(cluster, head, pod)))
             if await self._wait_dashboard(head):
                 self._running(cluster, head)
-                head.tasks.append(asyncio.get_running_loop().create_task(self._watch(cluster, head)))
+                head.tasks.append(loop.create_task(self._watch(cluster, head)))
             elif not head.stopping:
                 self._crashed(cluster, head, "the Ray dashboard did not answer in time")
         except Exception:
@@ -250,7 +335,7 @@ class KubeRay:
 
     async def _start(self, head: RayHead) -> None:
         ports = free_ports(len(PORT_FLAGS))
-        head.dashboard_port = ports[1]
+        head.gcs_port, head.dashboard_port = ports[0], ports[1]
         # Ray's socket paths must stay under 108 bytes, so the temp dir is short and not under the state dir.
         head.temp_dir = tempfile.mkdtemp(prefix="sbray-")
         head.log_path = str(self.state_dir / "ray" / f"{head.cluster_id}-{head.namespace}-{head.name}.log")
@@ -265,6 +350,8 @@ class KubeRay:
             f"--dashboard-host={HOST}",
             f"--temp-dir={head.temp_dir}",
             "--num-cpus=2",
+            # The head gets no GPU (the manifest's head limit is 0): GPU work can only land on the workers.
+            "--num-gpus=0",
             "--object-store-memory=200000000",
             "--include-dashboard=true",
             "--disable-usage-stats",
@@ -287,6 +374,7 @@ class KubeRay:
         if head.token:
             # What KubeRay sets on every Ray container of a RayCluster with authOptions {mode: token}.
             env.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": head.token})
+        head.env = env
         with open(head.log_path, "ab") as out:
             head.process = await asyncio.create_subprocess_exec(
                 *args, stdout=out, stderr=asyncio.subprocess.STDOUT, env=env, start_new_session=True
@@ -316,7 +404,173 @@ class KubeRay:
         if not head.stopping:
             self._crashed(cluster, head, f"ray start exited with code {code}")
 
+    # --- worker nodes -----------------------------------------------------------------------------------------------
+    async def _run_worker(self, cluster: KubeCluster, head: RayHead, pod: str) -> None:
+        """Start the worker node of ``pod`` once the head's GCS listens, and mark the pod Running when it joined."""
+        try:
+            if not await _wait_port(head.gcs_port, lambda: head.stopping):
+                return
+            worker = WorkerNode(pod)
+            head.workers[pod] = worker
+            ports = free_ports(len(WORKER_PORT_FLAGS))
+            port_args = [f"{flag}={port}" for flag, port in zip(WORKER_PORT_FLAGS, ports, strict=True)]
+            worker.log_path = str(Path(head.log_path).with_suffix(f".{pod}.log"))
+            # Its own session dir: two nodes starting at once in the head's would race for the same socket names.
+            worker.temp_dir = tempfile.mkdtemp(prefix="sbrw-")
+            # As a module: run as a script, its directory would lead sys.path and sandbox/http.py hide the stdlib's.
+            args = [sys.executable, "-m", "sandbox.ray_node", "start", "--block"]
+            args += [
+                f"--address={HOST}:{head.gcs_port}",
+                f"--node-ip-address={HOST}",
+                "--num-cpus=1",
+                f"--num-gpus={head.gpus_per_worker}",
+                "--object-store-memory=100000000",
+                "--min-worker-port=0",
+                "--max-worker-port=0",
+                "--disable-usage-stats",
+                f"--temp-dir={worker.temp_dir}",
+                *port_args,
+            ]
+            with open(worker.log_path, "ab") as out:
+                worker.process = await asyncio.create_subprocess_exec(
+                    *args, stdout=out, stderr=asyncio.subprocess.STDOUT, env=_with_sandbox_path(head.env),
+                    start_new_session=True,
+                )  # fmt: skip
+            log.info("RayCluster %s: worker %s ray start pid %s", head.name, pod, worker.pid)
+            while not head.stopping and not worker.lost:
+                if worker.process.returncode is not None:
+                    self._worker_crashed(cluster, head, pod, f"ray start exited with code {worker.process.returncode}")
+                    return
+                if WORKER_STARTED in Path(worker.log_path).read_text(errors="replace"):
+                    break
+                await asyncio.sleep(0.1)
+            if head.stopping or worker.lost:
+                return
+            worker.ready = True
+            self._pod_running(cluster, head, pod)
+            self._set_conditions(cluster, head, head_ready=head.ready, reason=_head_reason(head))
+        except Exception:
+            log.exception("starting worker %s of RayCluster %s failed", pod, head.name)
+
+    def lose_node(
+        self,
+        raycluster: str,
+        namespace: str | None,
+        mode: str,
+        replace_after_s: float,
+        after_save: int | None,
+    ) -> NodeLoss:
+        """Lose one worker node of ``raycluster`` now, or as soon as the checkpoint ``step_{after_save}`` is saved on
+        its Lustre volume (``/data/step_N`` or ``/data/<dir>/step_N``).
+
+        Raises LookupError (no such RayCluster, or no worker) or ValueError (a bad argument)."""
+        if mode not in NODE_LOSS_MODES:
+            raise ValueError(f"mode must be one of {', '.join(NODE_LOSS_MODES)}, got {mode!r}")
+        if replace_after_s < 0:
+            raise ValueError(f"replace_after_s must be >= 0, got {replace_after_s!r}")
+        heads = [
+            h
+            for h in self.heads.values()
+            if h.name == raycluster and namespace in (None, h.namespace) and not h.stopping
+        ]
+        if not heads:
+            raise LookupError(f"no running RayCluster {raycluster!r}")
+        head = heads[0]
+        if not head.worker_pods:
+            raise LookupError(f"RayCluster {raycluster!r} has no worker pods")
+        loss = NodeLoss(secrets.token_hex(4), head.name, head.namespace, mode, float(replace_after_s), after_save)
+        head.losses.append(loss)
+        self.losses.append(loss)
+        assert head.cluster is not None
+        head.tasks.append(asyncio.get_running_loop().create_task(self._lose(head.cluster, head, loss)))
+        return loss
+
+    def node_losses(self) -> list[dict[str, Any]]:
+        """Every node loss asked for, in order."""
+        return [loss.to_json() for loss in self.losses]
+
+    async def _lose(self, cluster: KubeCluster, head: RayHead, loss: NodeLoss) -> None:
+        try:
+            if loss.after_save is not None:
+                # The checkpoint directory appears when its save finished (tmp_step_N is renamed to step_N).
+                data = Path(head.data_dir)
+                names = (f"step_{loss.after_save}", f"*/step_{loss.after_save}")
+                while not head.stopping and not any(next(data.glob(name), None) for name in names):
+                    await asyncio.sleep(0.02)
+            ready = [pod for pod in head.worker_pods if (w := head.workers.get(pod)) is not None and w.ready]
+            while not ready and not head.stopping:
+                await asyncio.sleep(0.1)
+                ready = [pod for pod in head.worker_pods if (w := head.workers.get(pod)) is not None and w.ready]
+            if head.stopping:
+                loss.state = "cancelled"
+                return
+            pod = ready[0]
+            worker = head.workers[pod]
+            worker.lost, worker.ready = loss.mode, False
+            _signal_group(worker.process, signal.SIGKILL if loss.mode == "killed" else signal.SIGSTOP)
+            if loss.mode == "killed" and worker.process is not None and worker.process.returncode is None:
+                await worker.process.wait()  # reaped now: a dead host leaves no zombie that still answers kill(0)
+            loss.state, loss.worker_pod, loss.lost_at = "lost", pod, time.time()
+            log.info("RayCluster %s: worker node of %s %s", head.name, pod, loss.mode)
+            # The node is gone with its pod; KubeRay's replacement pod waits for a node.
+            replacement = f"{pod.rsplit('-', 1)[0]}-{secrets.token_hex(3)[:5]}"
+            loss.replacement_pod = replacement
+            head.worker_pods[head.worker_pods.index(pod)] = replacement
+            cluster.remove("v1", "pods", head.namespace, pod)
+            self._new_pod(cluster, head, replacement, "worker")
+            self._pending_pod(cluster, head, replacement, "Unschedulable", NODE_LOST_MESSAGE)
+            self._set_conditions(cluster, head, head_ready=head.ready, reason=_head_reason(head))
+            await asyncio.sleep(loss.replace_after_s)
+            if worker.lost == "frozen":
+                _signal_group(worker.process, signal.SIGKILL)  # the hung VM is deleted and recreated
+            if worker.process is not None and worker.process.returncode is None:
+                await worker.process.wait()
+            head.workers.pop(pod, None)
+            shutil.rmtree(worker.temp_dir, ignore_errors=True)
+            if head.stopping:
+                return
+            loss.state, loss.replaced_at = "replaced", time.time()
+            await self._run_worker(cluster, head, replacement)
+        except Exception:
+            log.exception("losing a node of RayCluster %s failed", head.name)
+
+    def _worker_crashed(self, cluster: KubeCluster, head: RayHead, pod: str, message: str) -> None:
+        obj = cluster.get("v1", "pods", head.namespace, pod)
+        if obj is not None:
+            obj["status"] = _crash_status(message)
+            cluster.put("v1", "pods", obj)
+        self._set_conditions(cluster, head, head_ready=head.ready, reason=_head_reason(head))
+
     # --- status -----------------------------------------------------------------------------------------------------
+    def _new_pod(
+        self, cluster: KubeCluster, head: RayHead, pod: str, role: str, labels: dict[str, str] | None = None
+    ) -> None:
+        """A pod of the RayCluster, Pending, labelled as KubeRay labels it (and with the RayCluster's own labels)."""
+        if labels is None:
+            obj = cluster.get("ray.io/v1", "rayclusters", head.namespace, head.name) or {"metadata": {}}
+            labels = obj["metadata"].get("labels") or {}
+        labels = {"ray.io/cluster": head.name, "ray.io/node-type": role, **labels}
+        body = {"metadata": {"labels": labels}, "spec": {}, "status": _pending_status("ContainerCreating", "")}
+        cluster.put("v1", "pods", cluster.new_object("v1", "Pod", pod, head.namespace, body))
+
+    def _pending_pod(self, cluster: KubeCluster, head: RayHead, pod: str, reason: str, message: str) -> None:
+        obj = cluster.get("v1", "pods", head.namespace, pod)
+        if obj is not None:
+            obj["status"] = _pending_status(reason, message)
+            cluster.put("v1", "pods", obj)
+            self._event(cluster, head, "FailedScheduling" if reason == "Unschedulable" else reason, message, pod)
+
+    def _pod_running(self, cluster: KubeCluster, head: RayHead, pod_name: str) -> None:
+        pod = cluster.get("v1", "pods", head.namespace, pod_name)
+        if pod is not None:
+            pod["status"] = {
+                "phase": "Running",
+                "podIP": HOST,
+                "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}],
+                "containerStatuses": [{"name": "ray", "ready": True, "state": {"running": {}}}],
+            }
+            cluster.put("v1", "pods", pod)
+
     def _pending(self, cluster: KubeCluster, head: RayHead, reason: str, message: str) -> None:
         pod = cluster.get("v1", "pods", head.namespace, head.head_pod)
         if pod is None:
@@ -329,19 +583,7 @@ class KubeRay:
 
     def _running(self, cluster: KubeCluster, head: RayHead) -> None:
         head.ready = True
-        for pod_name in [head.head_pod, *head.worker_pods]:
-            pod = cluster.get("v1", "pods", head.namespace, pod_name)
-            if pod is not None:
-                pod["status"] = {
-                    "phase": "Running",
-                    "podIP": HOST,
-                    "conditions": [
-                        {"type": "PodScheduled", "status": "True"},
-                        {"type": "Ready", "status": "True"},
-                    ],
-                    "containerStatuses": [{"name": "ray", "ready": True, "state": {"running": {}}}],
-                }
-                cluster.put("v1", "pods", pod)
+        self._pod_running(cluster, head, head.head_pod)
         service = cluster.new_object(
             "v1",
             "Service",
@@ -360,25 +602,14 @@ class KubeRay:
             },
         )
         cluster.put("v1", "services", service)
-        self._set_conditions(cluster, head, head_ready=True, reason="HeadPodRunningAndReady")
+        self._set_conditions(cluster, head, head_ready=True, reason=_head_reason(head))
 
     def _crashed(self, cluster: KubeCluster, head: RayHead, message: str) -> None:
         head.ready = False
         head.problem = message
         pod = cluster.get("v1", "pods", head.namespace, head.head_pod)
         if pod is not None:
-            pod["status"] = {
-                "phase": "Running",
-                "conditions": [{"type": "Ready", "status": "False", "reason": "ContainersNotReady"}],
-                "containerStatuses": [
-                    {
-                        "name": "ray",
-                        "ready": False,
-                        "restartCount": 1,
-                        "state": {"waiting": {"reason": "CrashLoopBackOff", "message": message}},
-                    }
-                ],
-            }
+            pod["status"] = _crash_status(message)
             cluster.put("v1", "pods", pod)
             self._event(cluster, head, "BackOff", f"Back-off restarting failed container ray: {message}")
         self._set_conditions(cluster, head, head_ready=False, reason="HeadPodNotReady")
@@ -389,20 +620,22 @@ class KubeRay:
             return
         now = formats.rfc3339(time.time())
         status = "True" if head_ready else "False"
-        provisioned = obj.get("status", {}).get("conditions", [])
-        was_provisioned = any(c["type"] == "RayClusterProvisioned" and c["status"] == "True" for c in provisioned)
+        was_provisioned = head.provisioned
+        all_ready = head_ready and head.ready_workers == len(head.worker_pods)
+        head.provisioned = was_provisioned or all_ready
         obj["status"] = {
             # state is deprecated (kuberay #2188) but kept, as KubeRay still sets it.
-            "state": "ready" if head_ready else "",
+            "state": "ready" if all_ready else "",
             "desiredWorkerReplicas": len(head.worker_pods),
-            "readyWorkerReplicas": len(head.worker_pods) if head_ready else 0,
+            "readyWorkerReplicas": head.ready_workers,
+            "availableWorkerReplicas": head.ready_workers,
             "head": {"podName": head.head_pod, "podIP": HOST if head_ready else "", "serviceIP": HOST},
             "conditions": [
                 {"type": "HeadPodReady", "status": status, "reason": reason, "lastTransitionTime": now},
                 {
                     "type": "RayClusterProvisioned",
-                    "status": "True" if head_ready or was_provisioned else "False",
-                    "reason": "AllPodRunningAndReadyFirstTime" if head_ready else "RayClusterPodsProvisioning",
+                    "status": "True" if head.provisioned else "False",
+                    "reason": "AllPodRunningAndReadyFirstTime" if head.provisioned else "RayClusterPodsProvisioning",
                     "lastTransitionTime": now,
                 },
             ],
@@ -412,10 +645,11 @@ class KubeRay:
             del obj["status"]["conditions"]
         cluster.put("ray.io/v1", "rayclusters", obj)
 
-    def _event(self, cluster: KubeCluster, head: RayHead, reason: str, message: str) -> None:
-        name = f"{head.head_pod}.{secrets.token_hex(8)}"
+    def _event(self, cluster: KubeCluster, head: RayHead, reason: str, message: str, pod: str = "") -> None:
+        pod = pod or head.head_pod
+        name = f"{pod}.{secrets.token_hex(8)}"
         body = {
-            "involvedObject": {"kind": "Pod", "name": head.head_pod, "namespace": head.namespace},
+            "involvedObject": {"kind": "Pod", "name": pod, "namespace": head.namespace},
             "reason": reason,
             "message": message,
             "type": "Warning",
@@ -453,14 +687,88 @@ async def _stop(head: RayHead) -> None:
     machine, so every RayCluster delete waited the whole grace and ended in SIGKILL anyway. Nothing reads the head's
     temp dir after the delete, and Lustre's files (the checkpoints) live outside it.
     """
-    process = head.process
-    if process is not None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)
-        if process.returncode is None:
-            await process.wait()
-    if head.temp_dir:
-        shutil.rmtree(head.temp_dir, ignore_errors=True)
+    for process in [head.process, *(w.process for w in head.workers.values())]:
+        if process is not None:
+            _signal_group(process, signal.SIGKILL)
+            if process.returncode is None:
+                await process.wait()
+    for temp_dir in [head.temp_dir, *(w.temp_dir for w in head.workers.values())]:
+        if temp_dir:
+            shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _signal_group(process: asyncio.subprocess.Process | None, sig: signal.Signals) -> None:
+    """Signal every process of a Ray node, as a host that dies (or hangs) takes them all: its process group (the
+    raylet and agents) and every descendant, since the raylet puts its workers (the actors) in groups of their own."""
+    if process is None:
+        return
+    try:
+        descendants = psutil.Process(process.pid).children(recursive=True)
+    except psutil.Error:
+        descendants = []
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, sig)
+    for child in descendants:
+        with contextlib.suppress(psutil.Error):
+            child.send_signal(sig)
+
+
+async def _wait_port(port: int, stopping: Callable[[], bool]) -> bool:
+    """Wait until 127.0.0.1:``port`` accepts connections (False: gave up, or the head is stopping)."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline and not stopping():
+        with contextlib.suppress(OSError):
+            _, writer = await asyncio.open_connection(HOST, port)
+            writer.close()
+            return True
+        await asyncio.sleep(0.1)
+    return False
+
+
+def _with_sandbox_path(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with this package's parent first on PYTHONPATH (for ``python -m sandbox.ray_node``)."""
+    root = str(Path(__file__).resolve().parents[1])
+    return {**env, "PYTHONPATH": os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)}
+
+
+def _driver_logs(head: RayHead) -> list[str]:
+    """The text of every job driver log of the head's Ray session."""
+    logs = Path(head.temp_dir) / "session_latest" / "logs"
+    texts = []
+    for path in sorted(logs.glob("job-driver-*.log")) if head.temp_dir else []:
+        with contextlib.suppress(OSError):
+            texts.append(path.read_text(errors="replace"))
+    return texts
+
+
+def _worker_gpus(obj: dict[str, Any]) -> int:
+    """The ``nvidia.com/gpu`` limit of the first worker group's first container (0: none)."""
+    for group in (obj.get("spec") or {}).get("workerGroupSpecs") or []:
+        containers = ((group.get("template") or {}).get("spec") or {}).get("containers") or []
+        for container in containers[:1]:
+            limit = ((container.get("resources") or {}).get("limits") or {}).get("nvidia.com/gpu", 0)
+            with contextlib.suppress(TypeError, ValueError):
+                return max(int(limit), 0)
+    return 0
+
+
+def _head_reason(head: RayHead) -> str:
+    return "HeadPodRunningAndReady" if head.ready else "HeadPodNotReady"
+
+
+def _crash_status(message: str) -> dict[str, Any]:
+    return {
+        "phase": "Running",
+        "conditions": [{"type": "Ready", "status": "False", "reason": "ContainersNotReady"}],
+        "containerStatuses": [
+            {
+                "name": "ray",
+                "ready": False,
+                "restartCount": 1,
+                "state": {"waiting": {"reason": "CrashLoopBackOff", "message": message}},
+            }
+        ],
+    }
 
 
 def check_name(name: str) -> str:

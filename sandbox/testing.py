@@ -171,6 +171,22 @@ def clear_faults(url: str) -> None:
     request_json(f"{url}/sandbox/faults", "DELETE")
 
 
+def lose_node(
+    url: str, raycluster: str, *, mode: str = "killed", replace_after_s: float = 5.0, after_save: int | None = None
+) -> dict[str, Any]:
+    """Lose one worker node of ``raycluster`` (killed or frozen), now or once checkpoint ``step_{after_save}`` is
+    saved; the node pool replaces it after ``replace_after_s``."""
+    spec: dict[str, Any] = {"raycluster": raycluster, "mode": mode, "replace_after_s": replace_after_s}
+    if after_save is not None:
+        spec["after_save"] = after_save
+    return request_json(f"{url}/sandbox/node-loss", "POST", spec)
+
+
+def node_losses(url: str) -> list[dict[str, Any]]:
+    """Every node loss asked for: state (armed, lost, replaced), the pods, when it was lost and replaced."""
+    return request_json(f"{url}/sandbox/node-loss")["node_losses"]
+
+
 def inventory(url: str) -> list[dict[str, Any]]:
     """Every live resource: kind, name, path, state, phase, labels, description, operation."""
     return request_json(f"{url}/sandbox/inventory")["resources"]
@@ -307,6 +323,14 @@ class SandboxProcess:
     def clear_faults(self) -> None:
         """See :func:`clear_faults`."""
         clear_faults(self.url)
+
+    def lose_node(self, raycluster: str, **spec: Any) -> dict[str, Any]:
+        """See :func:`lose_node`."""
+        return lose_node(self.url, raycluster, **spec)
+
+    def node_losses(self) -> list[dict[str, Any]]:
+        """See :func:`node_losses`."""
+        return node_losses(self.url)
 
     def inventory(self) -> list[dict[str, Any]]:
         """See :func:`inventory`."""

@@ -52,6 +52,7 @@ LONGEST_FIRST = (
     "tests/browser/test_ui.py",
     "tests/e2e/test_train.py",
     "tests/e2e/test_train_failures.py",
+    "tests/e2e/test_recovery.py",
     "tests/operators/test_fault_matrix.py",
     "tests/e2e/test_apply.py",
     "tests/gcp/test_rayjob.py",

@@ -90,6 +90,7 @@ def read_inputs(session: Session, dag_id: str, run_id: str) -> ViewInputs:
     results = _xcoms(session, dag_id, run_id, topology.RETURN)
     summary = _xcoms(session, dag_id, run_id, topology.JOB_SUMMARY, topology.WAIT).get(topology.WAIT)
     budget = _xcoms(session, dag_id, run_id, BUDGET_XCOM, topology.WAIT).get(topology.WAIT)
+    recoveries = _xcoms(session, dag_id, run_id, topology.JOB_RECOVERIES, topology.WAIT).get(topology.WAIT)
     wait = next((ti for ti in tis if ti.task_id == topology.WAIT), None)
     lines = _log_lines(wait) if wait is not None else []
     conf = results.get(topology.VALIDATE)
@@ -105,6 +106,7 @@ def read_inputs(session: Session, dag_id: str, run_id: str) -> ViewInputs:
         log_lines=lines,
         budget=budget if isinstance(budget, dict) else None,
         limits=budget_limits(),
+        recoveries=recoveries if isinstance(recoveries, list) else (),
     )
 
 

@@ -36,7 +36,7 @@ from tests.browser.stack import (
 pytestmark = [pytest.mark.airflow, pytest.mark.browser]
 # Enough steps to watch the curves grow; the local recipe's rewards reach 1.0 for several steps in a row before
 # that, which the zero-learning guard would (rightly) stop, so it is off for this run.
-WATCH_STEPS = 60
+WATCH_STEPS = 30
 RUN_TIMEOUT_S = 420
 # The window's bottom edge: the tests' browser context is 1400x1000.
 FOLD = 1000
@@ -84,6 +84,7 @@ def _shown(frame: Any) -> dict[str, Any]:
             lossDots: document.querySelectorAll('svg[data-curve="loss"] circle.pt').length,
             waitState: document.body.dataset.waitState,
             step: document.getElementById('step').textContent,
+            error: document.body.dataset.error || '',
         })"""
     )
 
@@ -133,6 +134,7 @@ def test_the_training_view_follows_the_job_the_links_lead_out_and_what_teardown_
         timeout=RUN_TIMEOUT_S * 1000,
     )
     shown = _shown(view)
+    assert shown["error"] == "", shown["error"]  # a render that threw would leave the curves behind the count
     assert shown["waitState"] == "deferred"
     assert shown["dots"] == shown["lossDots"] == shown["points"] > 0
     assert re.fullmatch(rf"step \d+ of {WATCH_STEPS}", shown["step"])

@@ -154,7 +154,7 @@ def test_a_stalled_job_is_stopped_its_last_checkpoint_exported_and_the_run_fails
 ) -> None:
     # The local trainer hangs after step 3 (silent and alive, as in an NCCL hang); step 2 is its newest save.
     overrides = ["checkpointing.save_period=2", "sandbox.hang_after_step=3"]
-    result = run_logged(dag, {"max_steps": 20, "extra_overrides": overrides, "stall_after_s": 5}, capfd)
+    result = run_logged(dag, {"max_steps": 20, "extra_overrides": overrides, "stall_after_s": 10}, capfd)
     assert result.state == "failed", result.output[-3000:]
     assert result.tasks[t.WAIT] == "failed" and result.tries[t.WAIT] == 1, result.tasks
     assert result.tasks[t.CHECK_CHECKPOINT] == "success" and result.tasks[t.EXPORT] == "success", result.tasks

@@ -37,6 +37,8 @@ def test_a_failing_job_fails_the_run_with_the_driver_last_lines_and_teardown_run
     assert "driver exit code: 2" in result.output or "exit code 2" in result.output
     assert "Last lines of the driver log:" in result.output
     assert "'policy.optimizer.lr' must be a number > 0.0, got -1" in result.output
+    # A bug is never resubmitted (tests/unit/test_recovery_rules.py has the verdicts): the job ran once.
+    assert latest_xcom().get((t.WAIT, "recoveries")) is None
     # checkpoint.validate runs after any end of train.wait and skips without a stall's save; the report fails the run.
     assert (result.tasks[t.CHECK_CHECKPOINT], result.tasks[t.RUN_REPORT]) == ("skipped", "failed"), result.tasks
     assert all(result.tasks[s.task_id] == "success" for s in t.teardown_steps())

@@ -75,6 +75,10 @@ async def _first_event(trigger: RayClusterTrigger, timeout: float = 150.0) -> di
     return await asyncio.wait_for(first(), timeout)
 
 
+def _loss(sandbox: SandboxProcess, loss_id: str) -> dict[str, Any]:
+    return next(loss for loss in sandbox.node_losses() if loss["id"] == loss_id)
+
+
 def _ray_heads(sandbox: SandboxProcess) -> list[dict[str, Any]]:
     return sandbox.full_inventory()["ray_heads"]
 
@@ -221,6 +225,24 @@ def test_a_raycluster_runs_a_real_ray_reachable_through_the_service_proxy_and_st
         context = ssl.create_default_context(cadata=address.ca_pem)
         with urllib.request.urlopen(request, timeout=30, context=context) as response:
             assert json.loads(response.read())["ray_version"] == "2.60.0"
+
+        # Every worker pod is a real Ray node of its own: a lost one is replaced, and only the workers wait sees it.
+        workers = heads[0]["workers"]
+        assert len(workers) == cluster_spec.worker_replicas and all(w["ready"] and pid_alive(w["pid"]) for w in workers)
+        loss = sandbox.lose_node(cluster_spec.raycluster_name, mode="killed", replace_after_s=2.0)
+        deadline = time.monotonic() + 30
+        while _loss(sandbox, loss["id"])["state"] == "armed" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        lost = _loss(sandbox, loss["id"])
+        assert lost["state"] == "lost", lost
+        status = kube.get(ObjectRef("ray.io/v1", "RayCluster", cluster_spec.raycluster_name, cluster_spec.namespace))
+        assert status is not None and status["status"]["readyWorkerReplicas"] == cluster_spec.worker_replicas - 1
+        gone = next(w for w in workers if w["pod"] == lost["worker_pod"])
+        assert not pid_alive(gone["pid"])
+        event = asyncio.run(_first_event(_trigger(cluster_spec, "workers")))
+        assert event["status"] == "success" and _loss(sandbox, loss["id"])["state"] == "replaced", event
+        now = {w["pod"]: w for w in _ray_heads(sandbox)[0]["workers"]}
+        assert lost["worker_pod"] not in now and now[lost["replacement_pod"]]["ready"]
     finally:
         results = delete_objects(kube, [*storage, *raycluster], owner_of(cluster_spec))
     assert any(r.action == "deleted" and r.ref.kind == "RayCluster" for r in results)

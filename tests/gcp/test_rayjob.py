@@ -161,9 +161,15 @@ def _trigger(address: DashboardAddress, submission_id: str, **kwargs: Any) -> Ra
 def test_submission_is_exactly_once_per_submission_id(ray_spec: RunSpec, ray_hook: GcpHook) -> None:
     ray = _ray(ray_spec, ray_hook)
     request = _request("nemo-rl-once-1", "python -c \"import os; print('mode', os.environ['MODE'])\"")
+    before = time.time()
     first = ray.submit(request, {})
+    _wait_for_status(ray, "nemo-rl-once-1", "SUCCEEDED")
+    adopting = time.time()
     second = ray.submit(request, {})
     assert (first.action, second.action) == ("submitted", "adopted")
+    # The adopted job keeps its real start (Ray's start_time), so its timeout does not restart at the adoption.
+    assert first.started_at is None and second.started_at is not None
+    assert before - 1 <= second.started_at < adopting
     jobs = ray.client.list_jobs()
     assert [j.submission_id for j in jobs].count("nemo-rl-once-1") == 1
     event = asyncio.run(_first(_trigger(ray.address, "nemo-rl-once-1")))
@@ -484,6 +490,7 @@ def test_trigger_serializes_exactly_and_round_trips() -> None:
         "usd_per_hour": 0.0,
         "max_steps": 0,
         "stall_after_s": 0.0,
+        "attempt_started_at": 0.0,
     }
     assert RayJobTrigger(**kwargs).serialize() == (classpath, kwargs)
     budgeted = RayJobTrigger(

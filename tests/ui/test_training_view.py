@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 
 from nemo_rl_gke.observe.metrics import LogFollower
-from nemo_rl_gke.observe.training_view import RAY_JOB_PREFIX, TaskState, ViewInputs, build_view, parse_job_log
+from nemo_rl_gke.observe.training_view import RAY_JOB_PREFIX, TaskState, ViewInputs, build_view, parse_attempts
 from nemo_rl_gke.run import costs, outcomes, topology
 from nemo_rl_gke.run.spec import RunSpec, default_conf
 from tests.paths import ROOT
-
-NOW = 1_800_000_000.0
+from tests.ui.snapshots import NOW, attempt_log, task_states
 
 
 def _task_log() -> list[str]:
@@ -20,20 +19,10 @@ def _task_log() -> list[str]:
     return ["Task started", *(f"{RAY_JOB_PREFIX}{line}" for line in lines), "Ray job ... SUCCEEDED"]
 
 
-def _tasks(**states: str) -> dict[str, TaskState]:
-    """Every step in state ``success`` (started 10 s apart, 5 s long) unless named in ``states``."""
-    tasks = {}
-    for n, task_id in enumerate(topology.STEPS):
-        state = states.get(task_id, "success")
-        start = NOW - 3600 + 10 * n
-        tasks[task_id] = TaskState(task_id, state, start, None if state in ("running", "deferred") else start + 5)
-    return tasks
-
-
 def test_the_curves_have_one_point_per_step_the_log_completed() -> None:
     lines = _task_log()
-    metrics = parse_job_log(lines)
-    view = build_view(ViewInputs("d", "r", "running", NOW, _tasks(), conf=default_conf(), log_lines=lines))
+    metrics, _ = parse_attempts(lines)
+    view = build_view(ViewInputs("d", "r", "running", NOW, task_states(), conf=default_conf(), log_lines=lines))
     done = metrics.completed_steps
     assert len(done) == 4 and view["points"] == 4
     assert view["series"]["reward"] == [[n + 1, s.avg_reward] for n, s in enumerate(done)]
@@ -42,22 +31,22 @@ def test_the_curves_have_one_point_per_step_the_log_completed() -> None:
     assert view["series"]["validation"], "the fixture validates every 2 steps"
     assert view["wandb_url"] == "https://wandb.ai/ml-team/nemo-rl/runs/k3x9q2ab"
     # Lines without the trigger's prefix are Airflow's own and never parsed.
-    assert parse_job_log([line.removeprefix(RAY_JOB_PREFIX) for line in lines]).steps == []
+    assert parse_attempts([line.removeprefix(RAY_JOB_PREFIX) for line in lines])[0].steps == []
 
 
 def test_progress_and_eta_while_the_job_runs() -> None:
     lines = _task_log()
     # Cut the log after step 2's results: step 3 of 4 has started.
     cut = next(n for n, line in enumerate(lines) if "Step 3/4" in line) + 1
-    tasks = _tasks(**{topology.WAIT: "deferred"})
+    tasks = task_states(**{topology.WAIT: "deferred"})
     view = build_view(ViewInputs("d", "r", "running", NOW, tasks, conf=default_conf(), log_lines=lines[:cut]))
     p = view["progress"]
     assert (p["step"], p["total_steps"], p["completed"], p["state"]) == (3, 4, 2, "deferred")
-    steps = parse_job_log(lines[:cut]).completed_steps
+    steps = parse_attempts(lines[:cut])[0].completed_steps
     mean = sum(s.total_step_time_s for s in steps) / 2
     assert p["eta_s"] == round(mean * 2) and p["eta_at"].endswith("Z")
     # Once train.wait has ended there is nothing left to wait for.
-    ended = build_view(ViewInputs("d", "r", "failed", NOW, _tasks(), conf=default_conf(), log_lines=lines[:cut]))
+    ended = build_view(ViewInputs("d", "r", "failed", NOW, task_states(), conf=default_conf(), log_lines=lines[:cut]))
     assert ended["progress"]["eta_s"] is None
 
 
@@ -65,7 +54,7 @@ def test_checkpoints_say_where_they_went() -> None:
     conf = default_conf()
     export = {"action": outcomes.EXPORTED, "uri": "gs://b/d/r/step_4/", "step": 4}
     view = build_view(
-        ViewInputs("d", "r", "success", NOW, _tasks(), {topology.EXPORT: export}, conf, None, _task_log())
+        ViewInputs("d", "r", "success", NOW, task_states(), {topology.EXPORT: export}, conf, None, _task_log())
     )
     assert view["checkpoints"] == [
         {"step": 2, "lustre": f"{conf['checkpoint_dir']}/step_2", "exported": None},
@@ -74,7 +63,7 @@ def test_checkpoints_say_where_they_went() -> None:
 
 
 def test_stages_span_running_tasks_until_now() -> None:
-    tasks = _tasks(**{topology.WAIT: "deferred"})
+    tasks = task_states(**{topology.WAIT: "deferred"})
     view = build_view(ViewInputs("d", "r", "running", NOW, tasks, conf=default_conf()))
     train = next(s for s in view["stages"] if s["name"] == topology.TRAIN)
     assert train["state"] == "deferred" and train["end"] == "2027-01-15T08:00:00Z"
@@ -83,7 +72,7 @@ def test_stages_span_running_tasks_until_now() -> None:
 
 def test_cost_so_far_counts_the_gpu_pool_until_now() -> None:
     spec = RunSpec.from_conf(default_conf())
-    tasks = _tasks(**{topology.WAIT: "deferred", topology.DELETE_CLUSTER: "none"})
+    tasks = task_states(**{topology.WAIT: "deferred", topology.DELETE_CLUSTER: "none"})
     view = build_view(ViewInputs("d", "r", "running", NOW, tasks, conf=default_conf()))
     up = NOW - tasks[topology.NODE_POOL].end
     node_hours = up / 3600 * spec.worker_replicas
@@ -98,7 +87,7 @@ def test_the_banner_lists_what_is_up_and_drops_what_teardown_deleted() -> None:
     spec = RunSpec.from_conf(default_conf())
     results = {s.task_id: {"name": f"n-{s.task_id}", "action": outcomes.CREATED} for s in topology.gcp_resources()}
     # Mid-run: everything made so far is up, nothing torn down yet.
-    tasks = _tasks(**{s.task_id: "none" for s in topology.teardown_steps()})
+    tasks = task_states(**{s.task_id: "none" for s in topology.teardown_steps()})
     running = costs.still_running(spec, {t: s.state for t, s in tasks.items()}, results)
     assert sorted(r.task_id for r in running) == sorted(
         [*(s.task_id for s in topology.gcp_resources()), topology.RAYCLUSTER]
@@ -143,7 +132,7 @@ def test_a_refused_conf_shows_nothing_running() -> None:
 
 def _mid_run() -> tuple[dict[str, TaskState], dict[str, dict[str, str]]]:
     """Everything made and up, the job training, nothing torn down."""
-    tasks = _tasks(**{topology.WAIT: "deferred", **{s.task_id: "none" for s in topology.teardown_steps()}})
+    tasks = task_states(**{topology.WAIT: "deferred", **{s.task_id: "none" for s in topology.teardown_steps()}})
     results = {s.task_id: {"name": f"n-{s.task_id}", "action": outcomes.CREATED} for s in topology.gcp_resources()}
     return tasks, results
 
@@ -219,7 +208,7 @@ def test_a_budget_stop_is_said_plainly() -> None:
     lines = _task_log()
     published = {"hours_limit": None, "usd_limit": 50.0, "gpu_nodes": 2, "gpu_nodes_limit": None,
                  "stopped_at_budget": True}  # fmt: skip
-    view = build_view(ViewInputs("d", "r", "success", NOW, _tasks(), {}, default_conf(), None, lines, published))
+    view = build_view(ViewInputs("d", "r", "success", NOW, task_states(), {}, default_conf(), None, lines, published))
     budget = view["budget"]
     usd = view["cost"]["estimated_cost_usd"]
     assert budget["stopped_at_budget"] is True
@@ -245,3 +234,40 @@ def test_without_a_published_budget_the_limits_come_from_the_settings_or_are_uns
     assert [bare[k]["limit"] for k in ("hours", "usd", "gpu_nodes")] == own
     assert bare["source"] == ("none" if own == [None, None, None] else "settings")
     json.dumps(view, allow_nan=False)
+
+
+def test_a_recovered_run_is_one_curve_with_each_step_once_and_a_mark_where_each_attempt_starts() -> None:
+    # Attempt 0 saved 5 and 10 and died in step 12; attempt 1 resumed from 10 and died in 17 (after saving 15);
+    # attempt 2 resumed from 15 and is at step 20. A restarted triggerer's trigger names the same job again and logs
+    # its log again from the start: no new attempt, and no step twice.
+    lines = [
+        *attempt_log("job", range(1, 8), 30, (5,), 0),
+        *attempt_log("job", range(1, 13), 30, (5, 10), 0),
+        *attempt_log("job-r1", range(11, 18), 30, (15,), 1),
+        *attempt_log("job-r2", range(16, 21), 30, (), 2),
+    ]
+    recoveries = [
+        {"attempt": 1, "resumed_from": 10, "rule": "actor-died", "failed_job": "job"},
+        {"attempt": 2, "resumed_from": 15, "rule": "node-died", "failed_job": "job-r1"},
+    ]
+    view = build_view(ViewInputs("d", "r", "running", NOW, task_states(**{topology.WAIT: "deferred"}),
+                                 conf=default_conf(), log_lines=lines, recoveries=recoveries))  # fmt: skip
+    rewards = view["series"]["reward"]
+    assert [n for n, _ in rewards] == list(range(1, 21)) and view["points"] == 20
+    # Steps 11-12 of attempt 0 and 16-17 of attempt 1 were trained again: the curve shows the later attempt's.
+    attempt = [0] * 10 + [1] * 5 + [2] * 5
+    assert [value for _, value in view["series"]["loss"]] == [
+        round(a + step / 100, 6) for a, step in zip(attempt, range(1, 21), strict=True)
+    ]
+    assert view["attempts"] == [
+        {"attempt": 1, "at": 11, "resumed_from": 10, "rule": "actor-died"},
+        {"attempt": 2, "at": 16, "resumed_from": 15, "rule": "node-died"},
+    ]
+    assert [c["step"] for c in view["checkpoints"]] == [5, 10, 15]
+    # Without a recovery there is nothing to mark.
+    assert (
+        build_view(ViewInputs("d", "r", "running", NOW, task_states(), conf=default_conf(), log_lines=lines[:40]))[
+            "attempts"
+        ]
+        == []
+    )

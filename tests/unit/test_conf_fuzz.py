@@ -568,8 +568,9 @@ def test_fuzzed_confs_are_refused_safely_or_plan_within_every_hard_rule(
     assert not failures, f"{len(failures)} failures; the first ones:\n" + "\n".join(failures[:10])
     assert no_network == []
     assert counts["crashes"] == counts["plan crashes"] == rule_ids["preflight.rule-error"] == 0
-    # Not vacuous: both outcomes are frequent, and the hostile classes were actually refused for their reasons.
-    assert counts["accepted"] >= CONFS // 10 and counts["refused"] >= CONFS // 2
+    # Not vacuous: both outcomes are frequent (each bounded param, max_recoveries among them, refuses some), and the
+    # hostile classes were actually refused for their reasons.
+    assert counts["accepted"] >= CONFS // 12 and counts["refused"] >= CONFS // 2
     assert injected == TEXT_KEYS, f"no injection string reached {sorted(TEXT_KEYS - injected)}"
     for rule_id in (
         "conf.type",

@@ -21,6 +21,7 @@ EXPECTED_MESSAGES = {
     "deployment.region": "region 'europe-west4' is outside the deployment's bound [nemo_rl_gke] allowed_regions",
     "deployment.export-bucket": "bucket 'outsider-drop-box' is outside the deployment's bound [nemo_rl_gke] allowed_e",
     "deployment.gpu-nodes": "the run may hold 3 GPU nodes",
+    "deployment.recoveries": "max_recoveries=6 is more than the deployment's bound [nemo_rl_gke] max_recoveries",
     "deployment.recipe": "recipe 'qwen2.5-7b-gsm8k-v0.7.0' is outside the deployment's bound [nemo_rl_gke] allowed_rec",
     "deployment.budget": "the run would last up to 100 h, more than the deployment's bound [nemo_rl_gke] max_run_hours",
     "name.project": "a project ID is 6-30 characters",

@@ -415,7 +415,7 @@ def test_a_logs_error_answer_does_not_restart_the_log(monkeypatch: pytest.Monkey
             [e async for e in trigger.run()]
             return recorder.lines
 
-    assert asyncio.run(asyncio.wait_for(follow(), 30)) == ["[ray job] one", "[ray job] two"]
+    assert asyncio.run(asyncio.wait_for(follow(), 30)) == [f"Following Ray job {JOB}", "[ray job] one", "[ray job] two"]
 
 
 def test_the_trigger_yields_one_event_even_when_building_it_fails(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -523,6 +523,7 @@ def test_module_is_cheap_to_import() -> None:
         imports = [line for line in f if line.startswith(("import ", "from "))]
     assert not any("airflow" in line for line in imports), imports
     assert [line for line in imports if "nemo_rl_gke" in line] == [
+        "from nemo_rl_gke.observe.recoveries import recoveries_text\n",
         "from nemo_rl_gke.run import costs, outcomes, topology\n",
         "from nemo_rl_gke.run import task_states as ts\n",
     ]

@@ -22,6 +22,12 @@ behaves like it where the DAG can see it:
   step time reaches it, the step saves a checkpoint and training stops with NeMo RL's "Timeout has been reached"
   line (exit status 0).
 
+Run as a Ray job, it puts work on the RayCluster's GPU workers as NeMo RL does: one actor per node
+(``cluster.num_nodes``), each holding its node's ``cluster.gpus_per_node`` Ray GPUs, grades every step's responses. So a
+worker node that is lost fails the step with Ray's own ``ActorDiedError`` / ``ActorUnavailableError`` and the job ends
+FAILED, and GPUs that are short at start fail it after NeMo RL's placement retries with ``ResourceInsufficientError``.
+Run outside Ray (no ``RAY_ADDRESS``), it grades in process.
+
 ``sandbox.hang_after_step=N`` (the sandbox's own key, not NeMo RL's) makes the trainer hang after step N's results
 are printed, as a job stuck in NCCL or generation does: it prints nothing more and never exits until stopped.
 
@@ -884,6 +890,64 @@ def remove_old_checkpoints(checkpoint_dir: Path, settings: Settings) -> None:
 # ==============================================================================================================
 
 
+class ResourceInsufficientError(RuntimeError):
+    """The cluster has not the GPUs the job asks for (NeMo RL's RayVirtualCluster raises one by this name)."""
+
+
+class NodeWorkers:
+    """One Ray actor per GPU node, each holding that node's GPUs, that grades responses (the job's work on the
+    workers). Outside a Ray job there are none and grading runs in process."""
+
+    def __init__(self, num_nodes: int, gpus_per_node: int) -> None:
+        self.actors: list[Any] = []
+        if not os.environ.get("RAY_ADDRESS") or num_nodes < 1 or gpus_per_node < 1:
+            return
+        import ray
+
+        ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False, configure_logging=False)
+        grader = ray.remote(num_cpus=0)(_Grader)
+        self.actors = [grader.options(num_gpus=gpus_per_node).remote() for _ in range(num_nodes)]
+        # NeMo RL retries its placement group NRL_VIRTUAL_CLUSTER_MAX_RETRIES times (about 63 s in all, FACTS §18).
+        attempts = int(os.environ.get("NRL_VIRTUAL_CLUSTER_MAX_RETRIES", "6"))
+        for attempt in range(1, attempts + 1):
+            _, waiting = ray.wait(
+                [a.ready.remote() for a in self.actors], num_returns=len(self.actors), timeout=2**attempt
+            )
+            if not waiting:
+                say(f"  ✓ {num_nodes} worker node(s) with {gpus_per_node} GPUs each")
+                return
+            say(
+                f"Waiting for {len(waiting)} of {num_nodes} worker node(s) with {gpus_per_node} GPUs "
+                f"(try {attempt}/{attempts})"
+            )
+        raise ResourceInsufficientError(
+            f"{num_nodes} node(s) x {gpus_per_node} GPUs requested, but the cluster has "
+            f"{ray.available_resources().get('GPU', 0):.0f} GPUs available after {attempts} tries"
+        )
+
+    def grade(self, texts: list[str], truths: list[str]) -> list[float]:
+        """The reward of each response, graded on the worker nodes (a lost node raises Ray's error)."""
+        pairs = list(zip(texts, truths, strict=True))
+        if not self.actors:
+            return [reward(text, truth) for text, truth in pairs]
+        import ray
+
+        size = -(-len(pairs) // len(self.actors))
+        chunks = [pairs[i : i + size] for i in range(0, len(pairs), size)]
+        graded = ray.get([actor.grade.remote(chunk) for actor, chunk in zip(self.actors, chunks, strict=False)])
+        return [value for chunk in graded for value in chunk]
+
+
+class _Grader:
+    """The actor on one worker node (pickled by value: it needs only the standard library)."""
+
+    def ready(self) -> int:
+        return os.getpid()
+
+    def grade(self, pairs: list[tuple[str, str]]) -> list[float]:
+        return [reward(text, truth) for text, truth in pairs]
+
+
 @dataclass
 class Run:
     """What a training run carries from step to step."""
@@ -896,6 +960,7 @@ class Run:
     reference: TinyPolicy
     optimizer: torch.optim.Optimizer
     loader: PromptLoader
+    workers: NodeWorkers
 
 
 def build_run(config: dict[str, Any], settings: Settings, checkpoint: Path | None) -> Run:
@@ -921,7 +986,8 @@ def build_run(config: dict[str, Any], settings: Settings, checkpoint: Path | Non
         say(f"Loading weights from {checkpoint / 'policy' / 'weights'}")
         load_sharded(policy, optimizer, checkpoint / "policy" / "weights", checkpoint / "policy" / "optimizer")
         loader.load_state_dict(torch.load(checkpoint / "train_dataloader.pt", weights_only=True))
-    return Run(config, settings, tokenizer, val_set, policy, reference, optimizer, loader)
+    workers = NodeWorkers(_int(config, "cluster.num_nodes", 1), _int(config, "cluster.gpus_per_node", 1))
+    return Run(config, settings, tokenizer, val_set, policy, reference, optimizer, loader, workers)
 
 
 def save_checkpoint(run: Run, step: int, training_info: dict[str, Any]) -> Path:
@@ -1065,7 +1131,7 @@ def train_step(run: Run, batch: list[Problem], step: int, timer: Timer) -> dict[
     say("▶ Processing rewards...,")
     with timer.time("reward_calculation"):
         texts = responses_text(tokenizer, rollout)
-        rewards = torch.tensor([reward(text, truth) for text, truth in zip(texts, truths, strict=True)])
+        rewards = torch.tensor(run.workers.grade(texts, truths))
         say("▶ Computing advantages...")
         advantages = group_advantages(rewards, n, settings.normalize_rewards)
     say("▶ Computing logprobs...")

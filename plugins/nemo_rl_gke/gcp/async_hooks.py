@@ -21,6 +21,7 @@ from airflow.providers.google.common.hooks.base_google import GoogleBaseAsyncHoo
 from asgiref.sync import sync_to_async
 
 from nemo_rl_gke.gcp.credentials import shared_credentials
+from nemo_rl_gke.gcp.errors import PermanentApiError, TransientApiError
 
 if TYPE_CHECKING:
     from airflow.providers.google.common.hooks.base_google import _CredentialsToken
@@ -38,24 +39,6 @@ TRANSIENT_STATUSES = frozenset({408, 429})
 RATE_LIMIT_REASONS = frozenset({"rateLimitExceeded", "userRateLimitExceeded", "RATE_LIMIT_EXCEEDED"})
 DEFAULT_REQUEST_TIMEOUT_S = 30.0
 _PREFIX = "extra__google_cloud_platform__"
-
-
-class GcpApiError(Exception):
-    """A Google Cloud REST call failed; ``status`` is the HTTP status, or ``None`` when no response came back."""
-
-    def __init__(self, message: str, *, status: int | None, service: str, path: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.service = service
-        self.path = path
-
-
-class TransientApiError(GcpApiError):
-    """A failure worth retrying: 408, 429, any 5xx, a rate-limited 403, a connection error or a request timeout."""
-
-
-class PermanentApiError(GcpApiError):
-    """A failure that a retry cannot fix (400, 401, 403, 404, ...), or a response that is not a JSON object."""
 
 
 def conn_extra(extras: Mapping[str, Any], name: str) -> Any:

@@ -18,7 +18,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from nemo_rl_gke.gcp.async_hooks import GcpAsyncHook
 from nemo_rl_gke.kube.access import ClusterAccess
-from nemo_rl_gke.kube.client import OBJECT_RESPONSES, KubeApiError, tls_error
+from nemo_rl_gke.kube.errors import OBJECT_RESPONSES, KubeApiError, tls_error
 
 
 class AsyncKubeHook:

@@ -23,6 +23,14 @@ from kubernetes.client.exceptions import ApiException
 from nemo_rl_gke.gcp.hooks import GcpHook, RetryPolicy, retry_transient
 from nemo_rl_gke.gcp.resources import resources
 from nemo_rl_gke.kube.access import ClusterAccess, DashboardAddress, dashboard_address
+from nemo_rl_gke.kube.errors import (
+    OBJECT_RESPONSES,
+    TLS_VERIFY_FAILED,
+    TRANSIENT_STATUSES,
+    KubeApiError,
+    is_kube_transient,
+    tls_error,
+)
 from nemo_rl_gke.run.deployment import load_deployment
 from nemo_rl_gke.run.ownership import reader
 from nemo_rl_gke.run.topology import GKE_CLUSTER
@@ -31,37 +39,25 @@ if TYPE_CHECKING:
     from nemo_rl_gke.run.deployment import Deployment
     from nemo_rl_gke.run.spec import RunSpec
 
+# Re-exported: the errors live in kube.errors, which the triggers import without the sync clients.
+__all__ = [
+    "OBJECT_RESPONSES",
+    "TLS_VERIFY_FAILED",
+    "TRANSIENT_STATUSES",
+    "KubeApiError",
+    "KubeHook",
+    "ObjectRef",
+    "is_kube_transient",
+    "tls_error",
+]
 log = logging.getLogger(__name__)
 
 FIELD_MANAGER = "airflow-nemo-rl-gke"
 APPLY_PATCH = "application/apply-patch+yaml"
-TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
-# The reason of a KubeApiError whose server failed TLS verification: never transient, never retried.
-TLS_VERIFY_FAILED = "TLSVerificationFailed"
-OBJECT_RESPONSES = {200: "object", 201: "object", 202: "object"}
 # The kubernetes client's auth setting (and api_key identifier) for a bearer token.
 BEARER = "BearerToken"
 # Refresh the Google token this long before it expires, so a request never goes out with a stale one.
 TOKEN_MARGIN_S = 300
-
-
-class KubeApiError(RuntimeError):
-    """A Kubernetes API call failed: ``status`` is the HTTP status (None without a response), ``reason`` the
-    Status reason."""
-
-    def __init__(self, message: str, *, status: int | None, reason: str = "") -> None:
-        super().__init__(message)
-        self.status = status
-        self.reason = reason
-
-
-def is_kube_transient(exc: BaseException) -> bool:
-    """429, 5xx, a dropped connection or a timeout: worth another try."""
-    if isinstance(exc, KubeApiError):
-        if exc.reason == TLS_VERIFY_FAILED:
-            return False
-        return exc.status is None or exc.status in TRANSIENT_STATUSES
-    return isinstance(exc, (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError))
 
 
 @dataclass(frozen=True)
@@ -82,18 +78,6 @@ class ObjectRef:
     def __str__(self) -> str:
         where = f"{self.namespace}/" if self.namespace else ""
         return f"{self.kind} {where}{self.name}"
-
-
-def tls_error(what: str, host: str, detail: object) -> KubeApiError:
-    """The API server's certificate does not verify against the cluster's CA: a wrong or stale CA, or a server that
-    is not the cluster's. Retrying cannot help."""
-    return KubeApiError(
-        f"{what}: the TLS certificate of {host} does not verify against the cluster's CA "
-        f"(masterAuth.clusterCaCertificate): {detail}. Fix: read the cluster again (a recreated cluster has a new CA), "
-        "and check that the endpoint is the cluster's own",
-        status=None,
-        reason=TLS_VERIFY_FAILED,
-    )
 
 
 def _status_error(what: str, exc: ApiException) -> KubeApiError:

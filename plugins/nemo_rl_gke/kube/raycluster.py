@@ -66,6 +66,14 @@ def desired_workers(raycluster: Mapping[str, Any]) -> int:
     return sum(int(group.get("replicas") or 0) for group in groups)
 
 
+def ready_workers(raycluster: Mapping[str, Any]) -> int:
+    """The worker pods KubeRay counts ready now (``status.readyWorkerReplicas``)."""
+    try:
+        return int((raycluster.get("status") or {}).get("readyWorkerReplicas") or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
 def pods_not_ready(raycluster: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> list[str]:
     """Without conditions: what keeps the cluster's pods from standing for HeadPodReady and RayClusterProvisioned."""
     roles = [((p.get("metadata") or {}).get("labels") or {}).get("ray.io/node-type") for p in pods]

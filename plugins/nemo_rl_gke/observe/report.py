@@ -29,11 +29,12 @@ from datetime import UTC, datetime
 from heapq import heapify, heappop, heappush
 from typing import Any
 
+from nemo_rl_gke.observe.recoveries import recoveries_text
 from nemo_rl_gke.run import costs, outcomes, topology
 from nemo_rl_gke.run import task_states as ts
 
 # What train.wait says about how training ended: shown as sentences, not in the summary's table.
-_TRAINING_OUTCOME_KEYS = ("converged_at", "final_step", "stopped_at_budget", "stalled", "max_steps")
+_TRAINING_OUTCOME_KEYS = ("converged_at", "final_step", "stopped_at_budget", "stalled", "max_steps", "recovery_log")
 # The training summary's keys in the order they are printed; other keys follow in their own order.
 _TRAINING_KEYS = (
     "steps_completed",
@@ -392,6 +393,8 @@ class RunReport:
         stalled = self.training_summary.get("stalled")
         if stalled:
             lines.append(f"  {str(stalled).splitlines()[0]}")
+        recoveries = self.training_summary.get("recovery_log") or []
+        lines += [f"  {line}" for line in recoveries_text(recoveries).splitlines()]
         lines += [f"  {k:<{width}}  {_value_text(summary[k])}" for k in keys]
         return [*lines, ""]
 

@@ -20,12 +20,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from nemo_rl_gke.observe.metrics import RunMetrics, StepMetrics
+from nemo_rl_gke.observe.recoveries import FOLLOWING, merge_attempts
 from nemo_rl_gke.observe.report import RunInputs, TaskTiming, gpu_usage, summarize_stages
 from nemo_rl_gke.run import costs, topology
 from nemo_rl_gke.run import task_states as ts
 from nemo_rl_gke.run.spec import RunSpec
 
-# The trigger logs every driver-log line with this prefix (RayJobTrigger._take_logs).
+# The trigger logs every driver-log line with this prefix (RayJobTrigger._log_lines).
 RAY_JOB_PREFIX = "[ray job] "
 # ETA from the mean of the last steps: early steps (compilation, warm-up) say little about the rest.
 ETA_WINDOW = 10
@@ -65,6 +66,7 @@ class ViewInputs:
     :param budget: ``train.wait``'s budget XCom (:data:`BUDGET_XCOM`), None until it published one.
     :param limits: the deployment's budget settings (:data:`BUDGET_SETTINGS`) that exist, for a run without a
         published budget.
+    :param recoveries: ``train.wait``'s recoveries XCom (one record per node-loss recovery, with ``resumed_from``).
     """
 
     dag_id: str
@@ -78,15 +80,58 @@ class ViewInputs:
     log_lines: Sequence[str] = ()
     budget: Mapping[str, Any] | None = None
     limits: Mapping[str, Any] = field(default_factory=dict)
+    recoveries: Sequence[Mapping[str, Any]] = ()
 
 
-def parse_job_log(lines: Iterable[str]) -> RunMetrics:
-    """The job's metrics so far, from the task log's ``[ray job] `` lines (other lines are Airflow's own)."""
-    metrics = RunMetrics()
+def parse_attempts(
+    lines: Iterable[str], recoveries: Sequence[Mapping[str, Any]] = ()
+) -> tuple[RunMetrics, list[dict[str, Any]]]:
+    """The job's metrics so far across its attempts, from the task log's ``[ray job] `` lines (other lines are
+    Airflow's own), and where each attempt after the first starts.
+
+    Each attempt's driver-log lines follow the trigger's ``Following Ray job <id>`` line; a new id starts the next
+    attempt, the same id again is a restarted trigger that logs that job's log again from its start. Every attempt
+    after a recovery trains again the steps after the save it resumed from (``resumed_from`` in ``recoveries``):
+    those rows of the attempt before are dropped, so each step is one point.
+    The marks are ``{"attempt", "at", "resumed_from", "rule"}``, ``at`` the curves' x of the attempt's first step.
+    """
+    attempts, current = [RunMetrics()], None
     for line in lines:
-        if isinstance(line, str) and line.startswith(RAY_JOB_PREFIX):
-            metrics.parse_line(line[len(RAY_JOB_PREFIX) :])
-    return metrics
+        if not isinstance(line, str):
+            continue
+        if line.startswith(RAY_JOB_PREFIX):
+            attempts[-1].parse_line(line[len(RAY_JOB_PREFIX) :])
+        elif line.startswith(FOLLOWING):
+            submission = line[len(FOLLOWING) :].strip()
+            if submission == current:
+                # A restarted triggerer's trigger logs the same job's log again from its start: read it once.
+                attempts[-1] = RunMetrics()
+            elif current is not None:
+                attempts.append(RunMetrics())
+            current = submission
+    if len(attempts) == 1:
+        return attempts[0], []
+    records = {r.get("attempt"): r for r in recoveries if isinstance(r, Mapping)}
+    cuts = [_int_or_none((records.get(i) or {}).get("resumed_from")) for i in range(1, len(attempts))]
+    rows = merge_attempts([a.steps for a in attempts], cuts)
+    # The last attempt's own state (its W&B run, its step in progress) with the merged steps before it.
+    merged = attempts[-1]
+    running = [s for s in merged.steps if not s.completed]
+    saves = {c for a, cut in zip(attempts, cuts, strict=False) for c in a.checkpoints if cut is not None and c <= cut}
+    merged.checkpoints = sorted(saves | set(merged.checkpoints))
+    merged.wandb_url = merged.wandb_url or next((a.wandb_url for a in attempts if a.wandb_url), None)
+    merged.steps = [StepMetrics.from_dict(row) for row in rows] + running
+    marks = []
+    for attempt in range(1, len(attempts)):
+        before = sum(1 for row in rows if row["attempt"] < attempt)
+        record = records.get(attempt) or {}
+        marks.append({"attempt": attempt, "at": before + 1, "resumed_from": cuts[attempt - 1],
+                      "rule": record.get("rule")})  # fmt: skip
+    return merged, marks
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _iso(at: float | None) -> str | None:
@@ -296,7 +341,7 @@ def budget(
 def build_view(inputs: ViewInputs) -> dict[str, Any]:
     """The snapshot the page draws: stages, progress, curves, cost and budget, checkpoints and what is still running
     (``banner``: the costly resources one by one, the free ones folded into one line)."""
-    metrics = parse_job_log(inputs.log_lines)
+    metrics, attempts = parse_attempts(inputs.log_lines, inputs.recoveries)
     if not metrics.steps and inputs.job_summary:
         metrics.checkpoints = list(inputs.job_summary.get("checkpoints") or [])
     wait = inputs.tasks.get(topology.WAIT)
@@ -308,6 +353,7 @@ def build_view(inputs: ViewInputs) -> dict[str, Any]:
         "stages": stages(inputs.tasks, inputs.now),
         "progress": progress(metrics, wait, inputs.now),
         "series": series(metrics),
+        "attempts": attempts,
         "curves": [{"key": key, "title": title, "unit": unit} for key, title, unit in CURVES],
         "wandb_url": metrics.wandb_url or (inputs.job_summary or {}).get("wandb_url"),
         "spec": None,

@@ -48,6 +48,11 @@ def iso_now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
+def iso_of(epoch: float) -> str:
+    """Epoch seconds as an ISO-8601 UTC time, the form every time in XCom takes."""
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds")
+
+
 def epoch_of(value: Any) -> float | None:
     """Epoch seconds of an ISO-8601 time from XCom (None for a missing or unreadable one)."""
     if not isinstance(value, str):

@@ -8,25 +8,42 @@ the methods only.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 
 from nemo_rl_gke.links import JOB_LINKS, WAIT_LINKS
-from nemo_rl_gke.observe.metrics import LogFollower, last_finished_save, summary_text
+from nemo_rl_gke.observe.metrics import (
+    LogFollower,
+    RunMetrics,
+    StepMetrics,
+    last_finished_save,
+    newest_save,
+    summary_text,
+)
+from nemo_rl_gke.observe.recoveries import (
+    attempt_id,
+    merge_attempts,
+    recoveries_text,
+    recovery_record,
+    resubmitted,
+)
 from nemo_rl_gke.observe.redaction import StreamRedactor
-from nemo_rl_gke.operators.base import StepOperator, epoch_of, iso_now, pull
+from nemo_rl_gke.operators.base import DEFERRAL_BACKSTOP_S, StepOperator, epoch_of, iso_now, iso_of, pull
 from nemo_rl_gke.plan.ray_job import job_request, job_secrets
 from nemo_rl_gke.ray.submit import SecretMissingError, ray_token_source, resolve_secrets
 from nemo_rl_gke.run.budget import BudgetSpentError, must_save_by, run_budget
 from nemo_rl_gke.run.deployment import ConnectionNotAllowedError
 from nemo_rl_gke.run.ownership import PendingCheckpoint
 from nemo_rl_gke.run.recipes import load_recipe
+from nemo_rl_gke.run.recovery_rules import classify
 from nemo_rl_gke.run.topology import (
     JOB_BUDGET,
+    JOB_RECOVERIES,
     JOB_STALLED,
     JOB_STEPS,
     JOB_SUMMARY,
@@ -38,9 +55,14 @@ from nemo_rl_gke.run.topology import (
 )
 
 SUBMIT_TIMEOUT_S = 15 * 60
+# A recovery's wait for the replacement node (GKE auto-repair or the instance group recreating the VM takes minutes).
+RECOVERY_WAIT_S = 30 * 60
+# How long a stopped attempt may take to end before the next one would start beside it.
+FENCE_TIMEOUT_S = 60.0
+TERMINAL_JOB_STATUSES = ("SUCCEEDED", "FAILED", "STOPPED")
 
 if TYPE_CHECKING:
-    from nemo_rl_gke.observe.metrics import RunMetrics
+    from nemo_rl_gke.ray.hooks import RayJobsHook
     from nemo_rl_gke.run.spec import RunSpec
 
 
@@ -73,58 +95,71 @@ class SubmitRayJobOperator(StepOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Render the job, resolve its secrets, submit or adopt it."""
-        from airflow.sdk import BaseHook
-        from airflow.sdk.log import mask_secret
-
-        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
-        from nemo_rl_gke.ray.hooks import RayJobsHook
-
         spec = self.run_spec(context)
-        budget = run_budget(spec, self.deployment)
-        deadline = budget.deadline(run_started_at(context))
-        try:
-            save_by = None if deadline is None else must_save_by(deadline - time.time())
-            # The job refuses to train unless checkpoint_dir holds exactly the step it starts from (rayjobs).
-            resumed = (pull(context, RESUME) or {}).get("resumed_from") or {}
-            request = job_request(
-                spec,
-                load_recipe(spec.recipe),
-                context["dag"].dag_id,
-                context["run_id"],
-                deployment=self.deployment,
-                resumed_step=resumed.get("step"),
-                must_save_by=save_by,
-            )
-        except ConnectionNotAllowedError as exc:
-            raise AirflowFailException(str(exc)) from exc
-        except BudgetSpentError as exc:
-            raise AirflowFailException(
-                f"{exc}: the run's budget ({budget.hours:.2f} h, max_run_hours / max_run_usd) was spent before the "
-                "job could start, so it was not submitted. Raise the conf's limits (up to the deployment's "
-                "[nemo_rl_gke] max_run_hours / max_run_usd), or keep the cluster warm to start sooner."
-            ) from exc
-        if save_by is not None:
-            self.log.info("Run budget %.2f h: checkpointing.checkpoint_must_save_by=%s", budget.hours, save_by)
+        # The job refuses to train unless checkpoint_dir holds exactly the step it starts from (rayjobs).
+        resumed = (pull(context, RESUME) or {}).get("resumed_from") or {}
+        return submit_grpo_job(self, context, spec, resumed.get("step"))
 
-        def password_of(conn_id: str) -> str | None:
-            try:
-                password = BaseHook.get_connection(conn_id).password
-            except Exception:
-                return None
-            if password:
-                mask_secret(password)
-            return password
 
+def submit_grpo_job(
+    operator: StepOperator, context: Context, spec: RunSpec, resumed_step: int | None, attempt: int = 0
+) -> dict[str, Any]:
+    """Render the run's GRPO job (attempt ``attempt``: 0 is the first submission, a recovery's has its number in
+    the submission id), resolve its secrets, and submit or adopt it. Returns ``{"submission_id", "action",
+    "status", "dashboard", "submitted_at"}``."""
+    from airflow.sdk import BaseHook
+    from airflow.sdk.log import mask_secret
+
+    # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
+    from nemo_rl_gke.ray.hooks import RayJobsHook
+
+    budget = run_budget(spec, operator.deployment)
+    deadline = budget.deadline(run_started_at(context))
+    try:
+        save_by = None if deadline is None else must_save_by(deadline - time.time())
+        request = job_request(
+            spec,
+            load_recipe(spec.recipe),
+            context["dag"].dag_id,
+            context["run_id"],
+            deployment=operator.deployment,
+            resumed_step=resumed_step,
+            must_save_by=save_by,
+        )
+    except ConnectionNotAllowedError as exc:
+        raise AirflowFailException(str(exc)) from exc
+    except BudgetSpentError as exc:
+        raise AirflowFailException(
+            f"{exc}: the run's budget ({budget.hours:.2f} h, max_run_hours / max_run_usd) was spent before the "
+            "job could start, so it was not submitted. Raise the conf's limits (up to the deployment's "
+            "[nemo_rl_gke] max_run_hours / max_run_usd), or keep the cluster warm to start sooner."
+        ) from exc
+    if attempt:
+        request = dataclasses.replace(request, submission_id=attempt_id(request.submission_id, attempt))
+    if save_by is not None:
+        operator.log.info("Run budget %.2f h: checkpointing.checkpoint_must_save_by=%s", budget.hours, save_by)
+
+    def password_of(conn_id: str) -> str | None:
         try:
-            secrets = resolve_secrets(request, password_of, self.deployment)
-        except (SecretMissingError, ConnectionNotAllowedError) as exc:
-            raise AirflowFailException(str(exc)) from exc
-        ray = RayJobsHook.for_run(spec, self.hook, self.deployment)
-        self.log.info("Ray dashboard of RayCluster %s via %s", spec.raycluster_name, ray.address.via)
-        self.log.info("Job %s: %s", request.submission_id, request.entrypoint.splitlines()[-1])
-        mark_checkpoint_pending(self, context, spec, spec.final_step)
-        submission = ray.submit(request, secrets)
-        return {**submission.to_dict(), "dashboard": ray.address.url, "submitted_at": iso_now()}
+            password = BaseHook.get_connection(conn_id).password
+        except Exception:
+            return None
+        if password:
+            mask_secret(password)
+        return password
+
+    try:
+        secrets = resolve_secrets(request, password_of, operator.deployment)
+    except (SecretMissingError, ConnectionNotAllowedError) as exc:
+        raise AirflowFailException(str(exc)) from exc
+    ray = RayJobsHook.for_run(spec, operator.hook, operator.deployment)
+    operator.log.info("Ray dashboard of RayCluster %s via %s", spec.raycluster_name, ray.address.via)
+    operator.log.info("Job %s: %s", request.submission_id, request.entrypoint.splitlines()[-1])
+    mark_checkpoint_pending(operator, context, spec, spec.final_step)
+    submission = ray.submit(request, secrets)
+    # An adopted job (a retry after the worker died past its submit request) keeps the clock of its real start.
+    started = iso_of(submission.started_at) if submission.started_at else iso_now()
+    return {**submission.to_dict(), "dashboard": ray.address.url, "submitted_at": started}
 
 
 def mark_checkpoint_pending(operator: StepOperator, context: Context, spec: RunSpec, step: int) -> None:
@@ -170,12 +205,26 @@ class RayJobSensor(StepOperator):
     ui_color = "#f3e8fb"
 
     def execute(self, context: Context) -> None:
-        """Defer to the trigger that follows the job."""
+        """Defer to the trigger that follows the job (its newest attempt, when a recovery resubmitted it)."""
+        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
+        from nemo_rl_gke.ray.hooks import RayJobsHook
+
+        spec = self.run_spec(context)
+        base = pull(context, SUBMIT)["submission_id"]
+        ray = RayJobsHook.for_run(spec, self.hook, self.deployment)
+        # A retry of this task (its worker died mid-recovery) follows the attempt Ray has, never starts one.
+        attempt = 0
+        while attempt < spec.max_recoveries and ray.status(attempt_id(base, attempt + 1)) is not None:
+            attempt += 1
+        if attempt:
+            self.log.info("Following attempt %d of the job: %s", attempt, attempt_id(base, attempt))
+        self._follow(context, spec, attempt_id(base, attempt), attempt_started_at=0.0)
+
+    def _follow(self, context: Context, spec: RunSpec, submission_id: str, *, attempt_started_at: float) -> NoReturn:
         # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
         from nemo_rl_gke.ray.hooks import RayJobsHook
         from nemo_rl_gke.triggers.rayjob import RayJobTrigger
 
-        spec = self.run_spec(context)
         submitted = pull(context, SUBMIT)
         budget = run_budget(spec, self.deployment)
         started = run_started_at(context)
@@ -185,12 +234,13 @@ class RayJobSensor(StepOperator):
             context,
             spec,
             RayJobTrigger,
-            what=f"Ray job {submitted['submission_id']} (zero-learning guard {guard})",
+            what=f"Ray job {submission_id} (zero-learning guard {guard})",
             address=address.url,
-            submission_id=submitted["submission_id"],
+            submission_id=submission_id,
             needs_token=address.needs_token,
-            # The job's clock started at submission: a re-deferral or a retry keeps that deadline.
+            # The job's clock started at its first submission: a re-deferral, a retry or a recovery keeps that deadline.
             started_at=epoch_of(submitted.get("submitted_at")) or time.time(),
+            attempt_started_at=attempt_started_at,
             zero_learning_steps=spec.zero_learning_steps if spec.zero_learning_guard else 0,
             secret_conn_ids=[secret.conn_id for secret in job_secrets(spec, self.deployment)],
             ca_pem=address.ca_pem,
@@ -205,9 +255,14 @@ class RayJobSensor(StepOperator):
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Push the per-step table and the summary; succeed (converged or done) or fail with the full story."""
         spec = self.run_spec(context)
+        if event.get("wait_for") == "workers":
+            return self._resubmit(context, spec, event)
         summary = event.get("summary") or {}
         log = self.read_job_log(spec, str(event.get("submission_id")))
-        steps = [s.to_dict() for s in log.completed_steps] if log is not None else []
+        recoveries = self._recoveries(context)
+        if event.get("status") == "failed":
+            self._recover_or_fail(context, spec, event, log, recoveries)
+        steps, summary = self._run_steps(spec, log, recoveries, summary)
         context["ti"].xcom_push(key=JOB_STEPS, value=steps)
         context["ti"].xcom_push(key=JOB_SUMMARY, value=summary)
         self.log.info("Training summary: %s", summary_text(summary))
@@ -246,7 +301,154 @@ class RayJobSensor(StepOperator):
             final = event.get("final_step")
             return {**result, "final_step": int(final) if final is not None else spec.final_step, "converged_at": None}
         message = f"{event.get('message', 'no message')}\nLast lines of the driver log:\n{tail}"
-        raise AirflowFailException(message)
+        verdict = event.get("recovery_verdict")
+        raise AirflowFailException(f"{message}\n{verdict}" if verdict else message)
+
+    # --- node-loss recovery ------------------------------------------------------------------------------------------
+    def _recoveries(self, context: Context) -> list[dict[str, Any]]:
+        """The recoveries this try of the task made so far (XCom survives its deferrals)."""
+        return list(context["ti"].xcom_pull(task_ids=self.step_id, key=JOB_RECOVERIES) or [])
+
+    def _recover_or_fail(
+        self,
+        context: Context,
+        spec: RunSpec,
+        event: dict[str, Any],
+        log: RunMetrics | None,
+        recoveries: list[dict[str, Any]],
+    ) -> None:
+        """A failed job: defer to wait for the replacement when a recovery rule says it was a lost node and
+        attempts are left; fail with the newest checkpoint exported when they ran out; return (the caller fails
+        the run as before) when no rule recovers it. The verdict is logged either way."""
+        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
+        from nemo_rl_gke.ray.hooks import RayJobsHook
+        from nemo_rl_gke.triggers.raycluster import RayClusterTrigger
+
+        submission_id = str(event.get("submission_id"))
+        info = RayJobsHook.for_run(spec, self.hook, self.deployment).job_info(submission_id) or {}
+        steps = log.steps if log is not None else []
+        done = [s for s in steps if s.completed]
+        verdict = classify(info.get("error_type"), str(info.get("message") or event.get("message") or ""),
+                           event.get("tail") or [], len(done))  # fmt: skip
+        self.log.info("Ray job %s failed: %s", submission_id, verdict.text())
+        event["recovery_verdict"] = verdict.text()
+        if not verdict.recoverable:
+            return
+        # The attempt resumes from the newest save: this attempt's, or where this attempt itself started.
+        started_from = (
+            recoveries[-1]["resumed_from"]
+            if recoveries
+            else ((pull(context, RESUME) or {}).get("resumed_from") or {}).get("step")
+        )
+        saved = newest_save(steps)
+        resume_from = saved if saved is not None else started_from
+        if len(recoveries) >= spec.max_recoveries:
+            message = (
+                f"{event.get('message')}\n{verdict.text()}; its {spec.max_recoveries} recoveries (max_recoveries) "
+                "are used up"
+            )
+            if resume_from is None:
+                raise AirflowFailException(f"{message}, and no checkpoint was saved")
+            mark_checkpoint_pending(self, context, spec, int(resume_from))
+            context["ti"].xcom_push(key=JOB_STALLED, value={"final_step": int(resume_from), "message": message})
+            raise AirflowFailException(f"{message}. Checkpoint step {resume_from} is validated and exported next.")
+        ended = info.get("end_time")
+        record = recovery_record(
+            attempt=len(recoveries) + 1,
+            failed_job=submission_id,
+            rule=verdict.rule,
+            why=verdict.why,
+            failed_at=float(ended) / 1000.0 if ended else time.time(),
+            steps=steps,
+            resumed_from=resume_from,
+            gpus=spec.worker_replicas * spec.gpus_per_node,
+        )
+        context["ti"].xcom_push(key=JOB_RECOVERIES, value=[*recoveries, record])
+        self.log.warning(
+            "Recovery %d of %d: waiting for RayCluster %s to have all %d workers again, then resubmitting from "
+            "step %s (%d step(s) lost)", record["attempt"], spec.max_recoveries, spec.raycluster_name,
+            spec.worker_replicas, resume_from, record["steps_lost"],
+        )  # fmt: skip
+        trigger = RayClusterTrigger(
+            cluster_path=spec.cluster_path,
+            namespace=spec.namespace,
+            name=spec.raycluster_name,
+            wait_for="workers",
+            gcp_conn_id=self.gcp_conn_id,
+            poll_interval=spec.poll_interval_s,
+            timeout=RECOVERY_WAIT_S,
+            started_at=time.time(),
+        )
+        self.defer(
+            trigger=trigger,
+            method_name="execute_complete",
+            timeout=timedelta(seconds=RECOVERY_WAIT_S + DEFERRAL_BACKSTOP_S),
+        )
+
+    def _resubmit(self, context: Context, spec: RunSpec, event: dict[str, Any]) -> NoReturn:
+        """The replacement is ready (or did not come): fence the failed attempt, submit the next, follow it."""
+        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
+        from nemo_rl_gke.ray.hooks import RayJobsHook
+
+        recoveries = self._recoveries(context)
+        record = recoveries[-1]
+        resume_from = record["resumed_from"]
+        if event.get("status") != "success":
+            message = f"recovery {record['attempt']}: the RayCluster did not get its workers back: "
+            message += str(event.get("message"))
+            if resume_from is None:
+                raise AirflowFailException(message)
+            mark_checkpoint_pending(self, context, spec, int(resume_from))
+            context["ti"].xcom_push(key=JOB_STALLED, value={"final_step": int(resume_from), "message": message})
+            raise AirflowFailException(f"{message}. Checkpoint step {resume_from} is validated and exported next.")
+        self.log.info("%s", event.get("message"))
+        ray = RayJobsHook.for_run(spec, self.hook, self.deployment)
+        self._fence(ray, record["failed_job"])
+        submission = submit_grpo_job(self, context, spec, resume_from, attempt=int(record["attempt"]))
+        now = time.time()
+        recoveries[-1] = resubmitted(record, submission["submission_id"], now)
+        context["ti"].xcom_push(key=JOB_RECOVERIES, value=recoveries)
+        self.log.warning("%s", recoveries_text(recoveries[-1:]))
+        self._follow(context, spec, submission["submission_id"], attempt_started_at=now)
+
+    def _fence(self, ray: RayJobsHook, submission_id: str) -> None:
+        """Make sure the failed attempt is stopped and its driver gone before the next one starts: two attempts on
+        one checkpoint directory would each write it."""
+        deadline = time.monotonic() + FENCE_TIMEOUT_S
+        status = ray.status(submission_id)
+        if status not in TERMINAL_JOB_STATUSES:
+            ray.stop(submission_id)
+        while status not in TERMINAL_JOB_STATUSES and status is not None:
+            if time.monotonic() > deadline:
+                raise AirflowFailException(
+                    f"Ray job {submission_id} is still {status} {FENCE_TIMEOUT_S:.0f}s after it was stopped: no new "
+                    f"attempt is started beside it. Stop it by hand (ray job stop {submission_id}) and clear this task"
+                )
+            time.sleep(1.0)
+            status = ray.status(submission_id)
+        self.log.info("Fenced: Ray job %s is %s, so its driver is gone", submission_id, status)
+
+    def _run_steps(
+        self, spec: RunSpec, log: RunMetrics | None, recoveries: list[dict[str, Any]], summary: dict[str, Any]
+    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """The per-step table and the summary: of the job, or of all its attempts after a recovery (each row marked
+        with its attempt, the lost steps left out)."""
+        last = [s for s in log.completed_steps] if log is not None else []
+        if not recoveries:
+            return [s.to_dict() for s in last], summary
+        attempts, saves = [], set(log.checkpoints if log else [])
+        for record in recoveries:
+            earlier = self.read_job_log(spec, record["failed_job"])
+            attempts.append(earlier.steps if earlier is not None else [])
+            cut = record["resumed_from"]
+            saves |= {step for step in (earlier.checkpoints if earlier else []) if cut is not None and step <= cut}
+        attempts.append(log.steps if log is not None else [])
+        rows = merge_attempts(attempts, [r["resumed_from"] for r in recoveries])
+        metrics = RunMetrics()
+        metrics.steps = [StepMetrics.from_dict(row) for row in rows]
+        metrics.checkpoints = sorted(saves)
+        merged = {**summary, **metrics.summary(), "recoveries": len(recoveries)}
+        return rows, merged
 
     def read_job_log(self, spec: RunSpec, submission_id: str) -> RunMetrics | None:
         """The metrics of the job's whole log (the trigger event carries only a summary, so it stays small whatever

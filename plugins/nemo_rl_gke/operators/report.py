@@ -26,6 +26,7 @@ from nemo_rl_gke.run.spec import RunSpec
 from nemo_rl_gke.run.topology import (
     ERROR,
     EXPORT,
+    JOB_RECOVERIES,
     JOB_STALLED,
     JOB_SUMMARY,
     REPORT_TEXT,
@@ -47,6 +48,9 @@ def _training(context: Context) -> dict[str, Any] | None:
     waited = pull(context, WAIT) or {}
     outcome = ("converged_at", "final_step", "stopped_at_budget", "max_steps")
     stalled = pull(context, WAIT, JOB_STALLED) or {}
+    recoveries = pull(context, WAIT, JOB_RECOVERIES) or []
+    if recoveries:
+        summary = {**summary, "recovery_log": recoveries}
     if stalled:
         return {**summary, "final_step": stalled.get("final_step"), "stalled": stalled.get("message")}
     return {**summary, **{k: waited[k] for k in outcome if waited.get(k) is not None}}

@@ -135,6 +135,26 @@ def gpu_nodes_bounded(spec: RunSpec, _: Recipe, deployment: Deployment) -> Itera
 
 
 @rule(
+    "deployment.recoveries",
+    BOUNDS,
+    "The run's node-loss recoveries fit the deployment's bound",
+    example={"max_recoveries": 6},
+    counter_example={"max_recoveries": 2},
+    uses_deployment=True,
+)
+def recoveries_bounded(spec: RunSpec, _: Recipe, deployment: Deployment) -> Iterator[Violation]:
+    """Each recovery waits for a replacement node and trains again: the deployment caps how many a conf may ask for."""
+    if spec.max_recoveries > deployment.max_recoveries:
+        yield Violation(
+            ("max_recoveries",),
+            spec.max_recoveries,
+            f"max_recoveries={spec.max_recoveries} is more than the deployment's bound "
+            f"{_setting('max_recoveries')} of {deployment.max_recoveries}",
+            f"set max_recoveries to {deployment.max_recoveries} or less; only {WHO_CHANGES} can raise it",
+        )
+
+
+@rule(
     "deployment.recipe",
     BOUNDS,
     "The recipe is one the deployment allows",

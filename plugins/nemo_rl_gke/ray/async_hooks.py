@@ -25,26 +25,13 @@ from airflow.sdk import BaseHook
 
 from nemo_rl_gke.gcp.async_hooks import GcpAsyncHook
 from nemo_rl_gke.kube.async_client import AsyncKubeHook
-from nemo_rl_gke.ray.hooks import RayTlsError, tls_error
+from nemo_rl_gke.ray.errors import RayJobsApiError, RayJobsTransientError, RayTlsError, tls_error
 from nemo_rl_gke.ray.log_tail import StreamRefused, TailStream
 from nemo_rl_gke.ray.submit import hide_secret_bodies, ray_token_headers, ray_token_of
 
 REQUEST_TIMEOUT_S = 60.0
 # 408 and 429 say "try later"; every 5xx is the server's (or the proxy's) problem, not the request's.
 TRANSIENT_STATUSES = frozenset({408, 429})
-
-
-class RayJobsApiError(RuntimeError):
-    """The Ray Jobs API answered with an error a retry cannot fix, or with a body that is not a JSON object."""
-
-    def __init__(self, status: int, body: Any) -> None:
-        super().__init__(f"HTTP {status}: {str(body)[:300]}")
-        self.status = status
-        self.body = body
-
-
-class RayJobsTransientError(RuntimeError):
-    """A failure worth retrying: 408, 429, any 5xx, a connection error or a timeout."""
 
 
 @dataclass(frozen=True)

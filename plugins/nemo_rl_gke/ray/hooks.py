@@ -29,6 +29,7 @@ from airflow.sdk.log import mask_secret
 from nemo_rl_gke.kube.access import DashboardAddress
 from nemo_rl_gke.kube.client import KubeHook, ObjectRef
 from nemo_rl_gke.plan.ray_job import JobRequest
+from nemo_rl_gke.ray.errors import RayTlsError, tls_error
 from nemo_rl_gke.ray.submit import (
     hide_secret_bodies,
     kuberay_name,
@@ -40,24 +41,14 @@ from nemo_rl_gke.ray.submit import (
 from nemo_rl_gke.run.deployment import Deployment
 from nemo_rl_gke.run.paths import PLUGINS_DIR, RECIPES_DIR
 
+# Re-exported: the errors live in ray.errors, which the async side imports without the sync clients.
+__all__ = ["RayJobsHook", "RayTlsError", "Submission", "tls_error"]
+
 if TYPE_CHECKING:
     from ray.job_submission import JobSubmissionClient
 
     from nemo_rl_gke.gcp.hooks import GcpHook
     from nemo_rl_gke.run.spec import RunSpec
-
-
-class RayTlsError(RuntimeError):
-    """The Ray Jobs API's TLS certificate does not verify against the CA it must be signed by (not retried)."""
-
-
-def tls_error(address: str, against: str, cause: object) -> RayTlsError:
-    """The error for a certificate at ``address`` that does not verify against ``against`` (both hooks raise it)."""
-    return RayTlsError(
-        f"the Ray Jobs API at {address} has a TLS certificate that does not verify against {against}: {cause}. "
-        "Fix: for the run's own head service the CA is the GKE cluster's (masterAuth.clusterCaCertificate), read "
-        "again from the cluster; for the deployment's ray_dashboard_url, a certificate the system trusts"
-    )
 
 
 @dataclass(frozen=True)
@@ -67,6 +58,8 @@ class Submission:
     submission_id: str
     action: str
     status: str
+    # Epoch seconds Ray started an adopted job (None for a new one: it starts now).
+    started_at: float | None = None
 
     def to_dict(self) -> dict[str, str]:
         """JSON form for XCom (no secrets: only the id, the action and the status)."""
@@ -123,14 +116,9 @@ class RayJobsHook(BaseHook):
 
     def status(self, submission_id: str) -> str | None:
         """The job's status (``RUNNING``, ``SUCCEEDED``, ...), or None when Ray has no job with this id."""
-        try:
-            status = self.client.get_job_status(submission_id)
-        except RuntimeError as exc:
-            if "does not exist" in str(exc) or "404" in str(exc) or "Not Found" in str(exc):
-                return None
-            raise
-        # JobStatus is a str Enum: its value is the bare name ('RUNNING'), its str() is not.
-        return str(getattr(status, "value", status))
+        # Ray's get_job_status is get_job_info's status: one request either way.
+        info = self.job_info(submission_id)
+        return None if info is None else str(info.get("status"))
 
     def submit(self, request: JobRequest, secrets: Mapping[str, str]) -> Submission:
         """Submit the job, or adopt it when its submission id already exists on the cluster.
@@ -138,12 +126,14 @@ class RayJobsHook(BaseHook):
         ``secrets`` (resolved by :func:`~nemo_rl_gke.ray.submit.resolve_secrets`) join the runtime env's variables;
         the request itself carries references only.
         """
-        existing = self.status(request.submission_id)
+        existing = self.job_info(request.submission_id)
         if existing is not None:
             self.log.info(
-                "Ray job %s already exists (%s): adopting it, not submitting again", request.submission_id, existing
+                "Ray job %s already exists (%s): adopting it, not submitting again",
+                request.submission_id,
+                existing.get("status"),
             )
-            return Submission(request.submission_id, "adopted", existing)
+            return self._adopted(request.submission_id, existing)
         runtime_env: dict[str, Any] = {"env_vars": {**request.env_vars, **secrets}}
         with tempfile.TemporaryDirectory(prefix="nemo-rl-job-") as staging:
             if request.working_dir_files:
@@ -159,11 +149,31 @@ class RayJobsHook(BaseHook):
                 # A submit that reached Ray but whose answer was lost: the retry lands here, and the job is ours.
                 if "already exists" not in str(exc):
                     raise
-                status = self.status(request.submission_id) or "PENDING"
                 self.log.info("Ray job %s already exists: adopting it", request.submission_id)
-                return Submission(request.submission_id, "adopted", status)
+                return self._adopted(request.submission_id, self.job_info(request.submission_id) or {})
         self.log.info("Submitted Ray job %s", request.submission_id)
         return Submission(request.submission_id, "submitted", "PENDING")
+
+    @staticmethod
+    def _adopted(submission_id: str, info: Mapping[str, Any]) -> Submission:
+        """An adopted job, with when Ray started it: its timeout counts from there, not from the adoption."""
+        started = info.get("start_time")
+        return Submission(
+            submission_id, "adopted", str(info.get("status") or "PENDING"), float(started) / 1000 if started else None
+        )
+
+    def job_info(self, submission_id: str) -> dict[str, Any] | None:
+        """Ray's record of the job (status, message, error_type, start_time and end_time in ms, ...); None: no such
+        job."""
+        try:
+            details = self.client.get_job_info(submission_id)
+        except RuntimeError as exc:
+            if "does not exist" in str(exc) or "404" in str(exc) or "Not Found" in str(exc):
+                return None
+            raise
+        data = details.dict() if hasattr(details, "dict") else dict(vars(details))
+        # JobStatus is a str Enum: its value is the bare name ('RUNNING'), its str() is not.
+        return {k: (v.value if hasattr(v, "value") else v) for k, v in data.items() if not k.startswith("_")}
 
     def logs(self, submission_id: str, offset: int = 0) -> str:
         """The job's driver log from character ``offset`` on (``GET /api/jobs/{id}/logs`` answers the whole log)."""

@@ -679,6 +679,17 @@ class RunConf:
         minimum=1,
         maximum=14 * DAY,
     )
+    max_recoveries: int = _param(
+        2,
+        section=SECTION_WAITING,
+        title="Recoveries from a lost node",
+        description="How many times the job is resubmitted from its newest checkpoint after it failed because a "
+        "node was lost (a recovery rule says which failures those are; a bug is never retried). Each waits for the "
+        "RayCluster's replacement worker first. When they run out, the run fails and its newest checkpoint is "
+        "validated and exported. At most the deployment's [nemo_rl_gke] max_recoveries.",
+        minimum=0,
+        maximum=20,
+    )
     teardown_timeout_s: int = _param(
         3600,
         section=SECTION_WAITING,

@@ -55,6 +55,9 @@ DEFAULT_EXPORT_BUCKETS = (f"{PROJECT_PLACEHOLDER}-nemo-rl-checkpoints",)
 DEFAULT_MAX_GPU_NODES_PER_RUN = 2
 DEFAULT_MAX_GPU_NODES_TOTAL = 4
 GPU_NODES_CEILING = 1024
+# Node-loss recoveries: how many one run may make (a conf's max_recoveries may only be lower), and the ceiling.
+DEFAULT_MAX_RECOVERIES = 5
+RECOVERIES_CEILING = 20
 BUCKET_ENTRY = re.compile(r"[a-z0-9._-]+\*?")
 PROJECT_ENTRY = re.compile(r"[a-z][a-z0-9-]{4,28}[a-z0-9]")
 REGION_ENTRY = re.compile(r"[a-z]+-[a-z]+[0-9]+")
@@ -179,6 +182,7 @@ class Deployment:
     - ``max_run_hours`` / ``max_run_usd``: the most one run may last (from its start, provisioning included) and
       spend (the run report's cost model: GPU price per hour x GPU nodes); a conf may only lower them. 0: no limit.
     - ``allowed_recipes``: recipes a conf may pick; empty: every recipe shipped in include/recipes.
+    - ``max_recoveries``: the most node-loss recoveries (resubmissions) a conf's ``max_recoveries`` may ask for.
     - ``gcp_project``: not a ``[nemo_rl_gke]`` setting but the ``project`` extra of the Google connection, read by
       :func:`load_deployment` / :meth:`from_env`; always an allowed project ('' when the connection names none).
     """
@@ -197,6 +201,7 @@ class Deployment:
     max_run_hours: float = DEFAULT_MAX_RUN_HOURS
     max_run_usd: float = DEFAULT_MAX_RUN_SPEND
     allowed_recipes: tuple[str, ...] = ()
+    max_recoveries: int = DEFAULT_MAX_RECOVERIES
     gcp_project: str = TUTORIAL_PROJECT
 
     def __post_init__(self) -> None:
@@ -262,6 +267,11 @@ class Deployment:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= GPU_NODES_CEILING:
                 problems.append(f"{name} must be a whole number from 1 to {GPU_NODES_CEILING} (got {str(value)[:40]})")
+        value = self.max_recoveries
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= RECOVERIES_CEILING:
+            problems.append(
+                f"max_recoveries must be a whole number from 0 to {RECOVERIES_CEILING} (got {str(value)[:40]})"
+            )
         # gcp_project is not checked: a domain-scoped project (example.com:p) is valid there and matches no conf.
         return problems
 
@@ -520,6 +530,12 @@ BOUND_SETTINGS_DOC: tuple[tuple[str, str, str], ...] = (
         "allowed_recipes",
         "",
         "Recipes a conf may pick (comma-separated); empty allows every recipe shipped in include/recipes.",
+    ),
+    (
+        "max_recoveries",
+        str(DEFAULT_MAX_RECOVERIES),
+        "The most times one run may resubmit its job after a lost node (a conf's max_recoveries may only be lower; "
+        "0: never). Each recovery waits for the replacement node, so it spends the run's budget too.",
     ),
 )
 SETTINGS_DOC = SETTINGS_DOC + BOUND_SETTINGS_DOC

@@ -102,6 +102,8 @@ JOB_SUMMARY = "summary"
 JOB_BUDGET = "budget"
 # A stalled job's newest save and the stall's message: train.wait fails, and the checkpoint steps still run on it.
 JOB_STALLED = "stalled"
+# The node-loss recoveries train.wait made: one row each (when, the rule, the steps and GPU-hours lost).
+JOB_RECOVERIES = "recoveries"
 CHECKPOINT_REPORT = "report"
 REPORT_TEXT = "text"
 
@@ -335,7 +337,7 @@ _STEPS: tuple[Step, ...] = (
     Step(SUBMIT, Op.SUBMIT_JOB, TRAIN, (RAYCLUSTER, RESUME), doc="Submits the GRPO job once (Ray Jobs API)."),
     # A failed or stopped job, the guard and the timeout fail without retry; a lost trigger is retried.
     Step(WAIT, Op.FOLLOW_JOB, TRAIN, (SUBMIT,), retries=1,
-         produces=(*_RECORDS, JOB_STEPS, JOB_SUMMARY, JOB_BUDGET, JOB_STALLED),
+         produces=(*_RECORDS, JOB_STEPS, JOB_SUMMARY, JOB_BUDGET, JOB_STALLED, JOB_RECOVERIES),
          doc="Follows the job, deferred: its log into the task log, its step metrics into XCom."),
     # --- checkpoint: a retry would re-read the same files to the same answer ---------------------------------
     Step(CHECK_CHECKPOINT, Op.VALIDATE_CHECKPOINT, CHECKPOINT, (WAIT,), produces=(*_RECORDS, CHECKPOINT_REPORT),

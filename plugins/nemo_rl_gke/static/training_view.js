@@ -31,7 +31,19 @@ function safeHttps(url) {
   try { const u = new URL(url); return u.protocol === "https:" ? u.href : null; } catch (e) { return null; }
 }
 
-function drawCurve(curve, points, width = 360, height = 170) {
+// Each attempt after a node-loss recovery starts at a dashed line: "attempt N", with its rule and resumed step.
+function drawAttempts(svg, attempts, sx, x0, x1, top, bottom) {
+  for (const a of attempts || []) {
+    if (a.at < x0 || a.at > x1) continue;
+    const x = sx(Math.max(x0, a.at - 0.5)).toFixed(1);
+    const line = el("svg:line", { class: "attempt", "data-attempt": a.attempt, x1: x, x2: x, y1: top, y2: bottom, stroke: "#dd6b20", "stroke-dasharray": "4 3" });
+    line.appendChild(el("svg:title", {}, `attempt ${a.attempt}: resumed from step ${a.resumed_from ?? "?"}${a.rule ? ` after ${a.rule}` : ""}`));
+    svg.appendChild(line);
+    svg.appendChild(el("svg:text", { class: "attempt", x: Number(x) + 3, y: top + 18, fill: "#c05621" }, `attempt ${a.attempt}`));
+  }
+}
+
+function drawCurve(curve, points, width = 360, height = 170, attempts = []) {
   const left = 46, right = 10, top = 8, bottom = 22;
   const box = el("div", { class: "curve" });
   box.appendChild(el("div", { class: "title" }, curve.title + (curve.unit ? ` (${curve.unit})` : "")));
@@ -44,6 +56,7 @@ function drawCurve(curve, points, width = 360, height = 170) {
     if (y1 - y0 < 1e-9) { y0 -= 0.5; y1 += 0.5; }
     const sx = (x) => left + ((x - x0) / (x1 - x0)) * (width - left - right);
     const sy = (y) => top + (1 - (y - y0) / (y1 - y0)) * (height - top - bottom);
+    drawAttempts(svg, attempts, sx, x0, x1, top, height - bottom);
     svg.appendChild(el("svg:polyline", { points: points.map((p) => `${sx(p[0]).toFixed(1)},${sy(p[1]).toFixed(1)}`).join(" "), fill: "none", stroke: "#3182ce", "stroke-width": 1.5 }));
     for (const p of points) {
       const dot = el("svg:circle", { class: "pt", cx: sx(p[0]).toFixed(1), cy: sy(p[1]).toFixed(1), r: 2, fill: "#2b6cb0" });
@@ -68,7 +81,7 @@ function drawReward(view) {
   const curve = view.curves.find((c) => c.key === "reward");
   const side = document.querySelector(".side");
   const width = Math.max(320, hero.clientWidth - 22), height = Math.max(180, side.offsetHeight - 34);
-  const drawn = drawCurve(curve, view.series.reward || [], width, height);
+  const drawn = drawCurve(curve, view.series.reward || [], width, height, view.attempts);
   hero.replaceChildren(...drawn.childNodes);
 }
 
@@ -215,7 +228,7 @@ function render(view) {
   drawTimeline(view.stages);
   const curves = document.getElementById("curves");
   const rest = view.curves.filter((c) => c.key !== "reward");
-  curves.replaceChildren(...rest.map((c) => drawCurve(c, view.series[c.key] || [])));
+  curves.replaceChildren(...rest.map((c) => drawCurve(c, view.series[c.key] || [], 360, 170, view.attempts)));
   curves.setAttribute("data-points", view.points);
   const wandb = document.getElementById("wandb");
   wandb.replaceChildren();
@@ -235,8 +248,11 @@ async function poll() {
     if (!response.ok) throw new Error(`HTTP ${response.status} from ${DATA_URL}`);
     render(await response.json());
     setText("error", "");
+    delete document.body.dataset.error;
   } catch (error) {
+    // A render that threw leaves the page half redrawn: the footer says why, and so does the body for the tests.
     setText("error", String(error));
+    document.body.dataset.error = `${error}${error && error.stack ? "\n" + error.stack : ""}`;
   }
   // Keep polling after the run ended too: its teardown and report still change what the banner shows.
   window.setTimeout(poll, POLL_S * 1000);

@@ -19,8 +19,9 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from nemo_rl_gke.gcp.async_hooks import GcpAsyncHook, PermanentApiError, TransientApiError
+from nemo_rl_gke.gcp.errors import PermanentApiError, TransientApiError
 from nemo_rl_gke.run.ownership import Lease, lease_key, leases_in, live_gpu_leases
+from nemo_rl_gke.triggers.clients import GCP, client_module
 from nemo_rl_gke.triggers.operations import ERROR, SUCCESS, TIMEOUT, backoff_delay
 
 CLASSPATH = "nemo_rl_gke.triggers.lease.LeaseTrigger"
@@ -93,7 +94,8 @@ class LeaseTrigger(BaseTrigger):
 
     async def _wait(self) -> dict[str, Any]:
         failures, holder, used = 0, "", None
-        async with GcpAsyncHook(self.gcp_conn_id) as hook:
+        hooks = await client_module(GCP)
+        async with hooks.GcpAsyncHook(self.gcp_conn_id) as hook:
             while True:
                 delay = self.poll_interval
                 try:

@@ -20,8 +20,9 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from nemo_rl_gke.gcp.async_hooks import GcpAsyncHook, PermanentApiError, TransientApiError
+from nemo_rl_gke.gcp.errors import PermanentApiError, TransientApiError
 from nemo_rl_gke.gcp.operations import OperationRef, operation_status
+from nemo_rl_gke.triggers.clients import GCP, client_module
 
 CLASSPATH = "nemo_rl_gke.triggers.operations.OperationTrigger"
 SUCCESS, ERROR, TIMEOUT = "success", "error", "timeout"
@@ -117,7 +118,8 @@ class OperationTrigger(BaseTrigger):
         ref = OperationRef.from_dict(self.operation)
         failures = 0
         last_error = ""
-        async with GcpAsyncHook(self.gcp_conn_id) as hook:
+        hooks = await client_module(GCP)
+        async with hooks.GcpAsyncHook(self.gcp_conn_id) as hook:
             while True:
                 try:
                     body = await hook.get_json(ref.service, ref.path)

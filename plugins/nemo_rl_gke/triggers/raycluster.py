@@ -2,7 +2,9 @@
 
 Ready is the conditions ``HeadPodReady`` and ``RayClusterProvisioned`` (never ``status.state``) or, where KubeRay
 reports no conditions (1.2 without its feature gate), the head and worker pods all Ready; gone is a 404 after a
-delete. It polls the cluster's API with async calls only and ends with exactly one event::
+delete. ``workers`` is ready with every worker the spec asks for ready now (``status.readyWorkerReplicas``):
+``RayClusterProvisioned`` stays True once it was, so after a lost node only the count says the replacement joined.
+It polls the cluster's API with async calls only and ends with exactly one event::
 
     {"status": "success" | "error" | "timeout", "message": str, "raycluster": str, "wait_for": "ready" | "deleted"}
 
@@ -14,27 +16,32 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from nemo_rl_gke.kube.access import ClusterUnreachableError
-from nemo_rl_gke.kube.async_client import AsyncKubeHook
-from nemo_rl_gke.kube.client import KubeApiError, is_kube_transient
+from nemo_rl_gke.kube.errors import KubeApiError, is_kube_transient
 from nemo_rl_gke.kube.raycluster import (
     CLUSTER_LABEL,
+    desired_workers,
     diagnose,
     events_path,
     is_ready,
     pods_not_ready,
     pods_path,
     raycluster_path,
+    ready_workers,
     reports_conditions,
 )
+from nemo_rl_gke.triggers.clients import KUBE, client_module
 from nemo_rl_gke.triggers.operations import ERROR, SUCCESS, TIMEOUT, backoff_delay
 
+if TYPE_CHECKING:
+    from nemo_rl_gke.kube.async_client import AsyncKubeHook
+
 CLASSPATH = "nemo_rl_gke.triggers.raycluster.RayClusterTrigger"
-WAIT_MODES = ("ready", "deleted")
+WAIT_MODES = ("ready", "workers", "deleted")
 
 
 class RayClusterTrigger(BaseTrigger):
@@ -43,7 +50,7 @@ class RayClusterTrigger(BaseTrigger):
     :param cluster_path: the GKE cluster (``projects/P/locations/L/clusters/C``) whose API serves the RayCluster.
     :param namespace: the RayCluster's namespace.
     :param name: the RayCluster's name.
-    :param wait_for: ``ready`` or ``deleted``.
+    :param wait_for: ``ready``, ``workers`` (ready, and every worker ready now) or ``deleted``.
     :param gcp_conn_id: the Airflow connection with the endpoints and credentials.
     :param poll_interval: seconds between polls.
     :param timeout: seconds from ``started_at`` until a ``timeout`` event.
@@ -107,13 +114,15 @@ class RayClusterTrigger(BaseTrigger):
     async def _wait(self) -> TriggerEvent:
         path = raycluster_path(self.namespace, self.name)
         failures, last_error = 0, ""
-        async with AsyncKubeHook(self.gcp_conn_id, self.cluster_path) as kube:
+        clients = await client_module(KUBE)
+        async with clients.AsyncKubeHook(self.gcp_conn_id, self.cluster_path) as kube:
             while True:
                 delay = self.poll_interval
                 try:
                     obj = await kube.get(path)
                     # Without conditions (KubeRay 1.2, no feature gate) the pods say whether it is ready.
-                    fallback = self.wait_for == "ready" and obj is not None and not reports_conditions(obj)
+                    waits_ready = self.wait_for in ("ready", "workers")
+                    fallback = waits_ready and obj is not None and not reports_conditions(obj)
                     pods = await self._pods(kube) if fallback else []
                 except ClusterUnreachableError as exc:
                     if self.wait_for == "deleted":
@@ -133,13 +142,19 @@ class RayClusterTrigger(BaseTrigger):
                         return self._event(
                             SUCCESS, f"RayCluster {self.name} is ready (HeadPodReady, RayClusterProvisioned)"
                         )
+                    if self.wait_for == "workers" and obj is not None and is_ready(obj):
+                        ready, wanted = ready_workers(obj), desired_workers(obj)
+                        if ready >= wanted:
+                            return self._event(
+                                SUCCESS, f"RayCluster {self.name} is ready with {ready} of {wanted} workers"
+                            )
                     if fallback and obj is not None and not pods_not_ready(obj, pods):
                         return self._event(
                             SUCCESS,
                             f"RayCluster {self.name} is ready: its head and {len(pods) - 1} worker pods are "
                             "Ready (KubeRay reports no conditions)",
                         )
-                    if self.wait_for == "ready" and obj is None:
+                    if waits_ready and obj is None:
                         return self._event(ERROR, f"RayCluster {self.name} does not exist (deleted while waiting?)")
                 remaining = self.started_at + self.timeout - time.time()
                 if remaining <= 0:

@@ -33,20 +33,24 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.connection import get_async_connection
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from nemo_rl_gke.kube.client import KubeApiError, is_kube_transient
+from nemo_rl_gke.kube.errors import KubeApiError, is_kube_transient
 from nemo_rl_gke.observe.metrics import LogFollower, newest_save, saved_after
+from nemo_rl_gke.observe.recoveries import FOLLOWING
 from nemo_rl_gke.observe.redaction import StreamRedactor
 from nemo_rl_gke.observe.report import budget_stop_text
 from nemo_rl_gke.observe.step_timing import mean_step_time, progress_mark, stall_after
 from nemo_rl_gke.observe.zero_learning import ZeroLearningVerdict, check_zero_learning
-from nemo_rl_gke.ray.async_hooks import RayJobsApiError, RayJobsAsyncHook, RayJobsTransientError
-from nemo_rl_gke.ray.hooks import RayTlsError
+from nemo_rl_gke.ray.errors import RayJobsApiError, RayJobsTransientError, RayTlsError
+from nemo_rl_gke.triggers.clients import RAY, client_module
 from nemo_rl_gke.triggers.operations import backoff_delay
+
+if TYPE_CHECKING:
+    from nemo_rl_gke.ray.async_hooks import RayJobsAsyncHook
 
 CLASSPATH = "nemo_rl_gke.triggers.rayjob.RayJobTrigger"
 TERMINAL = {"SUCCEEDED": "success", "FAILED": "failed", "STOPPED": "stopped"}
@@ -87,6 +91,8 @@ class RayJobTrigger(BaseTrigger):
     :param usd_per_hour: the run's GPU cost per hour at the report's prices (0: unknown), for the budget message.
     :param max_steps: the steps the job was to train, for the budget message.
     :param stall_after_s: seconds without a new step that make a stall; 0: derived from the step times.
+    :param attempt_started_at: epoch seconds this attempt of the job was submitted (a recovery's resubmission; 0:
+        ``started_at``): the stall clock starts there, while the job timeout counts from the first submission.
     """
 
     def __init__(
@@ -110,6 +116,7 @@ class RayJobTrigger(BaseTrigger):
         usd_per_hour: float = 0.0,
         max_steps: int = 0,
         stall_after_s: float = 0.0,
+        attempt_started_at: float = 0.0,
     ) -> None:
         super().__init__()
         self.address = address.rstrip("/")
@@ -125,16 +132,9 @@ class RayJobTrigger(BaseTrigger):
         self.cluster_path = cluster_path
         self.ray_token_secret = ray_token_secret
         self.log_stream = bool(log_stream)
-        # The HTTP side: built from these kwargs, no I/O until run() (the tokens are fetched there, never passed in).
-        self._ray = RayJobsAsyncHook(
-            self.address,
-            needs_token=needs_token,
-            gcp_conn_id=gcp_conn_id,
-            ca_pem=ca_pem,
-            cluster_path=cluster_path,
-            ray_token_secret=ray_token_secret,
-            log_stream=self.log_stream,
-        )
+        # The HTTP side, built from these kwargs when the trigger runs (_ray_hook): the tokens are fetched then,
+        # never passed in, and its client module is imported off the event loop.
+        self._hook: RayJobsAsyncHook | None = None
         self._converged_logged = False
         self.budget_deadline = float(budget_deadline)
         self.run_started_at = float(run_started_at) or self.started_at
@@ -144,7 +144,8 @@ class RayJobTrigger(BaseTrigger):
         # The step the budget came near in (its save is awaited), and when the log last showed progress.
         self._budget_near_index: int | None = None
         self._progress = (0, 0, 0)
-        self._progress_at = self.started_at
+        self.attempt_started_at = float(attempt_started_at)
+        self._progress_at = self.attempt_started_at or self.started_at
         # Replaced once the secret values are loaded in run(): values never reach __init__, kwargs or the DB.
         self._redactor = StreamRedactor(())
         self.follower = LogFollower(redactor=self._redactor)
@@ -172,6 +173,7 @@ class RayJobTrigger(BaseTrigger):
                 "usd_per_hour": self.usd_per_hour,
                 "max_steps": self.max_steps,
                 "stall_after_s": self.stall_after_s,
+                "attempt_started_at": self.attempt_started_at,
             },
         )
 
@@ -179,6 +181,7 @@ class RayJobTrigger(BaseTrigger):
     async def _load_secrets(self) -> None:
         """Build the redactor from the job's secret values and the Ray token (the async connection API also
         registers the passwords with the masker); the follower gets it before it reads any log text."""
+        await self._ray_hook()
         values: list[str] = []
         if self.ray_token_secret:
             values.append(await self._ray_token())
@@ -204,10 +207,32 @@ class RayJobTrigger(BaseTrigger):
                 await asyncio.sleep(backoff_delay(attempt, self.poll_interval))
         raise AssertionError("unreachable")
 
+    async def _ray_hook(self) -> RayJobsAsyncHook:
+        """The Ray Jobs hook, built on first use (its module imported in a worker thread)."""
+        if self._hook is None:
+            hooks = await client_module(RAY)
+            self._hook = hooks.RayJobsAsyncHook(
+                self.address,
+                needs_token=self.needs_token,
+                gcp_conn_id=self.gcp_conn_id,
+                ca_pem=self.ca_pem,
+                cluster_path=self.cluster_path,
+                ray_token_secret=self.ray_token_secret,
+                log_stream=self.log_stream,
+            )
+        return self._hook
+
+    @property
+    def _ray(self) -> RayJobsAsyncHook:
+        """The hook, once :meth:`_ray_hook` built it (every path that talks to Ray starts there)."""
+        if self._hook is None:
+            raise RuntimeError("the Ray Jobs hook is built when the trigger runs (await _ray_hook() first)")
+        return self._hook
+
     @property
     def bytes_fetched(self) -> int:
         """Log bytes fetched so far, by the stream and by whole-log downloads (what bench/log_follow.py measures)."""
-        return self._ray.bytes_fetched
+        return self._hook.bytes_fetched if self._hook is not None else 0
 
     # --- the log ----------------------------------------------------------------------------------------------------
     async def _read_log(self, terminal: bool) -> tuple[ZeroLearningVerdict | None, int | None]:
@@ -225,13 +250,10 @@ class RayJobTrigger(BaseTrigger):
         ``text`` starts at character ``start`` of the log, or is the whole log (``start`` None). Returns the guard's
         verdict and, for a converged run, the checkpoint saved since it converged (None until that save has
         finished). Both are derived from everything read so far, so a restarted triggerer decides the same. The
-        lines are redacted already (the follower redacts before it splits); they are logged from this thread because
-        asyncio.to_thread copies the context the triggerer binds the task's log to.
+        lines are redacted already (the follower redacts before it splits).
         """
         if text is not None:
-            lines = self.follower.feed_full_log(text) if start is None else self.follower.feed_at(text, start)
-            for line in lines:
-                self.log.info("[ray job] %s", line)
+            self._log_lines(self.follower.feed_full_log(text) if start is None else self.follower.feed_at(text, start))
         if self.zero_learning_steps <= 0:
             return None, None
         steps = self.follower.metrics.steps
@@ -240,10 +262,15 @@ class RayJobTrigger(BaseTrigger):
             return verdict, None
         return verdict, saved_after(steps, verdict.decided_index)
 
+    def _log_lines(self, lines: list[str]) -> None:
+        """Write driver-log lines into the task log. Runs in a worker thread (they can be many): asyncio.to_thread
+        copies the context the triggerer binds the task's log to."""
+        for line in lines:
+            self.log.info("[ray job] %s", line)
+
     def _flush_logs(self) -> None:
         """End of the log: the held-back text, the unterminated line and unfinished bars. Runs in a worker thread."""
-        for line in self.follower.flush():
-            self.log.info("[ray job] %s", line)
+        self._log_lines(self.follower.flush())
 
     async def _stop(self) -> str:
         try:
@@ -323,6 +350,7 @@ class RayJobTrigger(BaseTrigger):
     async def _poll(self) -> TriggerEvent:
         failures, job_status = 0, "UNKNOWN"
         await self._load_secrets()
+        self.log.info("%s%s", FOLLOWING, self.submission_id)
         async with self._ray:
             while True:
                 delay = self.poll_interval
@@ -435,6 +463,7 @@ class RayJobTrigger(BaseTrigger):
 
     async def on_kill(self) -> None:
         """The user marked the task failed/success or cleared it: stop the job (cleanup() never does)."""
+        await self._ray_hook()
         if self.ray_token_secret and not self._ray.has_ray_token:
             try:
                 await self._ray_token()

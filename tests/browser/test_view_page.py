@@ -1,0 +1,64 @@
+"""The training view's page in Chromium, fed a snapshot built by :func:`build_view` (the page's own HTML, script and
+style, served at its URL by Playwright's router): what it draws for a run the JSON describes, without a whole run."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from nemo_rl_gke.observe.training_view import ViewInputs, build_view
+from nemo_rl_gke.plugin import URL_PREFIX
+from nemo_rl_gke.run import topology
+from nemo_rl_gke.run.spec import default_conf
+from tests.paths import ROOT
+from tests.ui.snapshots import NOW, attempt_log, task_states
+
+pytestmark = pytest.mark.browser
+STATIC = ROOT / "plugins/nemo_rl_gke/static"
+ORIGIN = "http://127.0.0.1:9"  # never reached: every request is answered by the router below
+
+
+@pytest.fixture
+def served(browser: Any) -> Iterator[tuple[Any, dict[str, Any]]]:
+    """A page whose requests the router answers: the view's files, and ``snapshot["view"]`` as its data."""
+    snapshot: dict[str, Any] = {}
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+
+    def answer(route: Any) -> None:
+        path = route.request.url.split("?", 1)[0].removeprefix(ORIGIN)
+        if path == f"{URL_PREFIX}/training":
+            route.fulfill(body=(STATIC / "training_view.html").read_text(), content_type="text/html")
+        elif path.startswith(f"{URL_PREFIX}/training/static/"):
+            name = path.rsplit("/", 1)[1]
+            kind = "text/javascript" if name.endswith(".js") else "text/css"
+            route.fulfill(body=(STATIC / name).read_text(), content_type=kind)
+        elif path == f"{URL_PREFIX}/training/data":
+            route.fulfill(body=json.dumps(snapshot["view"]), content_type="application/json")
+        else:
+            route.fulfill(status=404, body="")
+
+    context.route("**/*", answer)
+    yield context.new_page(), snapshot
+    context.close()
+
+
+def test_each_attempt_after_a_recovery_starts_at_a_mark_on_every_curve(served: tuple[Any, dict[str, Any]]) -> None:
+    page, snapshot = served
+    lines = [*attempt_log("job", range(1, 13), 30, (5, 10), 0), *attempt_log("job-r1", range(11, 21), 30, (), 1)]
+    recoveries = [{"attempt": 1, "resumed_from": 10, "rule": "actor-died", "failed_job": "job"}]
+    snapshot["view"] = build_view(ViewInputs("d", "r", "running", NOW, task_states(**{topology.WAIT: "deferred"}),
+                                             conf=default_conf(), log_lines=lines, recoveries=recoveries))  # fmt: skip
+    page.goto(f"{ORIGIN}{URL_PREFIX}/training?dag_id=d&run_id=r&poll=60")
+    page.wait_for_function("() => Number(document.body.dataset.points) === 20")
+    assert page.evaluate("() => document.body.dataset.error || ''") == ""
+    marks = page.locator("svg[data-curve] line.attempt[data-attempt='1']")
+    # The reward curve and the loss curve (the others have no points from this log but the loss and reward's).
+    assert marks.count() >= 2
+    assert "attempt 1: resumed from step 10 after actor-died" in (marks.first.text_content() or "")
+    reward = page.locator("svg[data-curve='reward']")
+    assert (
+        reward.locator("circle.pt").count() == 20 and reward.locator("text.attempt").first.text_content() == "attempt 1"
+    )

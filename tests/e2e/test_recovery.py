@@ -1,0 +1,69 @@
+"""A whole run that loses a GPU worker node mid-training, on the sandbox with the local CPU recipe: the job fails the
+way it does on GKE (Ray's ActorDiedError / ActorUnavailableError), a recovery rule calls it a lost node, the DAG waits
+deferred for the node pool's replacement, fences the failed attempt and resubmits from the newest save; the run then
+finishes, validates and exports its last step. In process (``dag.test``), its log read from what the run printed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+from sandbox.testing import SandboxProcess
+
+from nemo_rl_gke.run import topology as t
+from nemo_rl_gke.run.spec import RunSpec
+from tests.e2e.harness import latest_xcom, run_logged
+
+pytestmark = [pytest.mark.airflow, pytest.mark.usefixtures("fresh_sandbox")]
+SPEC = RunSpec()
+SAVE_PERIOD = 5
+LOSE_AFTER_SAVE = 10
+
+
+def _lose_a_worker_once_ray_runs(sandbox: SandboxProcess, found: list[dict[str, Any]]) -> None:
+    """Arm one node loss as soon as the run's RayCluster has a Ray: its worker is killed as soon as checkpoint step 10
+    is saved (so during step 11 or 12), and the node pool replaces it 3 s later."""
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        heads = sandbox.full_inventory()["ray_heads"]
+        if heads:
+            found.append(sandbox.lose_node(heads[0]["raycluster"], after_save=LOSE_AFTER_SAVE, replace_after_s=3.0))
+            return
+        time.sleep(0.2)
+
+
+def test_a_lost_worker_node_is_recovered_from_the_newest_save_and_the_run_exports_its_last_step(
+    sandbox: SandboxProcess, dag: Any, capfd: pytest.CaptureFixture[str]
+) -> None:
+    armed: list[dict[str, Any]] = []
+    losing = threading.Thread(target=_lose_a_worker_once_ray_runs, args=(sandbox, armed), daemon=True)
+    losing.start()
+    conf = {"max_steps": 30, "extra_overrides": [f"checkpointing.save_period={SAVE_PERIOD}"], "max_recoveries": 2}
+    result = run_logged(dag, conf, capfd)
+    losing.join(timeout=5)
+    assert result.state == "success", result.output[-4000:]
+    [loss] = sandbox.node_losses()
+    assert loss["state"] == "replaced" and loss["id"] == armed[0]["id"]
+    xcom = latest_xcom()
+    [recovery] = xcom[(t.WAIT, "recoveries")]
+    # Ray's own error for a worker whose node died, matched by a rule that says so in the log.
+    assert recovery["rule"] in ("actor-died", "actor-unavailable", "node-died"), recovery
+    assert f"recovery rule '{recovery['rule']}': recoverable" in result.output
+    assert recovery["resumed_from"] == 10 and recovery["steps_lost"] <= 2, recovery
+    assert recovery["submission_id"].endswith("-r1") and recovery["gpu_hours_lost"] > 0
+    # Fenced: the failed attempt had ended (Ray's end_time) before the next one was submitted.
+    assert recovery["failed_at"] <= recovery["resubmitted_at"]
+    assert f"Fenced: Ray job {recovery['failed_job']} is FAILED" in result.output
+    # One table across both attempts: steps 1-10 from the first, 11-30 from the second, none twice.
+    steps = xcom[(t.WAIT, "steps")]
+    assert [s["step"] for s in steps] == list(range(1, 31))
+    assert {s["attempt"] for s in steps if s["step"] <= 10} == {0} and {s["attempt"] for s in steps[10:]} == {1}
+    summary = xcom[(t.WAIT, "summary")]
+    assert summary["recoveries"] == 1 and summary["steps_completed"] == 30
+    assert summary["checkpoints"][:2] == [5, 10], summary["checkpoints"]
+    assert xcom[(t.WAIT, "return_value")]["final_step"] == 30
+    assert xcom[(t.CHECK_CHECKPOINT, "return_value")]["step"] == 30
+    assert sandbox.full_inventory()["resources"] == []
