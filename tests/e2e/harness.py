@@ -72,6 +72,13 @@ class RunResult:
     tries: dict[str, int]
     output: str = ""
 
+    def errors(self, limit: int = 4000) -> str:
+        """The output's error lines (failed tasks' exceptions and their messages), for an assertion's message: a
+        failure in CI then says why a task failed, not only that it did."""
+        marks = ("ERROR", "Exception", "Error:", "not valid", "  - [")
+        lines = [line for line in self.output.splitlines() if any(mark in line for mark in marks)]
+        return "\n".join(lines)[-limit:]
+
 
 def _run_from_db(run_id: str, dag_id: str = DAG_ID) -> RunResult:
     from airflow.models.dagrun import DagRun

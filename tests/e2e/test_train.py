@@ -157,7 +157,10 @@ def test_a_stalled_job_is_stopped_its_last_checkpoint_exported_and_the_run_fails
     result = run_logged(dag, {"max_steps": 20, "extra_overrides": overrides, "stall_after_s": 10}, capfd)
     assert result.state == "failed", result.output[-3000:]
     assert result.tasks[t.WAIT] == "failed" and result.tries[t.WAIT] == 1, result.tasks
-    assert result.tasks[t.CHECK_CHECKPOINT] == "success" and result.tasks[t.EXPORT] == "success", result.tasks
+    assert result.tasks[t.CHECK_CHECKPOINT] == "success" and result.tasks[t.EXPORT] == "success", (
+        result.tasks,
+        result.errors(),
+    )
     assert result.tasks[t.RUN_REPORT] == "failed"
     xcom = latest_xcom()
     stalled = xcom[(t.WAIT, t.JOB_STALLED)]
