@@ -185,6 +185,8 @@ class RayHead:
             "problem": self.problem,
             "data_dir": self.data_dir,
             "log": self.log_path,
+            # Where Ray writes each job's driver log (job-driver-<submission id>.log), for benches that time steps.
+            "driver_logs": str(Path(self.temp_dir) / "session_latest" / "logs") if self.temp_dir else None,
         }
 
 
@@ -729,16 +731,6 @@ def _with_sandbox_path(env: dict[str, str]) -> dict[str, str]:
     """``env`` with this package's parent first on PYTHONPATH (for ``python -m sandbox.ray_node``)."""
     root = str(Path(__file__).resolve().parents[1])
     return {**env, "PYTHONPATH": os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)}
-
-
-def _driver_logs(head: RayHead) -> list[str]:
-    """The text of every job driver log of the head's Ray session."""
-    logs = Path(head.temp_dir) / "session_latest" / "logs"
-    texts = []
-    for path in sorted(logs.glob("job-driver-*.log")) if head.temp_dir else []:
-        with contextlib.suppress(OSError):
-            texts.append(path.read_text(errors="replace"))
-    return texts
 
 
 def _worker_gpus(obj: dict[str, Any]) -> int:
