@@ -8,7 +8,7 @@ import json
 import pytest
 
 from nemo_rl_gke.dag_factory import MAX_ACTIVE_RUNS
-from nemo_rl_gke.dag_params import FORM_OPEN_SECTION, form_fields, form_section
+from nemo_rl_gke.dag_params import FORM_OPEN_SECTION, PARAM_SCHEMA_DIALECT, form_fields, form_section
 from nemo_rl_gke.preflight.offline import check_conf
 from nemo_rl_gke.run import topology
 from nemo_rl_gke.run.conf_schema import param_schema, spec_fields
@@ -74,7 +74,7 @@ def test_every_param_is_a_runspec_field_and_back(dagbag, dag_id: str) -> None:
         param = dag.params.get_param(f.name)
         schema = param_schema(f.name)
         assert param.description == schema.pop("description")
-        assert param.schema == {**schema, "section": form_section(f)}, f.name
+        assert param.schema == {"$schema": PARAM_SCHEMA_DIALECT, **schema, "section": form_section(f)}, f.name
 
 
 @pytest.mark.parametrize("dag_id", DAG_IDS)
