@@ -26,6 +26,15 @@ LOCAL_CONF = json.loads((ROOT / "include" / "conf" / "local.json").read_text())
 APPLY = {**LOCAL_CONF, "mode": "apply", "poll_interval_s": 0.05, "max_steps": 2}
 # Most scenarios are about the infrastructure: they stop after it (no RayCluster, no training), teardown as always.
 INFRA_ONLY = {"stop_after": t.CLUSTER}
+# Lustre and what it needs: the peering, its range, the firewall rule for Lustre traffic, the main network. What
+# teardown keeps when the run's checkpoint has no copy.
+LUSTRE_CHAIN = {
+    "lustre.instance",
+    "servicenetworking.connection",
+    "compute.address",
+    "compute.firewall",
+    "compute.network",
+}
 # Test secrets: they must never show up in logs, XCom or rendered fields (tests grep for them).
 HF_TEST_TOKEN = "hf_TESTtoken0123456789abcdefSECRET"
 WANDB_TEST_KEY = "wandbTESTkey0123456789abcdefSECRET"

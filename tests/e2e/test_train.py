@@ -1,5 +1,6 @@
 """The whole mission on the sandbox with the local CPU recipe: train for real until it converged, validate and export
-the checkpoint, publish the Asset event, tear down, report, the test tokens never leaking. Also: a stalled job.
+the checkpoint, publish the Asset event, tear down, report, the test tokens never leaking. Also: a stalled job whose
+export fails, so teardown keeps Lustre until a later run releases it.
 The runs that fail after training started are in tests/e2e/test_train_failures.py.
 """
 
@@ -17,7 +18,16 @@ from sandbox.testing import SandboxProcess
 
 from nemo_rl_gke.run import topology as t
 from nemo_rl_gke.run.spec import RunSpec
-from tests.e2e.harness import HF_TEST_TOKEN, WANDB_TEST_KEY, latest_xcom, run_cli, run_logged
+from tests.e2e.harness import (
+    HF_TEST_TOKEN,
+    INFRA_ONLY,
+    LUSTRE_CHAIN,
+    WANDB_TEST_KEY,
+    latest_xcom,
+    run_cli,
+    run_in_process,
+    run_logged,
+)
 from tests.paths import ROOT
 
 pytestmark = [pytest.mark.airflow, pytest.mark.usefixtures("fresh_sandbox")]
@@ -149,15 +159,17 @@ def test_the_local_recipe_trains_until_it_converged_validates_exports_and_cleans
         assert secret not in stored and secret not in rendered
 
 
-def test_a_stalled_job_is_stopped_its_last_checkpoint_exported_and_the_run_fails_stalled(
+def test_a_stalled_job_is_stopped_its_last_save_validated_and_a_failed_export_keeps_lustre_until_released(
     sandbox: SandboxProcess, dag: Any, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    # The local trainer hangs after step 3 (silent and alive, as in an NCCL hang); step 2 is its newest save.
+    # The local trainer hangs after step 3 (silent and alive, as in an NCCL hang); step 2 is its newest save. Its
+    # export then fails inside Lustre's exportData operation. One run for both: each is a whole run of its own.
+    sandbox.add_fault({"method": "POST", "path": ":exportData$"}, operation="error", message="injected: export failed")
     overrides = ["checkpointing.save_period=2", "sandbox.hang_after_step=3"]
     result = run_logged(dag, {"max_steps": 20, "extra_overrides": overrides, "stall_after_s": 10}, capfd)
     assert result.state == "failed", result.output[-3000:]
     assert result.tasks[t.WAIT] == "failed" and result.tries[t.WAIT] == 1, result.tasks
-    assert result.tasks[t.CHECK_CHECKPOINT] == "success" and result.tasks[t.EXPORT] == "success", (
+    assert result.tasks[t.CHECK_CHECKPOINT] == "success" and result.tasks[t.EXPORT] == "failed", (
         result.tasks,
         result.errors(),
     )
@@ -168,8 +180,18 @@ def test_a_stalled_job_is_stopped_its_last_checkpoint_exported_and_the_run_fails
     assert "Last lines of the driver log:" in stalled["message"]
     assert "stalled at step 3/20" in xcom[(t.WAIT, t.ERROR)]
     assert xcom[(t.CHECK_CHECKPOINT, "report")]["step"] == 2
-    assert xcom[(t.EXPORT, "return_value")]["uri"].endswith("/step_2/")
     assert xcom[(t.WAIT, "budget")]["stopped_at_budget"] is False
     assert "stalled at step 3/20" in xcom[("report", "text")]
     print("\n".join(line for line in result.output.splitlines() if "stalled at step" in line)[:3000])
+
+    # The export failed: the message says where the checkpoint still is, and teardown kept Lustre and what it needs.
+    assert re.search(r"still on Lustre instance nemo-rl-lustre at /nemo_rl_local/step_2", result.output)
+    assert {r["kind"] for r in sandbox.inventory()} == LUSTRE_CHAIN
+    # The message names the run whose checkpoint is pending. A run that only accepts its own loss keeps it; naming
+    # that run releases it, and that run's teardown deletes it all.
+    failed_run = re.search(r"release_checkpoint_of_run='([^']+)'", result.output)
+    assert failed_run, result.output[-3000:]
+    sandbox.clear_faults()
+    cleanup = run_in_process(dag, {"release_checkpoint_of_run": failed_run.group(1), **INFRA_ONLY})
+    assert cleanup.state == "success"
     assert sandbox.full_inventory()["resources"] == []

@@ -1,12 +1,11 @@
-"""Whole runs that fail after training started, on the sandbox with the local CPU recipe: a failing job, the
-zero-reward guard, a failed export that keeps Lustre. (Apart from tests/e2e/test_train.py so that the two files can
-run side by side on two workers.) In process (``dag.test``), their logs read from what the run printed: the
+"""Whole runs that fail after training started, on the sandbox with the local CPU recipe: a failing job and the
+zero-reward guard (a failed export that keeps Lustre is the stalled run's, in tests/e2e/test_train.py; the two files
+run side by side on two workers). In process (``dag.test``), their logs read from what the run printed: the
 ``airflow dags test`` command a user types is the main run's, in tests/e2e/test_train.py.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import pytest
@@ -14,18 +13,10 @@ from sandbox.testing import SandboxProcess
 
 from nemo_rl_gke.run import topology as t
 from nemo_rl_gke.run.spec import RunSpec
-from tests.e2e.harness import INFRA_ONLY, latest_xcom, run_in_process, run_logged
+from tests.e2e.harness import LUSTRE_CHAIN, latest_xcom, run_logged
 
 pytestmark = [pytest.mark.airflow, pytest.mark.usefixtures("fresh_sandbox")]
 SPEC = RunSpec()
-# Lustre and what it needs: the peering, its range, the firewall rule for Lustre traffic, the main network.
-LUSTRE_CHAIN = {
-    "lustre.instance",
-    "servicenetworking.connection",
-    "compute.address",
-    "compute.firewall",
-    "compute.network",
-}
 
 
 def test_a_failing_job_fails_the_run_with_the_driver_last_lines_and_teardown_runs(
@@ -62,22 +53,3 @@ def test_every_reward_zero_trips_the_guard_within_k_steps_and_lustre_is_kept_wit
     kept = {r["kind"] for r in sandbox.inventory()}
     assert kept == LUSTRE_CHAIN
     assert sandbox.full_inventory()["ray_heads"] == []
-
-
-def test_a_failed_export_keeps_lustre_and_says_where_the_checkpoint_is(
-    sandbox: SandboxProcess, dag: Any, capfd: pytest.CaptureFixture[str]
-) -> None:
-    sandbox.add_fault({"method": "POST", "path": ":exportData$"}, operation="error", message="injected: export failed")
-    result = run_logged(dag, {}, capfd)
-    assert result.state == "failed"
-    assert result.tasks[t.EXPORT] == "failed"
-    assert re.search(r"still on Lustre instance nemo-rl-lustre at /nemo_rl_local/step_2", result.output)
-    assert {r["kind"] for r in sandbox.inventory()} == LUSTRE_CHAIN
-    # The message names the run whose checkpoint is pending. A run that only accepts its own loss keeps it; naming
-    # that run releases it, and that run's teardown deletes it all.
-    failed_run = re.search(r"release_checkpoint_of_run='([^']+)'", result.output)
-    assert failed_run, result.output[-3000:]
-    sandbox.clear_faults()
-    cleanup = run_in_process(dag, {"release_checkpoint_of_run": failed_run.group(1), **INFRA_ONLY})
-    assert cleanup.state == "success"
-    assert sandbox.inventory() == []
