@@ -1,16 +1,12 @@
 """The training view mounted in Airflow's real API server app: login required, data read from a real run, no secret.
 
-A plan-mode run made with ``airflow dags test`` in the session's private metadata DB gives real task instances and
+A plan-mode run made with ``dag.test`` in the session's private metadata DB gives real task instances and
 XComs; the API server app is Airflow's own (``create_app``), which loads the plugin from plugins/ as a deployment does.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
@@ -27,7 +23,9 @@ HF_TOKEN = "hf_VIEWTESTTOKEN_never_shown_4b1d"
 
 @pytest.fixture(scope="module")
 def run_id(airflow_db: None) -> str:
-    """A finished plan-mode run of the tutorial conf (the form's defaults)."""
+    """A finished plan-mode run of the tutorial conf (the form's defaults), run in this process (``dag.test``)."""
+    from tests.e2e.harness import load_dag, run_in_process
+
     conf = json.loads((ROOT / "include/conf/tutorial.json").read_text())
     # The deployment's Google connection names the tutorial's project (the default bound); a closed loopback port,
     # so a plan that called Google by mistake fails here.
@@ -35,21 +33,10 @@ def run_id(airflow_db: None) -> str:
         "conn_type": "google_cloud_platform",
         "extra": {"project": conf["project"], "api_endpoint": "http://127.0.0.1:9"},
     }
-    env = {
-        **os.environ,
-        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-        "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": json.dumps(google),
-    }
-    airflow = str(Path(sys.executable).parent / "airflow")
-    done = subprocess.run(
-        [airflow, "dags", "test", DAG_ID, "-c", json.dumps(conf)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", json.dumps(google))
+        done = run_in_process(load_dag(), conf, base=None)
+    assert done.state == "success", done.tasks
     from airflow.models.dagrun import DagRun
     from airflow.utils.session import create_session
 
