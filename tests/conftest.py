@@ -51,15 +51,12 @@ def airflow_db() -> None:
 LONGEST_FIRST = (
     "tests/browser/test_ui.py",
     "tests/e2e/test_train.py",
-    "tests/gcp/test_rayjob.py",
-    "tests/e2e/test_nightly.py",
-    "tests/e2e/test_apply.py",
     "tests/e2e/test_train_failures.py",
     "tests/e2e/test_recovery.py",
+    "tests/e2e/test_apply.py",
+    "tests/gcp/test_rayjob.py",
+    "tests/e2e/test_nightly.py",
     "tests/gcp/test_kube.py",
-    "tests/e2e/test_kube.py",
-    "tests/dags/test_dag_run.py",
-    "tests/recipes/test_grpo_cpu.py",
 )
 
 
