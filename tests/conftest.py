@@ -50,12 +50,12 @@ def airflow_db() -> None:
 # passes --no-loadscope-reorder, which would otherwise put the files with the most tests first).
 LONGEST_FIRST = (
     "tests/browser/test_ui.py",
+    "tests/e2e/test_nightly.py",
     "tests/e2e/test_train.py",
+    "tests/gcp/test_rayjob.py",
+    "tests/e2e/test_apply.py",
     "tests/e2e/test_train_failures.py",
     "tests/e2e/test_recovery.py",
-    "tests/e2e/test_apply.py",
-    "tests/gcp/test_rayjob.py",
-    "tests/e2e/test_nightly.py",
     "tests/gcp/test_kube.py",
 )
 
