@@ -43,10 +43,8 @@ from bench.airflow_components import (  # noqa: E402
 )
 from sandbox.demo import start_demo_sandbox  # noqa: E402
 
+from nemo_rl_gke.observe.recoveries import FOLLOWING  # noqa: E402
 from nemo_rl_gke.run import topology  # noqa: E402
-
-# What the trigger logs before the first line of the job it follows: once per trigger, so twice after the restart.
-FOLLOWING = "Following Ray job "
 
 
 def wait_log(airflow: Airflow, run_id: str) -> str:
