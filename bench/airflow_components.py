@@ -71,6 +71,11 @@ AIRFLOW_TUNING = {
     "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",
     "AIRFLOW__SCHEDULER__MP_START_METHOD": "forkserver",
     "AIRFLOW__CORE__MP_FORKSERVER_PRELOAD": ",".join(PRELOAD),
+    # How long a dead component leaves work orphaned: the package's recommended values, as docker-compose.yaml sets
+    # them (README "When Airflow itself restarts"), so the restart tests see what a deployment sees.
+    "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "60",
+    "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "60",
+    "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "15",
 }
 
 

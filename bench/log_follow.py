@@ -1,7 +1,7 @@
 """Log bytes the Ray job trigger fetches over ~100 polls of a growing log, over its final size (target <= 1.2).
 
 A real local Ray head (loopback only, its own ports and temp dir) runs a job whose driver log grows the whole time
-the triggers poll it. Two RayJobTriggers follow the same job side by side:
+the triggers poll it, to twice ``QUICK_END_BYTES``. Two RayJobTriggers follow the same job side by side:
 
 - the follower as it is: Ray's ``/api/jobs/{id}/logs/tail`` websocket, each byte once (ray/log_tail.py);
 - the old way: ``GET /api/jobs/{id}/logs`` every poll, the whole log each time (``log_stream=False``, also the
@@ -40,10 +40,13 @@ from sandbox.ports import free_port  # noqa: E402
 from nemo_rl_gke.kube.access import DashboardAddress  # noqa: E402
 from nemo_rl_gke.plan.ray_job import JobRequest  # noqa: E402
 from nemo_rl_gke.ray.hooks import RayJobsHook  # noqa: E402
+from nemo_rl_gke.ray.log_tail import QUICK_END_BYTES  # noqa: E402
 from nemo_rl_gke.triggers.rayjob import RayJobTrigger  # noqa: E402
 
 TARGET = 1.2
-LINE_CHARS = 160
+# The log ends at twice QUICK_END_BYTES, whatever the poll count: a shorter terminal log is downloaded whole once more
+# by design (seconds sooner than Ray's close of the stream), so only a longer one measures what each byte once saves.
+FINAL_LOG_BYTES = 2 * QUICK_END_BYTES
 # The job prints for this many poll intervals and the triggers go on polling until it ends: ~100 polls each.
 JOB_ID = "bench-log-follow-1"
 
@@ -138,10 +141,11 @@ def measure(polls: int, interval: float) -> bool:
     process, url = start_ray(workdir)
     try:
         lines = polls * 4  # four lines per poll interval, printed evenly over ~polls intervals
+        line_chars = FINAL_LOG_BYTES // lines
         script = (
             "import time\n"
             f"for k in range({lines}):\n"
-            f"    print(f'step line {{k:06d}} ' + 'x' * {LINE_CHARS - 18}, flush=True)\n"
+            f"    print(f'step line {{k:06d}} ' + 'x' * {line_chars - 18}, flush=True)\n"
             f"    time.sleep({interval / 4!r})\n"
         )
         ray = RayJobsHook(DashboardAddress(url, needs_token=False))

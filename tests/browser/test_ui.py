@@ -12,6 +12,7 @@ import pytest
 from bench import worker_slots
 from nemo_rl_gke import links
 from nemo_rl_gke.docs import DAG_DESCRIPTION
+from nemo_rl_gke.observe.recoveries import FOLLOWING
 from nemo_rl_gke.run import topology
 from nemo_rl_gke.run.spec import RunSpec
 from tests.browser.stack import (
@@ -21,14 +22,17 @@ from tests.browser.stack import (
     Stack,
     extra_links,
     grid_task_states,
+    kill_component,
     layout,
     run_url,
     screenshot,
+    task_instances,
     task_log,
     training_banner,
     trigger,
     view_data,
     view_url,
+    wait_for,
     wait_run,
     wait_task_state,
 )
@@ -150,9 +154,13 @@ def test_the_training_view_follows_the_job_the_links_lead_out_and_what_teardown_
         _check_the_lead_is_above_the_fold(target, data)
     screenshot(page, "training-tab-while-training", full_page=False)
     screenshot(view, "training-view-while-training")
+    _kill_the_scheduler_and_the_triggerer_during_the_wait(stack, run_id)
 
     run = wait_run(airflow, run_id, RUN_TIMEOUT_S)
     assert run["state"] == "success"
+    # Exactly one training job across the restarts: train.submit's and checkpoint.validate's are the only submissions.
+    submitted = [c for c in stack.sandbox.calls() if c["method"] == "POST" and c["path"].endswith("/api/jobs/")]
+    assert len(submitted) == 2, submitted
     # Once the job ended, the view, the data and the log agree exactly.
     view.wait_for_function(
         f"() => document.body.dataset.runState === 'success' && Number(document.body.dataset.points) === {WATCH_STEPS}"
@@ -197,6 +205,30 @@ def test_the_training_view_follows_the_job_the_links_lead_out_and_what_teardown_
     assert synchronous == [] and wall > 0, [(t.task_id, t.segments) for t in tries]
     assert {topology.NET, topology.GKE_CLUSTER, topology.LUSTRE, topology.RAYCLUSTER, topology.WAIT} <= waited
     worker_slots.report(tries)  # the bench's table, in the test's output
+
+
+def _kill_the_scheduler_and_the_triggerer_during_the_wait(stack: Stack, run_id: str) -> None:
+    """Airflow's own processes die while train.wait is deferred (SIGKILL; the stack's supervisor starts each again a
+    second later, as compose's ``restart: unless-stopped`` does): the scheduler, with no task running (one that
+    runs dies with its LocalExecutor worker, a case for the heartbeat timeout), and the triggerer. Once the dead
+    triggerer's heartbeat is ``triggerer_health_check_threshold`` old, the new one takes the wait over and follows
+    the same Ray job."""
+    airflow = stack.airflow
+
+    def only_the_wait_is_unfinished() -> bool:
+        states = {t["task_id"]: t["state"] for t in task_instances(airflow, run_id)}
+        assert states[topology.WAIT] == "deferred", f"the job ended before the restarts: {states[topology.WAIT]}"
+        return not {"running", "queued"} & set(states.values())
+
+    wait_for("train.wait deferred with no task running", only_the_wait_is_unfinished, RUN_TIMEOUT_S, 0.2)
+    kill_component(airflow, "scheduler")
+    kill_component(airflow, "triggerer")
+    wait_for(
+        "a new trigger to follow the job",
+        lambda: task_log(airflow, run_id, topology.WAIT).count(FOLLOWING) >= 2,
+        RUN_TIMEOUT_S,
+        1.0,
+    )
 
 
 def _check_what_teardown_kept(airflow: Any, run_id: str, view: Any, page: Any) -> None:

@@ -127,7 +127,17 @@ def run_logged(dag: Any, conf: dict[str, Any], capfd: pytest.CaptureFixture[str]
     capfd.readouterr()
     result = run_in_process(dag, conf)
     captured = capfd.readouterr()
+    _keep_output(captured.out + captured.err)
     return RunResult(result.state, result.tasks, result.tries, captured.out + captured.err)
+
+
+def _keep_output(output: str) -> None:
+    """For debugging a failed run (assertion messages show only a part of its output): with ``E2E_OUTPUT_DIR`` set,
+    each run's whole output goes to a file there."""
+    if os.environ.get("E2E_OUTPUT_DIR"):
+        out_dir = Path(os.environ["E2E_OUTPUT_DIR"])
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / f"run-{len(list(out_dir.iterdir())):03d}-{os.getpid()}.log").write_text(output)
 
 
 def run_cli(conf: dict[str, Any], env: dict[str, str]) -> RunResult:
@@ -143,11 +153,7 @@ def run_cli(conf: dict[str, Any], env: dict[str, str]) -> RunResult:
         timeout=600,
     )
     output = proc.stdout + proc.stderr
-    if os.environ.get("E2E_OUTPUT_DIR"):
-        # For debugging a failed run: the whole `airflow dags test` output (assertion messages show only its tail).
-        out_dir = Path(os.environ["E2E_OUTPUT_DIR"])
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / f"run-{len(list(out_dir.iterdir())):03d}.log").write_text(output)
+    _keep_output(output)
     match = re.search(r"run_id=(\S+?),", output.split("DagRun Finished", 1)[-1])
     assert match, output[-3000:]
     result = _run_from_db(match.group(1))

@@ -23,24 +23,37 @@ SAVE_PERIOD = 5
 LOSE_AFTER_SAVE = 10
 
 
-def _lose_a_worker_once_ray_runs(sandbox: SandboxProcess, found: list[dict[str, Any]]) -> None:
-    """Arm one node loss as soon as the run's RayCluster has a Ray: its worker is killed as soon as checkpoint step 10
-    is saved (so during step 11 or 12), and the node pool replaces it 3 s later."""
+def _lose_workers_once_ray_runs(
+    sandbox: SandboxProcess, found: list[dict[str, Any]], after_saves: tuple[int, ...], replace_after_s: float
+) -> None:
+    """Arm one node loss per save in ``after_saves`` as soon as the run's RayCluster has a Ray: a worker is killed as
+    soon as that checkpoint is saved, and the node pool replaces it ``replace_after_s`` later."""
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         heads = sandbox.full_inventory()["ray_heads"]
         if heads:
-            found.append(sandbox.lose_node(heads[0]["raycluster"], after_save=LOSE_AFTER_SAVE, replace_after_s=3.0))
+            for step in after_saves:
+                found.append(
+                    sandbox.lose_node(heads[0]["raycluster"], after_save=step, replace_after_s=replace_after_s)
+                )
             return
         time.sleep(0.2)
+
+
+def _losing(sandbox: SandboxProcess, after_saves: tuple[int, ...], replace_after_s: float) -> tuple[Any, list]:
+    armed: list[dict[str, Any]] = []
+    thread = threading.Thread(
+        target=_lose_workers_once_ray_runs, args=(sandbox, armed, after_saves, replace_after_s), daemon=True
+    )
+    thread.start()
+    return thread, armed
 
 
 def test_a_lost_worker_node_is_recovered_from_the_newest_save_and_the_run_exports_its_last_step(
     sandbox: SandboxProcess, dag: Any, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    armed: list[dict[str, Any]] = []
-    losing = threading.Thread(target=_lose_a_worker_once_ray_runs, args=(sandbox, armed), daemon=True)
-    losing.start()
+    # Killed during step 11 or 12, replaced 3 s later.
+    losing, armed = _losing(sandbox, (LOSE_AFTER_SAVE,), 3.0)
     conf = {"max_steps": 30, "extra_overrides": [f"checkpointing.save_period={SAVE_PERIOD}"], "max_recoveries": 2}
     result = run_logged(dag, conf, capfd)
     losing.join(timeout=5)
@@ -66,4 +79,30 @@ def test_a_lost_worker_node_is_recovered_from_the_newest_save_and_the_run_export
     assert summary["checkpoints"][:2] == [5, 10], summary["checkpoints"]
     assert xcom[(t.WAIT, "return_value")]["final_step"] == 30
     assert xcom[(t.CHECK_CHECKPOINT, "return_value")]["step"] == 30
+    assert sandbox.full_inventory()["resources"] == []
+
+
+def test_a_third_lost_node_with_max_recoveries_2_fails_the_run_with_its_newest_save_validated_and_exported(
+    sandbox: SandboxProcess, dag: Any, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # A save every 5 steps and a node lost just after each of saves 5, 10 and 15: three attempts, each cut short.
+    losing, armed = _losing(sandbox, (SAVE_PERIOD, 2 * SAVE_PERIOD, 3 * SAVE_PERIOD), 1.0)
+    conf = {"max_steps": 30, "extra_overrides": [f"checkpointing.save_period={SAVE_PERIOD}"], "max_recoveries": 2}
+    result = run_logged(dag, conf, capfd)
+    losing.join(timeout=5)
+    assert result.state == "failed", result.output[-4000:]
+    assert result.tasks[t.WAIT] == "failed" and result.tries[t.WAIT] == 1, result.errors()
+    assert [loss["id"] for loss in sandbox.node_losses()] == [a["id"] for a in armed]
+    xcom = latest_xcom()
+    # Two recoveries, from saves 5 and 10; the third loss found none left.
+    recoveries = xcom[(t.WAIT, "recoveries")]
+    assert [(r["attempt"], r["resumed_from"]) for r in recoveries] == [(1, 5), (2, 10)], recoveries
+    assert [r["submission_id"][-3:] for r in recoveries] == ["-r1", "-r2"]
+    assert "its 2 recoveries (max_recoveries) are used up. Checkpoint step 15 is validated and exported next" in (
+        result.output
+    )
+    # The newest save, the third attempt's, is the run's checkpoint: validated, exported, and so Lustre is deleted.
+    assert xcom[(t.CHECK_CHECKPOINT, "return_value")]["step"] == 15
+    assert result.tasks[t.EXPORT] == "success" and xcom[(t.EXPORT, "return_value")]["step"] == 15
+    assert all(result.tasks[s.task_id] == "success" for s in t.teardown_steps()), result.tasks
     assert sandbox.full_inventory()["resources"] == []

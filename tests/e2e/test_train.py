@@ -169,9 +169,9 @@ def test_a_stalled_job_is_stopped_its_last_save_validated_and_a_failed_export_ke
     result = run_logged(dag, {"max_steps": 20, "extra_overrides": overrides, "stall_after_s": 10}, capfd)
     assert result.state == "failed", result.output[-3000:]
     assert result.tasks[t.WAIT] == "failed" and result.tries[t.WAIT] == 1, result.tasks
+    # A string, not a tuple: pytest shortens the repr of anything else, and CI's failure here needs the whole reason.
     assert result.tasks[t.CHECK_CHECKPOINT] == "success" and result.tasks[t.EXPORT] == "failed", (
-        result.tasks,
-        result.errors(),
+        f"{result.tasks}\n{result.errors()}"
     )
     assert result.tasks[t.RUN_REPORT] == "failed"
     xcom = latest_xcom()

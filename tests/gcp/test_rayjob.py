@@ -28,6 +28,7 @@ from nemo_rl_gke.kube.objects import apply_objects, delete_objects, group_object
 from nemo_rl_gke.plan.ray_job import JobRequest, SecretEnv
 from nemo_rl_gke.ray.async_hooks import RayJobsApiError, RayJobsAsyncHook
 from nemo_rl_gke.ray.hooks import RayJobsHook, RayTlsError
+from nemo_rl_gke.ray.log_tail import QUICK_END_BYTES
 from nemo_rl_gke.ray.submit import (
     KUBE_REST_LOGGERS,
     RAY_TOKEN_HEADER,
@@ -663,9 +664,11 @@ def test_a_job_that_prints_its_secret_in_pieces_shows_none_of_it(
     assert any(line.endswith("*** task end") for line in task_lines), recorder.lines
 
 
-# A log that grows over many polls: 80 lines of ~200 characters, one every 50 ms.
+# A log that grows over many polls: 80 lines of ~5,000 characters, one every 50 ms, then 3 s of quiet in which Ray's
+# stream (it sleeps 1 s at each end of file) catches up. 400 kB, past QUICK_END_BYTES: the stream is read to its end.
 GROWING_SCRIPT = (
-    "import time\nfor k in range(80):\n    print(f'line {k:04d} ' + 'x' * 200, flush=True)\n    time.sleep(0.05)\n"
+    "import time\nfor k in range(80):\n    print(f'line {k:04d} ' + 'x' * 5000, flush=True)\n    time.sleep(0.05)\n"
+    "time.sleep(3)\n"
 )
 
 
@@ -689,6 +692,23 @@ def test_the_log_follower_fetches_only_what_is_new(ray_spec: RunSpec, ray_hook: 
     print(f"fetched/size: stream {streamed.bytes_fetched / final:.2f}, whole logs {whole.bytes_fetched / final:.2f}")
     assert streamed.bytes_fetched / final <= 1.2
     assert whole.bytes_fetched / final > 2  # every poll downloaded everything so far
+
+
+def test_a_short_log_is_completed_by_one_download_instead_of_waiting_for_rays_close(
+    ray_spec: RunSpec, ray_hook: GcpHook
+) -> None:
+    # A checkpoint validator's log: a few kB. Ray closes the stream seconds after the job ended; one GET is quicker.
+    ray = _ray(ray_spec, ray_hook)
+    ray.submit(_request("nemo-rl-short-1", "python -c \"print('short and done')\""), {})
+    trigger = _trigger(ray.address, "nemo-rl-short-1")
+    trigger._log = _Recorder()
+    event = asyncio.run(_first(trigger))
+    assert event["status"] == "success", event
+    assert trigger._log.lines.count("[ray job] short and done") == 1, trigger._log.lines
+    final = len(ray.logs("nemo-rl-short-1").encode())
+    assert final < QUICK_END_BYTES
+    # What the stream had while the job ran, then the whole log once: each line still shown once.
+    assert final < trigger.bytes_fetched <= 2 * final, (trigger.bytes_fetched, final)
 
 
 def test_the_trigger_reads_the_ray_token_again_after_a_transient_error(

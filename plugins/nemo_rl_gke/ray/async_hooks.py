@@ -26,7 +26,7 @@ from airflow.sdk import BaseHook
 from nemo_rl_gke.gcp.async_hooks import GcpAsyncHook
 from nemo_rl_gke.kube.async_client import AsyncKubeHook
 from nemo_rl_gke.ray.errors import RayJobsApiError, RayJobsTransientError, RayTlsError, tls_error
-from nemo_rl_gke.ray.log_tail import StreamRefused, TailStream
+from nemo_rl_gke.ray.log_tail import DRAIN_TIMEOUT_S, QUICK_END_BYTES, StreamRefused, TailStream
 from nemo_rl_gke.ray.submit import hide_secret_bodies, ray_token_headers, ray_token_of
 
 REQUEST_TIMEOUT_S = 60.0
@@ -195,7 +195,8 @@ class RayJobsAsyncHook(BaseHook):
 
         Read from the tail websocket (each byte once; opened on the first call) or, where none gets through, from
         a whole download. ``to_end``: the job is terminal, so the stream is read to its end; if Ray does not end it
-        in time, one whole download completes the log. Text None: nothing could be read this time (an error answer
+        in time, or the log is short (:data:`~nemo_rl_gke.ray.log_tail.QUICK_END_BYTES`), one whole download
+        completes the log. Text None: nothing could be read this time (an error answer
         to a download: not an empty log, which would read as a replaced one). Raises RayTlsError for a certificate
         that does not verify, RayJobsTransientError for a download that got no answer.
         """
@@ -213,10 +214,12 @@ class RayJobsAsyncHook(BaseHook):
                 await tail.close()
                 self.log_stream = False
             else:
-                if not to_end or await tail.drain():
+                drain_s = DRAIN_TIMEOUT_S if tail.bytes_received > QUICK_END_BYTES else 0.0
+                if not to_end or await tail.drain(drain_s):
                     return _from_offset(*tail.take(), offset)
-                # Ray did not end the stream in time: the download holds what the stream has, and the rest. The
-                # stream's text is taken after it, so a download that raises leaves it for the next read.
+                # Ray did not end the stream in time (or a short log is quicker to download than to wait for): the
+                # download holds what the stream has, and the rest. The stream's text is taken after it, so a
+                # download that raises leaves it for the next read.
                 download = await self._download(submission_id, offset)
                 streamed = _from_offset(*tail.take(), offset)
                 return download if download.text is not None else streamed

@@ -26,6 +26,10 @@ import aiohttp
 
 # After the job is terminal, Ray reads the file to its end and closes the stream; past this, one whole-log GET.
 DRAIN_TIMEOUT_S = 30.0
+# Ray closes the stream 2-4 s after the job ended (its tail loop sleeps 1 s at each end of file, and again before it
+# checks the job's status: ray dashboard/modules/job/job_manager.py, tail_job_logs). A log up to this size downloads
+# in far less than that, so a terminal job's log this short is completed by one whole-log GET at once instead.
+QUICK_END_BYTES = 256 * 1024
 # Consecutive failures to open the stream (5xx, connection errors) before whole-log polls take over.
 MAX_STREAM_FAILURES = 3
 # A ping every 30 s keeps an idle stream (a job that prints nothing for a while) open through proxies.
