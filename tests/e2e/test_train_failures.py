@@ -1,7 +1,11 @@
-"""Whole runs that fail after training started, on the sandbox with the local CPU recipe: a failing job and the
-zero-reward guard (a failed export that keeps Lustre is the stalled run's, in tests/e2e/test_train.py; the two files
-run side by side on two workers). In process (``dag.test``), their logs read from what the run printed: the
-``airflow dags test`` command a user types is the main run's, in tests/e2e/test_train.py.
+"""A whole run that fails after training started, on the sandbox with the local CPU recipe: a failing job (a bug,
+never resubmitted). In process (``dag.test``), its log read from what the run printed: the ``airflow dags test``
+command a user types is the main run's, in tests/e2e/test_train.py.
+
+Not a whole run of its own: the zero-learning guard stops a real Ray job within k steps (tests/gcp/test_rayjob.py),
+the recipe's ``full_solution`` ground truth never rewards (tests/recipes/test_grpo_cpu.py), and a job that ran with
+nothing exported keeps Lustre for its checkpoint (tests/operators/test_ownership.py); a failed export that keeps
+Lustre is the stalled run's, in tests/e2e/test_train.py.
 """
 
 from __future__ import annotations
@@ -12,11 +16,9 @@ import pytest
 from sandbox.testing import SandboxProcess
 
 from nemo_rl_gke.run import topology as t
-from nemo_rl_gke.run.spec import RunSpec
-from tests.e2e.harness import LUSTRE_CHAIN, latest_xcom, run_logged
+from tests.e2e.harness import latest_xcom, run_logged
 
 pytestmark = [pytest.mark.airflow, pytest.mark.usefixtures("fresh_sandbox")]
-SPEC = RunSpec()
 
 
 def test_a_failing_job_fails_the_run_with_the_driver_last_lines_and_teardown_runs(
@@ -34,22 +36,3 @@ def test_a_failing_job_fails_the_run_with_the_driver_last_lines_and_teardown_run
     assert (result.tasks[t.CHECK_CHECKPOINT], result.tasks[t.RUN_REPORT]) == ("skipped", "failed"), result.tasks
     assert all(result.tasks[s.task_id] == "success" for s in t.teardown_steps())
     assert sandbox.full_inventory()["resources"] == []
-
-
-def test_every_reward_zero_trips_the_guard_within_k_steps_and_lustre_is_kept_without_an_export(
-    sandbox: SandboxProcess, dag: Any, capfd: pytest.CaptureFixture[str]
-) -> None:
-    conf = {"max_steps": 20, "extra_overrides": ["data.ground_truth=full_solution"], "zero_learning_steps": 3}
-    result = run_logged(dag, conf, capfd)
-    assert result.state == "failed"
-    assert result.tasks[t.WAIT] == "failed"
-    assert "advantages" in result.output and "zero_learning_guard" in result.output
-    steps = latest_xcom()[(t.WAIT, "steps")]
-    assert 3 <= len(steps) < 20 and {s["avg_reward"] for s in steps} == {0.0}
-    # A job ran and nothing was exported: teardown keeps Lustre (and what it needs) rather than lose the checkpoint.
-    actions = {t: v.get("action") for (t, k), v in latest_xcom().items() if k == "return_value" and isinstance(v, dict)}
-    assert actions[t.DELETE_LUSTRE] == "kept-for-checkpoint"
-    assert actions[t.DELETE_NET] == "kept-for-lustre"
-    kept = {r["kind"] for r in sandbox.inventory()}
-    assert kept == LUSTRE_CHAIN
-    assert sandbox.full_inventory()["ray_heads"] == []
