@@ -32,8 +32,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "plugins"))
 
-from bench.airflow_components import Airflow, BenchError, http_json, run_bench, start_airflow, wait_ready  # noqa: E402
-from bench.provision_makespan import DAG_ID, SEED, run_dag, when  # noqa: E402
+from bench.airflow_components import (  # noqa: E402
+    Airflow,
+    BenchError,
+    http_json,
+    run_bench,
+    start_airflow,
+    wait_ready,
+    xcom_value,
+)
+from bench.provision_makespan import SEED, run_dag, when  # noqa: E402
 from sandbox.testing import start_sandbox  # noqa: E402
 
 from nemo_rl_gke.run import topology as t  # noqa: E402
@@ -63,8 +71,7 @@ def creates_between(operations: list[dict[str, Any]], start: float, end: float) 
 
 def report_of(airflow: Airflow, run_id: str) -> dict[str, Any]:
     """The run report's JSON (the report task's return value)."""
-    path = f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/{t.RUN_REPORT}/xcomEntries/return_value"
-    return airflow.api("GET", path)["value"]
+    return xcom_value(airflow, run_id, t.RUN_REPORT)
 
 
 def one_run(airflow: Airflow, sandbox_url: str, label: str, conf: dict[str, Any], timeout: float) -> float:

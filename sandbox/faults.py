@@ -1,14 +1,16 @@
-"""Fault injection: fail the n-th matching API call with an HTTP status, or make the operation it starts end in
-error or hang.
+"""Fault injection: fail the n-th matching API call with an HTTP status, make the operation it starts end in
+error or hang, or hold its answer.
 
 A fault is ``{"match": {...}, "nth": 1, "times": 1, ...}`` plus one of ``"status": 503`` (the call is answered
-with that error before the API sees it, so nothing changes), or ``"operation": "error"`` / ``"operation": "hang"``
-(the call goes through, and the operation it starts ends in error, or never ends). ``match`` may hold ``method``
+with that error before the API sees it, so nothing changes), ``"operation": "error"`` / ``"operation": "hang"``
+(the call goes through, and the operation it starts ends in error, or never ends), or ``"delay_s": 60`` (the call
+goes through and takes effect; its answer is held that long, as one stuck on its way back through a proxy: a
+client that dies or gives up meanwhile never learns that it worked). ``match`` may hold ``method``
 and the regexes ``path``, ``query`` and ``body``, searched (``re.search``) in the request path, the raw query string
 and the request body (``body`` tells apart inserts into one collection, e.g. one of nine subnets).
 
-Counting: a status fault counts every matching call; an operation fault counts only matching calls that start an
-operation (a 409 starts none). Calls ``nth`` .. ``nth + times - 1`` of that count are hit; ``times: null`` hits
+Counting: a status or delay fault counts every matching call; an operation fault counts only matching calls that
+start an operation (a 409 starts none). Calls ``nth`` .. ``nth + times - 1`` of that count are hit; ``times: null`` hits
 every call from the ``nth`` on. Optional: ``"message"``, ``"error_status"`` (a ``google.rpc`` code name: the
 call's status name, default from the HTTP code; the failed operation's error, default INTERNAL) and ``"reason"``
 (``errors[].reason`` and the ErrorInfo reason, e.g. ``rateLimitExceeded`` on a 403: default from the status).
@@ -23,9 +25,10 @@ from typing import Any
 
 from sandbox.errors import RPC_CODES, ApiError, status_for_http
 
-FAULT_KEYS = {"match", "nth", "times", "status", "operation", "message", "error_status", "reason"}
+FAULT_KEYS = {"match", "nth", "times", "status", "operation", "delay_s", "message", "error_status", "reason"}
 MATCH_KEYS = {"method", "path", "query", "body"}
 OPERATION_FAULTS = ("error", "hang")
+MAX_DELAY_S = 600.0
 
 
 class FaultSpecError(ValueError):
@@ -48,6 +51,7 @@ class Fault:
     message: str | None
     error_status: str | None
     reason: str | None = None
+    delay_s: float | None = None
     seen: int = 0
     fired: int = 0
     _path_re: re.Pattern[str] = field(init=False, repr=False)
@@ -98,6 +102,7 @@ class Fault:
             "message": self.message,
             "error_status": self.error_status,
             "reason": self.reason,
+            "delay_s": self.delay_s,
             "seen": self.seen,
             "fired": self.fired,
         }
@@ -120,9 +125,15 @@ class Faults:
         match = spec.get("match", {})
         if not isinstance(match, dict) or set(match) - MATCH_KEYS:
             raise FaultSpecError(f"match must be an object with keys among {sorted(MATCH_KEYS)}")
-        status, operation = spec.get("status"), spec.get("operation")
-        if (status is None) == (operation is None):
-            raise FaultSpecError("give exactly one of status (an HTTP code) and operation (error or hang)")
+        status, operation, delay_s = spec.get("status"), spec.get("operation"), spec.get("delay_s")
+        if [status, operation, delay_s].count(None) != 2:
+            raise FaultSpecError(
+                "give exactly one of status (an HTTP code), operation (error or hang) and delay_s (seconds)"
+            )
+        if delay_s is not None and (
+            isinstance(delay_s, bool) or not isinstance(delay_s, int | float) or not 0 < delay_s <= MAX_DELAY_S
+        ):
+            raise FaultSpecError(f"delay_s must be a number of seconds in (0, {MAX_DELAY_S:g}], got {delay_s!r}")
         if status is not None and not (isinstance(status, int) and 400 <= status <= 599):
             raise FaultSpecError(f"status must be an HTTP error code 400-599, got {status!r}")
         if operation is not None and operation not in OPERATION_FAULTS:
@@ -152,6 +163,7 @@ class Faults:
                 message=spec.get("message"),
                 error_status=error_status,
                 reason=reason,
+                delay_s=None if delay_s is None else float(delay_s),
             )
         except re.error as exc:
             raise FaultSpecError(f"bad regular expression: {exc}") from exc
@@ -174,9 +186,17 @@ class Faults:
 
     def call_fault(self, method: str, path: str, query: str, body: str = "") -> Fault | None:
         """Count the call against every status fault; the first one it hits, if any."""
+        return self._count([f for f in self._faults if f.status is not None], method, path, query, body)
+
+    def delay_fault(self, method: str, path: str, query: str, body: str = "") -> Fault | None:
+        """Count the call against every delay fault; the first one it hits, if any (its answer is held)."""
+        return self._count([f for f in self._faults if f.delay_s is not None], method, path, query, body)
+
+    @staticmethod
+    def _count(faults: list[Fault], method: str, path: str, query: str, body: str) -> Fault | None:
         hit: Fault | None = None
-        for fault in self._faults:
-            if fault.status is None or not fault.matches(method, path, query, body):
+        for fault in faults:
+            if not fault.matches(method, path, query, body):
                 continue
             fault.seen += 1
             if hit is None and fault.hits(fault.seen):

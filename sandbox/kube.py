@@ -388,6 +388,7 @@ class KubeApi:
         raw = await request.read()
         text = raw.decode("utf-8", errors="replace")
         fault_id = None
+        held = None
         status = 200
         try:
             if verdict is not Verdict.VALID:
@@ -409,6 +410,7 @@ class KubeApi:
                     self.faults.operation_started(request.method, request.path, request.query_string, fault, text)
                     fault_id = fault.id
                 response = web.json_response(body, status=status)
+            held = self.faults.delay_fault(request.method, request.path, request.query_string, text)
         except KubeError as exc:
             response = web.json_response(exc.status(), status=exc.code)
         status = response.status
@@ -421,10 +423,13 @@ class KubeApi:
             status=status,
             duration_ms=round(1000 * (time.perf_counter() - started), 3),
             operations=[],
-            fault=fault_id,
+            fault=fault_id or (held.id if held else None),
             error=None if status < 400 else _message(response),
             auth=str(verdict),
         )
+        if held is not None and held.delay_s:
+            # The call has taken effect (and is in the call log); only its answer waits.
+            await asyncio.sleep(held.delay_s)
         return response
 
     def _dispatch(

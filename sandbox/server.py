@@ -111,6 +111,7 @@ class SandboxServer:
         started = time.perf_counter()
         sb.store.settle(sb.now())
         fault_id = None
+        held = None
         try:
             route, call.params = self.api_routes.match(call.method, call.path)
             call.service = route.service
@@ -127,6 +128,8 @@ class SandboxServer:
                     )
                     if call.operation_fault is not None:
                         fault_id = call.operation_fault.id
+                held = sb.faults.delay_fault(call.method, call.path, call.query_string, call.text)
+                fault_id = fault_id or (held.id if held else None)
         except ApiError as exc:
             result = error_reply(exc)
         except Exception as exc:
@@ -148,6 +151,9 @@ class SandboxServer:
             auth=str(auth.Verdict.VALID),
             body=_json_body(call.text),
         )
+        if held is not None and held.delay_s:
+            # The call has taken effect (and is in the call log); only its answer waits.
+            await asyncio.sleep(held.delay_s)
         return result
 
 

@@ -142,16 +142,19 @@ def add_fault(
     times: int | None = 1,
     status: int | None = None,
     operation: str | None = None,
+    delay_s: float | None = None,
     message: str | None = None,
     error_status: str | None = None,
     reason: str | None = None,
 ) -> dict[str, Any]:
-    """Install a fault: fail the ``nth`` matching call with ``status``, or end/hang (``operation``) its operation;
-    ``reason`` is the body's ``errors[].reason`` (e.g. ``rateLimitExceeded`` on a 403)."""
+    """Install a fault: fail the ``nth`` matching call with ``status``, end/hang (``operation``) its operation, or
+    hold its answer ``delay_s`` seconds after the call took effect; ``reason`` is the body's ``errors[].reason``
+    (e.g. ``rateLimitExceeded`` on a 403)."""
     spec: dict[str, Any] = {"match": match, "nth": nth, "times": times}
     for key, value in (
         ("status", status),
         ("operation", operation),
+        ("delay_s", delay_s),
         ("message", message),
         ("error_status", error_status),
         ("reason", reason),

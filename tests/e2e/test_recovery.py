@@ -1,7 +1,8 @@
 """A whole run that loses a GPU worker node mid-training, on the sandbox with the local CPU recipe: the job fails the
 way it does on GKE (Ray's ActorDiedError / ActorUnavailableError), a recovery rule calls it a lost node, the DAG waits
 deferred for the node pool's replacement, fences the failed attempt and resubmits from the newest save; the run then
-finishes, validates and exports its last step. In process (``dag.test``), its log read from what the run printed.
+finishes, validates and exports its last step. In process (``dag.test``), its log read from what the run printed,
+and every trigger callback of the run timed by its CPU (tests/e2e/slow_callbacks.py).
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ from sandbox.testing import SandboxProcess
 from nemo_rl_gke.run import topology as t
 from nemo_rl_gke.run.spec import RunSpec
 from tests.e2e.harness import latest_xcom, run_logged
+from tests.e2e.slow_callbacks import slow_callbacks
 
 pytestmark = [pytest.mark.airflow, pytest.mark.usefixtures("fresh_sandbox")]
 SPEC = RunSpec()
 SAVE_PERIOD = 5
 LOSE_AFTER_SAVE = 10
+SLOW_CALLBACK_S = 0.2
 
 
 def _lose_workers_once_ray_runs(
@@ -55,9 +58,13 @@ def test_a_lost_worker_node_is_recovered_from_the_newest_save_and_the_run_export
     # Killed during step 11 or 12, replaced 3 s later.
     losing, armed = _losing(sandbox, (LOSE_AFTER_SAVE,), 3.0)
     conf = {"max_steps": 30, "extra_overrides": [f"checkpointing.save_period={SAVE_PERIOD}"], "max_recoveries": 2}
-    result = run_logged(dag, conf, capfd)
+    # Every trigger of the run (provisioning, the job, the recovery wait, teardown), on the loop they would share in
+    # a triggerer: no callback may take it for more than 0.2 s.
+    with slow_callbacks(SLOW_CALLBACK_S) as slow:
+        result = run_logged(dag, conf, capfd)
     losing.join(timeout=5)
     assert result.state == "success", result.output[-4000:]
+    assert slow == [], slow
     [loss] = sandbox.node_losses()
     assert loss["state"] == "replaced" and loss["id"] == armed[0]["id"]
     xcom = latest_xcom()

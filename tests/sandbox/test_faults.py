@@ -1,11 +1,15 @@
-"""Fault injection: a failed call, an operation that ends in error, an operation that hangs."""
+"""Fault injection: a failed call, an operation that ends in error, an operation that hangs, a held answer."""
 
 from __future__ import annotations
+
+import json
+import urllib.request
 
 import pytest
 from google.api_core import exceptions
 from google.cloud import compute_v1, container_v1, lustre_v1
 from googleapiclient.errors import HttpError
+from sandbox.testing import auth_headers
 
 from nemo_rl_gke.plan import lustre, networks, peering
 from tests.sandbox.conftest import OWNER, PROJECT, SPEC
@@ -153,12 +157,41 @@ def test_operation_faults_count_only_calls_that_start_an_operation(clients, sand
         {"match": {"path": "x"}, "status": 503, "nth": 0},
         {"match": {"path": "x"}, "status": 503, "operation": "error"},
         {"match": {"path": "x"}, "status": 403, "reason": ""},
+        {"match": {"path": "x"}, "delay_s": 0},
+        {"match": {"path": "x"}, "delay_s": "5"},
+        {"match": {"path": "x"}, "delay_s": True},
+        {"match": {"path": "x"}, "delay_s": 601},
+        {"match": {"path": "x"}, "delay_s": 5, "status": 503},
     ],
 )
 def test_bad_fault_specs_are_refused(sandbox, spec):
     status, answer = raw(sandbox.url, "POST", "/sandbox/faults", spec)
     assert status == 400 and answer["error"]["message"].startswith("fault:")
     assert sandbox.faults() == []
+
+
+def test_a_held_answer_loses_the_client_but_the_call_took_effect(sandbox):
+    # A client that gives up (or dies) while its answer is held never learns the insert worked: the retry that
+    # follows must find the resource, not create it again.
+    fault = sandbox.add_fault(NETWORKS, delay_s=3)
+    body = json.dumps({"name": SPEC.network, "autoCreateSubnetworks": False}).encode()
+    request = urllib.request.Request(
+        f"{sandbox.url}/compute/v1/projects/{PROJECT}/global/networks",
+        data=body,
+        method="POST",
+        headers={"Content-Type": "application/json", **auth_headers(sandbox.url)},
+    )
+    with pytest.raises(TimeoutError):
+        urllib.request.urlopen(request, timeout=0.5)
+    assert [i["name"] for i in sandbox.inventory()] == [SPEC.network]
+    [post] = [c for c in sandbox.calls() if c["method"] == "POST"]
+    assert (post["status"], post["fault"]) == (200, fault["id"])
+    # Only the first matching call is held.
+    second = {"name": "second", "autoCreateSubnetworks": False}
+    status, _ = raw(sandbox.url, "POST", f"/compute/v1/projects/{PROJECT}/global/networks", second)
+    assert status == 200
+    [state] = sandbox.faults()
+    assert (state["seen"], state["fired"], state["delay_s"]) == (2, 1, 3.0)
 
 
 def test_faults_can_be_listed_and_removed(sandbox):

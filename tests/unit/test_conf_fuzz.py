@@ -45,7 +45,7 @@ from nemo_rl_gke.run.spec import RunSpec
 from nemo_rl_gke.run.topology import STAGE_TIMEOUT_PARAM
 
 SEED = 20_261_201
-CONFS = 5_000
+CONFS = 2_000
 # A canary token: if any finding or log of a refused conf shows it, redaction failed.
 CANARY = "hf_" + "Zq7Xw3Kp9Lm2Nb5Vc8Rt1Ys4Ud6Fg0Hj"
 DEPLOYMENT = Deployment(

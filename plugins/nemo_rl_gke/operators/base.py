@@ -82,6 +82,13 @@ class StepOperator(BaseOperator):
         super().__init__(**kwargs)
         self.step_id = step
         self.gcp_conn_id = gcp_conn_id
+        # Only this step's own links: Airflow writes one XCom per declared link at the end of every try and every
+        # deferral, and a link of another step of the same operator would always write "" (about 300 writes a run).
+        own = tuple(link for link in self.operator_extra_links if not isinstance(link, RunLink) or step in link.steps)
+        if len(own) != len(self.operator_extra_links):
+            self.operator_extra_links = own
+        # The RunSpec of the try running now (one XCom read per try, however often a step asks for it).
+        self._run_spec: tuple[str, RunSpec] | None = None
 
     @property
     def step(self) -> Step:
@@ -104,11 +111,18 @@ class StepOperator(BaseOperator):
     def run_spec(self, context: Context) -> RunSpec:
         """The RunSpec the validate task accepted: the one source of names. From the training on, ``max_steps`` is
         the one the resume step set (resumed step + budget), when it set one."""
+        # A try's id is new on every retry or clear, and what validate and the resume step pushed stays as it was
+        # for as long as this try (its deferrals included) runs.
+        try_id = str(getattr(context["ti"], "id", "") or "")
+        if try_id and self._run_spec is not None and self._run_spec[0] == try_id:
+            return self._run_spec[1]
         spec = RunSpec.from_conf(pull(context, VALIDATE))
         if self.step.stage in topology.RESUMED_STAGES and self.step_id != topology.RESUME:
             resumed = pull(context, topology.RESUME) or {}
             if resumed.get("max_steps") and resumed["max_steps"] != spec.max_steps:
                 spec = dataclasses.replace(spec, max_steps=int(resumed["max_steps"]))
+        if try_id:
+            self._run_spec = (try_id, spec)
         return spec
 
     def identity(self, context: Context, spec: RunSpec) -> Owner:

@@ -334,7 +334,9 @@ _STEPS: tuple[Step, ...] = (
     Step(RESUME, Op.RESUME, TRAIN, (LUSTRE,), retries=1, timeout_param="storage_timeout_s", inlets=(CHECKPOINT_ASSET,),
          doc="Finds the checkpoint to continue from (resume=latest) and imports it into Lustre if needed."),
     # The submission id comes from the DAG run, so a retried submit adopts the job instead of starting another.
-    Step(SUBMIT, Op.SUBMIT_JOB, TRAIN, (RAYCLUSTER, RESUME), doc="Submits the GRPO job once (Ray Jobs API)."),
+    # A retry adopts the job its try submitted (its id is the run's), and until one follows it nothing watches it.
+    Step(SUBMIT, Op.SUBMIT_JOB, TRAIN, (RAYCLUSTER, RESUME), retry_delay_s=10,
+         doc="Submits the GRPO job once (Ray Jobs API)."),
     # A failed or stopped job, the guard and the timeout fail without retry; a lost trigger is retried.
     Step(WAIT, Op.FOLLOW_JOB, TRAIN, (SUBMIT,), retries=1,
          produces=(*_RECORDS, JOB_STEPS, JOB_SUMMARY, JOB_BUDGET, JOB_STALLED, JOB_RECOVERIES),
