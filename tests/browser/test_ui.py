@@ -148,6 +148,9 @@ def test_the_training_view_follows_the_job_the_links_lead_out_and_what_teardown_
         "() => document.body.dataset.waitState === 'deferred' && Number(document.body.dataset.points) > 2",
         timeout=RUN_TIMEOUT_S * 1000,
     )
+    # While the job trains, the scheduler and the triggerer die; what the view shows meanwhile is checked during the
+    # outage (the wait stays deferred, its log where the killed trigger left it), before a new trigger takes over.
+    _kill_the_scheduler_and_the_triggerer_during_the_wait(stack, run_id)
     shown = _shown(view)
     assert shown["error"] == "", shown["error"]  # a render that threw would leave the curves behind the count
     assert shown["waitState"] == "deferred"
@@ -165,7 +168,12 @@ def test_the_training_view_follows_the_job_the_links_lead_out_and_what_teardown_
         _check_the_lead_is_above_the_fold(target, data)
     screenshot(page, "training-tab-while-training", full_page=False)
     screenshot(view, "training-view-while-training")
-    _kill_the_scheduler_and_the_triggerer_during_the_wait(stack, run_id)
+    wait_for(
+        "a new trigger to follow the job",
+        lambda: task_log(airflow, run_id, topology.WAIT).count(FOLLOWING) >= 2,
+        RUN_TIMEOUT_S,
+        1.0,
+    )
 
     run = wait_run(airflow, run_id, RUN_TIMEOUT_S)
     assert run["state"] == "success"
@@ -251,7 +259,7 @@ def _kill_the_scheduler_and_the_triggerer_during_the_wait(stack: Stack, run_id: 
     second later, as compose's ``restart: unless-stopped`` does): the scheduler, with no task running (one that
     runs dies with its LocalExecutor worker, a case for the heartbeat timeout), and the triggerer. Once the dead
     triggerer's heartbeat is ``triggerer_health_check_threshold`` old, the new one takes the wait over and follows
-    the same Ray job."""
+    the same Ray job (the caller waits for that)."""
     airflow = stack.airflow
 
     def only_the_wait_is_unfinished() -> bool:
@@ -262,12 +270,6 @@ def _kill_the_scheduler_and_the_triggerer_during_the_wait(stack: Stack, run_id: 
     wait_for("train.wait deferred with no task running", only_the_wait_is_unfinished, RUN_TIMEOUT_S, 0.2)
     kill_component(airflow, "scheduler")
     kill_component(airflow, "triggerer")
-    wait_for(
-        "a new trigger to follow the job",
-        lambda: task_log(airflow, run_id, topology.WAIT).count(FOLLOWING) >= 2,
-        RUN_TIMEOUT_S,
-        1.0,
-    )
 
 
 def _check_what_teardown_kept(airflow: Any, run_id: str, view: Any, page: Any) -> None:
