@@ -52,11 +52,11 @@ LONGEST_FIRST = (
     "tests/browser/test_ui.py",
     "tests/e2e/test_nightly.py",
     "tests/e2e/test_train.py",
+    "tests/e2e/test_recovery.py",
     "tests/gcp/test_rayjob.py",
     "tests/e2e/test_apply.py",
-    "tests/e2e/test_train_failures.py",
-    "tests/e2e/test_recovery.py",
     "tests/gcp/test_kube.py",
+    "tests/e2e/test_train_failures.py",
 )
 
 
