@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.connection import get_async_connection
@@ -40,14 +40,13 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from nemo_rl_gke.kube.errors import KubeApiError, is_kube_transient
 from nemo_rl_gke.observe.metrics import LogFollower, newest_save, saved_after
-from nemo_rl_gke.observe.recoveries import FOLLOWING, RESUMED_AT
+from nemo_rl_gke.observe.recoveries import FOLLOWING
 from nemo_rl_gke.observe.redaction import StreamRedactor
 from nemo_rl_gke.observe.report import budget_stop_text
 from nemo_rl_gke.observe.step_timing import mean_step_time, progress_mark, stall_after
 from nemo_rl_gke.observe.zero_learning import ZeroLearningVerdict, check_zero_learning
 from nemo_rl_gke.ray.errors import RayJobsApiError, RayJobsTransientError, RayTlsError
 from nemo_rl_gke.triggers.clients import RAY, client_module
-from nemo_rl_gke.triggers.log_position import LogPositions
 from nemo_rl_gke.triggers.operations import backoff_delay
 
 if TYPE_CHECKING:
@@ -64,8 +63,6 @@ STOP_TIMEOUT_S = 30.0
 RAY_TOKEN_ATTEMPTS = 4
 # "Near the budget": less than one mean step and this margin left (the save at the end of the step needs it).
 BUDGET_SAVE_MARGIN_S = 60.0
-# Between step metrics, where the task log stopped is saved at most this often: what a restarted trigger may repeat.
-POSITION_SAVE_S = 30.0
 
 
 class RayJobTrigger(BaseTrigger):
@@ -96,9 +93,6 @@ class RayJobTrigger(BaseTrigger):
     :param stall_after_s: seconds without a new step that make a stall; 0: derived from the step times.
     :param attempt_started_at: epoch seconds this attempt of the job was submitted (a recovery's resubmission; 0:
         ``started_at``): the stall clock starts there, while the job timeout counts from the first submission.
-    :param task_key: the deferred task instance (``dag_id``, ``run_id``, ``task_id``, ``map_index``) whose XCom
-        keeps where the task log stopped (:mod:`~nemo_rl_gke.triggers.log_position`): a trigger run again after a
-        triggerer restart logs only the lines after it. None: every trigger logs the job's lines from the start.
     """
 
     def __init__(
@@ -123,7 +117,6 @@ class RayJobTrigger(BaseTrigger):
         max_steps: int = 0,
         stall_after_s: float = 0.0,
         attempt_started_at: float = 0.0,
-        task_key: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.address = address.rstrip("/")
@@ -153,12 +146,6 @@ class RayJobTrigger(BaseTrigger):
         self._progress = (0, 0, 0)
         self.attempt_started_at = float(attempt_started_at)
         self._progress_at = self.attempt_started_at or self.started_at
-        self.task_key = dict(task_key) if task_key else None
-        self._positions = LogPositions(self.task_key) if self.task_key else None
-        # The log characters a trigger before this one had written into the task log (read, not logged again), and
-        # what the last saved position was taken at.
-        self._logged_until = 0
-        self._saved = (0, (0, False, 0), 0.0)
         # Replaced once the secret values are loaded in run(): values never reach __init__, kwargs or the DB.
         self._redactor = StreamRedactor(())
         self.follower = LogFollower(redactor=self._redactor)
@@ -187,7 +174,6 @@ class RayJobTrigger(BaseTrigger):
                 "max_steps": self.max_steps,
                 "stall_after_s": self.stall_after_s,
                 "attempt_started_at": self.attempt_started_at,
-                "task_key": self.task_key,
             },
         )
 
@@ -267,8 +253,7 @@ class RayJobTrigger(BaseTrigger):
         lines are redacted already (the follower redacts before it splits).
         """
         if text is not None:
-            self._log_lines(self._feed(text, start))
-            self._save_position()
+            self._log_lines(self.follower.feed_full_log(text) if start is None else self.follower.feed_at(text, start))
         if self.zero_learning_steps <= 0:
             return None, None
         steps = self.follower.metrics.steps
@@ -276,34 +261,6 @@ class RayJobTrigger(BaseTrigger):
         if verdict is None or verdict.stops_now:
             return verdict, None
         return verdict, saved_after(steps, verdict.decided_index)
-
-    def _feed(self, text: str, start: int | None) -> list[str]:
-        """Feed the follower; return the lines to log. What a trigger before this one logged already (the log up to
-        :attr:`_logged_until`) is read for the metrics and the guards, and not logged again."""
-        feed = self.follower.feed_full_log if start is None else lambda part: self.follower.feed_at(part, start)
-        until = self._logged_until
-        if until and self.follower.offset < until:
-            logged = text[: until - (start or 0)] if until > (start or 0) else ""
-            if logged:
-                feed(logged)
-            if len(logged) == len(text):
-                return []
-        return feed(text)
-
-    def _save_position(self) -> None:
-        """Record how far the task log has the job's lines, whenever the step metrics moved (so no step's lines are
-        logged twice after a restart) and otherwise every POSITION_SAVE_S while lines arrive. A blocking SDK call:
-        this runs in the worker thread that logged them."""
-        if self._positions is None or self.follower.offset <= max(self._saved[0], self._logged_until):
-            return
-        metrics = self.follower.metrics
-        current = metrics.current
-        moved = (len(metrics.steps), current is not None and current.avg_reward is not None, len(metrics.checkpoints))
-        now = time.monotonic()
-        if moved == self._saved[1] and now - self._saved[2] < POSITION_SAVE_S:
-            return
-        self._positions.save(self.submission_id, self.follower.offset)
-        self._saved = (self.follower.offset, moved, now)
 
     def _log_lines(self, lines: list[str]) -> None:
         """Write driver-log lines into the task log. Runs in a worker thread (they can be many): asyncio.to_thread
@@ -390,20 +347,10 @@ class RayJobTrigger(BaseTrigger):
                 )
         yield event
 
-    async def _start_following(self) -> None:
-        """Log the line the job's lines follow, after reading where a trigger before this one left the task log."""
-        if self._positions is not None:
-            self._logged_until = await asyncio.to_thread(self._positions.load, self.submission_id)
-        if self._logged_until:
-            # The view reads this job's lines on from here, instead of starting them again (observe/training_view.py).
-            self.log.info("%s%s%s%d", FOLLOWING, self.submission_id, RESUMED_AT, self._logged_until)
-        else:
-            self.log.info("%s%s", FOLLOWING, self.submission_id)
-
     async def _poll(self) -> TriggerEvent:
         failures, job_status = 0, "UNKNOWN"
         await self._load_secrets()
-        await self._start_following()
+        self.log.info("%s%s", FOLLOWING, self.submission_id)
         async with self._ray:
             while True:
                 delay = self.poll_interval
