@@ -64,6 +64,15 @@ def test_every_link_sits_on_the_operator_of_each_of_its_steps() -> None:
     assert set().union(*(link.steps for link in ALL)) == wanted
 
 
+def test_each_task_declares_only_its_own_links() -> None:
+    # Airflow writes one XCom per declared link at every try end and deferral: another step's link would be a write.
+    for step_id, names in ((topology.NET, set()), (topology.GKE_CLUSTER, {"GKE cluster"}),
+                           (topology.NODE_POOL, {"GPU node pool"})):  # fmt: skip
+        operator = OPERATORS[topology.step(step_id).op](step=step_id)
+        assert {link.name for link in operator.operator_extra_links} == names, step_id
+    assert len(OPERATORS[topology.step(topology.NET).op].operator_extra_links) == 3  # the class keeps all of them
+
+
 class _TI:
     def __init__(self, xcoms: dict[tuple[str | None, str], Any]) -> None:
         self.xcoms = xcoms
