@@ -208,6 +208,32 @@ def kill_component(airflow: Airflow, component: str) -> list[int]:
     return pids
 
 
+def kill_component_when(
+    airflow: Airflow, component: str, ready: Callable[[], bool], attempts: int = 50, pause_s: float = 0.2
+) -> list[int]:
+    """SIGKILL a component at a moment ``ready`` accepts: each attempt freezes it (SIGSTOP), asks ``ready`` about
+    the state it froze in, and kills it there, or lets it run on (SIGCONT) for ``pause_s`` and tries again. So a
+    test can kill a triggerer between two of its writes instead of wherever the signal happens to land."""
+    for _ in range(attempts):
+        pids = component_pids(airflow, component)
+        if not pids:
+            raise AirflowStartError(f"no airflow {component} process is running\n{airflow.log_tail()}")
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+        killed = False
+        try:
+            killed = ready()
+        finally:
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL if killed else signal.SIGCONT)
+        if killed:
+            return pids
+        time.sleep(pause_s)
+    raise AirflowStartError(f"the {component} was never in a state to kill in {attempts} attempts")
+
+
 def stop_airflow(airflow: Airflow, grace: float = 20.0) -> None:
     """SIGTERM the Airflow process group, then SIGKILL whatever is left in its session."""
     pid = airflow.process.pid

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT / "plugins"))
 
 from bench.airflow_components import (  # noqa: E402
     Airflow,
-    kill_component,
+    kill_component_when,
     run_bench,
     run_path,
     running_airflow,
@@ -45,6 +45,7 @@ from sandbox.demo import start_demo_sandbox  # noqa: E402
 
 from nemo_rl_gke.observe.recoveries import FOLLOWING  # noqa: E402
 from nemo_rl_gke.run import topology  # noqa: E402
+from nemo_rl_gke.triggers.log_position import XCOM_KEY as LOG_POSITION  # noqa: E402
 
 
 def wait_log(airflow: Airflow, run_id: str) -> str:
@@ -70,6 +71,28 @@ def step_counts(log: str) -> dict[int, int]:
     return counts
 
 
+def logged_lines(log: str) -> int:
+    """The job's driver-log lines in a task log (the trigger writes each as one ``[ray job]`` line)."""
+    return sum(1 for line in log.splitlines() if "[ray job]" in line)
+
+
+def position_covers_the_log(airflow: Airflow, run_id: str) -> bool:
+    """Whether train.wait's saved log position (triggers/log_position.py) accounts for every job line in its task
+    log: then a triggerer killed now repeats none (one killed between a step's lines and their save repeats them)."""
+    task = urllib.parse.quote(topology.WAIT, safe="")
+    path = f"{run_path(run_id)}/taskInstances/{task}/xcomEntries/{LOG_POSITION}"
+    saved = airflow.api("GET", path, expect=(200, 404))
+    value = saved.get("value") if isinstance(saved, dict) else None
+    if isinstance(value, str):
+        value = json.loads(value)
+    return isinstance(value, dict) and value.get("lines") == logged_lines(wait_log(airflow, run_id))
+
+
+def kill_the_triggerer_between_steps(airflow: Airflow, run_id: str) -> list[int]:
+    """SIGKILL the triggerer at a moment its saved log position covers the task log (frozen, checked, killed)."""
+    return kill_component_when(airflow, "triggerer", lambda: position_covers_the_log(airflow, run_id))
+
+
 def measure(args: argparse.Namespace, workdir: Path, running: dict[str, Any]) -> bool:
     """One run, one triggerer kill; print what it took and what the log holds."""
     conf = json.loads((ROOT / "include/conf/local.json").read_text())
@@ -87,7 +110,7 @@ def measure(args: argparse.Namespace, workdir: Path, running: dict[str, Any]) ->
             interval=1.0,
         )
         killed_at = time.monotonic()
-        print(f"killed the triggerer: pids {kill_component(airflow, 'triggerer')}", flush=True)
+        print(f"killed the triggerer: pids {kill_the_triggerer_between_steps(airflow, run_id)}", flush=True)
         wait_for(
             "the new trigger to follow the job",
             lambda: wait_log(airflow, run_id).count(FOLLOWING) >= 2,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from bench import worker_slots
+from bench import airflow_restart, worker_slots
 from nemo_rl_gke import links
 from nemo_rl_gke.docs import DAG_DESCRIPTION
 from nemo_rl_gke.observe.recoveries import FOLLOWING
@@ -169,6 +169,12 @@ def test_the_training_view_follows_the_job_the_links_lead_out_and_what_teardown_
     # Exactly one training job across the restarts: train.submit's and checkpoint.validate's are the only submissions.
     submitted = [c for c in stack.sandbox.calls() if c["method"] == "POST" and c["path"].endswith("/api/jobs/")]
     assert len(submitted) == 2, submitted
+    # The trigger the restarted triggerer ran went on where the killed one had stopped: each step's reward line is
+    # in train.wait's log once (both triggers' logs, as the API server serves them).
+    wait_log = task_log(airflow, run_id, topology.WAIT)
+    counts = airflow_restart.step_counts(wait_log)
+    followed = [line for line in wait_log.splitlines() if FOLLOWING in line or "task log stopped" in line]
+    assert counts == dict.fromkeys(range(1, WATCH_STEPS + 1), 1), (counts, followed)
     # Once the job ended, the view, the data and the log agree exactly.
     view.wait_for_function(
         f"() => document.body.dataset.runState === 'success' && Number(document.body.dataset.points) === {WATCH_STEPS}"
@@ -220,7 +226,7 @@ def _kill_the_scheduler_and_the_triggerer_during_the_wait(stack: Stack, run_id: 
     second later, as compose's ``restart: unless-stopped`` does): the scheduler, with no task running (one that
     runs dies with its LocalExecutor worker, a case for the heartbeat timeout), and the triggerer. Once the dead
     triggerer's heartbeat is ``triggerer_health_check_threshold`` old, the new one takes the wait over and follows
-    the same Ray job (the caller waits for that)."""
+    the same Ray job (the caller waits for that) and logs only the lines the killed one had not."""
     airflow = stack.airflow
 
     def only_the_wait_is_unfinished() -> bool:
@@ -230,7 +236,9 @@ def _kill_the_scheduler_and_the_triggerer_during_the_wait(stack: Stack, run_id: 
 
     wait_for("train.wait deferred with no task running", only_the_wait_is_unfinished, RUN_TIMEOUT_S, 0.2)
     kill_component(airflow, "scheduler")
-    kill_component(airflow, "triggerer")
+    # Killed between two steps' saves: a kill between a step's lines and their save repeats that step's lines
+    # (tests/triggers/test_log_position.py proves that bound); this run proves a restart repeats nothing else.
+    airflow_restart.kill_the_triggerer_between_steps(airflow, run_id)
 
 
 def _check_what_teardown_kept(airflow: Any, run_id: str, view: Any, page: Any) -> None:

@@ -7,8 +7,10 @@ waiting, the zero-learning guard, the timeout, and on_kill stopping the job).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import re
 import ssl
 import time
 import urllib.error
@@ -25,6 +27,7 @@ from nemo_rl_gke.gcp.resources import resources
 from nemo_rl_gke.kube.access import DashboardAddress
 from nemo_rl_gke.kube.client import KubeHook, ObjectRef
 from nemo_rl_gke.kube.objects import apply_objects, delete_objects, group_objects, lustre_ip
+from nemo_rl_gke.observe.recoveries import FOLLOWING, RESUMED_AT
 from nemo_rl_gke.plan.ray_job import JobRequest, SecretEnv
 from nemo_rl_gke.ray.async_hooks import RayJobsApiError, RayJobsAsyncHook
 from nemo_rl_gke.ray.hooks import RayJobsHook, RayTlsError
@@ -43,6 +46,7 @@ from nemo_rl_gke.triggers.raycluster import RayClusterTrigger
 from nemo_rl_gke.triggers.rayjob import CLASSPATH, RayJobTrigger
 from tests.gcp.conftest import FAST_RETRY, ZONE, ensure_done
 from tests.owners import owner_of
+from tests.triggers.test_log_position import MemoryPositions
 
 pytestmark = pytest.mark.airflow
 RAY_PROJECT = "rayjob-tests"
@@ -492,6 +496,7 @@ def test_trigger_serializes_exactly_and_round_trips() -> None:
         "max_steps": 0,
         "stall_after_s": 0.0,
         "attempt_started_at": 0.0,
+        "task_key": None,
     }
     assert RayJobTrigger(**kwargs).serialize() == (classpath, kwargs)
     budgeted = RayJobTrigger(
@@ -503,8 +508,10 @@ def test_trigger_serializes_exactly_and_round_trips() -> None:
         usd_per_hour=88.0,
         max_steps=20,
         stall_after_s=30,
+        task_key={"dag_id": "d", "run_id": "manual__1", "task_id": "train.wait", "map_index": -1},
     )
     _, kwargs = budgeted.serialize()
+    assert kwargs["task_key"] == {"dag_id": "d", "run_id": "manual__1", "task_id": "train.wait", "map_index": -1}
     assert {
         k: kwargs[k] for k in ("budget_deadline", "run_started_at", "usd_per_hour", "max_steps", "stall_after_s")
     } == {
@@ -853,3 +860,51 @@ def test_a_job_that_stops_printing_steps_is_stopped_as_stalled_with_its_newest_s
     last = max(t for line, t in zip(recorder.lines, recorder.times, strict=True) if "Avg Reward" in line)
     print(f"\nstall: {detected - last:.1f}s from step 3's results to the stall event (stall_after_s=5)")
     print(event["message"])
+
+
+# Six NeMo RL-shaped steps, 0.3 s apart, then the job ends.
+SIX_STEPS_SCRIPT = (
+    "import time\n"
+    "for k in range(1, 7):\n"
+    "    print(f'========================= Step {k}/6 =========================', flush=True)\n"
+    "    print('\\U0001f4ca Training Results:', flush=True)\n"
+    "    print('  \\u2022 Loss: 0.0100', flush=True)\n"
+    "    print(f'  \\u2022 Avg Reward: {k / 10:.4f}', flush=True)\n"
+    "    time.sleep(0.3)\n"
+)
+
+
+def test_a_trigger_run_again_after_a_restart_logs_only_the_lines_the_one_before_had_not(
+    ray_spec: RunSpec, ray_hook: GcpHook
+) -> None:
+    ray = _ray(ray_spec, ray_hook)
+    ray.submit(_request("nemo-rl-resume-log-1", f"python -c {_quoted(SIX_STEPS_SCRIPT)}"), {})
+    positions = MemoryPositions()
+    first, second = (_trigger(ray.address, "nemo-rl-resume-log-1") for _ in range(2))
+    logs = [_Recorder(), _Recorder()]
+    for trigger, recorder in zip((first, second), logs, strict=True):
+        trigger._positions = positions  # type: ignore[assignment]
+        trigger._log = recorder  # type: ignore[assignment]
+
+    async def killed_after_step_two() -> None:
+        # The triggerer dies once step 2's reward is in the task log (its task cancelled: nothing runs after).
+        task = asyncio.ensure_future(_first(first))
+        while not any("Avg Reward: 0.2" in line for line in logs[0].lines):
+            assert not task.done(), logs[0].lines
+            await asyncio.sleep(0.02)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(killed_after_step_two())
+    resumed_at, _ = positions.saved["nemo-rl-resume-log-1"]
+    assert resumed_at > 0 and positions.history
+    event = asyncio.run(_first(second))
+    assert event["status"] == "success", event
+    # The new trigger read the whole log (its summary has every step) and logged only what the first had not.
+    assert event["summary"]["steps_completed"] == 6
+    assert f"{FOLLOWING}nemo-rl-resume-log-1{RESUMED_AT}{resumed_at}" in logs[1].lines
+    # (Ray's log starts with the entrypoint, the script's source: only the printed lines count.)
+    printed = [m.group(1) for r in logs for line in r.lines if (m := re.search(r"• Avg Reward: ([\d.]+)$", line))]
+    assert printed == [f"{k / 10:.4f}" for k in range(1, 7)], logs
+    assert not any(line.endswith("• Avg Reward: 0.1000") for line in logs[1].lines)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from nemo_rl_gke.observe.metrics import LogFollower
+from nemo_rl_gke.observe.recoveries import FOLLOWING, RESUMED_AT
 from nemo_rl_gke.observe.training_view import RAY_JOB_PREFIX, TaskState, ViewInputs, build_view, parse_attempts
 from nemo_rl_gke.run import costs, outcomes, topology
 from nemo_rl_gke.run.spec import RunSpec, default_conf
@@ -271,3 +272,21 @@ def test_a_recovered_run_is_one_curve_with_each_step_once_and_a_mark_where_each_
         ]
         == []
     )
+
+
+def test_a_restarted_trigger_that_goes_on_where_the_one_before_stopped_continues_the_curve() -> None:
+    # Steps 1-7 logged by the first trigger; the triggerer restarts and the next one logs steps 8-12 only, after a
+    # line that says where in the job's log it went on.
+    resumed = [
+        f"{FOLLOWING}job{RESUMED_AT}4242" if line.startswith(FOLLOWING) else line
+        for line in attempt_log("job", range(8, 13), 30, (10,), 0)
+    ]
+    lines = [*attempt_log("job", range(1, 8), 30, (5,), 0), *resumed]
+    view = build_view(ViewInputs("d", "r", "running", NOW, task_states(**{topology.WAIT: "deferred"}),
+                                 conf=default_conf(), log_lines=lines))  # fmt: skip
+    assert [loss for _, loss in view["series"]["loss"]] == [round(step / 100, 6) for step in range(1, 13)]
+    assert view["points"] == 12 and [c["step"] for c in view["checkpoints"]] == [5, 10] and view["attempts"] == []
+    # Without the position, the same id again is a trigger that logs the job from its start: read once, from there.
+    again = [line.split(RESUMED_AT)[0] if RESUMED_AT in line else line for line in lines]
+    restarted = build_view(ViewInputs("d", "r", "running", NOW, task_states(), conf=default_conf(), log_lines=again))
+    assert [loss for _, loss in restarted["series"]["loss"]] == [round(step / 100, 6) for step in range(8, 13)]

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from nemo_rl_gke.observe.metrics import RunMetrics, StepMetrics
-from nemo_rl_gke.observe.recoveries import FOLLOWING, merge_attempts
+from nemo_rl_gke.observe.recoveries import FOLLOWING, RESUMED_AT, merge_attempts
 from nemo_rl_gke.observe.report import RunInputs, TaskTiming, gpu_usage, summarize_stages
 from nemo_rl_gke.run import costs, topology
 from nemo_rl_gke.run import task_states as ts
@@ -90,7 +90,8 @@ def parse_attempts(
     Airflow's own), and where each attempt after the first starts.
 
     Each attempt's driver-log lines follow the trigger's ``Following Ray job <id>`` line; a new id starts the next
-    attempt, the same id again is a restarted trigger that logs that job's log again from its start. Every attempt
+    attempt, the same id again is a restarted trigger that logs that job's log again from its start, or, with
+    ``from log character N``, goes on where the one before stopped. Every attempt
     after a recovery trains again the steps after the save it resumed from (``resumed_from`` in ``recoveries``):
     those rows of the attempt before are dropped, so each step is one point.
     The marks are ``{"attempt", "at", "resumed_from", "rule"}``, ``at`` the curves' x of the attempt's first step.
@@ -102,7 +103,9 @@ def parse_attempts(
         if line.startswith(RAY_JOB_PREFIX):
             attempts[-1].parse_line(line[len(RAY_JOB_PREFIX) :])
         elif line.startswith(FOLLOWING):
-            submission = line[len(FOLLOWING) :].strip()
+            submission, resumed, _ = line[len(FOLLOWING) :].strip().partition(RESUMED_AT)
+            if submission == current and resumed:
+                continue  # a restarted triggerer's trigger goes on where the one before stopped
             if submission == current:
                 # A restarted triggerer's trigger logs the same job's log again from its start: read it once.
                 attempts[-1] = RunMetrics()

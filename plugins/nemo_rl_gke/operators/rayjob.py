@@ -223,6 +223,7 @@ class RayJobSensor(StepOperator):
     def _follow(self, context: Context, spec: RunSpec, submission_id: str, *, attempt_started_at: float) -> NoReturn:
         # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
         from nemo_rl_gke.ray.hooks import RayJobsHook
+        from nemo_rl_gke.triggers.log_position import task_key
         from nemo_rl_gke.triggers.rayjob import RayJobTrigger
 
         submitted = pull(context, SUBMIT)
@@ -249,6 +250,7 @@ class RayJobSensor(StepOperator):
             usd_per_hour=budget.usd_per_hour or 0.0,
             max_steps=spec.max_steps,
             stall_after_s=spec.stall_after_s or 0.0,
+            task_key=task_key(context["ti"]),
             **ray_token_source(spec),
         )
 

@@ -31,8 +31,9 @@ log is split into lines, so no line break, chunk boundary or display cut can sho
 from __future__ import annotations
 
 import asyncio
+import re
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.connection import get_async_connection
@@ -40,13 +41,14 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from nemo_rl_gke.kube.errors import KubeApiError, is_kube_transient
 from nemo_rl_gke.observe.metrics import LogFollower, newest_save, saved_after
-from nemo_rl_gke.observe.recoveries import FOLLOWING
+from nemo_rl_gke.observe.recoveries import FOLLOWING, RESUMED_AT
 from nemo_rl_gke.observe.redaction import StreamRedactor
 from nemo_rl_gke.observe.report import budget_stop_text
 from nemo_rl_gke.observe.step_timing import mean_step_time, progress_mark, stall_after
 from nemo_rl_gke.observe.zero_learning import ZeroLearningVerdict, check_zero_learning
 from nemo_rl_gke.ray.errors import RayJobsApiError, RayJobsTransientError, RayTlsError
 from nemo_rl_gke.triggers.clients import RAY, client_module
+from nemo_rl_gke.triggers.log_position import LogPositions
 from nemo_rl_gke.triggers.operations import backoff_delay
 
 if TYPE_CHECKING:
@@ -63,6 +65,11 @@ STOP_TIMEOUT_S = 30.0
 RAY_TOKEN_ATTEMPTS = 4
 # "Near the budget": less than one mean step and this margin left (the save at the end of the step needs it).
 BUDGET_SAVE_MARGIN_S = 60.0
+# Between step metrics, where the task log stopped is saved at most this often: what a restarted trigger may repeat.
+POSITION_SAVE_S = 30.0
+# The start of a step's header line (NeMo RL's "===== Step k/K =====", after any Ray prefix): a read is logged in
+# pieces that end there, each followed by its position save, so a trigger killed mid-read repeats one step at most.
+_STEP_LINE_RE = re.compile(r"^[^\n]*?=+[ \t]*Step[ \t]+\d+[ \t]*/", re.M)
 
 
 class RayJobTrigger(BaseTrigger):
@@ -93,6 +100,9 @@ class RayJobTrigger(BaseTrigger):
     :param stall_after_s: seconds without a new step that make a stall; 0: derived from the step times.
     :param attempt_started_at: epoch seconds this attempt of the job was submitted (a recovery's resubmission; 0:
         ``started_at``): the stall clock starts there, while the job timeout counts from the first submission.
+    :param task_key: the deferred task instance (``dag_id``, ``run_id``, ``task_id``, ``map_index``) whose XCom
+        keeps where the task log stopped (:mod:`~nemo_rl_gke.triggers.log_position`): a trigger run again after a
+        triggerer restart logs only the lines after it. None: every trigger logs the job's lines from the start.
     """
 
     def __init__(
@@ -117,6 +127,7 @@ class RayJobTrigger(BaseTrigger):
         max_steps: int = 0,
         stall_after_s: float = 0.0,
         attempt_started_at: float = 0.0,
+        task_key: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.address = address.rstrip("/")
@@ -146,6 +157,12 @@ class RayJobTrigger(BaseTrigger):
         self._progress = (0, 0, 0)
         self.attempt_started_at = float(attempt_started_at)
         self._progress_at = self.attempt_started_at or self.started_at
+        self.task_key = dict(task_key) if task_key else None
+        self._positions = LogPositions(self.task_key) if self.task_key else None
+        # The log characters a trigger before this one had written into the task log (read, not logged again), and
+        # what the last saved position was taken at.
+        self._logged_until = 0
+        self._saved = (0, (0, False, 0), 0.0)
         # Replaced once the secret values are loaded in run(): values never reach __init__, kwargs or the DB.
         self._redactor = StreamRedactor(())
         self.follower = LogFollower(redactor=self._redactor)
@@ -174,6 +191,7 @@ class RayJobTrigger(BaseTrigger):
                 "max_steps": self.max_steps,
                 "stall_after_s": self.stall_after_s,
                 "attempt_started_at": self.attempt_started_at,
+                "task_key": self.task_key,
             },
         )
 
@@ -253,7 +271,10 @@ class RayJobTrigger(BaseTrigger):
         lines are redacted already (the follower redacts before it splits).
         """
         if text is not None:
-            self._log_lines(self.follower.feed_full_log(text) if start is None else self.follower.feed_at(text, start))
+            for lines, end in self._pieces(text, start):
+                if end > self._logged_until:
+                    self._log_lines(lines)
+                    self._save_position()
         if self.zero_learning_steps <= 0:
             return None, None
         steps = self.follower.metrics.steps
@@ -261,6 +282,46 @@ class RayJobTrigger(BaseTrigger):
         if verdict is None or verdict.stops_now:
             return verdict, None
         return verdict, saved_after(steps, verdict.decided_index)
+
+    def _pieces(self, text: str, start: int | None) -> Iterator[tuple[list[str], int]]:
+        """Feed a read to the follower in pieces; yield each piece's lines and where in the log it ends, before the
+        next piece is fed (the follower's offset is then the piece's end).
+
+        The pieces end before each step's header and at :attr:`_logged_until` (what a trigger before this one had
+        logged: read for the metrics and the guards, never logged again), so a piece's lines are all on one side of
+        it and each step's lines can be saved as logged before the next step's are written.
+        """
+        base = 0 if start is None else start
+        # A replaced (shorter) whole log is read whole again: feed_full_log resets on its first, shorter, piece.
+        replaced = start is None and len(text) < self.follower.offset
+        skip = 0 if replaced else max(0, self.follower.offset - base)
+        cuts = {m.start() for m in _STEP_LINE_RE.finditer(text, skip)} | {len(text)}
+        if skip < self._logged_until - base < len(text):
+            cuts.add(self._logged_until - base)
+        previous = skip
+        for cut in sorted(c for c in cuts if c > skip):
+            if start is None:
+                lines = self.follower.feed_full_log(text[:cut])
+            else:
+                lines = self.follower.feed_at(text[previous:cut], start + previous)
+            yield lines, base + cut
+            previous = cut
+
+    def _save_position(self) -> None:
+        """Record how far the task log has the job's lines, whenever the step metrics moved (so no step's lines are
+        logged twice after a restart) and otherwise every POSITION_SAVE_S while lines arrive. A blocking SDK call:
+        this runs in the worker thread that logged them."""
+        if self._positions is None or self.follower.offset <= max(self._saved[0], self._logged_until):
+            return
+        metrics = self.follower.metrics
+        current = metrics.current
+        moved = (len(metrics.steps), current is not None and current.avg_reward is not None, len(metrics.checkpoints))
+        now = time.monotonic()
+        if moved == self._saved[1] and now - self._saved[2] < POSITION_SAVE_S:
+            return
+        step = current.step if current is not None else 0
+        self._positions.save(self.submission_id, self.follower.offset, step, self.follower.lines_emitted)
+        self._saved = (self.follower.offset, moved, now)
 
     def _log_lines(self, lines: list[str]) -> None:
         """Write driver-log lines into the task log. Runs in a worker thread (they can be many): asyncio.to_thread
@@ -347,10 +408,20 @@ class RayJobTrigger(BaseTrigger):
                 )
         yield event
 
+    async def _start_following(self) -> None:
+        """Log the line the job's lines follow, after reading where a trigger before this one left the task log."""
+        if self._positions is not None:
+            self._logged_until = await asyncio.to_thread(self._positions.load, self.submission_id)
+        if self._logged_until:
+            # The view reads this job's lines on from here, instead of starting them again (observe/training_view.py).
+            self.log.info("%s%s%s%d", FOLLOWING, self.submission_id, RESUMED_AT, self._logged_until)
+        else:
+            self.log.info("%s%s", FOLLOWING, self.submission_id)
+
     async def _poll(self) -> TriggerEvent:
         failures, job_status = 0, "UNKNOWN"
         await self._load_secrets()
-        self.log.info("%s%s", FOLLOWING, self.submission_id)
+        await self._start_following()
         async with self._ray:
             while True:
                 delay = self.poll_interval
