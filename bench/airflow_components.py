@@ -196,6 +196,19 @@ def component_pids(airflow: Airflow, component: str) -> list[int]:
     return pids
 
 
+def task_runner_pid(airflow: Airflow, ti_id: str) -> int | None:
+    """The PID of the process running task instance ``ti_id`` (the Task SDK titles it ``airflow worker -- <ti
+    id>``; its supervisor, the executor's worker, is its parent), or None when none runs it now."""
+    for pid in session_pids(airflow.process.pid):
+        try:
+            title = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if title.replace("\0", " ").strip() == f"airflow worker -- {ti_id}":
+            return pid
+    return None
+
+
 def kill_component(airflow: Airflow, component: str) -> list[int]:
     """SIGKILL one component (``scheduler``, ``triggerer``, ...), as a crash or an OOM kill would end it; its
     supervisor starts it again a second later. The PIDs killed."""

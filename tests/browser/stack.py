@@ -26,9 +26,11 @@ from bench.airflow_components import (
     run_path,
     running_airflow,
     task_instances,
+    task_runner_pid,
     trigger,
     wait_for,
     wait_run,
+    xcom_value,
 )
 from sandbox.demo import start_demo_sandbox
 from sandbox.testing import SandboxProcess
@@ -184,6 +186,7 @@ __all__ = [
     "start_stack",
     "task_instances",
     "task_log",
+    "task_runner_pid",
     "topology",
     "training_banner",
     "trigger",
@@ -192,4 +195,5 @@ __all__ = [
     "wait_for",
     "wait_run",
     "wait_task_state",
+    "xcom_value",
 ]

@@ -4,7 +4,9 @@ data it came from), never how long anything took."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 from typing import Any
 
 import pytest
@@ -13,6 +15,7 @@ from bench import airflow_restart, worker_slots
 from nemo_rl_gke import links
 from nemo_rl_gke.docs import DAG_DESCRIPTION
 from nemo_rl_gke.observe.recoveries import FOLLOWING
+from nemo_rl_gke.operators.base import epoch_of
 from nemo_rl_gke.run import topology
 from nemo_rl_gke.run.spec import RunSpec
 from tests.browser.stack import (
@@ -28,6 +31,7 @@ from tests.browser.stack import (
     screenshot,
     task_instances,
     task_log,
+    task_runner_pid,
     training_banner,
     trigger,
     view_data,
@@ -35,13 +39,17 @@ from tests.browser.stack import (
     wait_for,
     wait_run,
     wait_task_state,
+    xcom_value,
 )
 
 pytestmark = [pytest.mark.airflow, pytest.mark.browser]
 # Enough steps to watch the curves grow; the local recipe's rewards reach 1.0 for several steps in a row before
 # that, which the zero-learning guard would (rightly) stop, so it is off for this run.
 WATCH_STEPS = 30
+STEP_DELAY_S = 1
 RUN_TIMEOUT_S = 420
+# Longer than the kill takes to follow: the answer to the killed try's submit never reaches anyone.
+HOLD_S = 60
 # The window's bottom edge: the tests' browser context is 1400x1000.
 FOLD = 1000
 
@@ -118,8 +126,20 @@ def test_the_training_view_follows_the_job_the_links_lead_out_and_what_teardown_
     airflow = stack.airflow
     # Teardown keeps the cluster and storage (the pool at 0 nodes): what a run leaves up shows on the grid and in the
     # view once it ended. One run for both: each whole run through the real scheduler costs minutes of CI.
-    conf = {**LOCAL_CONF, "max_steps": WATCH_STEPS, "zero_learning_guard": False, "teardown_policy": topology.KEEP_WARM}
+    conf = {
+        **LOCAL_CONF,
+        "max_steps": WATCH_STEPS,
+        "zero_learning_guard": False,
+        "teardown_policy": topology.KEEP_WARM,
+        # Steps a second longer (asleep): the job still trains after train.submit's retry adopted it, once train.wait
+        # is deferred, and while the restarts happen (30 local steps otherwise end in about 12 s).
+        "extra_overrides": [f"sandbox.step_delay_s={STEP_DELAY_S}"],
+    }
+    # Ray's answer to train.submit's request is held (the job submitted, the answer stuck on its way back through
+    # the API server's proxy), and the worker waiting for it is killed meanwhile.
+    held = stack.sandbox.add_fault({"method": "POST", "path": "/proxy/api/jobs/$"}, delay_s=HOLD_S)
     run_id = trigger(airflow, conf)
+    reached = _kill_the_worker_once_its_submit_reached_ray(stack, run_id, held["id"])
     ended = {"success", "failed", "upstream_failed", "skipped"}
     assert wait_task_state(airflow, run_id, topology.WAIT, {"deferred", *ended}, RUN_TIMEOUT_S) == "deferred"
 
@@ -166,9 +186,20 @@ def test_the_training_view_follows_the_job_the_links_lead_out_and_what_teardown_
 
     run = wait_run(airflow, run_id, RUN_TIMEOUT_S)
     assert run["state"] == "success"
-    # Exactly one training job across the restarts: train.submit's and checkpoint.validate's are the only submissions.
+    # Exactly one training job across the kill and the restarts: train.submit's first try's and checkpoint.validate's
+    # are the only submissions. The retry adopted the job, and its clock is Ray's start of it (before the kill), not
+    # the adoption a retry delay later.
     submitted = [c for c in stack.sandbox.calls() if c["method"] == "POST" and c["path"].endswith("/api/jobs/")]
-    assert len(submitted) == 2, submitted
+    assert len(submitted) == 2 and submitted[0]["seq"] == reached["seq"], submitted
+    [submit] = [t for t in task_instances(airflow, run_id) if t["task_id"] == topology.SUBMIT]
+    adopted = xcom_value(airflow, run_id, topology.SUBMIT)
+    assert (submit["try_number"], adopted["action"]) == (2, "adopted"), (submit, adopted)
+    assert "already exists" in task_log(airflow, run_id, topology.SUBMIT, try_number=2)
+    started = epoch_of(adopted["submitted_at"])
+    assert started is not None and abs(started - reached["time"]) < 5, (adopted, reached)
+    adopted_at = epoch_of(submit.get("end_date"))
+    if adopted_at is not None:  # what the closing notes quote; never asserted (a shared machine's timing)
+        print(f"train.submit's worker killed: the retry adopted the job {adopted_at - reached['time']:.1f} s later")
     # The trigger the restarted triggerer ran went on where the killed one had stopped: each step's reward line is
     # in train.wait's log once (both triggers' logs, as the API server serves them).
     wait_log = task_log(airflow, run_id, topology.WAIT)
@@ -219,6 +250,22 @@ def test_the_training_view_follows_the_job_the_links_lead_out_and_what_teardown_
     assert synchronous == [] and wall > 0, [(t.task_id, t.segments) for t in tries]
     assert {topology.NET, topology.GKE_CLUSTER, topology.LUSTRE, topology.RAYCLUSTER, topology.WAIT} <= waited
     worker_slots.report(tries)  # the bench's table, in the test's output
+
+
+def _kill_the_worker_once_its_submit_reached_ray(stack: Stack, run_id: str, fault_id: str) -> dict[str, Any]:
+    """SIGKILL the process running train.submit once its submit request has reached Ray (the sandbox's call log
+    has it) while Ray's answer is held, as an OOM kill or a lost worker node would end it. The call."""
+    airflow = stack.airflow
+
+    def the_held_call() -> dict[str, Any] | None:
+        return next((c for c in stack.sandbox.calls() if c["fault"] == fault_id), None)
+
+    reached = wait_for("train.submit's request to reach Ray", the_held_call, RUN_TIMEOUT_S, 0.2)
+    [submit] = [t for t in task_instances(airflow, run_id) if t["task_id"] == topology.SUBMIT]
+    pid = task_runner_pid(airflow, submit["id"])
+    assert pid is not None, f"no process runs train.submit while its answer is held: {submit}"
+    os.kill(pid, signal.SIGKILL)
+    return reached
 
 
 def _kill_the_scheduler_and_the_triggerer_during_the_wait(stack: Stack, run_id: str) -> None:

@@ -397,3 +397,13 @@ def test_grader_matches_only_the_final_answer(trainer: ModuleType) -> None:
     assert trainer.reward(calculation[1], truth) == 0.0, "a response that computes nothing has no final answer"
     assert trainer.calculate("7 - 2 + 4") == "7 - 2 + 4 = 9"
     assert trainer.final_answer("3 + 4 +") is None
+
+
+def test_step_delay_is_read_from_the_sandbox_key_and_checked(trainer: ModuleType) -> None:
+    config = yaml.safe_load((LOCAL / "config.yaml").read_text())
+    assert trainer.read_settings(config).step_delay_s == 0.0
+    trainer.apply_override(config, "sandbox.step_delay_s=1.5")
+    assert trainer.read_settings(config).step_delay_s == 1.5
+    trainer.apply_override(config, "sandbox.step_delay_s=-1")
+    with pytest.raises(trainer.ConfigError, match=r"sandbox\.step_delay_s"):
+        trainer.read_settings(config)

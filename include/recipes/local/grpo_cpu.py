@@ -30,6 +30,7 @@ Run outside Ray (no ``RAY_ADDRESS``), it grades in process.
 
 ``sandbox.hang_after_step=N`` (the sandbox's own key, not NeMo RL's) makes the trainer hang after step N's results
 are printed, as a job stuck in NCCL or generation does: it prints nothing more and never exits until stopped.
+``sandbox.step_delay_s=S`` (also the sandbox's) sleeps S seconds after each step's results: a slower job, no more CPU.
 
 ``data.ground_truth=full_solution`` hands the grader the whole worked solution instead of the ``#### N`` number, which
 reproduces the tutorial's bug: no answer ever matches, every reward is 0, and GRPO learns nothing.
@@ -222,6 +223,7 @@ class Settings:
     generation_gpus: int
     must_save_by_s: int | None = None
     hang_after_step: int | None = None
+    step_delay_s: float = 0.0
 
 
 def training_world(config: dict[str, Any]) -> tuple[int, int, int]:
@@ -325,6 +327,7 @@ def read_settings(config: dict[str, Any]) -> Settings:
         generation_gpus=gen_gpus,
         must_save_by_s=_duration(config, "checkpointing.checkpoint_must_save_by"),
         hang_after_step=_optional_int(config, "sandbox.hang_after_step", 1),
+        step_delay_s=_float(config, "sandbox.step_delay_s", 0.0) if _get(config, "sandbox.step_delay_s") else 0.0,
     )
     if settings.force_on_policy_ratio and gbs != rollout:
         raise ConfigError(
@@ -1215,6 +1218,7 @@ def grpo_step(run: Run, save_state: dict[str, Any], timeout: TimeoutChecker) -> 
         # Stuck as a job in an NCCL collective is: alive, silent, until it is stopped.
         while True:
             time.sleep(3600)
+    time.sleep(settings.step_delay_s)
     return by_timeout
 
 
