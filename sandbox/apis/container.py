@@ -198,7 +198,7 @@ def _check_capacity(pool: dict[str, Any], cluster: dict[str, Any], field: str) -
         raise invalid(f"{field}.config.reservationAffinity: flex-start node pools need NO_RESERVATION.")
     if not pool.get("autoscaling", {}).get("enabled"):
         raise invalid(f"{field}.autoscaling: flex-start node pools need autoscaling enabled.")
-    if pool.get("management", {}).get("autoRepair", True):
+    if pool.get("management", {}).get("autoRepair", False):
         raise invalid(f"{field}.management.autoRepair: flex-start node pools do not support auto-repair.")
 
 
