@@ -135,9 +135,10 @@ def test_each_capacity_is_priced_at_its_share_of_the_list_price_in_the_report_an
     assert report.gpu.estimated_cost_usd == pytest.approx(report.gpu.gpu_hours * expected)
     assert source.split(" (")[0] in costs.capacity_price_basis(capacity) and "cloud.google.com" in source
     text = report.to_text()
-    assert f"{spec.gpus_per_node} GPUs, {capacity})" in text
-    if capacity != "reservation":
-        assert f"{share:.2f} x list" in text
+    if capacity == "reservation":
+        assert f"{spec.gpus_per_node} GPUs)" in text  # the report as before
+    else:
+        assert f"{spec.gpus_per_node} GPUs, {capacity})" in text and f"{share:.2f} x list" in text
         # A conf price (a contract, a Spot price seen today) replaces the estimate, whatever the capacity.
         assert costs.gpu_hour_price("b200", 7.5, capacity) == (7.5, "conf")
 

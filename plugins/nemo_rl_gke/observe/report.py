@@ -338,7 +338,9 @@ class RunReport:
 
     def _gpu_text(self) -> list[str]:
         g = self.gpu
-        header = f"GPU usage ({g.gpu_type}, {g.worker_replicas} nodes x {g.gpus_per_node} GPUs, {g.capacity})"
+        # The capacity is named when it is not the reservation (the tutorial's, and the report's form before it).
+        where = "" if g.capacity == "reservation" else f", {g.capacity}"
+        header = f"GPU usage ({g.gpu_type}, {g.worker_replicas} nodes x {g.gpus_per_node} GPUs{where})"
         if not g.came_up:
             up, down = f"never ({topology.NODE_POOL} did not succeed)", "-"
         else:
