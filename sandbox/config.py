@@ -10,6 +10,7 @@ is JSON (every key optional)::
      "latency_seconds": {"container.clusters.create": 420},
      "quotas": {"N2_CPUS": 600},
      "gpu_family_quotas": {"NVIDIA_B200": 64},
+     "preemptible_gpu_family_quotas": {"NVIDIA_B200": 0},
      "buckets": [{"project": "p", "name": "p-ckpt", "lustre_agent_role": "roles/storage.objectUser"}],
      "iam_denied": {"p": ["compute.projects.setCommonInstanceMetadata"]},
      "kuberay_conditions": false}
@@ -17,6 +18,8 @@ is JSON (every key optional)::
 ``quotas`` are the regional quota limits every region reports (``regions.get``), merged into the defaults.
 ``gpu_family_quotas`` are the ``compute.googleapis.com/gpus_per_gpu_family`` limits per ``gpu_family`` in every
 region (Service Usage v1beta1 ``consumerQuotaMetrics``): regions.get does not list B200 or H200 quotas, as on Google.
+``preemptible_gpu_family_quotas`` are ``compute.googleapis.com/preemptible_gpus_per_gpu_family``'s, the quota Spot
+and flex-start VMs count against (a family left out has none listed).
 ``buckets`` are the Cloud Storage buckets that exist (each with the default legacy bindings, plus a binding of the
 project's Lustre service agent when ``lustre_agent_role`` is given). Every project is granted every permission of
 ``include/iam/nemo-rl-gke-role.yaml`` except those ``iam_denied`` lists for it. ``kuberay_conditions: false``
@@ -69,6 +72,7 @@ SEED_KEYS = {
     "latency_seconds",
     "quotas",
     "gpu_family_quotas",
+    "preemptible_gpu_family_quotas",
     "buckets",
     "iam_denied",
     "kuberay_conditions",
@@ -192,6 +196,7 @@ class Config:
     latency_seconds: dict[str, float] = field(default_factory=dict)
     quotas: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_QUOTAS))
     gpu_family_quotas: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_GPU_FAMILY_QUOTAS))
+    preemptible_gpu_family_quotas: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_GPU_FAMILY_QUOTAS))
     buckets: dict[str, Bucket] = field(default_factory=dict)
     iam_denied: dict[str, list[str]] = field(default_factory=dict)
     kuberay_conditions: bool = True
@@ -219,6 +224,10 @@ class Config:
             self.quotas[str(metric)] = float(limit)
         for family, limit in seed.get("gpu_family_quotas", {}).items():
             self.gpu_family_quotas[str(family)] = float(limit)
+        if "preemptible_gpu_family_quotas" in seed:
+            self.preemptible_gpu_family_quotas = {
+                str(family): float(limit) for family, limit in seed["preemptible_gpu_family_quotas"].items()
+            }
         for record in seed.get("buckets", []):
             bucket = Bucket.from_seed(record, at)
             self.buckets[bucket.name] = bucket

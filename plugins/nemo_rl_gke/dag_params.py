@@ -40,7 +40,7 @@ FORM_SECTION_ORDER: tuple[str, ...] = (
 FORM_LEADS: dict[str, tuple[str, ...]] = {
     s.SECTION_RUN: ("mode", "recipe", "stop_after"),
     s.SECTION_LOCATION: ("project", "zone", "region"),
-    s.SECTION_GPU: ("gpu_type", "worker_replicas", "gpu_pool_max_nodes", "reservation"),
+    s.SECTION_GPU: ("gpu_type", "worker_replicas", "gpu_pool_max_nodes", "capacity", "reservation"),
     s.SECTION_TRAINING: ("max_steps", "num_prompts_per_step", "num_generations_per_prompt", "extra_overrides"),
     s.SECTION_LOGGING: ("wandb_enabled", "wandb_project", "wandb_run_name"),
     s.SECTION_TEARDOWN: ("teardown_policy", "export_bucket", "accept_checkpoint_loss"),

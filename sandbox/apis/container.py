@@ -163,6 +163,45 @@ def _check_reservation(sb: Sandbox, project: str, config: dict[str, Any], zones:
                 )
 
 
+# GKE's first version with flex-start on GPUs (GKE docs: About flex-start provisioning mode, Requirements).
+FLEX_START_MIN_VERSION = (1, 32, 2, 1652000)
+# Flex-start VMs run at most seven days (maxRunDuration).
+FLEX_START_MAX_RUN_S = 7 * 24 * 3600
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    """``1.33.5-gke.1080000`` -> (1, 33, 5, 1080000); what cannot be read sorts first."""
+    found = re.match(r"^(\d+)\.(\d+)\.(\d+)(?:-gke\.(\d+))?", version)
+    return tuple(int(g or 0) for g in found.groups()) if found else (0,)
+
+
+def _check_capacity(pool: dict[str, Any], cluster: dict[str, Any], field: str) -> None:
+    """Spot, flex-start and their reservation affinity, as GKE refuses them: flex-start needs GKE 1.32.2-gke.1652000,
+    autoscaling, no auto-repair, no reservation, and is not spot; maxRunDuration at most 7 days."""
+    config = pool.get("config", {})
+    affinity = (config.get("reservationAffinity") or {}).get("consumeReservationType", "ANY_RESERVATION")
+    flex = bool(config.get("flexStart"))
+    if config.get("spot") and affinity == "SPECIFIC_RESERVATION":
+        raise invalid(f"{field}.config: Spot VMs cannot consume a specific reservation.")
+    if "maxRunDuration" in config:
+        seconds = re.fullmatch(r"(\d+)(?:\.\d+)?s", str(config["maxRunDuration"]))
+        if not flex or seconds is None or not 0 < int(seconds.group(1)) <= FLEX_START_MAX_RUN_S:
+            raise invalid(f"{field}.config.maxRunDuration must be set with flexStart, at most 7 days (604800s).")
+    if not flex:
+        return
+    version = cluster.get("currentMasterVersion") or MASTER_VERSION
+    if _version_tuple(version) < FLEX_START_MIN_VERSION:
+        raise invalid(f"{field}.config.flexStart needs GKE 1.32.2-gke.1652000 or later; the cluster runs {version}.")
+    if config.get("spot"):
+        raise invalid(f"{field}.config: flexStart and spot cannot both be set.")
+    if affinity != "NO_RESERVATION":
+        raise invalid(f"{field}.config.reservationAffinity: flex-start node pools need NO_RESERVATION.")
+    if not pool.get("autoscaling", {}).get("enabled"):
+        raise invalid(f"{field}.autoscaling: flex-start node pools need autoscaling enabled.")
+    if pool.get("management", {}).get("autoRepair", False):
+        raise invalid(f"{field}.management.autoRepair: flex-start node pools do not support auto-repair.")
+
+
 def _prepare_pool(
     sb: Sandbox, project: str, location: str, *, cluster: dict[str, Any], pool: dict[str, Any], field: str
 ) -> list[str]:
@@ -181,6 +220,7 @@ def _prepare_pool(
     check_labels(config.get("resourceLabels", {}), f"{field}.config.resourceLabels")
     _check_accelerators(config, f"{field}.config")
     _check_reservation(sb, project, config, zones, f"{field}.config")
+    _check_capacity(pool, cluster, field)
     refs: list[str] = []
     extra_networks = pool.get("networkConfig", {}).get("additionalNodeNetworkConfigs", [])
     if extra_networks and not cluster.get("networkConfig", {}).get("enableMultiNetworking"):

@@ -26,6 +26,8 @@ MAX_BATCH = 30
 MAX_PERMISSIONS = 100
 PERMISSION = re.compile(r"^[a-z][a-zA-Z0-9]*(\.[a-zA-Z][a-zA-Z0-9]*){2}$")
 GPU_FAMILY_METRIC = "compute.googleapis.com/gpus_per_gpu_family"
+# Spot and flex-start VMs count against the preemptible GPU quota, not the on-demand one.
+PREEMPTIBLE_GPU_FAMILY_METRIC = "compute.googleapis.com/preemptible_gpus_per_gpu_family"
 
 
 def _project(sb: Sandbox, value: str) -> str:
@@ -83,28 +85,31 @@ def _quota_bucket(family: str, region: str, limit: float) -> dict[str, Any]:
 
 
 async def get_consumer_quota_metric(sb: Sandbox, call: Call) -> Reply:
-    """``serviceusage.services.consumerQuotaMetrics.get`` (v1beta1) of compute's GPU-family metric.
+    """``serviceusage.services.consumerQuotaMetrics.get`` (v1beta1) of compute's GPU-family metrics (on-demand and
+    preemptible).
 
     Its limit ``1/{project}/{region}`` has one bucket per region and GPU family; the sandbox lists the seeded families
     in every region whose zones it knows (the RoCE zones' regions), which is where the GPU machines are.
     """
     project = _project(sb, call.params["project"])
     metric = f"{call.params['metric_service']}/{call.params['metric']}"
-    if call.params["service"] != "compute.googleapis.com" or metric != GPU_FAMILY_METRIC:
+    quotas = {
+        GPU_FAMILY_METRIC: sb.store.config.gpu_family_quotas,
+        PREEMPTIBLE_GPU_FAMILY_METRIC: sb.store.config.preemptible_gpu_family_quotas,
+    }
+    if call.params["service"] != "compute.googleapis.com" or metric not in quotas:
         raise not_found(f"Metric {metric} of service {call.params['service']} was not found.")
     require_service(sb, project, "serviceusage.quotas.get", f"projects/{project}")
     number = formats.project_number(project)
     regions = sorted({zone.rsplit("-", 1)[0] for zone in sb.store.config.roce_zones})
     buckets = [
-        _quota_bucket(family, region, limit)
-        for region in regions
-        for family, limit in sorted(sb.store.config.gpu_family_quotas.items())
+        _quota_bucket(family, region, limit) for region in regions for family, limit in sorted(quotas[metric].items())
     ]
     encoded = metric.replace("/", "%2F")
     return reply(
         {
             "name": f"projects/{number}/services/compute.googleapis.com/consumerQuotaMetrics/{encoded}",
-            "displayName": "GPUs per GPU family",
+            "displayName": "GPUs per GPU family" if metric == GPU_FAMILY_METRIC else "Preemptible GPUs per GPU family",
             "metric": metric,
             "unit": "1/{project}/{region}/{gpu_family}",
             "consumerQuotaLimits": [

@@ -13,6 +13,7 @@ from nemo_rl_gke.gcp.hooks import GcpHook
 from nemo_rl_gke.gcp.iam import role_permissions
 from nemo_rl_gke.gcp.live_checks import (
     GPU_FAMILY_METRIC,
+    PREEMPTIBLE_GPU_FAMILY_METRIC,
     REQUIRED_SERVICES,
     bucket_findings,
     cpu_quota_findings,
@@ -69,7 +70,11 @@ def quotas(sandbox: SandboxProcess) -> Iterator[SandboxProcess]:
     """Seed quota limits for one test (they are global to the sandbox) and put the defaults back afterwards."""
     yield sandbox
     sandbox.seed(
-        {"quotas": {"N2_CPUS": 600, "CPUS": 2400}, "gpu_family_quotas": {"NVIDIA_B200": 64, "NVIDIA_H200": 64}}
+        {
+            "quotas": {"N2_CPUS": 600, "CPUS": 2400},
+            "gpu_family_quotas": {"NVIDIA_B200": 64, "NVIDIA_H200": 64},
+            "preemptible_gpu_family_quotas": {"NVIDIA_B200": 64, "NVIDIA_H200": 64},
+        }
     )
 
 
@@ -298,6 +303,29 @@ def test_the_b200_quota_is_read_from_the_gpu_family_metric(
         assert GPU_FAMILY_METRIC in findings[0].rule
         assert "gpu_family=NVIDIA_B200" in findings[0].fix
         _complete(findings[0])
+
+
+@pytest.mark.parametrize("capacity", ["spot", "flex_start"])
+def test_spot_and_flex_start_are_checked_against_the_preemptible_gpu_quota(
+    quotas: SandboxProcess, hook: GcpHook, spec: RunSpec, capacity: str
+) -> None:
+    # Plenty of on-demand quota, none preemptible: a Spot or flex-start run would get no node.
+    quotas.seed({"gpu_family_quotas": {"NVIDIA_B200": 64}, "preemptible_gpu_family_quotas": {"NVIDIA_B200": 0}})
+    other = RunSpec.from_conf({**spec.to_conf(), "capacity": capacity})
+    findings = gpu_quota_findings(other, hook)
+    assert _rules(findings) == ["live.gpu-quota"]
+    assert PREEMPTIBLE_GPU_FAMILY_METRIC in findings[0].rule and "capacity" in findings[0].params
+    assert "capacity=on_demand" in findings[0].fix
+    _complete(findings[0])
+    # The same quotas serve an on-demand run, and a reservation run as before.
+    assert gpu_quota_findings(RunSpec.from_conf({**spec.to_conf(), "capacity": "on_demand"}), hook) == []
+    assert gpu_quota_findings(spec, hook) == []
+
+
+def test_a_run_without_a_reservation_does_not_check_one(hook: GcpHook, spec: RunSpec) -> None:
+    # No reservation seeded: the reservation run is refused, a Spot run needs none.
+    assert _rules(reservation_findings(spec, hook)) == ["live.reservation"]
+    assert reservation_findings(RunSpec.from_conf({**spec.to_conf(), "capacity": "spot"}), hook) == []
 
 
 def test_the_h200_quota_is_its_family_without_the_memory_suffix(

@@ -342,3 +342,64 @@ def test_node_pool_consumes_a_shared_reservations_block_of_another_project(clien
     status, answer = raw(sandbox.url, "POST", f"/v1/{SPEC.cluster_path}/nodePools", body)
     assert status == 200, answer
     assert clients.gke.get_node_pool(name=SPEC.node_pool_path).config.reservation_affinity.values == [value]
+
+
+@pytest.mark.parametrize("capacity", ["flex_start", "spot", "on_demand"])
+def test_each_capacitys_pool_of_the_plan_is_accepted_and_kept_as_sent(clients, sandbox, capacity):
+    create_networks(clients)
+    create_cluster(clients)
+    spec = _capacity_spec(capacity, flex_start_max_hours=20 if capacity == "flex_start" else 0)
+    body = gke.node_pool_create_request(spec, OWNER).body
+    status, answer = raw(sandbox.url, "POST", f"/v1/{spec.cluster_path}/nodePools", body)
+    assert status == 200, answer
+    pool = clients.gke.get_node_pool(name=spec.node_pool_path)
+    affinity = container_v1.ReservationAffinity.Type
+    assert pool.config.reservation_affinity.consume_reservation_type == affinity.NO_RESERVATION
+    assert (pool.config.spot, pool.config.flex_start) == (capacity == "spot", capacity == "flex_start")
+    if capacity == "flex_start":
+        assert pool.config.max_run_duration.total_seconds() == 20 * 3600
+        assert not pool.management.auto_repair
+        assert pool.autoscaling.location_policy == container_v1.NodePoolAutoscaling.LocationPolicy.ANY
+
+
+def _capacity_spec(capacity: str, **conf: object) -> RunSpec:
+    return RunSpec.from_conf({**SPEC.to_conf(), "capacity": capacity, **conf})
+
+
+def _flex_body() -> dict:
+    return gke.node_pool_create_request(_capacity_spec("flex_start"), OWNER).body
+
+
+@pytest.mark.parametrize(
+    ("body", "change", "message"),
+    [
+        (_flex_body, lambda p: p["management"].update(autoRepair=True), "do not support auto-repair"),
+        (_flex_body, lambda p: p["autoscaling"].update(enabled=False), "need autoscaling enabled"),
+        (_flex_body, lambda p: p["config"].update(spot=True), "flexStart and spot cannot both be set"),
+        (
+            _flex_body,
+            lambda p: p["config"].update(reservationAffinity={"consumeReservationType": "ANY_RESERVATION"}),
+            "need NO_RESERVATION",
+        ),
+        (_flex_body, lambda p: p["config"].update(maxRunDuration="700000s"), "at most 7 days"),
+        # On a pool that is not flex-start, maxRunDuration is refused; Spot VMs take no specific reservation.
+        (
+            lambda: gke.node_pool_create_request(SPEC, OWNER).body,
+            lambda p: p["config"].update(maxRunDuration="60s"),
+            "must be set with flexStart",
+        ),
+        (
+            lambda: gke.node_pool_create_request(SPEC, OWNER).body,
+            lambda p: p["config"].update(spot=True),
+            "cannot consume a specific reservation",
+        ),
+    ],
+)
+def test_capacity_rules_gke_states(clients, sandbox, body, change, message):
+    create_networks(clients)
+    create_cluster(clients)
+    request = body()
+    change(request["nodePool"])
+    status, answer = raw(sandbox.url, "POST", f"/v1/{SPEC.cluster_path}/nodePools", request)
+    assert status == 400, answer
+    assert message in answer["error"]["message"]

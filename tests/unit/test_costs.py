@@ -11,6 +11,8 @@ from nemo_rl_gke.observe.report import RunInputs, TaskTiming, build_report
 from nemo_rl_gke.observe.training_view import TaskState, ViewInputs, build_view
 from nemo_rl_gke.run import costs, outcomes
 from nemo_rl_gke.run import topology as t
+from nemo_rl_gke.run.budget import run_budget
+from nemo_rl_gke.run.deployment import Deployment
 from nemo_rl_gke.run.spec import RunSpec, default_conf
 from tests.paths import ROOT
 
@@ -113,3 +115,40 @@ def test_prices_are_written_and_resolved_only_here() -> None:
                 if isinstance(target, ast.Name) and ("PRICE" in target.id or target.id.endswith("_USD")):
                     offenders.append(f"{path.name}:{node.lineno}: {target.id}")
     assert offenders == []
+
+
+@pytest.mark.parametrize("capacity", ["reservation", "flex_start", "spot", "on_demand"])
+def test_each_capacity_is_priced_at_its_share_of_the_list_price_in_the_report_and_the_view(capacity: str) -> None:
+    spec, conf = _run(t.KEEP_WARM)
+    conf["capacity"] = capacity
+    spec = RunSpec.from_conf(conf)
+    states, results, actions = _finished(t.KEEP_WARM)
+    tasks = {k: TaskState(k, v, NOW - 3600 + n, NOW - 3000 + n) for n, (k, v) in enumerate(states.items())}
+    view = build_view(ViewInputs("d", "r", "success", NOW, tasks, results=results, conf=conf))
+    timings = [TaskTiming(k, s.state, s.start, s.end) for k, s in tasks.items()]
+    inputs = RunInputs(gpu_type=spec.gpu_type, gpus_per_node=spec.gpus_per_node, worker_replicas=spec.worker_replicas,
+                       now=NOW, capacity=spec.capacity, teardown_actions=actions)  # fmt: skip
+    report = build_report(timings, {k: t.upstream(k) for k in t.STEPS}, inputs)
+    share, source = costs.CAPACITY_PRICE_SHARES[capacity]
+    expected = costs.DEFAULT_GPU_HOUR_PRICES_USD["b200"] * share
+    assert report.gpu.price_per_gpu_hour_usd == view["cost"]["price_per_gpu_hour_usd"] == pytest.approx(expected)
+    assert report.gpu.estimated_cost_usd == pytest.approx(report.gpu.gpu_hours * expected)
+    assert source.split(" (")[0] in costs.capacity_price_basis(capacity) and "cloud.google.com" in source
+    text = report.to_text()
+    if capacity == "reservation":
+        assert f"{spec.gpus_per_node} GPUs)" in text  # the report as before
+    else:
+        assert f"{spec.gpus_per_node} GPUs, {capacity})" in text and f"{share:.2f} x list" in text
+        # A conf price (a contract, a Spot price seen today) replaces the estimate, whatever the capacity.
+        assert costs.gpu_hour_price("b200", 7.5, capacity) == (7.5, "conf")
+
+
+def test_flex_start_nodes_bound_the_runs_hours_so_training_saves_before_they_go() -> None:
+    conf = {**default_conf(), "capacity": "flex_start", "flex_start_max_hours": 20}
+    # A deployment with no hours or USD limit of its own (its defaults are 24 h and 5,000 USD).
+    unbounded = Deployment(max_run_hours=0, max_run_usd=0)
+    assert run_budget(RunSpec.from_conf(conf), unbounded).hours == 20
+    # A lower limit still wins; without one set, GKE's 7 days is the bound; other capacities have none.
+    assert run_budget(RunSpec.from_conf({**conf, "max_run_hours": 5}), unbounded).hours == 5
+    assert run_budget(RunSpec.from_conf({**conf, "flex_start_max_hours": 0}), unbounded).hours == 168
+    assert run_budget(RunSpec.from_conf({**default_conf(), "capacity": "spot"}), unbounded).hours is None

@@ -10,6 +10,7 @@ import pytest
 
 from nemo_rl_gke.plan.build import build_plan
 from nemo_rl_gke.run import topology
+from nemo_rl_gke.run.conf_schema import CAPACITIES, RESERVATION_CAPACITY
 from nemo_rl_gke.run.deployment import Deployment
 from nemo_rl_gke.run.spec import RunSpec
 from tests.paths import ROOT
@@ -150,3 +151,20 @@ def test_the_tutorial_plan_is_byte_for_byte_the_golden_one(form: str) -> None:
     assert rendered == golden, "".join(
         difflib.unified_diff(golden.splitlines(True), rendered.splitlines(True), "golden", "now", n=1)
     )[:4000]
+
+
+@pytest.mark.parametrize("capacity", [c for c in CAPACITIES if c != RESERVATION_CAPACITY])
+def test_each_capacity_s_node_pool_is_the_golden_one(capacity: str) -> None:
+    # The tutorial's plan with the GPU nodes from elsewhere: only the node pool request differs (its golden file),
+    # and every other request is the reservation plan's.
+    conf = json.loads((ROOT / "include/conf/tutorial.json").read_text())
+    reserved = build_plan(RunSpec.from_conf(conf)).to_dict()
+    other = build_plan(RunSpec.from_conf({**conf, "capacity": capacity, "flex_start_max_hours": 20})).to_dict()
+    pool = [r for r in other["gcp_requests"] if r["method"] == "projects.locations.clusters.nodePools.create"]
+    rendered = json.dumps(pool, indent=2) + "\n"
+    path = GOLDEN / f"node-pool-{capacity}.json"
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        path.write_text(rendered)
+    assert rendered == path.read_text()
+    unchanged = [r for r in reserved["gcp_requests"] if r["method"] != "projects.locations.clusters.nodePools.create"]
+    assert [r for r in other["gcp_requests"] if r not in pool] == unchanged

@@ -36,6 +36,7 @@ EXPECTED_MESSAGES = {
     "network.cidr-overlap": "nemo-rl-rdma-sub-0 (192.168.1.0/24) overlaps nemo-rl-gvnic-sub (192.168.1.0/24)",
     "network.firewall-covers-subnet": "does not contain the gVNIC subnet 192.168.0.0/24",
     "gpu.replicas-vs-pool": "4 GPU workers need 4 nodes but the pool stops at 2",
+    "gpu.flex-start-hours": "flex_start_max_hours=24 limits flex-start nodes, but capacity is spot",
     "cluster.default-pool-bounds": "the default pool needs min (3) <= initial (1) <= max (5)",
     "name.kubernetes": "usable as service name Ray_Cluster-head-svc",
     "storage.checkpoint-on-lustre": "must be a normalised path below /data",

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from nemo_rl_gke.gcp.hooks import http_status, is_not_found
 from nemo_rl_gke.gcp.iam import granting_role, missing_permissions, role_permissions
 from nemo_rl_gke.gcp.resources.drift import message_dict, normalize_ref
+from nemo_rl_gke.run.conf_schema import FLEX_START, RESERVATION_CAPACITY, SPOT
 from nemo_rl_gke.run.findings import Finding
 
 if TYPE_CHECKING:
@@ -65,6 +66,8 @@ WRITER_ROLES = frozenset(
 )
 EXPORT_ROLE = "roles/storage.objectUser"
 GPU_FAMILY_METRIC = "compute.googleapis.com/gpus_per_gpu_family"
+# Spot and flex-start VMs count against this one instead (Compute Engine: GPU quota, preemptible quota).
+PREEMPTIBLE_GPU_FAMILY_METRIC = "compute.googleapis.com/preemptible_gpus_per_gpu_family"
 # A regional cluster's default pool gets its node count in each of this many zones of the region (GKE's default).
 REGIONAL_CLUSTER_ZONES = 3
 
@@ -128,8 +131,11 @@ def reservation_findings(spec: RunSpec, hook: GcpHook) -> list[Finding]:
     """The reservation exists in the zone of its owner project, holds the pool's machine type and has room.
 
     A shared reservation (``projects/OWNER/reservations/NAME``) is read in OWNER; a block
-    (``.../reservationBlocks/BLOCK``) through its reservation.
+    (``.../reservationBlocks/BLOCK``) through its reservation. A run whose nodes come from elsewhere (``capacity``
+    other than reservation) uses no reservation: nothing to check.
     """
+    if spec.capacity != RESERVATION_CAPACITY:
+        return []
     owner = spec.reservation_project
     try:
         found = hook.call(
@@ -391,22 +397,27 @@ def _bucket_limit(metric: dict[str, Any], region: str, family: str) -> float | N
 
 
 def gpu_quota_findings(spec: RunSpec, hook: GcpHook) -> list[Finding]:
-    """The region's GPU quota for the GPU family covers the run's GPUs (Service Usage ``consumerQuotaMetrics``)."""
+    """The region's GPU quota for the GPU family covers the run's GPUs (Service Usage ``consumerQuotaMetrics``):
+    the preemptible metric for Spot and flex-start capacity, the on-demand one otherwise."""
     needed = spec.worker_replicas * spec.gpus_per_node
     family = gpu_family(spec.gpu.accelerator_type)
-    if spec.reservation_project != spec.project:
+    preemptible = spec.capacity in (SPOT, FLEX_START)
+    quota_metric = PREEMPTIBLE_GPU_FAMILY_METRIC if preemptible else GPU_FAMILY_METRIC
+    if spec.capacity == RESERVATION_CAPACITY and spec.reservation_project != spec.project:
         # A shared reservation's machines count against its owner's quota, which this project cannot read.
         log.info(
             "GPU quota not checked: reservation %s is shared by project %s", spec.reservation, spec.reservation_project
         )
         return []
-    name = f"projects/{spec.project}/services/compute.googleapis.com/consumerQuotaMetrics/" + GPU_FAMILY_METRIC.replace(
+    name = f"projects/{spec.project}/services/compute.googleapis.com/consumerQuotaMetrics/" + quota_metric.replace(
         "/", "%2F"
     )
     request = hook.serviceusage_beta.services().consumerQuotaMetrics().get(name=name, view="FULL")
-    fix = f"request {GPU_FAMILY_METRIC} quota for gpu_family={family} in {spec.region} (console: IAM & Admin > Quotas)"
+    fix = f"request {quota_metric} quota for gpu_family={family} in {spec.region} (console: IAM & Admin > Quotas)"
+    if preemptible:
+        fix += f" (capacity={spec.capacity} counts against preemptible quota), or use capacity=on_demand"
     try:
-        metric = hook.execute(request, what=f"consumerQuotaMetrics.get {GPU_FAMILY_METRIC}")
+        metric = hook.execute(request, what=f"consumerQuotaMetrics.get {quota_metric}")
     except Exception as exc:
         if http_status(exc) == 403:
             log.warning("Cannot read the GPU quota of %s (%s): live.iam names the permission", spec.project, exc)
@@ -419,10 +430,10 @@ def gpu_quota_findings(spec: RunSpec, hook: GcpHook) -> list[Finding]:
         return [
             Finding(
                 "live.gpu-quota",
-                ("gpu_type", "region"),
+                ("gpu_type", "region", "capacity") if preemptible else ("gpu_type", "region"),
                 {"gpu_family": family, "region": spec.region},
                 f"project {spec.project} has no {family} GPU quota listed in region {spec.region} "
-                f"({GPU_FAMILY_METRIC}); the run needs {needed} GPUs",
+                f"({quota_metric}); the run needs {needed} GPUs",
                 f"{fix}, or pick a region where the project has {family} quota",
             )
         ]
@@ -431,9 +442,9 @@ def gpu_quota_findings(spec: RunSpec, hook: GcpHook) -> list[Finding]:
     return [
         Finding(
             "live.gpu-quota",
-            ("worker_replicas", "region"),
+            ("worker_replicas", "region", "capacity") if preemptible else ("worker_replicas", "region"),
             {"gpu_family": family, "limit": limit, "needed": needed},
-            f"the {family} GPU quota ({GPU_FAMILY_METRIC}) of region {spec.region} is {limit:g}, below the run's "
+            f"the {family} GPU quota ({quota_metric}) of region {spec.region} is {limit:g}, below the run's "
             f"{needed} GPUs ({spec.worker_replicas} nodes x {spec.gpus_per_node})",
             f"{fix} of at least {needed}, or lower worker_replicas",
         )

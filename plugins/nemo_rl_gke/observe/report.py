@@ -80,6 +80,7 @@ class RunInputs:
     worker_replicas: int
     now: float  # epoch seconds; the end of anything still alive
     gpu_hour_price_usd: float = 0.0  # 0: use costs.DEFAULT_GPU_HOUR_PRICES_USD
+    capacity: str = "reservation"  # where the GPU nodes came from: the default price is that capacity's share
     teardown_policy: str = ""
     training_summary: Mapping[str, Any] | None = None
     checkpoint_uri: str | None = None
@@ -183,6 +184,7 @@ class GpuUsage:
     scaled_to_zero: bool = False  # the cluster was kept warm and its pool taken to 0 nodes by teardown
     nodes_left_up: int = 0  # GPU nodes still up after the run: they bill until the next run (0 is the target)
     next_run_at: float | None = None  # the DAG's next scheduled run (None: no schedule)
+    capacity: str = "reservation"  # where the nodes came from (reservation, flex_start, spot, on_demand)
 
     @property
     def hours_to_next_run(self) -> float | None:
@@ -336,7 +338,9 @@ class RunReport:
 
     def _gpu_text(self) -> list[str]:
         g = self.gpu
-        header = f"GPU usage ({g.gpu_type}, {g.worker_replicas} nodes x {g.gpus_per_node} GPUs)"
+        # The capacity is named when it is not the reservation (the tutorial's, and the report's form before it).
+        where = "" if g.capacity == "reservation" else f", {g.capacity}"
+        header = f"GPU usage ({g.gpu_type}, {g.worker_replicas} nodes x {g.gpus_per_node} GPUs{where})"
         if not g.came_up:
             up, down = f"never ({topology.NODE_POOL} did not succeed)", "-"
         else:
@@ -351,6 +355,8 @@ class RunReport:
             price = "unknown (no default for this GPU type; set gpu_hour_price_usd)"
         else:
             source = "conf" if g.price_source == "conf" else "default list-price estimate"
+            if g.price_source != "conf" and g.capacity != "reservation":
+                source = f"default estimate, {costs.capacity_price_basis(g.capacity)}"
             price = f"{g.price_per_gpu_hour_usd:.2f} ({source})"
         cost = "-" if g.estimated_cost_usd is None else f"{g.estimated_cost_usd:.2f}"
         if g.still_running:
@@ -547,7 +553,7 @@ def gpu_usage(timings: Iterable[TaskTiming], inputs: RunInputs) -> GpuUsage:
     flagged ``still_running``.
     """
     by_id = {t.task_id: t for t in timings}
-    price, source = costs.gpu_hour_price(inputs.gpu_type, inputs.gpu_hour_price_usd)
+    price, source = costs.gpu_hour_price(inputs.gpu_type, inputs.gpu_hour_price_usd, inputs.capacity)
 
     pool = by_id.get(topology.NODE_POOL)
     up_at = pool.end if pool is not None and pool.state == ts.SUCCESS else None
@@ -583,6 +589,7 @@ def gpu_usage(timings: Iterable[TaskTiming], inputs: RunInputs) -> GpuUsage:
         gpu_hours=gpu_hours,
         price_per_gpu_hour_usd=price,
         price_source=source,
+        capacity=inputs.capacity,
         estimated_cost_usd=None if price is None else gpu_hours * price,
         scaled_to_zero=scaled_to_zero,
         nodes_left_up=inputs.worker_replicas if still_running else 0,

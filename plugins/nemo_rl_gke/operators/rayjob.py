@@ -130,7 +130,8 @@ def submit_grpo_job(
         raise AirflowFailException(str(exc)) from exc
     except BudgetSpentError as exc:
         raise AirflowFailException(
-            f"{exc}: the run's budget ({budget.hours:.2f} h, max_run_hours / max_run_usd) was spent before the "
+            f"{exc}: the run's budget ({budget.hours:.2f} h, max_run_hours / max_run_usd / flex_start_max_hours) was "
+            "spent before the "
             "job could start, so it was not submitted. Raise the conf's limits (up to the deployment's "
             "[nemo_rl_gke] max_run_hours / max_run_usd), or keep the cluster warm to start sooner."
         ) from exc

@@ -153,6 +153,7 @@ class RunReportOperator(StepOperator):
                 worker_replicas=spec.worker_replicas,
                 now=time.time(),
                 gpu_hour_price_usd=spec.gpu_hour_price_usd,
+                capacity=spec.capacity,
                 teardown_policy=spec.teardown_policy,
                 training_summary=_training(context),
                 checkpoint_uri=exported.get("uri"),

@@ -18,7 +18,7 @@ from nemo_rl_gke.plan.provision import provision_requests
 from nemo_rl_gke.plan.ray_job import RUN_ID_PLACEHOLDER, JobRequest, job_request
 from nemo_rl_gke.plan.transfers import lustre_export_request, lustre_import_request
 from nemo_rl_gke.plan.validation import planned_validation_job
-from nemo_rl_gke.run import topology
+from nemo_rl_gke.run import costs, topology
 from nemo_rl_gke.run.budget import run_budget
 from nemo_rl_gke.run.deployment import Deployment
 from nemo_rl_gke.run.ownership import PLANNED_RUN, Owner, lease_key
@@ -325,6 +325,9 @@ def plan_bounds(spec: RunSpec, deployment: Deployment) -> dict[str, Any]:
         "allowed_recipes": list(deployment.allowed_recipes) or ["(every shipped recipe)"],
         "budget_hours": None if budget.hours is None else round(budget.hours, 4),
         "budget_usd": None if budget.usd is None else round(budget.usd, 2),
+        "capacity": spec.capacity,
+        "capacity_usd_per_hour": costs.hourly_cost(topology.NODE_POOL, spec)[0],
+        "capacity_price_basis": costs.capacity_price_basis(spec.capacity),
     }
 
 
@@ -337,8 +340,11 @@ def _bounds_text(bounds: dict[str, Any]) -> list[str]:
         "(max_gpu_nodes_total, checked when the lease is taken); recipes "
         f"{', '.join(bounds['allowed_recipes'])}",
         f"   budget: {_limit_text(bounds['budget_hours'], 'h')}, {_limit_text(bounds['budget_usd'], 'USD')} from the "
-        "run's start (max_run_hours, max_run_usd): training gets checkpoint_must_save_by from the time left, and "
-        "stops at a save before it",
+        "run's start (max_run_hours, max_run_usd, flex-start's max run hours): training gets "
+        "checkpoint_must_save_by from the time left, and stops at a save before it",
+        f"   capacity: {bounds['capacity']}, the GPU pool at "
+        f"{_limit_text(bounds['capacity_usd_per_hour'], 'USD/h').replace('no limit', 'an unknown price')} "
+        f"({bounds['capacity_price_basis']}, unless gpu_hour_price_usd is set)",
     ]
 
 

@@ -8,11 +8,13 @@ as gcloud does). ``resourceLabels`` carry our ownership marker; gcloud sends non
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from google.cloud import container_v1
 
 from nemo_rl_gke.plan.api import ApiRequest, message_body
+from nemo_rl_gke.run.conf_schema import FLEX_START, RESERVATION_CAPACITY, SPOT
 
 if TYPE_CHECKING:
     from nemo_rl_gke.run.ownership import Owner
@@ -97,14 +99,35 @@ def cluster_create_request(spec: RunSpec, owner: Owner) -> ApiRequest:
     )
 
 
+def _reservation_affinity(spec: RunSpec) -> container_v1.ReservationAffinity:
+    """Only the named reservation (``--reservation-affinity=specific``), or none at all (``=none``): a pool without
+    a reservation must not take a reservation's VMs meant for someone else (GKE's default is ANY_RESERVATION)."""
+    if spec.capacity == RESERVATION_CAPACITY:
+        return container_v1.ReservationAffinity(
+            consume_reservation_type=container_v1.ReservationAffinity.Type.SPECIFIC_RESERVATION,
+            key=RESERVATION_KEY,
+            values=[spec.reservation],
+        )
+    return container_v1.ReservationAffinity(
+        consume_reservation_type=container_v1.ReservationAffinity.Type.NO_RESERVATION
+    )
+
+
 def node_pool_create_request(spec: RunSpec, owner: Owner) -> ApiRequest:
     """Create the GPU node pool in the zone (``gcloud container node-pools create gpu-pool`` of the tutorial).
 
     It starts empty and autoscales up to ``gpu_pool_max_nodes`` in total (the total_* fields; they cannot be mixed
-    with the per-zone ones), consumes only the named reservation, and gets the gVNIC NIC then the eight RDMA NICs,
-    which cannot be changed after creation.
+    with the per-zone ones), and gets the gVNIC NIC then the eight RDMA NICs, which cannot be changed after creation.
+    Its capacity (``spec.capacity``) as GKE's docs give the gcloud flags for each:
+
+    - reservation: ``--reservation-affinity=specific --reservation=NAME``;
+    - flex_start: ``--flex-start [--max-run-duration] --reservation-affinity=none --location-policy=ANY
+      --no-enable-autorepair``, autoscaling from 0 (GKE DWS flex-start docs);
+    - spot: ``--spot --reservation-affinity=none``;
+    - on_demand: ``--reservation-affinity=none``.
     """
     gpu = spec.gpu
+    flex = spec.capacity == FLEX_START
     extra_networks = [
         container_v1.AdditionalNodeNetworkConfig(network=spec.gvnic_network, subnetwork=spec.gvnic_subnet),
         *(
@@ -112,33 +135,43 @@ def node_pool_create_request(spec: RunSpec, owner: Owner) -> ApiRequest:
             for subnet in spec.rdma_subnets
         ),
     ]
+    config = container_v1.NodeConfig(
+        machine_type=spec.effective_machine_type,
+        accelerators=[
+            container_v1.AcceleratorConfig(
+                accelerator_type=gpu.accelerator_type,
+                accelerator_count=gpu.gpus_per_node,
+                gpu_driver_installation_config=container_v1.GPUDriverInstallationConfig(
+                    gpu_driver_version=container_v1.GPUDriverInstallationConfig.GPUDriverVersion.DEFAULT
+                ),
+            )
+        ],
+        oauth_scopes=list(GKE_DEFAULT_SCOPES),
+        reservation_affinity=_reservation_affinity(spec),
+        resource_labels=owner.labels,
+    )
+    # Set only when asked for, as gcloud does: flex_start is an optional field, sent even as false once set.
+    if spec.capacity == SPOT:
+        config.spot = True
+    if flex:
+        config.flex_start = True
+        if spec.flex_start_max_hours:
+            config.max_run_duration = timedelta(hours=spec.flex_start_max_hours)
+    autoscaling = container_v1.NodePoolAutoscaling(enabled=True, total_max_node_count=spec.gpu_pool_max_nodes)
+    management = _management()
+    if flex:
+        # Flex-start VMs are not repaired (a node that ends is gone) and come from wherever in the zone has them.
+        autoscaling.location_policy = container_v1.NodePoolAutoscaling.LocationPolicy.ANY
+        management.auto_repair = False
     request = container_v1.CreateNodePoolRequest(
         parent=spec.cluster_path,
         node_pool=container_v1.NodePool(
             name=spec.node_pool_name,
             initial_node_count=0,
             locations=[spec.zone],
-            autoscaling=container_v1.NodePoolAutoscaling(enabled=True, total_max_node_count=spec.gpu_pool_max_nodes),
-            config=container_v1.NodeConfig(
-                machine_type=spec.effective_machine_type,
-                accelerators=[
-                    container_v1.AcceleratorConfig(
-                        accelerator_type=gpu.accelerator_type,
-                        accelerator_count=gpu.gpus_per_node,
-                        gpu_driver_installation_config=container_v1.GPUDriverInstallationConfig(
-                            gpu_driver_version=container_v1.GPUDriverInstallationConfig.GPUDriverVersion.DEFAULT
-                        ),
-                    )
-                ],
-                oauth_scopes=list(GKE_DEFAULT_SCOPES),
-                reservation_affinity=container_v1.ReservationAffinity(
-                    consume_reservation_type=container_v1.ReservationAffinity.Type.SPECIFIC_RESERVATION,
-                    key=RESERVATION_KEY,
-                    values=[spec.reservation],
-                ),
-                resource_labels=owner.labels,
-            ),
-            management=_management(),
+            autoscaling=autoscaling,
+            config=config,
+            management=management,
             # Bare names, as gcloud passes --additional-node-network through (gcloud.md §7).
             network_config=container_v1.NodeNetworkConfig(additional_node_network_configs=extra_networks),
             upgrade_settings=_upgrade_settings(),
@@ -149,8 +182,12 @@ def node_pool_create_request(spec: RunSpec, owner: Owner) -> ApiRequest:
         method="projects.locations.clusters.nodePools.create",
         http_method="POST",
         path=f"{API_PREFIX}{spec.cluster_path}/nodePools",
-        # --num-nodes=0 is sent as an explicit 0 by gcloud; proto3 drops it unless told (api.py).
-        body=message_body(request, explicit=("nodePool.initialNodeCount",)),
+        # --num-nodes=0 is sent as an explicit 0 by gcloud; proto3 drops it unless told (api.py). So is
+        # --no-enable-autorepair's false.
+        body=message_body(
+            request,
+            explicit=("nodePool.initialNodeCount", *(("nodePool.management.autoRepair",) if flex else ())),
+        ),
         resource=f"GKE node pool {spec.node_pool_name}",
         message=request,
     )

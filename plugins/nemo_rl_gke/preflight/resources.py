@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from nemo_rl_gke.plan.manifests import installer_source_problem
 from nemo_rl_gke.preflight.registry import Violation, rule
-from nemo_rl_gke.run.conf_schema import GPU_PROFILES
+from nemo_rl_gke.run.conf_schema import FLEX_START, GPU_PROFILES
 from nemo_rl_gke.run.findings import shown
 
 if TYPE_CHECKING:
@@ -359,6 +359,26 @@ def replicas_vs_pool(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
             f"{spec.worker_replicas} GPU workers need {spec.worker_replicas} nodes but the pool stops at "
             f"{spec.gpu_pool_max_nodes}; the extra workers would stay Pending",
             f"lower worker_replicas or raise gpu_pool_max_nodes to {spec.worker_replicas} (and the reservation)",
+        )
+
+
+@rule(
+    "gpu.flex-start-hours",
+    RESOURCE,
+    "Flex-start hours only with flex-start capacity",
+    example={"capacity": "spot", "flex_start_max_hours": 24},
+    counter_example={"capacity": "flex_start", "flex_start_max_hours": 24},
+)
+def flex_start_hours(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
+    """maxRunDuration is a flex-start field: GKE refuses it on any other node pool, so the run would fail at the
+    pool after the networks, Lustre and the cluster were paid for."""
+    if spec.flex_start_max_hours and spec.capacity != FLEX_START:
+        yield Violation(
+            ("flex_start_max_hours", "capacity"),
+            spec.flex_start_max_hours,
+            f"flex_start_max_hours={spec.flex_start_max_hours} limits flex-start nodes, but capacity is "
+            f"{spec.capacity}",
+            "set flex_start_max_hours to 0, or capacity to flex_start",
         )
 
 

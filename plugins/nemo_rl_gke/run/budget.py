@@ -9,6 +9,10 @@ Training keeps inside it twice over. The job gets NeMo RL's ``checkpointing.chec
 v0.7.0) from the time left at submit, less a margin for the save, so it saves and exits by itself. NeMo RL starts
 that clock when its training loop starts, after the model has loaded, so the trigger also watches the deadline: it
 stops the job at its next save once less than a step (and the margin) is left, and at once when it is spent.
+
+Flex-start capacity is a limit of the same kind: GKE removes its nodes ``maxRunDuration`` after they start
+(``flex_start_max_hours``, else 7 days), so the run's hours are at most that, counted from the run's start. The
+nodes start later than the run, so the job saves and exits before they go, with room to spare.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from nemo_rl_gke.run.conf_schema import FLEX_START, FLEX_START_MAX_HOURS
 from nemo_rl_gke.run.costs import gpu_hour_price, pool_usd_per_hour
 from nemo_rl_gke.run.deployment import Deployment
 
@@ -83,6 +88,9 @@ def run_budget(spec: RunSpec, deployment: Deployment) -> RunBudget:
         price = max(price, listed)
     rate = pool_usd_per_hour(price, spec.gpus_per_node, spec.worker_replicas)
     hours = _limit(deployment.max_run_hours, spec.max_run_hours)
+    if spec.capacity == FLEX_START:
+        flex_hours = float(spec.flex_start_max_hours or FLEX_START_MAX_HOURS)
+        hours = flex_hours if hours is None else min(hours, flex_hours)
     usd = _limit(deployment.max_run_usd, spec.max_run_usd)
     if rate:
         if usd is not None:

@@ -54,6 +54,15 @@ DAY = 24 * HOUR
 # Compute Engine machine types: family-shape(-size...), e.g. a4-highgpu-8g, n2-highmem-80, n2-custom-8-16384.
 MACHINE_TYPE = r"[a-z][a-z0-9]*(-[a-z0-9]+)+"
 CONN_ID_PATTERN = r"^[A-Za-z0-9_.-]*$"
+# Where the GPU nodes come from (plan/gke.py builds each one's node pool as GKE requires it).
+RESERVATION_CAPACITY = "reservation"
+FLEX_START = "flex_start"
+SPOT = "spot"
+ON_DEMAND = "on_demand"
+CAPACITIES = (RESERVATION_CAPACITY, FLEX_START, SPOT, ON_DEMAND)
+# Flex-start VMs run at most seven days (GKE docs: flex-start, maxRunDuration).
+FLEX_START_MAX_HOURS = 7 * 24
+
 # A reservation as GKE's reservationAffinity takes it (FACTS §19): NAME (the run's project), a shared reservation
 # projects/OWNER/reservations/NAME, and either followed by /reservationBlocks/BLOCK. Names are RFC 1035; the owner is
 # a project ID. A strict grammar: the value reaches a GKE request body and a gcloud command in a finding.
@@ -212,6 +221,25 @@ class RunConf:
         minLength=1,
         maxLength=RESERVATION_MAX,
         pattern=RESERVATION_JSON_PATTERN,
+    )
+    capacity: str = _param(
+        RESERVATION_CAPACITY,
+        section=SECTION_GPU,
+        title="GPU capacity",
+        description="Where the GPU nodes come from. reservation: the named reservation only (the tutorial's way). "
+        "flex_start: Dynamic Workload Scheduler flex-start VMs, no reservation: nodes when capacity frees up, "
+        "discounted, gone after flex_start_max_hours. spot: Spot VMs, the cheapest, reclaimed with 30 s notice (a lost "
+        "node, recovered from the last save). on_demand: list price, no reservation, no discount.",
+        enum=list(CAPACITIES),
+    )
+    flex_start_max_hours: int = _param(
+        0,
+        section=SECTION_GPU,
+        title="Flex-start max run hours",
+        description="capacity=flex_start only: GKE removes the nodes this many hours after they start "
+        "(nodeConfig.maxRunDuration; 0: GKE's default, 7 days). The job is told to save and exit before then.",
+        minimum=0,
+        maximum=FLEX_START_MAX_HOURS,
     )
     node_pool_name: str = _param(
         "gpu-pool",

@@ -32,6 +32,17 @@ if TYPE_CHECKING:
 # Rough on-demand list prices per GPU-hour (USD) of a4-highgpu-8g (B200) and a3-ultragpu-8g (H200) divided by 8.
 # Estimates for a ballpark figure, not quotes: set gpu_hour_price_usd in the run conf for your contracted price.
 DEFAULT_GPU_HOUR_PRICES_USD: dict[str, float] = {"b200": 11.0, "h200": 10.6}
+# The share of that list price each capacity pays, with where it comes from (as published, seen 2026-12; estimates,
+# not quotes: Spot prices move, a reservation may carry a committed-use discount, set gpu_hour_price_usd for yours).
+CAPACITY_PRICE_SHARES: dict[str, tuple[float, str]] = {
+    "reservation": (1.0, "on-demand rates for reserved VMs (cloud.google.com/compute/docs/instances/reservations)"),
+    "on_demand": (1.0, "on-demand list price (cloud.google.com/compute/gpus-pricing)"),
+    "flex_start": (
+        0.47,
+        "Dynamic Workload Scheduler flex-start, up to 53% off (cloud.google.com/products/dws/pricing)",
+    ),
+    "spot": (0.40, "Spot VM GPUs, about 60% off, varies (cloud.google.com/spot-vms/pricing)"),
+}
 # Compute Engine machine types of the CPU pool, USD per node-hour.
 MACHINE_HOUR_PRICES_USD: dict[str, float] = {
     "n2-highmem-80": 4.79,
@@ -78,14 +89,21 @@ class RunningResource:
         return data
 
 
-def gpu_hour_price(gpu_type: str, conf_price_usd: float = 0.0) -> tuple[float | None, str]:
-    """USD per GPU-hour and where it comes from: the conf's price (> 0), else the estimate for the GPU type, else
-    ``(None, "unknown")``."""
+def gpu_hour_price(gpu_type: str, conf_price_usd: float = 0.0, capacity: str = "") -> tuple[float | None, str]:
+    """USD per GPU-hour and where it comes from: the conf's price (> 0), else the estimate for the GPU type (its
+    list price, times the capacity's share of it when one is given: "default"), else ``(None, "unknown")``."""
     if conf_price_usd > 0:
         return float(conf_price_usd), "conf"
     if gpu_type in DEFAULT_GPU_HOUR_PRICES_USD:
-        return DEFAULT_GPU_HOUR_PRICES_USD[gpu_type], "default"
+        share, _ = CAPACITY_PRICE_SHARES.get(capacity, (1.0, ""))
+        return DEFAULT_GPU_HOUR_PRICES_USD[gpu_type] * share, "default"
     return None, "unknown"
+
+
+def capacity_price_basis(capacity: str) -> str:
+    """How the default price of a capacity is made ("0.40 x list: Spot VM GPUs, ...")."""
+    share, source = CAPACITY_PRICE_SHARES.get(capacity, (1.0, "list price"))
+    return f"{share:.2f} x list: {source}"
 
 
 def pool_usd_per_hour(price_per_gpu_hour: float | None, gpus_per_node: int, nodes: int) -> float | None:
@@ -97,9 +115,14 @@ def hourly_cost(task_id: str, spec: RunSpec) -> tuple[float | None, str]:
     """The estimated USD per hour of what ``task_id`` makes, and how it was estimated (by its step's cost kind)."""
     cost = topology.step(task_id).cost
     if cost is Cost.GPU_NODES:
-        price, _ = gpu_hour_price(spec.gpu_type, spec.gpu_hour_price_usd)
+        price, source = gpu_hour_price(spec.gpu_type, spec.gpu_hour_price_usd, spec.capacity)
         gpus = spec.worker_replicas * spec.gpus_per_node
-        basis = f"{spec.worker_replicas} x {spec.gpu.machine_type} ({gpus} x {spec.gpu_type}) at the pool's full size"
+        basis = (
+            f"{spec.worker_replicas} x {spec.gpu.machine_type} ({gpus} x {spec.gpu_type}) at the pool's full size, "
+            f"{spec.capacity}"
+        )
+        if source == "default" and spec.capacity != "reservation":
+            basis += f" ({capacity_price_basis(spec.capacity)})"
         return pool_usd_per_hour(price, spec.gpus_per_node, spec.worker_replicas), basis
     if cost is Cost.CLUSTER:
         nodes = spec.system_initial_nodes * ZONES_PER_REGION
