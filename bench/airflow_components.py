@@ -212,13 +212,24 @@ def task_runner_pid(airflow: Airflow, ti_id: str) -> int | None:
 def kill_component(airflow: Airflow, component: str) -> list[int]:
     """SIGKILL one component (``scheduler``, ``triggerer``, ...), as a crash or an OOM kill would end it; its
     supervisor starts it again a second later. The PIDs killed."""
+    pids = running_pids(airflow, component)
+    signal_pids(pids, signal.SIGKILL)
+    return pids
+
+
+def running_pids(airflow: Airflow, component: str) -> list[int]:
+    """:func:`component_pids`, and an error naming the component (with the stack's log tail) when none runs."""
     pids = component_pids(airflow, component)
     if not pids:
         raise AirflowStartError(f"no airflow {component} process is running\n{airflow.log_tail()}")
+    return pids
+
+
+def signal_pids(pids: list[int], signum: signal.Signals) -> None:
+    """Send ``signum`` to each PID; one that has exited meanwhile is skipped."""
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    return pids
+            os.kill(pid, signum)
 
 
 def kill_component_when(
@@ -228,19 +239,13 @@ def kill_component_when(
     the state it froze in, and kills it there, or lets it run on (SIGCONT) for ``pause_s`` and tries again. So a
     test can kill a triggerer between two of its writes instead of wherever the signal happens to land."""
     for _ in range(attempts):
-        pids = component_pids(airflow, component)
-        if not pids:
-            raise AirflowStartError(f"no airflow {component} process is running\n{airflow.log_tail()}")
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGSTOP)
+        pids = running_pids(airflow, component)
+        signal_pids(pids, signal.SIGSTOP)
         killed = False
         try:
             killed = ready()
         finally:
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL if killed else signal.SIGCONT)
+            signal_pids(pids, signal.SIGKILL if killed else signal.SIGCONT)
         if killed:
             return pids
         time.sleep(pause_s)

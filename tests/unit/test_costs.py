@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+from typing import Any
 
 import pytest
 
@@ -12,6 +13,7 @@ from nemo_rl_gke.observe.training_view import TaskState, ViewInputs, build_view
 from nemo_rl_gke.run import costs, outcomes
 from nemo_rl_gke.run import topology as t
 from nemo_rl_gke.run.budget import run_budget
+from nemo_rl_gke.run.conf_schema import CAPACITIES
 from nemo_rl_gke.run.deployment import Deployment
 from nemo_rl_gke.run.spec import RunSpec, default_conf
 from tests.paths import ROOT
@@ -50,17 +52,26 @@ def _finished(policy: str) -> tuple[dict[str, str], dict[str, dict], dict[str, s
     return states, results, actions
 
 
-@pytest.mark.parametrize("price", [0.0, 4.5])
-@pytest.mark.parametrize("policy", t.POLICIES)
-def test_the_report_the_view_and_the_failure_alert_agree_on_the_gpu_pool(policy: str, price: float) -> None:
-    spec, conf = _run(policy, price=price)
+def _view_and_report(policy: str, conf: dict) -> tuple[dict[str, str], dict, Any]:
+    """A finished run under ``policy`` as the Training view and the run report show it (the report's inputs from
+    the conf's RunSpec, as operators/report.py builds them)."""
+    spec = RunSpec.from_conf(conf)
     states, results, actions = _finished(policy)
     tasks = {k: TaskState(k, v, NOW - 3600 + n, NOW - 3000 + n) for n, (k, v) in enumerate(states.items())}
     view = build_view(ViewInputs("d", "r", "success", NOW, tasks, results=results, conf=conf))
     timings = [TaskTiming(k, s.state, s.start, s.end) for k, s in tasks.items()]
     inputs = RunInputs(gpu_type=spec.gpu_type, gpus_per_node=spec.gpus_per_node, worker_replicas=spec.worker_replicas,
-                       now=NOW, gpu_hour_price_usd=spec.gpu_hour_price_usd, teardown_actions=actions)  # fmt: skip
+                       now=NOW, gpu_hour_price_usd=spec.gpu_hour_price_usd, capacity=spec.capacity,
+                       teardown_actions=actions)  # fmt: skip
     report = build_report(timings, {k: t.upstream(k) for k in t.STEPS}, inputs)
+    return states, view, report
+
+
+@pytest.mark.parametrize("price", [0.0, 4.5])
+@pytest.mark.parametrize("policy", t.POLICIES)
+def test_the_report_the_view_and_the_failure_alert_agree_on_the_gpu_pool(policy: str, price: float) -> None:
+    spec, conf = _run(policy, price=price)
+    states, view, report = _view_and_report(policy, conf)
     alerted = [r for r in kept_after_teardown(states, report) if r.what.startswith("GPU node pool")]
     pool = [r for r in view["running"] if r["task_id"] == t.NODE_POOL]
     price_per_gpu, _ = costs.gpu_hour_price(spec.gpu_type, spec.gpu_hour_price_usd)
@@ -119,16 +130,10 @@ def test_prices_are_written_and_resolved_only_here() -> None:
 
 @pytest.mark.parametrize("capacity", ["reservation", "flex_start", "spot", "on_demand"])
 def test_each_capacity_is_priced_at_its_share_of_the_list_price_in_the_report_and_the_view(capacity: str) -> None:
-    spec, conf = _run(t.KEEP_WARM)
+    _, conf = _run(t.KEEP_WARM)
     conf["capacity"] = capacity
     spec = RunSpec.from_conf(conf)
-    states, results, actions = _finished(t.KEEP_WARM)
-    tasks = {k: TaskState(k, v, NOW - 3600 + n, NOW - 3000 + n) for n, (k, v) in enumerate(states.items())}
-    view = build_view(ViewInputs("d", "r", "success", NOW, tasks, results=results, conf=conf))
-    timings = [TaskTiming(k, s.state, s.start, s.end) for k, s in tasks.items()]
-    inputs = RunInputs(gpu_type=spec.gpu_type, gpus_per_node=spec.gpus_per_node, worker_replicas=spec.worker_replicas,
-                       now=NOW, capacity=spec.capacity, teardown_actions=actions)  # fmt: skip
-    report = build_report(timings, {k: t.upstream(k) for k in t.STEPS}, inputs)
+    _, view, report = _view_and_report(t.KEEP_WARM, conf)
     share, source = costs.CAPACITY_PRICE_SHARES[capacity]
     expected = costs.DEFAULT_GPU_HOUR_PRICES_USD["b200"] * share
     assert report.gpu.price_per_gpu_hour_usd == view["cost"]["price_per_gpu_hour_usd"] == pytest.approx(expected)
@@ -152,3 +157,8 @@ def test_flex_start_nodes_bound_the_runs_hours_so_training_saves_before_they_go(
     assert run_budget(RunSpec.from_conf({**conf, "max_run_hours": 5}), unbounded).hours == 5
     assert run_budget(RunSpec.from_conf({**conf, "flex_start_max_hours": 0}), unbounded).hours == 168
     assert run_budget(RunSpec.from_conf({**default_conf(), "capacity": "spot"}), unbounded).hours is None
+
+
+def test_every_capacity_has_a_price_share_and_no_other_is_priced() -> None:
+    # costs.py stays free of conf_schema's import (the API server imports it): its keys are checked here instead.
+    assert set(costs.CAPACITY_PRICE_SHARES) == set(CAPACITIES)
