@@ -18,7 +18,8 @@ not Google's.
 - ``GET|POST /sandbox/latency``: the latency model; POST ``{"scale": 0.01, "seconds": {"kind": s}}`` changes it,
   ``"defaults": true`` first drops every per-kind override (seeded ones included).
 - ``GET|POST /sandbox/node-loss``: list, or lose one worker node of a RayCluster ``{"raycluster", "namespace"
-  (optional), "mode": "killed" | "frozen", "replace_after_s": 5, "after_save": 10 (optional: as soon as the checkpoint
+  (optional), "mode": "killed" | "frozen" | "preempted" (a Spot node only; "notice_s": 30) | "ended",
+  "replace_after_s": 5, "after_save": 10 (optional: as soon as the checkpoint
   step_10 is on its Lustre volume)}`` (see :mod:`sandbox.kuberay`).
 - ``POST /sandbox/reset``: forget every resource, operation, fault and call (the seeded config stays).
 - ``GET /sandbox/credentials``: the service-account JSON key file (see :mod:`sandbox.auth`), made on first use and
@@ -39,6 +40,7 @@ from sandbox.config import Reservation, SeedError
 from sandbox.errors import ApiError, invalid, not_found
 from sandbox.faults import FaultSpecError
 from sandbox.http import Call, Reply, Router, reply
+from sandbox.kuberay import PREEMPTION_NOTICE_S
 from sandbox.operations import LatencyModel
 from sandbox.store import Resource
 
@@ -259,21 +261,36 @@ async def lose_node(sb: Sandbox, call: Call) -> Reply:
     body = call.json()
     raycluster, after_save = body.get("raycluster"), body.get("after_save")
     replace_after_s = body.get("replace_after_s", 5.0)
+    notice_s = body.get("notice_s", PREEMPTION_NOTICE_S)
     if not isinstance(raycluster, str) or not raycluster:
-        raise invalid('give {"raycluster": "NAME", "mode": "killed" | "frozen", "replace_after_s": 5}')
+        raise invalid(
+            'give {"raycluster": "NAME", "mode": "killed" | "frozen" | "preempted" | "ended", "replace_after_s": 5}'
+        )
     if after_save is not None and (isinstance(after_save, bool) or not isinstance(after_save, int) or after_save < 1):
         raise invalid(f"after_save must be a checkpoint step >= 1, got {after_save!r}")
-    if isinstance(replace_after_s, bool) or not isinstance(replace_after_s, (int, float)):
-        raise invalid(f"replace_after_s must be a number of seconds, got {replace_after_s!r}")
+    for name, value in (("replace_after_s", replace_after_s), ("notice_s", notice_s)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise invalid(f"{name} must be a number of seconds, got {value!r}")
     try:
         loss = sb.kuberay.lose_node(
-            raycluster, body.get("namespace"), str(body.get("mode", "killed")), float(replace_after_s), after_save
+            raycluster,
+            body.get("namespace"),
+            str(body.get("mode", "killed")),
+            float(replace_after_s),
+            after_save,
+            notice_s=float(notice_s),
         )
     except LookupError as exc:
         raise not_found(str(exc)) from exc
     except ValueError as exc:
         raise invalid(str(exc)) from exc
     return reply(loss.to_json(), 201)
+
+
+async def get_capacity(sb: Sandbox, call: Call) -> Reply:
+    """The GPU capacity model: its settings, the nodes made per pool, each reservation's free machines (change the
+    settings with ``POST /sandbox/seed {"capacity": {...}}``)."""
+    return reply(sb.kuberay.capacity.to_json())
 
 
 async def reset(sb: Sandbox, call: Call) -> Reply:
@@ -306,6 +323,7 @@ def router() -> Router:
     add("POST", "/sandbox/latency", SERVICE, set_latency)
     add("GET", "/sandbox/node-loss", SERVICE, list_node_losses)
     add("POST", "/sandbox/node-loss", SERVICE, lose_node)
+    add("GET", "/sandbox/capacity", SERVICE, get_capacity)
     add("POST", "/sandbox/reset", SERVICE, reset)
     add("GET", "/sandbox/credentials", SERVICE, credentials)
     add("GET", "/sandbox/auth", SERVICE, get_auth)

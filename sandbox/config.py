@@ -13,7 +13,8 @@ is JSON (every key optional)::
      "preemptible_gpu_family_quotas": {"NVIDIA_B200": 0},
      "buckets": [{"project": "p", "name": "p-ckpt", "lustre_agent_role": "roles/storage.objectUser"}],
      "iam_denied": {"p": ["compute.projects.setCommonInstanceMetadata"]},
-     "kuberay_conditions": false}
+     "kuberay_conditions": false,
+     "capacity": {"flex_start_delay_s": 2.0, "spot_stockout": false, "on_demand_stockout": false}}
 
 ``quotas`` are the regional quota limits every region reports (``regions.get``), merged into the defaults.
 ``gpu_family_quotas`` are the ``compute.googleapis.com/gpus_per_gpu_family`` limits per ``gpu_family`` in every
@@ -24,6 +25,8 @@ and flex-start VMs count against (a family left out has none listed).
 project's Lustre service agent when ``lustre_agent_role`` is given). Every project is granted every permission of
 ``include/iam/nemo-rl-gke-role.yaml`` except those ``iam_denied`` lists for it. ``kuberay_conditions: false``
 makes the KubeRay stand-in behave like KubeRay 1.2 without its feature gate: no ``status.conditions``.
+``capacity`` sets the GPU capacity model (:mod:`sandbox.capacity`): how long flex-start's queue takes (null: no nodes
+at all) and whether Spot or on-demand VMs are stocked out.
 """
 
 from __future__ import annotations
@@ -76,7 +79,10 @@ SEED_KEYS = {
     "buckets",
     "iam_denied",
     "kuberay_conditions",
+    "capacity",
 }
+# The capacity model's settings (sandbox/capacity.py): flex-start's queue delay (None: never) and the stock-outs.
+DEFAULT_CAPACITY: dict[str, Any] = {"flex_start_delay_s": 2.0, "spot_stockout": False, "on_demand_stockout": False}
 RESERVATION_KEYS = {
     "project",
     "zone",
@@ -102,6 +108,20 @@ def default_permissions() -> frozenset[str]:
 
 class SeedError(ValueError):
     """A seed file or an admin request describes the world wrongly."""
+
+
+def _capacity_settings(record: Any) -> dict[str, Any]:
+    """Validate a seed's ``capacity`` record: ``flex_start_delay_s`` (seconds >= 0, or null: never) and the
+    ``spot_stockout`` / ``on_demand_stockout`` switches."""
+    if not isinstance(record, dict) or set(record) - set(DEFAULT_CAPACITY):
+        raise SeedError(f"capacity: give an object with keys among {sorted(DEFAULT_CAPACITY)}, got {record!r}")
+    delay = record.get("flex_start_delay_s", 0.0)
+    if delay is not None and (isinstance(delay, bool) or not isinstance(delay, (int, float)) or delay < 0):
+        raise SeedError(f"capacity: flex_start_delay_s must be seconds >= 0 or null (never), got {delay!r}")
+    for key in ("spot_stockout", "on_demand_stockout"):
+        if key in record and not isinstance(record[key], bool):
+            raise SeedError(f"capacity: {key} must be true or false, got {record[key]!r}")
+    return dict(record)
 
 
 @dataclass
@@ -200,6 +220,7 @@ class Config:
     buckets: dict[str, Bucket] = field(default_factory=dict)
     iam_denied: dict[str, list[str]] = field(default_factory=dict)
     kuberay_conditions: bool = True
+    capacity: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_CAPACITY))
     # Service Networking names networks by project number; these are the project IDs it can map back to.
     known_projects: list[str] = field(default_factory=list)
 
@@ -235,6 +256,8 @@ class Config:
             self.iam_denied[str(project)] = sorted({str(p) for p in denied})
         if "kuberay_conditions" in seed:
             self.kuberay_conditions = bool(seed["kuberay_conditions"])
+        if "capacity" in seed:
+            self.capacity = {**self.capacity, **_capacity_settings(seed["capacity"])}
 
     def granted(self, project: str) -> frozenset[str]:
         """The permissions the caller holds on ``project``."""

@@ -54,6 +54,7 @@ import aiohttp
 import psutil
 
 from sandbox import formats
+from sandbox.capacity import CapacityModel
 from sandbox.ports import free_ports
 
 if TYPE_CHECKING:
@@ -83,7 +84,11 @@ PORT_FLAGS = (
 WORKER_PORT_FLAGS = PORT_FLAGS[3:]
 # What `ray start --block` prints once the node has joined.
 WORKER_STARTED = "Ray runtime started."
-NODE_LOSS_MODES = ("killed", "frozen")
+# killed: a host that dies; frozen: one that hangs; preempted: a Spot VM reclaimed (SIGTERM, then SIGKILL after its
+# notice); ended: a flex-start VM at its maxRunDuration (the same, with no notice asked for).
+NODE_LOSS_MODES = ("killed", "frozen", "preempted", "ended")
+# GKE's notice before a Spot VM goes (Compute Engine preemption: 30 s).
+PREEMPTION_NOTICE_S = 30.0
 NODE_LOST_MESSAGE = "0/1 nodes are available: 1 Insufficient nvidia.com/gpu. The node pool is replacing a lost node."
 
 
@@ -120,6 +125,9 @@ class NodeLoss:
     replacement_pod: str = ""
     lost_at: float | None = None
     replaced_at: float | None = None
+    # preempted: seconds between SIGTERM and SIGKILL; the pod it must hit ("": the first ready worker).
+    notice_s: float = 0.0
+    pod: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """The admin API's view of it."""
@@ -199,6 +207,8 @@ class KubeRay:
         self.heads: dict[tuple[str, str, str], RayHead] = {}
         # Every node loss asked for, kept after its RayCluster is gone (the admin API lists them).
         self.losses: list[NodeLoss] = []
+        # Whether a worker pod's node comes: the GPU pool's capacity (reservation, flex-start, Spot, on-demand).
+        self.capacity = CapacityModel(store)
 
     # --- called by the API ----------------------------------------------------------------------------------------
     def created(self, cluster: KubeCluster, obj: dict[str, Any], stuck_message: str | None) -> None:
@@ -412,6 +422,8 @@ class KubeRay:
         try:
             if not await _wait_port(head.gcs_port, lambda: head.stopping):
                 return
+            if not await self._node_for(cluster, head, pod):
+                return
             worker = WorkerNode(pod)
             head.workers[pod] = worker
             ports = free_ports(len(WORKER_PORT_FLAGS))
@@ -451,8 +463,36 @@ class KubeRay:
             worker.ready = True
             self._pod_running(cluster, head, pod)
             self._set_conditions(cluster, head, head_ready=head.ready, reason=_head_reason(head))
+            ends_at = self.capacity.ends_at(pod)
+            if ends_at is not None:
+                head.tasks.append(asyncio.get_running_loop().create_task(self._end_at(head, pod, ends_at)))
         except Exception:
             log.exception("starting worker %s of RayCluster %s failed", pod, head.name)
+
+    async def _node_for(self, cluster: KubeCluster, head: RayHead, pod: str) -> bool:
+        """Wait until the GPU pool's capacity gives ``pod`` a node (False: the RayCluster or the pod went first).
+        Meanwhile the pod is Pending with the scheduler's and the autoscaler's words for why."""
+        said = ""
+        while not head.stopping and pod in head.worker_pods:
+            answer = self.capacity.request(cluster.cluster_key, pod, time.time())
+            if answer.granted:
+                return True
+            if answer.message != said:
+                self._pending_pod(cluster, head, pod, answer.reason, answer.message)
+                said = answer.message
+            await asyncio.sleep(0.25)
+        return False
+
+    async def _end_at(self, head: RayHead, pod: str, ends_at: float) -> None:
+        """A flex-start node's maxRunDuration: GKE removes the VM then, whatever runs on it."""
+        await asyncio.sleep(max(0.0, ends_at - time.time()))
+        worker = head.workers.get(pod)
+        if head.stopping or worker is None or not worker.ready or head.cluster is None:
+            return
+        loss = NodeLoss(secrets.token_hex(4), head.name, head.namespace, "ended", 0.0, None, pod=pod)
+        head.losses.append(loss)
+        self.losses.append(loss)
+        await self._lose(head.cluster, head, loss)
 
     def lose_node(
         self,
@@ -461,15 +501,18 @@ class KubeRay:
         mode: str,
         replace_after_s: float,
         after_save: int | None,
+        *,
+        notice_s: float = PREEMPTION_NOTICE_S,
     ) -> NodeLoss:
         """Lose one worker node of ``raycluster`` now, or as soon as the checkpoint ``step_{after_save}`` is saved on
-        its Lustre volume (``/data/step_N`` or ``/data/<dir>/step_N``).
+        its Lustre volume (``/data/step_N`` or ``/data/<dir>/step_N``). ``preempted`` (SIGTERM, SIGKILL ``notice_s``
+        later) only happens to a Spot node, as Compute Engine preempts only Spot VMs.
 
         Raises LookupError (no such RayCluster, or no worker) or ValueError (a bad argument)."""
         if mode not in NODE_LOSS_MODES:
             raise ValueError(f"mode must be one of {', '.join(NODE_LOSS_MODES)}, got {mode!r}")
-        if replace_after_s < 0:
-            raise ValueError(f"replace_after_s must be >= 0, got {replace_after_s!r}")
+        if replace_after_s < 0 or notice_s < 0:
+            raise ValueError(f"replace_after_s and notice_s must be >= 0, got {replace_after_s!r}, {notice_s!r}")
         heads = [
             h
             for h in self.heads.values()
@@ -480,7 +523,14 @@ class KubeRay:
         head = heads[0]
         if not head.worker_pods:
             raise LookupError(f"RayCluster {raycluster!r} has no worker pods")
-        loss = NodeLoss(secrets.token_hex(4), head.name, head.namespace, mode, float(replace_after_s), after_save)
+        if mode == "preempted":
+            kinds = {self.capacity.capacity_of(pod) for pod in head.worker_pods} - {None}
+            if kinds and kinds != {"spot"}:
+                raise ValueError(f"only Spot VMs are preempted; the workers of {raycluster!r} run on {sorted(kinds)}")
+        loss = NodeLoss(
+            secrets.token_hex(4), head.name, head.namespace, mode, float(replace_after_s), after_save,
+            notice_s=float(notice_s) if mode == "preempted" else 0.0,
+        )  # fmt: skip
         head.losses.append(loss)
         self.losses.append(loss)
         assert head.cluster is not None
@@ -499,19 +549,23 @@ class KubeRay:
                 names = (f"step_{loss.after_save}", f"*/step_{loss.after_save}")
                 while not head.stopping and not any(next(data.glob(name), None) for name in names):
                     await asyncio.sleep(0.02)
-            ready = [pod for pod in head.worker_pods if (w := head.workers.get(pod)) is not None and w.ready]
+
+            def ready_pods() -> list[str]:
+                found = [p for p in head.worker_pods if (w := head.workers.get(p)) is not None and w.ready]
+                return [p for p in found if p == loss.pod] if loss.pod else found
+
+            ready = ready_pods()
             while not ready and not head.stopping:
                 await asyncio.sleep(0.1)
-                ready = [pod for pod in head.worker_pods if (w := head.workers.get(pod)) is not None and w.ready]
+                ready = ready_pods()
             if head.stopping:
                 loss.state = "cancelled"
                 return
             pod = ready[0]
             worker = head.workers[pod]
             worker.lost, worker.ready = loss.mode, False
-            _signal_group(worker.process, signal.SIGKILL if loss.mode == "killed" else signal.SIGSTOP)
-            if loss.mode == "killed" and worker.process is not None and worker.process.returncode is None:
-                await worker.process.wait()  # reaped now: a dead host leaves no zombie that still answers kill(0)
+            await _take_down(worker, loss)
+            self.capacity.release(pod, requeue=loss.mode == "ended")
             loss.state, loss.worker_pod, loss.lost_at = "lost", pod, time.time()
             log.info("RayCluster %s: worker node of %s %s", head.name, pod, loss.mode)
             # The node is gone with its pod; KubeRay's replacement pod waits for a node.
@@ -667,6 +721,7 @@ class KubeRay:
             await self._stop_and_forget((cluster.cluster_id, head.namespace, head.name), head)
             for pod in [head.head_pod, *head.worker_pods]:
                 cluster.remove("v1", "pods", head.namespace, pod)
+                self.capacity.release(pod)
             cluster.remove("v1", "services", head.namespace, f"{head.name}-head-svc")
         # The token Secret is owned by the RayCluster: Kubernetes' garbage collector removes it with it.
         cluster.remove("v1", "secrets", meta["namespace"], check_name(meta["name"]))
@@ -676,6 +731,8 @@ class KubeRay:
         head.stopping = True
         head.ready = False
         await _stop(head)
+        for pod in head.worker_pods:
+            self.capacity.release(pod)
         for task in head.tasks:
             if task is not asyncio.current_task() and not task.done():
                 task.cancel()
@@ -697,6 +754,22 @@ async def _stop(head: RayHead) -> None:
     for temp_dir in [head.temp_dir, *(w.temp_dir for w in head.workers.values())]:
         if temp_dir:
             shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+async def _take_down(worker: WorkerNode, loss: NodeLoss) -> None:
+    """What the loss does to the node's processes: a dead host (SIGKILL), a hung one (SIGSTOP), or a VM shut down
+    (SIGTERM, then SIGKILL once its notice is over: a Spot VM's preemption, a flex-start VM's end)."""
+    if loss.mode == "frozen":
+        _signal_group(worker.process, signal.SIGSTOP)
+        return
+    if loss.mode != "killed":
+        _signal_group(worker.process, signal.SIGTERM)
+        if worker.process is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(worker.process.wait()), loss.notice_s)
+    _signal_group(worker.process, signal.SIGKILL)
+    if worker.process is not None and worker.process.returncode is None:
+        await worker.process.wait()  # reaped now: a dead host leaves no zombie that still answers kill(0)
 
 
 def _signal_group(process: asyncio.subprocess.Process | None, sig: signal.Signals) -> None:

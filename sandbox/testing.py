@@ -175,14 +175,32 @@ def clear_faults(url: str) -> None:
 
 
 def lose_node(
-    url: str, raycluster: str, *, mode: str = "killed", replace_after_s: float = 5.0, after_save: int | None = None
+    url: str,
+    raycluster: str,
+    *,
+    mode: str = "killed",
+    replace_after_s: float = 5.0,
+    after_save: int | None = None,
+    notice_s: float = 30.0,
 ) -> dict[str, Any]:
-    """Lose one worker node of ``raycluster`` (killed or frozen), now or once checkpoint ``step_{after_save}`` is
-    saved; the node pool replaces it after ``replace_after_s``."""
+    """Lose one worker node of ``raycluster`` (killed, frozen, preempted with ``notice_s``, or ended), now or once
+    checkpoint ``step_{after_save}`` is saved; the node pool replaces it after ``replace_after_s``."""
     spec: dict[str, Any] = {"raycluster": raycluster, "mode": mode, "replace_after_s": replace_after_s}
+    if mode == "preempted":
+        spec["notice_s"] = notice_s
     if after_save is not None:
         spec["after_save"] = after_save
     return request_json(f"{url}/sandbox/node-loss", "POST", spec)
+
+
+def capacity(url: str) -> dict[str, Any]:
+    """The GPU capacity model: settings, the nodes made per pool, each reservation's free machines."""
+    return request_json(f"{url}/sandbox/capacity")
+
+
+def set_capacity(url: str, **settings: Any) -> dict[str, Any]:
+    """Change the capacity model's settings (flex_start_delay_s, spot_stockout, on_demand_stockout)."""
+    return request_json(f"{url}/sandbox/seed", "POST", {"capacity": settings})
 
 
 def node_losses(url: str) -> list[dict[str, Any]]:
@@ -330,6 +348,14 @@ class SandboxProcess:
     def lose_node(self, raycluster: str, **spec: Any) -> dict[str, Any]:
         """See :func:`lose_node`."""
         return lose_node(self.url, raycluster, **spec)
+
+    def capacity(self) -> dict[str, Any]:
+        """See :func:`capacity`."""
+        return capacity(self.url)
+
+    def set_capacity(self, **settings: Any) -> dict[str, Any]:
+        """See :func:`set_capacity`."""
+        return set_capacity(self.url, **settings)
 
     def node_losses(self) -> list[dict[str, Any]]:
         """See :func:`node_losses`."""

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 # The sandbox runs as its own process, never inside a DAG parse: the heavy import ban does not apply.
 from google.cloud import container_v1  # noqa: TID253
 
-from sandbox import formats
+from sandbox import capacity, formats
 from sandbox.config import GPU_MACHINES
 from sandbox.errors import already_exists, failed_precondition, invalid, not_found
 from sandbox.http import Call, Reply, Router, reply
@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 SERVICE = "container"
 PREFIX = "/v1/projects/{project}/locations/{location}"
 MASTER_VERSION = "1.33.5-gke.1201000"
+# The versions the sandbox's GKE offers (serverConfig's validMasterVersions); a cluster gets MASTER_VERSION unless
+# it asks for one of these, or for a prefix ("1.32") that GKE resolves to the newest matching one.
+VALID_VERSIONS = ("1.33.5-gke.1201000", "1.32.4-gke.1106000", "1.32.2-gke.1652000", "1.31.6-gke.1020000")
 RESERVATION_KEY = "compute.googleapis.com/reservation-name"
 CLUSTER_STATUS = {"creating": "PROVISIONING", "ready": "RUNNING", "deleting": "STOPPING", "error": "ERROR"}
 POOL_STATUS = {"creating": "PROVISIONING", "ready": "RUNNING", "deleting": "STOPPING", "error": "ERROR"}
@@ -238,7 +241,7 @@ def _prepare_pool(
     config.setdefault("diskType", "pd-balanced")
     config.setdefault("imageType", "COS_CONTAINERD")
     config.setdefault("serviceAccount", "default")
-    pool.setdefault("version", MASTER_VERSION)
+    pool.setdefault("version", cluster.get("currentMasterVersion") or MASTER_VERSION)
     pool.setdefault("podIpv4CidrSize", 24)
     return list(dict.fromkeys(refs))
 
@@ -268,20 +271,17 @@ def _node_count(pool: Resource) -> int:
     return int(pool.body.get("initialNodeCount", 0)) * len(pool.body.get("locations", []))
 
 
-def _exhausted_reservations(sb: Sandbox, pool: Resource) -> list[str]:
-    """The pool's specific reservations (in its zones) with no VM left: its autoscaler can add no node there."""
-    affinity = pool.body.get("config", {}).get("reservationAffinity") or {}
-    if affinity.get("consumeReservationType") != "SPECIFIC_RESERVATION":
-        return []
-    project = pool.key.split("/")[1]
-    found = []
-    for value in affinity.get("values") or []:
-        parts = value.split("/")
-        owner, name = (parts[1], parts[-1]) if len(parts) == 4 and parts[0] == "projects" else (project, value)
-        for zone in pool.body.get("locations", []):
-            reservation = sb.store.config.reservations.get(f"projects/{owner}/zones/{zone}/reservations/{name}")
-            if reservation is not None and reservation.in_use_count >= reservation.count:
-                found.append(reservation.key)
+def _stockouts(sb: Sandbox, pool: Resource) -> list[str]:
+    """What keeps the pool's autoscaler from adding a node: each used-up specific reservation (compute's message),
+    or the zone out of Spot or on-demand VMs (sandbox/capacity.py)."""
+    model = sb.kuberay.capacity
+    found = [
+        f"Specified reservation '{key}' does not have available resources for the request."
+        for key in model.stocked_out(pool)
+    ]
+    kind = capacity.pool_capacity(pool.body)
+    if kind in ("spot", "on_demand") and sb.store.config.capacity.get(f"{kind}_stockout"):
+        found.append(f"The zone does not have enough resources available to fulfill the request ({kind} VMs).")
     return found
 
 
@@ -298,12 +298,8 @@ def render_pool(sb: Sandbox, pool: Resource) -> dict[str, Any]:
         body["statusMessage"] = message
     if pool.phase == "ready":
         conditions = [
-            {
-                "code": "GCE_STOCKOUT",
-                "message": f"Specified reservation '{key}' does not have available resources for the request.",
-                "canonicalCode": "RESOURCE_EXHAUSTED",
-            }
-            for key in _exhausted_reservations(sb, pool)
+            {"code": "GCE_STOCKOUT", "message": message, "canonicalCode": "RESOURCE_EXHAUSTED"}
+            for message in _stockouts(sb, pool)
         ]
         if conditions:
             body["conditions"] = conditions
@@ -403,9 +399,21 @@ def _initial_pools(cluster: dict[str, Any]) -> list[dict[str, Any]]:
     return pools
 
 
+def _cluster_version(cluster: dict[str, Any]) -> str:
+    """The version a new cluster gets: GKE's default, or the one it asks for (a prefix resolves to the newest)."""
+    asked = cluster.get("initialClusterVersion") or ""
+    if not asked or asked in ("latest", "-"):
+        return MASTER_VERSION
+    found = [v for v in VALID_VERSIONS if v == asked or v.startswith(asked + ".") or v.startswith(asked + "-")]
+    if not found:
+        raise invalid(f'Master version "{asked}" is unsupported.')
+    return found[0]
+
+
 def _fill_cluster(cluster: dict[str, Any], key: str, location: str, subnet_name: str, at: float) -> None:
     """What GKE fills in: location, zones, versions, links, ids, ranges, the resolved network paths."""
     project, region = formats.key_project(key), _region_of(location)
+    version = _cluster_version(cluster)
     zones = [location] if ZONE.match(location) else [f"{region}-{s}" for s in ZONE_SUFFIXES]
     cluster.update(
         location=location,
@@ -414,9 +422,9 @@ def _fill_cluster(cluster: dict[str, Any], key: str, location: str, subnet_name:
         selfLink=formats.container_link(key),
         id=formats.numeric_id(key, str(at)) + "0" * 12,
         createTime=formats.zulu(at),
-        initialClusterVersion=MASTER_VERSION,
-        currentMasterVersion=MASTER_VERSION,
-        currentNodeVersion=MASTER_VERSION,
+        initialClusterVersion=version,
+        currentMasterVersion=version,
+        currentNodeVersion=version,
         network=cluster.get("network", "default"),
         subnetwork=subnet_name,
         clusterIpv4Cidr="10.4.0.0/14",
@@ -561,6 +569,8 @@ async def delete_node_pool(sb: Sandbox, call: Call) -> Reply:
     pool = _pool(sb, call, cluster)
     _incompatible(sb, cluster)
     pool = _pool(sb, call, cluster)
+    # Its nodes go with it (drained first on GKE), and so does a flex-start request still queued for it.
+    sb.kuberay.capacity.forget_pool(pool.key)
     operation = sb.start_operation(
         call,
         service=SERVICE,

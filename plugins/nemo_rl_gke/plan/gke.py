@@ -85,6 +85,8 @@ def cluster_create_request(spec: RunSpec, owner: Owner) -> ApiRequest:
             resource_labels=owner.labels,
         ),
     )
+    if spec.gke_version:
+        request.cluster.initial_cluster_version = spec.gke_version  # --cluster-version; else GKE's default
     return ApiRequest(
         service=SERVICE,
         method="projects.locations.clusters.create",
@@ -156,7 +158,8 @@ def node_pool_create_request(spec: RunSpec, owner: Owner) -> ApiRequest:
     if flex:
         config.flex_start = True
         if spec.flex_start_max_hours:
-            config.max_run_duration = timedelta(hours=spec.flex_start_max_hours)
+            # Whole seconds, as GKE's Duration field and gcloud's --max-run-duration take it.
+            config.max_run_duration = timedelta(seconds=round(spec.flex_start_max_hours * 3600))
     autoscaling = container_v1.NodePoolAutoscaling(enabled=True, total_max_node_count=spec.gpu_pool_max_nodes)
     management = _management()
     if flex:

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 from nemo_rl_gke.plan.manifests import installer_source_problem
 from nemo_rl_gke.preflight.registry import Violation, rule
-from nemo_rl_gke.run.conf_schema import FLEX_START, GPU_PROFILES
+from nemo_rl_gke.run import capacity
+from nemo_rl_gke.run.conf_schema import FLEX_START, FLEX_START_MIN_GKE, GPU_PROFILES
 from nemo_rl_gke.run.findings import shown
 
 if TYPE_CHECKING:
@@ -367,18 +368,75 @@ def replicas_vs_pool(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
     RESOURCE,
     "Flex-start hours only with flex-start capacity",
     example={"capacity": "spot", "flex_start_max_hours": 24},
-    counter_example={"capacity": "flex_start", "flex_start_max_hours": 24},
+    counter_example={"capacity": "spot", "capacity_ladder": ["spot", "flex_start"], "flex_start_max_hours": 24},
 )
 def flex_start_hours(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
-    """maxRunDuration is a flex-start field: GKE refuses it on any other node pool, so the run would fail at the
-    pool after the networks, Lustre and the cluster were paid for."""
-    if spec.flex_start_max_hours and spec.capacity != FLEX_START:
+    """maxRunDuration is a flex-start field: GKE refuses it on any other node pool, so a run without a flex-start
+    rung has nothing to set it on."""
+    if spec.flex_start_max_hours and FLEX_START not in capacity.options(spec):
         yield Violation(
-            ("flex_start_max_hours", "capacity"),
+            ("flex_start_max_hours", "capacity", "capacity_ladder"),
             spec.flex_start_max_hours,
-            f"flex_start_max_hours={spec.flex_start_max_hours} limits flex-start nodes, but capacity is "
-            f"{spec.capacity}",
-            "set flex_start_max_hours to 0, or capacity to flex_start",
+            f"flex_start_max_hours={spec.flex_start_max_hours:g} limits flex-start nodes, but the run's capacity is "
+            f"{', '.join(capacity.options(spec))}",
+            "set flex_start_max_hours to 0, or use flex_start (as capacity or a rung of capacity_ladder)",
+        )
+
+
+@rule(
+    "gpu.capacity-ladder",
+    RESOURCE,
+    "The capacity ladder starts at the capacity and tries each option once",
+    example={"capacity": "reservation", "capacity_ladder": ["flex_start", "spot"]},
+    counter_example={"capacity": "reservation", "capacity_ladder": ["reservation:900", "flex_start", "spot"]},
+)
+def capacity_ladder(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
+    """The first rung's pool is the one the plan prints and cluster.node-pool creates; a second try of one option
+    would meet the same stock-out."""
+    if not spec.capacity_ladder:
+        return
+    found = capacity.options(spec)
+    if found[0] != spec.capacity:
+        yield Violation(
+            ("capacity_ladder", "capacity"),
+            list(spec.capacity_ladder),
+            f"the ladder starts at {found[0]}, but capacity is {spec.capacity}: the first rung is the pool the "
+            "run creates first",
+            f"set capacity to {found[0]}, or start capacity_ladder with {spec.capacity}",
+        )
+    twice = sorted({option for option in found if found.count(option) > 1})
+    if twice:
+        yield Violation(
+            ("capacity_ladder",),
+            list(spec.capacity_ladder),
+            f"{', '.join(twice)} is on the ladder more than once: a second try would meet the same shortage",
+            "list each option once",
+        )
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"[0-9]+", text))
+
+
+@rule(
+    "gpu.flex-start-gke-version",
+    RESOURCE,
+    "Flex-start GPU nodes need GKE 1.32.2-gke.1652000 or later",
+    example={"capacity": "flex_start", "gke_version": "1.31.6-gke.1020000"},
+    counter_example={"capacity": "flex_start", "gke_version": "1.33.5-gke.1201000"},
+)
+def flex_start_gke_version(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
+    """GKE refuses a flex-start GPU pool on an older cluster, after the networks, Lustre and the cluster were paid
+    for. A version GKE resolves (1.32) passes when some patch of it is new enough; GKE's default is checked live."""
+    if FLEX_START not in capacity.options(spec) or not spec.gke_version:
+        return
+    given, needed = _version(spec.gke_version), _version(FLEX_START_MIN_GKE)
+    if given < needed[: len(given)]:
+        yield Violation(
+            ("gke_version", "capacity", "capacity_ladder"),
+            spec.gke_version,
+            f"GKE {spec.gke_version} has no flex-start node pools for GPUs (they need {FLEX_START_MIN_GKE})",
+            f"set gke_version to {FLEX_START_MIN_GKE} or later (or empty for GKE's default), or drop flex_start",
         )
 
 

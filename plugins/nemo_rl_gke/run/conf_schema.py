@@ -62,6 +62,13 @@ ON_DEMAND = "on_demand"
 CAPACITIES = (RESERVATION_CAPACITY, FLEX_START, SPOT, ON_DEMAND)
 # Flex-start VMs run at most seven days (GKE docs: flex-start, maxRunDuration).
 FLEX_START_MAX_HOURS = 7 * 24
+# A capacity ladder's rung: an option, and optionally how long (s) its nodes may take to come before the next rung.
+LADDER_RUNG_PATTERN = rf"^({'|'.join(CAPACITIES)})(:[1-9][0-9]{{0,5}})?$"
+LADDER_MAX = len(CAPACITIES)
+# GKE versions: 1.32.2-gke.1652000 (GKE's form); an empty one is GKE's default for new clusters.
+GKE_VERSION_PATTERN = r"^([0-9]+\.[0-9]+(\.[0-9]+(-gke\.[0-9]+)?)?)?$"
+# The first GKE version with flex-start node pools for GPUs (GKE docs: flex-start, requirements).
+FLEX_START_MIN_GKE = "1.32.2-gke.1652000"
 
 # A reservation as GKE's reservationAffinity takes it (FACTS §19): NAME (the run's project), a shared reservation
 # projects/OWNER/reservations/NAME, and either followed by /reservationBlocks/BLOCK. Names are RFC 1035; the owner is
@@ -78,7 +85,9 @@ RESERVATION_JSON_PATTERN = RESERVATION_PATTERN.replace("?P<owner>", "").replace(
 # Patterns too long to read in a finding, said in words instead.
 PATTERN_WORDS: dict[str, str] = {
     RESERVATION_JSON_PATTERN: "RESERVATION, projects/PROJECT/reservations/RESERVATION, or either + "
-    "/reservationBlocks/BLOCK (RESERVATION and BLOCK: lowercase RFC 1035 names; PROJECT: a project ID)"
+    "/reservationBlocks/BLOCK (RESERVATION and BLOCK: lowercase RFC 1035 names; PROJECT: a project ID)",
+    LADDER_RUNG_PATTERN: f"OPTION or OPTION:SECONDS (OPTION: {', '.join(CAPACITIES)}; SECONDS: 1-999999)",
+    GKE_VERSION_PATTERN: "a GKE version such as 1.33 or 1.33.5-gke.1201000, or empty for GKE's default",
 }
 
 
@@ -232,14 +241,35 @@ class RunConf:
         "node, recovered from the last save). on_demand: list price, no reservation, no discount.",
         enum=list(CAPACITIES),
     )
-    flex_start_max_hours: int = _param(
-        0,
+    capacity_ladder: tuple[str, ...] = _param(
+        (),
+        type=["null", "array"],
+        section=SECTION_GPU,
+        title="GPU capacity ladder",
+        description="Options to fall back through, in order, as OPTION or OPTION:SECONDS, e.g. reservation:900, "
+        "flex_start:3600, spot. The first rung must be the capacity above. A rung whose nodes do not come within its "
+        "seconds (default kube_timeout_s), or that reports a stock-out, has its node pool replaced by the next "
+        "rung's; the networks, Lustre and the cluster stay. Empty: capacity alone.",
+        maxItems=LADDER_MAX,
+        items={"type": "string", "pattern": LADDER_RUNG_PATTERN},
+    )
+    flex_start_max_hours: float = _param(
+        0.0,
         section=SECTION_GPU,
         title="Flex-start max run hours",
-        description="capacity=flex_start only: GKE removes the nodes this many hours after they start "
+        description="With flex_start capacity: GKE removes the nodes this many hours after they start "
         "(nodeConfig.maxRunDuration; 0: GKE's default, 7 days). The job is told to save and exit before then.",
         minimum=0,
         maximum=FLEX_START_MAX_HOURS,
+    )
+    gke_version: str = _param(
+        "",
+        section=SECTION_GPU,
+        title="GKE version",
+        description="The cluster's GKE version (initialClusterVersion), e.g. 1.33.5-gke.1201000; empty: GKE's "
+        f"default. Flex-start GPU nodes need {FLEX_START_MIN_GKE} or later.",
+        maxLength=40,
+        pattern=GKE_VERSION_PATTERN,
     )
     node_pool_name: str = _param(
         "gpu-pool",
