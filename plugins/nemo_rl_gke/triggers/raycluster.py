@@ -6,7 +6,11 @@ delete. ``workers`` is ready with every worker the spec asks for ready now (``st
 ``RayClusterProvisioned`` stays True once it was, so after a lost node only the count says the replacement joined.
 It polls the cluster's API with async calls only and ends with exactly one event::
 
-    {"status": "success" | "error" | "timeout", "message": str, "raycluster": str, "wait_for": "ready" | "deleted"}
+    {"status": "success" | "error" | "timeout" | "stockout", "message": str, "raycluster": str, "wait_for": str}
+
+With ``node_pool_path`` (a run on a capacity ladder) it also reads the GPU node pool on every poll, and a
+``GCE_STOCKOUT`` condition there ends the wait at once (``stockout``): its nodes will not come, and the next rung
+need not wait for the rung's deadline to learn it.
 
 A timeout while waiting for readiness says which condition is missing and what the pods and their events say.
 """
@@ -14,6 +18,7 @@ A timeout while waiting for readiness says which condition is missing and what t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
@@ -34,7 +39,7 @@ from nemo_rl_gke.kube.raycluster import (
     ready_workers,
     reports_conditions,
 )
-from nemo_rl_gke.triggers.clients import KUBE, client_module
+from nemo_rl_gke.triggers.clients import GCP, KUBE, client_module
 from nemo_rl_gke.triggers.operations import ERROR, SUCCESS, TIMEOUT, backoff_delay
 
 if TYPE_CHECKING:
@@ -42,6 +47,13 @@ if TYPE_CHECKING:
 
 CLASSPATH = "nemo_rl_gke.triggers.raycluster.RayClusterTrigger"
 WAIT_MODES = ("ready", "workers", "deleted")
+STOCKOUT = "stockout"
+
+
+def stockout_message(pool: dict[str, Any] | None) -> str:
+    """What a node pool's GCE_STOCKOUT conditions say ("" : none)."""
+    found = [c for c in (pool or {}).get("conditions") or [] if c.get("code") == "GCE_STOCKOUT"]
+    return "; ".join(str(c.get("message", "")) for c in found)
 
 
 class RayClusterTrigger(BaseTrigger):
@@ -55,6 +67,7 @@ class RayClusterTrigger(BaseTrigger):
     :param poll_interval: seconds between polls.
     :param timeout: seconds from ``started_at`` until a ``timeout`` event.
     :param started_at: epoch seconds the wait began (serialized, so a triggerer restart keeps the deadline).
+    :param node_pool_path: the GPU pool's container API path (``/v1/projects/...``): a stock-out on it ends the wait.
     """
 
     def __init__(
@@ -68,6 +81,7 @@ class RayClusterTrigger(BaseTrigger):
         poll_interval: float = 15.0,
         timeout: float = 1800.0,
         started_at: float | None = None,
+        node_pool_path: str | None = None,
     ) -> None:
         super().__init__()
         if wait_for not in WAIT_MODES:
@@ -80,6 +94,7 @@ class RayClusterTrigger(BaseTrigger):
         self.poll_interval = float(poll_interval)
         self.timeout = float(timeout)
         self.started_at = float(started_at) if started_at is not None else time.time()
+        self.node_pool_path = node_pool_path
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """Classpath and the kwargs ``__init__`` takes."""
@@ -94,6 +109,7 @@ class RayClusterTrigger(BaseTrigger):
                 "poll_interval": self.poll_interval,
                 "timeout": self.timeout,
                 "started_at": self.started_at,
+                "node_pool_path": self.node_pool_path,
             },
         )
 
@@ -115,7 +131,11 @@ class RayClusterTrigger(BaseTrigger):
         path = raycluster_path(self.namespace, self.name)
         failures, last_error = 0, ""
         clients = await client_module(KUBE)
-        async with clients.AsyncKubeHook(self.gcp_conn_id, self.cluster_path) as kube:
+        async with contextlib.AsyncExitStack() as stack:
+            kube = await stack.enter_async_context(clients.AsyncKubeHook(self.gcp_conn_id, self.cluster_path))
+            gcp = None
+            if self.node_pool_path:
+                gcp = await stack.enter_async_context((await client_module(GCP)).GcpAsyncHook(self.gcp_conn_id))
             while True:
                 delay = self.poll_interval
                 try:
@@ -136,30 +156,49 @@ class RayClusterTrigger(BaseTrigger):
                     self.log.warning("Transient error %d reading RayCluster %s: %s", failures, self.name, exc)
                 else:
                     failures, last_error = 0, ""
-                    if self.wait_for == "deleted" and obj is None:
-                        return self._event(SUCCESS, f"RayCluster {self.name} is deleted")
-                    if self.wait_for == "ready" and obj is not None and is_ready(obj):
+                    done = self._answer(obj, pods, fallback=fallback)
+                    if done is not None:
+                        return done
+                    stockout = await self._stockout(gcp) if waits_ready else ""
+                    if stockout:
                         return self._event(
-                            SUCCESS, f"RayCluster {self.name} is ready (HeadPodReady, RayClusterProvisioned)"
+                            STOCKOUT, f"the GPU node pool reports a stock-out (GCE_STOCKOUT: {stockout})"
                         )
-                    if self.wait_for == "workers" and obj is not None and is_ready(obj):
-                        ready, wanted = ready_workers(obj), desired_workers(obj)
-                        if ready >= wanted:
-                            return self._event(
-                                SUCCESS, f"RayCluster {self.name} is ready with {ready} of {wanted} workers"
-                            )
-                    if fallback and obj is not None and not pods_not_ready(obj, pods):
-                        return self._event(
-                            SUCCESS,
-                            f"RayCluster {self.name} is ready: its head and {len(pods) - 1} worker pods are "
-                            "Ready (KubeRay reports no conditions)",
-                        )
-                    if waits_ready and obj is None:
-                        return self._event(ERROR, f"RayCluster {self.name} does not exist (deleted while waiting?)")
                 remaining = self.started_at + self.timeout - time.time()
                 if remaining <= 0:
                     return self._event(TIMEOUT, await self._timeout_message(kube, last_error))
                 await asyncio.sleep(min(delay, remaining))
+
+    def _answer(self, obj: dict[str, Any] | None, pods: list[dict[str, Any]], *, fallback: bool) -> TriggerEvent | None:
+        """The event one read of the RayCluster ends the wait with (None: keep waiting)."""
+        if self.wait_for == "deleted":
+            return self._event(SUCCESS, f"RayCluster {self.name} is deleted") if obj is None else None
+        if obj is None:
+            return self._event(ERROR, f"RayCluster {self.name} does not exist (deleted while waiting?)")
+        if self.wait_for == "ready" and is_ready(obj):
+            return self._event(SUCCESS, f"RayCluster {self.name} is ready (HeadPodReady, RayClusterProvisioned)")
+        if self.wait_for == "workers" and is_ready(obj):
+            ready, wanted = ready_workers(obj), desired_workers(obj)
+            if ready >= wanted:
+                return self._event(SUCCESS, f"RayCluster {self.name} is ready with {ready} of {wanted} workers")
+        if fallback and not pods_not_ready(obj, pods):
+            return self._event(
+                SUCCESS,
+                f"RayCluster {self.name} is ready: its head and {len(pods) - 1} worker pods are Ready (KubeRay "
+                "reports no conditions)",
+            )
+        return None
+
+    async def _stockout(self, gcp: Any) -> str:
+        """The GPU pool's stock-out, if it reports one ("" : none, no pool to read, or the pool could not be read:
+        the RayCluster's own wait goes on)."""
+        if gcp is None:
+            return ""
+        try:
+            return stockout_message(await gcp.get_json("container", str(self.node_pool_path)))
+        except Exception as exc:
+            self.log.warning("Could not read node pool %s: %s", self.node_pool_path, exc)
+            return ""
 
     async def _pods(self, kube: AsyncKubeHook) -> list[dict[str, Any]]:
         found = await kube.get(pods_path(self.namespace), {"labelSelector": f"{CLUSTER_LABEL}={self.name}"})
