@@ -18,8 +18,9 @@ from sandbox.testing import SandboxProcess, request_json, start_sandbox
 
 from nemo_rl_gke.gcp.hooks import GcpHook, RetryPolicy
 from nemo_rl_gke.gcp.operations import OperationRef, OperationStatus, operation_status
-from nemo_rl_gke.gcp.resources import ActionResult, Resource, ensure
+from nemo_rl_gke.gcp.resources import ActionResult, Resource, ensure, resources
 from nemo_rl_gke.run.spec import RunSpec
+from tests.owners import owner_of
 
 # Operations take 1/1000 of their modelled time: Lustre 0.6 s, a cluster 0.4 s. Enough to be seen running.
 LATENCY_SCALE = 0.001
@@ -78,6 +79,17 @@ def ensure_done(resource: Resource, hook: GcpHook, adopt_existing: bool = False)
         status = wait_for(hook, result.operation)
         assert not status.failed, f"{resource.label}: {status.error}"
     return result
+
+
+def ensure_cluster_with_gpu_pool(spec: RunSpec, hook: GcpHook) -> None:
+    """Every GCP resource of ``spec`` made and ready, its GPU pool on on-demand capacity (no reservation needed):
+    a RayCluster's workers get nodes only from a GPU pool, as on GKE."""
+    from nemo_rl_gke.run import capacity
+    from nemo_rl_gke.run.conf_schema import ON_DEMAND
+
+    pool_spec = capacity.on_rung(spec, ON_DEMAND)
+    for resource in resources(pool_spec, owner_of(pool_spec)).values():
+        ensure_done(resource, hook)
 
 
 def project_inventory(sandbox: SandboxProcess, project: str) -> list[dict[str, Any]]:

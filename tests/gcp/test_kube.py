@@ -36,7 +36,7 @@ from nemo_rl_gke.run import topology as t
 from nemo_rl_gke.run.deployment import Deployment
 from nemo_rl_gke.run.spec import RunSpec
 from nemo_rl_gke.triggers.raycluster import CLASSPATH, RayClusterTrigger
-from tests.gcp.conftest import ensure_done
+from tests.gcp.conftest import ensure_cluster_with_gpu_pool
 from tests.owners import owner_of
 
 pytestmark = pytest.mark.airflow
@@ -45,9 +45,7 @@ pytestmark = pytest.mark.airflow
 @pytest.fixture
 def cluster_spec(spec: RunSpec, hook: GcpHook) -> RunSpec:
     """A running GKE cluster and a ready Lustre instance (with its network and peering) in the test's project."""
-    found = resources(spec, owner_of(spec))
-    for key in (t.NET, t.GKE_CLUSTER, t.PEERING_RANGE, t.PEERING, t.LUSTRE):
-        ensure_done(found[key], hook)
+    ensure_cluster_with_gpu_pool(spec, hook)
     return spec
 
 

@@ -23,7 +23,6 @@ from sandbox.testing import SandboxProcess
 from sandbox.tls import new_cluster_tls
 
 from nemo_rl_gke.gcp.hooks import GcpHook
-from nemo_rl_gke.gcp.resources import resources
 from nemo_rl_gke.kube.access import DashboardAddress
 from nemo_rl_gke.kube.client import KubeHook, ObjectRef
 from nemo_rl_gke.kube.objects import apply_objects, delete_objects, group_objects, lustre_ip
@@ -44,7 +43,7 @@ from nemo_rl_gke.run.deployment import Deployment
 from nemo_rl_gke.run.spec import RunSpec
 from nemo_rl_gke.triggers.raycluster import RayClusterTrigger
 from nemo_rl_gke.triggers.rayjob import CLASSPATH, RayJobTrigger
-from tests.gcp.conftest import FAST_RETRY, ZONE, ensure_done
+from tests.gcp.conftest import FAST_RETRY, ZONE, ensure_cluster_with_gpu_pool
 from tests.owners import owner_of
 from tests.triggers.test_log_position import MemoryPositions
 
@@ -101,9 +100,7 @@ def ray_spec(ray_hook: GcpHook) -> Iterator[RunSpec]:
     # the module goes through the production path that reads KubeRay's Secret and sends X-Ray-Authorization.
     spec = RunSpec.from_conf(RAY_CONF)
     hook = ray_hook
-    found = resources(spec, owner_of(spec))
-    for key in (t.NET, t.GKE_CLUSTER, t.PEERING_RANGE, t.PEERING, t.LUSTRE):
-        ensure_done(found[key], hook)
+    ensure_cluster_with_gpu_pool(spec, hook)
     kube = KubeHook(spec, hook)
     objects = [
         *group_objects(spec, t.LUSTRE_STORAGE, owner_of(spec), lustre_address=lustre_ip(spec, hook)),

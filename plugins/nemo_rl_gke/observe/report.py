@@ -81,6 +81,8 @@ class RunInputs:
     now: float  # epoch seconds; the end of anything still alive
     gpu_hour_price_usd: float = 0.0  # 0: use costs.DEFAULT_GPU_HOUR_PRICES_USD
     capacity: str = "reservation"  # where the GPU nodes came from: the default price is that capacity's share
+    # The capacity ladder's rungs kube.raycluster tried, in order (run/capacity.py rows); () without a ladder.
+    capacity_rungs: Sequence[Mapping[str, Any]] = ()
     teardown_policy: str = ""
     training_summary: Mapping[str, Any] | None = None
     checkpoint_uri: str | None = None
@@ -185,6 +187,7 @@ class GpuUsage:
     nodes_left_up: int = 0  # GPU nodes still up after the run: they bill until the next run (0 is the target)
     next_run_at: float | None = None  # the DAG's next scheduled run (None: no schedule)
     capacity: str = "reservation"  # where the nodes came from (reservation, flex_start, spot, on_demand)
+    rungs: tuple[Mapping[str, Any], ...] = ()  # the capacity ladder's rungs tried
 
     @property
     def hours_to_next_run(self) -> float | None:
@@ -380,6 +383,7 @@ class RunReport:
             )
         if g.still_running:
             lines.append("  the cluster was kept: its GPU nodes bill until the pool scales to 0 or it is deleted")
+        lines += _rung_lines(g.rungs)
         return [*lines, ""]
 
     def _training_text(self) -> list[str]:
@@ -590,6 +594,7 @@ def gpu_usage(timings: Iterable[TaskTiming], inputs: RunInputs) -> GpuUsage:
         price_per_gpu_hour_usd=price,
         price_source=source,
         capacity=inputs.capacity,
+        rungs=tuple(inputs.capacity_rungs),
         estimated_cost_usd=None if price is None else gpu_hours * price,
         scaled_to_zero=scaled_to_zero,
         nodes_left_up=inputs.worker_replicas if still_running else 0,
@@ -656,6 +661,29 @@ def _topological_order(nodes: set[str], upstream: Mapping[str, Sequence[str]]) -
         stuck = sorted(n for n, count in pending.items() if count > 0)
         raise ValueError(f"upstream has a cycle through {', '.join(stuck[:5])}")
     return order
+
+
+def _rung_lines(rungs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per capacity rung tried: its option, how it ended and after how long (of the wait it had)."""
+    lines = []
+    for number, rung in enumerate(rungs, 1):
+        started, ended = epoch_of_iso(rung.get("started_at")), epoch_of_iso(rung.get("ended_at"))
+        took = "-" if started is None or ended is None else f"{max(0.0, ended - started):.1f} s"
+        name = f"rung {number} {rung.get('capacity')}"
+        lines.append(
+            f"  {name:<23} {rung.get('outcome')} after {took} (waits up to {float(rung.get('wait_s', 0)):.0f} s)"
+        )
+    return lines
+
+
+def epoch_of_iso(value: Any) -> float | None:
+    """Epoch seconds of an ISO-8601 time (None for a missing or unreadable one)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value).timestamp()
+    except ValueError:
+        return None
 
 
 def _iso(at: float | None) -> str:

@@ -17,7 +17,8 @@ from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from nemo_rl_gke.links import RunLink
-from nemo_rl_gke.run import topology
+from nemo_rl_gke.observe.report import epoch_of_iso as epoch_of  # noqa: F401 - the operators' name for it
+from nemo_rl_gke.run import capacity, topology
 from nemo_rl_gke.run.deployment import load_deployment
 from nemo_rl_gke.run.outcomes import KEPT_LEASE_LOST
 from nemo_rl_gke.run.ownership import Owner
@@ -51,16 +52,6 @@ def iso_now() -> str:
 def iso_of(epoch: float) -> str:
     """Epoch seconds as an ISO-8601 UTC time, the form every time in XCom takes."""
     return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds")
-
-
-def epoch_of(value: Any) -> float | None:
-    """Epoch seconds of an ISO-8601 time from XCom (None for a missing or unreadable one)."""
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value).timestamp()
-    except ValueError:
-        return None
 
 
 def pull(context: Context, task_id: str, key: str = RETURN) -> Any:
@@ -110,7 +101,8 @@ class StepOperator(BaseOperator):
 
     def run_spec(self, context: Context) -> RunSpec:
         """The RunSpec the validate task accepted: the one source of names. From the training on, ``max_steps`` is
-        the one the resume step set (resumed step + budget), when it set one."""
+        the one the resume step set (resumed step + budget), when it set one; after the RayCluster's wait,
+        ``capacity`` is the ladder's rung that served the run."""
         # A try's id is new on every retry or clear, and what validate and the resume step pushed stays as it was
         # for as long as this try (its deferrals included) runs.
         try_id = str(getattr(context["ti"], "id", "") or "")
@@ -121,6 +113,10 @@ class StepOperator(BaseOperator):
             resumed = pull(context, topology.RESUME) or {}
             if resumed.get("max_steps") and resumed["max_steps"] != spec.max_steps:
                 spec = dataclasses.replace(spec, max_steps=int(resumed["max_steps"]))
+        if spec.capacity_ladder and topology.STAGES.index(self.step.stage) > topology.STAGES.index(topology.KUBE):
+            served = capacity.served_capacity(pull(context, topology.RAYCLUSTER))
+            if served is not None:
+                spec = capacity.on_rung(spec, served)
         if try_id:
             self._run_spec = (try_id, spec)
         return spec
@@ -196,12 +192,14 @@ class StepOperator(BaseOperator):
         *,
         what: str,
         pending: Any = None,
+        timeout_s: float | None = None,
+        method_name: str = "execute_complete",
         **trigger_kwargs: Any,
     ) -> NoReturn:
-        """Hand a wait to the triggerer with the spec's poll interval and this step's timeout; resume in
-        ``execute_complete``. ``pending`` (the result so far) waits in XCom: ``airflow dags test`` drops deferral
-        kwargs when it runs a trigger in line."""
-        timeout_s = self.timeout_s(spec)
+        """Hand a wait to the triggerer with the spec's poll interval and this step's timeout (or ``timeout_s``);
+        resume in ``method_name``. ``pending`` (the result so far) waits in XCom: ``airflow dags test`` drops
+        deferral kwargs when it runs a trigger in line."""
+        timeout_s = self.timeout_s(spec) if timeout_s is None else timeout_s
         if pending is not None:
             context["ti"].xcom_push(key=PENDING, value=pending)
         self.log.info(
@@ -215,9 +213,7 @@ class StepOperator(BaseOperator):
         trigger = trigger_class(
             gcp_conn_id=self.gcp_conn_id, poll_interval=spec.poll_interval_s, timeout=timeout_s, **trigger_kwargs
         )
-        self.defer(
-            trigger=trigger, method_name="execute_complete", timeout=timedelta(seconds=timeout_s + DEFERRAL_BACKSTOP_S)
-        )
+        self.defer(trigger=trigger, method_name=method_name, timeout=timedelta(seconds=timeout_s + DEFERRAL_BACKSTOP_S))
 
     def pending(self, context: Context) -> Any:
         """The result this step stored before it deferred."""

@@ -96,6 +96,8 @@ class EnsureGcpResourceOperator(_ResourceStep):
 
         spec = self.run_spec(context)
         resource = self.resource(context, spec)
+        if self.resource_key == topology.NODE_POOL and spec.capacity_ladder:
+            resource = self.rung_pool(context, spec, resource)
         try:
             outcome = ensure(resource, self.hook, spec.adopt_existing)
         except (NotOwnedError, DriftError, ResourceFailedError) as exc:
@@ -127,13 +129,29 @@ class EnsureGcpResourceOperator(_ResourceStep):
             raise AirflowFailException(message)
         raise AirflowException(message)
 
+    def rung_pool(self, context: Context, spec: RunSpec, resource: Resource) -> Resource:
+        """The GPU pool as the ladder's rung it already is on (a cluster kept warm after a run that fell down the
+        ladder keeps that rung's pool): that pool is the run's, not drift."""
+        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
+        from nemo_rl_gke.run import capacity
+
+        actual = resource.get(self.hook)
+        found = None if actual is None else capacity.pool_capacity(actual)
+        if found is None or found == spec.capacity or capacity.rung_index(spec, found) is None:
+            return resource
+        self.log.info("%s is on the capacity ladder's %s rung already: kept as it is", self.describe(resource), found)
+        return self.resource(context, capacity.on_rung(spec, found))
+
     def check_ready(self, resource: Resource, action: str) -> dict[str, str]:
         """Re-get the resource and fail unless it exists and is ready."""
         actual = resource.get(self.hook)
         if actual is None:
             raise AirflowException(f"{self.describe(resource)} does not exist after it was {action}")
         problem = resource.problem(actual)
-        if problem:
+        if problem and resource.spec.capacity_ladder:
+            # The ladder's next rung takes over once kube.raycluster has applied the workers that ask for nodes.
+            self.log.warning("%s; the capacity ladder goes on to its next rung at %s", problem, topology.RAYCLUSTER)
+        elif problem:
             raise AirflowFailException(problem)  # the same conf meets the same stock-out: not retried
         if not resource.ready(actual):
             state = resource.state(actual) or "unknown"

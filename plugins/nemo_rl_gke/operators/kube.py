@@ -14,6 +14,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from nemo_rl_gke.kube.access import ClusterUnreachableError
 from nemo_rl_gke.operators.base import StepOperator
+from nemo_rl_gke.operators.capacity import CapacityLadder
 from nemo_rl_gke.run import outcomes, topology
 
 if TYPE_CHECKING:
@@ -49,12 +50,14 @@ class _KubeStep(StepOperator):
         )
 
 
-class ApplyKubeObjectsOperator(_KubeStep):
-    """Applies the step's group of Kubernetes objects server-side; for the RayCluster, waits until it is ready.
+class ApplyKubeObjectsOperator(CapacityLadder, _KubeStep):
+    """Applies the step's group of Kubernetes objects server-side; for the RayCluster, waits until it is ready,
+    falling down the run's capacity ladder while its GPU nodes do not come (:mod:`nemo_rl_gke.operators.capacity`).
 
     Groups: the NCCL RDMA installer, the network mapping, the Lustre PV/PVC (with the Lustre instance's IP) and the
     RayCluster. Re-applying an unchanged object leaves it (and its resourceVersion) as it is. Returns
-    ``{"group", "objects": [{"object", "action", "resourceVersion"}]}``.
+    ``{"group", "objects": [{"object", "action", "resourceVersion"}]}``, and for the RayCluster ``capacity``: every
+    rung tried (capacity, wait, start, end, outcome, message).
     """
 
     ui_color = "#e6f2e6"
@@ -87,11 +90,13 @@ class ApplyKubeObjectsOperator(_KubeStep):
             raise
         result = {"group": self.step_id, "objects": [r.to_dict() for r in results]}
         if self.step_id == topology.RAYCLUSTER:
-            self.wait_for_raycluster(context, spec, "ready", result)
+            self.wait_on_rung(context, spec, result, self.current_rung(context, spec))
         return result
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Resume after the readiness wait: the result, or a failure naming the missing condition and the pods."""
+        if self.step_id == topology.RAYCLUSTER:
+            return self.rung_ended(context, self.run_spec(context), event)
         if event.get("status") == "success":
             self.log.info("%s", event.get("message"))
             return self.pending(context)

@@ -20,8 +20,8 @@ from nemo_rl_gke.alerts import send
 from nemo_rl_gke.observe.alert_messages import failure_alert, run_failed
 from nemo_rl_gke.observe.report import RunInputs, TaskTiming, build_report
 from nemo_rl_gke.operators.base import StepOperator, epoch_of, pull
+from nemo_rl_gke.run import capacity, topology
 from nemo_rl_gke.run import task_states as ts
-from nemo_rl_gke.run import topology
 from nemo_rl_gke.run.spec import RunSpec
 from nemo_rl_gke.run.topology import (
     ERROR,
@@ -134,6 +134,10 @@ class RunReportOperator(StepOperator):
 
     def _report(self, context: Context, conf: dict[str, Any], timings: list[Any]) -> RunReport:
         spec = RunSpec.from_conf(conf)
+        rayclusters = pull(context, topology.RAYCLUSTER) or {}
+        served = capacity.served_capacity(rayclusters)
+        if served is not None:
+            spec = capacity.on_rung(spec, served)  # priced as the capacity that served it
         dag = context["dag"]
         teardown = {}
         for step in topology.teardown_steps():
@@ -154,6 +158,7 @@ class RunReportOperator(StepOperator):
                 now=time.time(),
                 gpu_hour_price_usd=spec.gpu_hour_price_usd,
                 capacity=spec.capacity,
+                capacity_rungs=rayclusters.get("capacity") or () if spec.capacity_ladder else (),
                 teardown_policy=spec.teardown_policy,
                 training_summary=_training(context),
                 checkpoint_uri=exported.get("uri"),

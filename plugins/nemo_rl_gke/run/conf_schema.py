@@ -251,7 +251,7 @@ class RunConf:
         "seconds (default kube_timeout_s), or that reports a stock-out, has its node pool replaced by the next "
         "rung's; the networks, Lustre and the cluster stay. Empty: capacity alone.",
         maxItems=LADDER_MAX,
-        items={"type": "string", "pattern": LADDER_RUNG_PATTERN},
+        items={"type": "string", "maxLength": 20, "pattern": LADDER_RUNG_PATTERN},
     )
     flex_start_max_hours: float = _param(
         0.0,
