@@ -302,6 +302,7 @@ def test_trigger_serializes_exactly_and_round_trips() -> None:
         poll_interval=2,
         timeout=60,
         started_at=1000.0,
+        node_pool_path="/v1/projects/p/locations/r/clusters/c/nodePools/gpu",
     )
     classpath, kwargs = trigger.serialize()
     assert classpath == CLASSPATH
@@ -314,6 +315,7 @@ def test_trigger_serializes_exactly_and_round_trips() -> None:
         "poll_interval": 2.0,
         "timeout": 60.0,
         "started_at": 1000.0,
+        "node_pool_path": "/v1/projects/p/locations/r/clusters/c/nodePools/gpu",
     }
     assert RayClusterTrigger(**kwargs).serialize() == (classpath, kwargs)
     with pytest.raises(ValueError, match="wait_for"):

@@ -322,6 +322,21 @@ def test_spot_and_flex_start_are_checked_against_the_preemptible_gpu_quota(
     assert gpu_quota_findings(spec, hook) == []
 
 
+def test_every_rung_of_the_ladder_is_checked_against_its_own_gpu_quota(
+    quotas: SandboxProcess, hook: GcpHook, spec: RunSpec
+) -> None:
+    # The reservation rung has its on-demand quota; the Spot rung below it would get no node.
+    quotas.seed({"gpu_family_quotas": {"NVIDIA_B200": 64}, "preemptible_gpu_family_quotas": {"NVIDIA_B200": 0}})
+    ladder = RunSpec.from_conf({**spec.to_conf(), "capacity_ladder": ["reservation:900", "on_demand", "spot"]})
+    findings = gpu_quota_findings(ladder, hook)
+    assert _rules(findings) == ["live.gpu-quota"]
+    assert "for capacity=spot)" in findings[0].rule and "capacity_ladder" in findings[0].params
+    assert "take spot off capacity_ladder" in findings[0].fix
+    _complete(findings[0])
+    quotas.seed({"preemptible_gpu_family_quotas": {"NVIDIA_B200": 16}})
+    assert gpu_quota_findings(ladder, hook) == []
+
+
 def test_a_run_without_a_reservation_does_not_check_one(hook: GcpHook, spec: RunSpec) -> None:
     # No reservation seeded: the reservation run is refused, a Spot run needs none.
     assert _rules(reservation_findings(spec, hook)) == ["live.reservation"]

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from nemo_rl_gke.gcp.hooks import http_status, is_not_found
 from nemo_rl_gke.gcp.iam import granting_role, missing_permissions, role_permissions
 from nemo_rl_gke.gcp.resources.drift import message_dict, normalize_ref
+from nemo_rl_gke.run import capacity
 from nemo_rl_gke.run.conf_schema import FLEX_START, RESERVATION_CAPACITY, SPOT
 from nemo_rl_gke.run.findings import Finding
 
@@ -397,25 +398,35 @@ def _bucket_limit(metric: dict[str, Any], region: str, family: str) -> float | N
 
 
 def gpu_quota_findings(spec: RunSpec, hook: GcpHook) -> list[Finding]:
-    """The region's GPU quota for the GPU family covers the run's GPUs (Service Usage ``consumerQuotaMetrics``):
-    the preemptible metric for Spot and flex-start capacity, the on-demand one otherwise."""
+    """The region's GPU quota for the GPU family covers the run's GPUs on every rung of its capacity ladder
+    (Service Usage ``consumerQuotaMetrics``): the preemptible metric for Spot and flex-start, the on-demand one for
+    on-demand and for a reservation of this project's."""
+    by_metric: dict[str, list[str]] = {}
+    for option in capacity.options(spec):
+        if option == RESERVATION_CAPACITY and spec.reservation_project != spec.project:
+            # A shared reservation's machines count against its owner's quota, which this project cannot read.
+            log.info("GPU quota not checked: reservation %s is shared by project %s", spec.reservation, spec.project)
+            continue
+        metric = PREEMPTIBLE_GPU_FAMILY_METRIC if option in (SPOT, FLEX_START) else GPU_FAMILY_METRIC
+        by_metric.setdefault(metric, []).append(option)
+    return [finding for metric, rungs in by_metric.items() for finding in _gpu_quota_finding(spec, hook, metric, rungs)]
+
+
+def _gpu_quota_finding(spec: RunSpec, hook: GcpHook, quota_metric: str, rungs: list[str]) -> list[Finding]:
     needed = spec.worker_replicas * spec.gpus_per_node
     family = gpu_family(spec.gpu.accelerator_type)
-    preemptible = spec.capacity in (SPOT, FLEX_START)
-    quota_metric = PREEMPTIBLE_GPU_FAMILY_METRIC if preemptible else GPU_FAMILY_METRIC
-    if spec.capacity == RESERVATION_CAPACITY and spec.reservation_project != spec.project:
-        # A shared reservation's machines count against its owner's quota, which this project cannot read.
-        log.info(
-            "GPU quota not checked: reservation %s is shared by project %s", spec.reservation, spec.reservation_project
-        )
-        return []
+    preemptible = quota_metric == PREEMPTIBLE_GPU_FAMILY_METRIC
     name = f"projects/{spec.project}/services/compute.googleapis.com/consumerQuotaMetrics/" + quota_metric.replace(
         "/", "%2F"
     )
     request = hook.serviceusage_beta.services().consumerQuotaMetrics().get(name=name, view="FULL")
     fix = f"request {quota_metric} quota for gpu_family={family} in {spec.region} (console: IAM & Admin > Quotas)"
+    on = "capacity=" + " and ".join(rungs)
     if preemptible:
-        fix += f" (capacity={spec.capacity} counts against preemptible quota), or use capacity=on_demand"
+        fix += f" ({on} counts against preemptible quota), or use capacity=on_demand"
+    if spec.capacity_ladder:
+        fix += f", or take {' and '.join(rungs)} off capacity_ladder"
+    params: tuple[str, ...] = ("capacity", "capacity_ladder") if spec.capacity_ladder else ("capacity",)
     try:
         metric = hook.execute(request, what=f"consumerQuotaMetrics.get {quota_metric}")
     except Exception as exc:
@@ -430,10 +441,10 @@ def gpu_quota_findings(spec: RunSpec, hook: GcpHook) -> list[Finding]:
         return [
             Finding(
                 "live.gpu-quota",
-                ("gpu_type", "region", "capacity") if preemptible else ("gpu_type", "region"),
+                ("gpu_type", "region", *params) if preemptible or spec.capacity_ladder else ("gpu_type", "region"),
                 {"gpu_family": family, "region": spec.region},
                 f"project {spec.project} has no {family} GPU quota listed in region {spec.region} "
-                f"({quota_metric}); the run needs {needed} GPUs",
+                f"({quota_metric}, for {on}); the run needs {needed} GPUs",
                 f"{fix}, or pick a region where the project has {family} quota",
             )
         ]
@@ -442,10 +453,10 @@ def gpu_quota_findings(spec: RunSpec, hook: GcpHook) -> list[Finding]:
     return [
         Finding(
             "live.gpu-quota",
-            ("worker_replicas", "region", "capacity") if preemptible else ("worker_replicas", "region"),
+            ("worker_replicas", "region", *params) if preemptible or spec.capacity_ladder else ("worker_replicas", "region"),
             {"gpu_family": family, "limit": limit, "needed": needed},
-            f"the {family} GPU quota ({quota_metric}) of region {spec.region} is {limit:g}, below the run's "
-            f"{needed} GPUs ({spec.worker_replicas} nodes x {spec.gpus_per_node})",
+            f"the {family} GPU quota ({quota_metric}, for {on}) of region {spec.region} is {limit:g}, below the "
+            f"run's {needed} GPUs ({spec.worker_replicas} nodes x {spec.gpus_per_node})",
             f"{fix} of at least {needed}, or lower worker_replicas",
         )
     ]

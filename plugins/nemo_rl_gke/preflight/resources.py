@@ -427,7 +427,8 @@ def _version(text: str) -> tuple[int, ...]:
 )
 def flex_start_gke_version(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
     """GKE refuses a flex-start GPU pool on an older cluster, after the networks, Lustre and the cluster were paid
-    for. A version GKE resolves (1.32) passes when some patch of it is new enough; GKE's default is checked live."""
+    for. A version GKE resolves (1.32) passes when some patch of it is new enough; empty (GKE's default, newer than
+    that in every release channel today) passes, and the sandbox, like GKE, refuses the pool on an older cluster."""
     if FLEX_START not in capacity.options(spec) or not spec.gke_version:
         return
     given, needed = _version(spec.gke_version), _version(FLEX_START_MIN_GKE)

@@ -264,6 +264,7 @@ class RunConf:
     )
     gke_version: str = _param(
         "",
+        type=["null", "string"],
         section=SECTION_GPU,
         title="GKE version",
         description="The cluster's GKE version (initialClusterVersion), e.g. 1.33.5-gke.1201000; empty: GKE's "
