@@ -47,6 +47,9 @@ class Sandbox:
     def _dropped(self, resource: Resource) -> None:
         if resource.kind == "container.cluster":
             self.kube.drop_cluster(resource.key)
+        elif resource.kind == "container.nodePool":
+            # A pool gone any way (deleted, its cluster deleted, a reset) takes its nodes and flex-start request.
+            self.kuberay.capacity.forget_pool(resource.key)
 
     @property
     def latency(self) -> LatencyModel:

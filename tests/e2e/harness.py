@@ -50,6 +50,8 @@ SEED = {
             "count": RunSpec().worker_replicas,
         }
     ],
+    # Spot and flex-start VMs' own GPU quota (the sandbox lists none by default, as a new project has none).
+    "preemptible_gpu_family_quotas": {"NVIDIA_B200": 64},
     # The export bucket, writable by the project's Lustre service agent (preflight_live checks both).
     "buckets": [
         {

@@ -27,37 +27,50 @@ SLOW_CALLBACK_S = 0.2
 
 
 def _lose_workers_once_ray_runs(
-    sandbox: SandboxProcess, found: list[dict[str, Any]], after_saves: tuple[int, ...], replace_after_s: float
+    sandbox: SandboxProcess,
+    found: list[dict[str, Any]],
+    after_saves: tuple[int, ...],
+    replace_after_s: float,
+    loss: dict[str, Any],
 ) -> None:
-    """Arm one node loss per save in ``after_saves`` as soon as the run's RayCluster has a Ray: a worker is killed as
-    soon as that checkpoint is saved, and the node pool replaces it ``replace_after_s`` later."""
+    """Arm one node loss per save in ``after_saves`` as soon as the run's RayCluster has a Ray: a worker is lost (as
+    ``loss`` says: killed by default) as soon as that checkpoint is saved, and the node pool replaces it
+    ``replace_after_s`` later."""
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         heads = sandbox.full_inventory()["ray_heads"]
         if heads:
             for step in after_saves:
                 found.append(
-                    sandbox.lose_node(heads[0]["raycluster"], after_save=step, replace_after_s=replace_after_s)
+                    sandbox.lose_node(heads[0]["raycluster"], after_save=step, replace_after_s=replace_after_s, **loss)
                 )
             return
         time.sleep(0.2)
 
 
-def _losing(sandbox: SandboxProcess, after_saves: tuple[int, ...], replace_after_s: float) -> tuple[Any, list]:
+def _losing(
+    sandbox: SandboxProcess, after_saves: tuple[int, ...], replace_after_s: float, **loss: Any
+) -> tuple[Any, list]:
     armed: list[dict[str, Any]] = []
     thread = threading.Thread(
-        target=_lose_workers_once_ray_runs, args=(sandbox, armed, after_saves, replace_after_s), daemon=True
+        target=_lose_workers_once_ray_runs, args=(sandbox, armed, after_saves, replace_after_s, loss), daemon=True
     )
     thread.start()
     return thread, armed
 
 
-def test_a_lost_worker_node_is_recovered_from_the_newest_save_and_the_run_exports_its_last_step(
+def test_a_preempted_spot_node_is_recovered_from_the_newest_save_and_the_run_exports_its_last_step(
     sandbox: SandboxProcess, dag: Any, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    # Killed during step 11 or 12, replaced 3 s later.
-    losing, armed = _losing(sandbox, (LOSE_AFTER_SAVE,), 3.0)
-    conf = {"max_steps": 30, "extra_overrides": [f"checkpointing.save_period={SAVE_PERIOD}"], "max_recoveries": 2}
+    # A Spot run: Compute Engine preempts a worker's VM during step 11 or 12 (SIGTERM, then SIGKILL 2 s later, its
+    # notice cut from 30 s to keep the test short) and the pool's autoscaler gets a new Spot node 3 s later.
+    losing, armed = _losing(sandbox, (LOSE_AFTER_SAVE,), 3.0, mode="preempted", notice_s=2.0)
+    conf = {
+        "capacity": "spot",
+        "max_steps": 30,
+        "extra_overrides": [f"checkpointing.save_period={SAVE_PERIOD}"],
+        "max_recoveries": 2,
+    }
     # Every trigger of the run (provisioning, the job, the recovery wait, teardown), on the loop they would share in
     # a triggerer: no callback may take it for more than 0.2 s.
     with slow_callbacks(SLOW_CALLBACK_S) as slow:
@@ -66,7 +79,7 @@ def test_a_lost_worker_node_is_recovered_from_the_newest_save_and_the_run_export
     assert result.state == "success", result.output[-4000:]
     assert slow == [], slow
     [loss] = sandbox.node_losses()
-    assert loss["state"] == "replaced" and loss["id"] == armed[0]["id"]
+    assert loss["state"] == "replaced" and loss["id"] == armed[0]["id"] and loss["mode"] == "preempted"
     xcom = latest_xcom()
     [recovery] = xcom[(t.WAIT, "recoveries")]
     # Ray's own error for a worker whose node died, matched by a rule that says so in the log.

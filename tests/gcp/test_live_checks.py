@@ -208,6 +208,9 @@ def test_machines_in_use_do_not_count_as_free(sandbox: SandboxProcess, hook: Gcp
     findings = reservation_findings(spec, hook)
     assert _rules(findings) == ["live.reservation-capacity"]
     assert findings[0].value == {"count": 3, "in_use": 2, "free": 1}
+    # On a ladder a busy reservation is no refusal: the run tries it, then falls to the next rung.
+    ladder = RunSpec.from_conf({**spec.to_conf(), "capacity_ladder": ["reservation:60", "flex_start"]})
+    assert reservation_findings(ladder, hook) == []
 
 
 def test_h200_run_matches_an_h200_reservation(sandbox: SandboxProcess, hook: GcpHook, project: str) -> None:

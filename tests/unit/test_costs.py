@@ -10,7 +10,7 @@ import pytest
 from nemo_rl_gke.observe.alert_messages import LiveFacts, deadline_alert, kept_after_teardown
 from nemo_rl_gke.observe.report import RunInputs, TaskTiming, build_report
 from nemo_rl_gke.observe.training_view import TaskState, ViewInputs, build_view
-from nemo_rl_gke.run import costs, outcomes
+from nemo_rl_gke.run import capacity, costs, outcomes
 from nemo_rl_gke.run import topology as t
 from nemo_rl_gke.run.budget import run_budget
 from nemo_rl_gke.run.conf_schema import CAPACITIES
@@ -146,6 +146,41 @@ def test_each_capacity_is_priced_at_its_share_of_the_list_price_in_the_report_an
         assert f"{spec.gpus_per_node} GPUs, {capacity})" in text and f"{share:.2f} x list" in text
         # A conf price (a contract, a Spot price seen today) replaces the estimate, whatever the capacity.
         assert costs.gpu_hour_price("b200", 7.5, capacity) == (7.5, "conf")
+
+
+def test_a_ladder_run_is_priced_as_the_rung_that_served_it_and_the_report_names_each_rung() -> None:
+    conf = {**default_conf(), "capacity_ladder": ["reservation:30", "flex_start:120"]}
+    spec = RunSpec.from_conf(conf)
+    rows = [
+        capacity.row("reservation", 30.0, started_at="2026-12-04T10:00:00+00:00",
+                     ended_at="2026-12-04T10:00:30.400000+00:00", outcome=capacity.STOCKOUT, message="GCE_STOCKOUT"),
+        capacity.row("flex_start", 120.0, started_at="2026-12-04T10:00:41+00:00",
+                     ended_at="2026-12-04T10:00:53.250000+00:00", outcome=capacity.SERVED, message="ready"),
+    ]  # fmt: skip
+    states, results, _ = _finished(t.KEEP_WARM)
+    results[t.RAYCLUSTER] = {"action": outcomes.CREATED, "capacity": rows}
+    tasks = {k: TaskState(k, v, NOW - 3600, NOW - 3000) for k, v in states.items()}
+    view = build_view(ViewInputs("d", "r", "success", NOW, tasks, results=results, conf=conf))
+    served = capacity.served_capacity(results[t.RAYCLUSTER])
+    timings = [TaskTiming(k, s.state, s.start, s.end) for k, s in tasks.items()]
+    inputs = RunInputs(gpu_type=spec.gpu_type, gpus_per_node=spec.gpus_per_node, worker_replicas=spec.worker_replicas,
+                       now=NOW, gpu_hour_price_usd=0.0, capacity=served, capacity_rungs=rows)  # fmt: skip
+    report = build_report(timings, {k: t.upstream(k) for k in t.STEPS}, inputs)
+    flex = costs.gpu_hour_price("b200", 0.0, "flex_start")[0]
+    assert served == "flex_start" and flex < costs.gpu_hour_price("b200", 0.0, "reservation")[0]
+    assert report.gpu.price_per_gpu_hour_usd == view["cost"]["price_per_gpu_hour_usd"] == flex
+    assert view["cost"]["capacity"] == "flex_start"
+    assert [(r["capacity"], r["outcome"]) for r in view["cost"]["rungs"]] == [
+        ("reservation", "stock-out"),
+        ("flex_start", "served"),
+    ]
+    text = report.to_text()
+    assert "rung 1 reservation      stock-out after 30.4 s (waits up to 30 s)" in text
+    assert "rung 2 flex_start       served after 12.2 s (waits up to 120 s)" in text
+    # Before any rung served (the cluster still waiting), the run is priced as its first rung.
+    results[t.RAYCLUSTER] = {"action": outcomes.CREATED, "capacity": rows[:1]}
+    waiting = build_view(ViewInputs("d", "r", "running", NOW, tasks, results=results, conf=conf))
+    assert waiting["cost"]["capacity"] == "reservation"
 
 
 def test_flex_start_nodes_bound_the_runs_hours_so_training_saves_before_they_go() -> None:

@@ -186,7 +186,14 @@ def reservation_findings(spec: RunSpec, hook: GcpHook) -> list[Finding]:
     count = int(specific.get("count") or 0)
     in_use = int(specific.get("inUseCount") or 0)
     free = count - in_use
-    if free < spec.worker_replicas:
+    rungs = capacity.options(spec)
+    if free < spec.worker_replicas and len(rungs) > 1:
+        # Busy now is what a ladder is for: the run tries the reservation and falls to the next rung if it stays so.
+        log.warning(
+            "reservation %s has %s free machine(s) of the %s workers need: unless they free up, the run falls to %s",
+            spec.reservation, free, spec.worker_replicas, rungs[1],
+        )  # fmt: skip
+    elif free < spec.worker_replicas:
         findings.append(
             Finding(
                 "live.reservation-capacity",

@@ -22,7 +22,7 @@ from typing import Any
 from nemo_rl_gke.observe.metrics import RunMetrics, StepMetrics
 from nemo_rl_gke.observe.recoveries import FOLLOWING, RESUMED_AT, merge_attempts
 from nemo_rl_gke.observe.report import RunInputs, TaskTiming, gpu_usage, summarize_stages
-from nemo_rl_gke.run import costs, topology
+from nemo_rl_gke.run import capacity, costs, topology
 from nemo_rl_gke.run import task_states as ts
 from nemo_rl_gke.run.spec import RunSpec
 
@@ -255,8 +255,12 @@ def _teardown_actions(results: Mapping[str, Any]) -> dict[str, str]:
 
 
 def cost(spec: Any, tasks: Mapping[str, TaskState], results: Mapping[str, Any], now: float) -> dict[str, Any]:
-    """GPU node-hours and their estimated cost so far (the run report's model, counted until now)."""
+    """GPU node-hours and their estimated cost so far (the run report's model, counted until now), priced as the
+    capacity that served the run (a ladder's served rung; until one has, the first)."""
     timings = [TaskTiming(t.task_id, t.state, t.start, t.end) for t in tasks.values()]
+    raycluster = results.get(topology.RAYCLUSTER)
+    served = capacity.served_capacity(raycluster) or spec.capacity
+    rungs = raycluster.get("capacity") if isinstance(raycluster, Mapping) else None
     usage = gpu_usage(
         timings,
         RunInputs(
@@ -265,7 +269,7 @@ def cost(spec: Any, tasks: Mapping[str, TaskState], results: Mapping[str, Any], 
             worker_replicas=spec.worker_replicas,
             now=now,
             gpu_hour_price_usd=spec.gpu_hour_price_usd,
-            capacity=spec.capacity,
+            capacity=served,
             teardown_policy=spec.teardown_policy,
             teardown_actions=_teardown_actions(results),
         ),
@@ -280,6 +284,12 @@ def cost(spec: Any, tasks: Mapping[str, TaskState], results: Mapping[str, Any], 
         "pool_hours": _round(usage.hours, 4),
         "pool_up": usage.came_up,
         "pool_still_running": usage.still_running,
+        "capacity": served,
+        "rungs": [
+            {k: row.get(k) for k in ("capacity", "outcome", "started_at", "ended_at")}
+            for row in rungs or []
+            if isinstance(row, Mapping)
+        ],
     }
 
 

@@ -218,6 +218,8 @@ function render(view) {
     setText("gpu-hours", `${view.cost.gpu_hours} GPU-hours of ${view.cost.gpu_type}`);
     setText("cost", view.cost.estimated_cost_usd === null ? "unknown" : `${view.cost.estimated_cost_usd.toFixed(2)} USD`);
     setText("price", `${view.cost.price_per_gpu_hour_usd} USD per GPU-hour (${view.cost.price_source})${view.cost.pool_still_running ? ", GPU pool still up" : ""}`);
+    const tried = view.cost.rungs.map((r) => `${r.capacity}: ${r.outcome}`).join(", ");
+    setText("capacity", view.cost.rungs.length > 1 ? `GPU capacity ${view.cost.capacity} (ladder: ${tried})` : "");
   }
   const ended = ["success", "failed"].includes(view.run_state);
   const rate = view.banner.usd_per_hour;

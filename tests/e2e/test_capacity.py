@@ -1,0 +1,87 @@
+"""A whole run down the GPU capacity ladder, on the sandbox with the local CPU recipe: the reservation is used up by
+others, so its rung reports a stock-out and the run replaces the GPU pool with a flex-start one (networks, Lustre and
+the cluster kept). The flex-start nodes come from the Dynamic Workload Scheduler's queue after its delay and end at
+the pool's maxRunDuration: the run's budget (flex_start_max_hours) has NeMo RL's checkpoint_must_save_by stop the
+job at a save before that, and the run validates and exports that checkpoint. The report names each rung and its
+wait, and prices the run as flex-start.
+
+One run for both of the issue's ladder and flex-start cases: each whole-DAG run costs CI minutes.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import pytest
+from sandbox.testing import SandboxProcess
+
+from nemo_rl_gke.run import capacity, costs
+from nemo_rl_gke.run import topology as t
+from nemo_rl_gke.run.spec import RunSpec
+from tests.e2e.harness import latest_xcom, run_logged
+
+pytestmark = [pytest.mark.airflow, pytest.mark.usefixtures("fresh_sandbox")]
+SPEC = RunSpec()
+# 90 s of flex-start nodes: the job starts with most of it left and cannot finish 400 steps in it.
+FLEX_HOURS = 0.025
+FLEX_DELAY_S = 3.0
+
+
+def _seconds(row: dict[str, Any]) -> float:
+    return (datetime.fromisoformat(row["ended_at"]) - datetime.fromisoformat(row["started_at"])).total_seconds()
+
+
+def test_a_full_reservation_falls_to_flex_start_which_saves_before_its_nodes_end_and_exports_that_checkpoint(
+    sandbox: SandboxProcess, dag: Any, capfd: pytest.CaptureFixture[str]
+) -> None:
+    machine = SPEC.effective_machine_type
+    # Every reserved machine is taken by someone else; the queue serves flex-start after 3 s.
+    sandbox.seed_reservation(SPEC.project, SPEC.zone, SPEC.reservation, machine, SPEC.worker_replicas,
+                             in_use_count=SPEC.worker_replicas)  # fmt: skip
+    sandbox.set_capacity(flex_start_delay_s=FLEX_DELAY_S)
+    conf = {
+        "capacity_ladder": ["reservation:60", "flex_start:120"],
+        "flex_start_max_hours": FLEX_HOURS,
+        "max_steps": 400,
+        "extra_overrides": ["checkpointing.save_period=1000"],
+    }
+    try:
+        result = run_logged(dag, conf, capfd)
+    finally:
+        sandbox.seed_reservation(SPEC.project, SPEC.zone, SPEC.reservation, machine, SPEC.worker_replicas)
+    assert result.state == "success", result.errors()
+    xcom = latest_xcom()
+    rows = xcom[(t.RAYCLUSTER, "return_value")]["capacity"]
+    assert [(r["capacity"], r["outcome"]) for r in rows] == [
+        ("reservation", capacity.STOCKOUT),
+        ("flex_start", capacity.SERVED),
+    ], rows
+    assert "GCE_STOCKOUT" in rows[0]["message"] or "does not have available resources" in rows[0]["message"], rows
+    # The stock-out ended the reservation's rung well before its 60 s; flex-start came after its queue's delay.
+    assert _seconds(rows[0]) < 60 and FLEX_DELAY_S <= _seconds(rows[1]) < 120, rows
+    assert "replacing the node pool with rung 2, flex_start" in result.output
+    # The pool was replaced, nothing else: one create of each rung's pool, one delete between, one cluster.
+    posts = [c["path"] for c in sandbox.calls() if c["method"] == "POST" and c["status"] == 200]
+    assert len([p for p in posts if p.endswith("/nodePools")]) == 2, posts
+    assert len([p for p in posts if p.endswith("/clusters")]) == 1, posts
+
+    # The job stopped itself at checkpoint_must_save_by (from the budget the flex-start nodes set) with a save, before
+    # GKE took the nodes (no recovery: no node ended under it), and that save is what was validated and exported.
+    waited = xcom[(t.WAIT, "return_value")]
+    assert waited["stopped_at_budget"] is True and waited["final_step"] < 400, waited
+    budget = xcom[(t.WAIT, "budget")]
+    assert budget["hours_limit"] == pytest.approx(FLEX_HOURS, abs=1e-4) and budget["stopped_at_budget"], budget
+    assert "Timeout has been reached" in result.output
+    step = waited["final_step"]
+    summary = xcom[(t.WAIT, "summary")]
+    assert summary["recoveries"] == 0 and summary["checkpoints"][-1] == step, summary
+    assert xcom[(t.CHECK_CHECKPOINT, "return_value")]["step"] == step
+    assert result.tasks[t.EXPORT] == "success" and xcom[(t.EXPORT, "return_value")]["step"] == step
+
+    # The report names each rung, how it ended and its wait, and prices the GPU hours as flex-start.
+    report = xcom[(t.RUN_REPORT, t.REPORT_TEXT)]
+    assert "rung 1 reservation      stock-out after" in report and "(waits up to 60 s)" in report
+    assert "rung 2 flex_start       served after" in report and "(waits up to 120 s)" in report
+    assert f"{costs.CAPACITY_PRICE_SHARES['flex_start'][0]:.2f} x list" in report
+    assert sandbox.full_inventory()["resources"] == []

@@ -1,0 +1,63 @@
+"""The capacity ladder's pure parts: the rungs a conf gives, a pool's option as GKE returns it, the served rung."""
+
+from __future__ import annotations
+
+import pytest
+
+from nemo_rl_gke.plan import gke
+from nemo_rl_gke.run import capacity
+from nemo_rl_gke.run.findings import ConfError
+from nemo_rl_gke.run.spec import RunSpec, default_conf
+from tests.owners import owner_of
+
+
+def _spec(**conf: object) -> RunSpec:
+    return RunSpec.from_conf({**default_conf(), **conf})
+
+
+def test_without_a_ladder_the_capacity_is_the_one_rung_and_waits_kube_timeout_s() -> None:
+    spec = _spec(capacity="spot", kube_timeout_s=600)
+    assert capacity.ladder(spec) == (capacity.Rung("spot", 600.0),)
+    assert capacity.longest_wait_s(spec) == 600.0
+
+
+def test_a_ladders_rungs_take_their_own_seconds_or_kube_timeout_s() -> None:
+    spec = _spec(capacity_ladder=["reservation:30", "flex_start", "spot:5"], kube_timeout_s=900, cluster_timeout_s=1200)
+    assert capacity.ladder(spec) == (
+        capacity.Rung("reservation", 30.0),
+        capacity.Rung("flex_start", 900.0),
+        capacity.Rung("spot", 5.0),
+    )
+    assert capacity.options(spec) == ("reservation", "flex_start", "spot")
+    assert capacity.rung_index(spec, "spot") == 2 and capacity.rung_index(spec, "on_demand") is None
+    # Every rung's wait, and a delete plus a create (each up to cluster_timeout_s) between each two rungs.
+    assert capacity.longest_wait_s(spec) == 30 + 900 + 5 + 2 * 1200 * 2
+
+
+@pytest.mark.parametrize(
+    "rung", ["queued", "spot:0", "spot:1234567", "spot:", "spot:1.5", "Spot", " spot", "spot:30;rm -rf /"]
+)
+def test_a_rung_not_in_the_form_is_refused_with_the_form(rung: str) -> None:
+    with pytest.raises(ConfError) as caught:
+        _spec(capacity_ladder=["reservation", rung])
+    message = str(caught.value)
+    assert "capacity_ladder" in message and "OPTION or OPTION:SECONDS" in message
+
+
+@pytest.mark.parametrize("option", ["reservation", "flex_start", "spot", "on_demand"])
+def test_each_options_pool_as_gke_returns_it_reads_back_as_that_option(option: str) -> None:
+    spec = capacity.on_rung(_spec(capacity_ladder=["reservation", "flex_start", "spot", "on_demand"]), option)
+    body = gke.node_pool_create_request(spec, owner_of(spec)).body["nodePool"]
+    assert capacity.pool_capacity(body) == option
+    assert spec.capacity == option
+
+
+def test_the_served_capacity_is_the_last_served_row() -> None:
+    def row(option: str, outcome: str) -> dict[str, object]:
+        return capacity.row(option, 1.0, started_at="", ended_at="", outcome=outcome, message="")
+
+    assert capacity.served_capacity(None) is None
+    assert capacity.served_capacity({"capacity": "not rows"}) is None
+    assert capacity.served_capacity({"capacity": [row("reservation", capacity.STOCKOUT)]}) is None
+    rows = [row("reservation", capacity.NO_NODES), row("spot", capacity.SERVED)]
+    assert capacity.served_capacity({"capacity": rows}) == "spot"
