@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from sandbox.capacity import CapacityModel
 from sandbox.config import SeedError
 from sandbox.store import Resource, Store

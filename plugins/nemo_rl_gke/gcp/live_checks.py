@@ -460,7 +460,9 @@ def _gpu_quota_finding(spec: RunSpec, hook: GcpHook, quota_metric: str, rungs: l
     return [
         Finding(
             "live.gpu-quota",
-            ("worker_replicas", "region", *params) if preemptible or spec.capacity_ladder else ("worker_replicas", "region"),
+            ("worker_replicas", "region", *params)
+            if preemptible or spec.capacity_ladder
+            else ("worker_replicas", "region"),
             {"gpu_family": family, "limit": limit, "needed": needed},
             f"the {family} GPU quota ({quota_metric}, for {on}) of region {spec.region} is {limit:g}, below the "
             f"run's {needed} GPUs ({spec.worker_replicas} nodes x {spec.gpus_per_node})",
