@@ -61,3 +61,19 @@ def test_the_served_capacity_is_the_last_served_row() -> None:
     assert capacity.served_capacity({"capacity": [row("reservation", capacity.STOCKOUT)]}) is None
     rows = [row("reservation", capacity.NO_NODES), row("spot", capacity.SERVED)]
     assert capacity.served_capacity({"capacity": rows}) == "spot"
+
+
+def test_the_plan_names_each_rung_with_its_wait_and_its_pools_price() -> None:
+    from nemo_rl_gke.plan.build import build_plan
+
+    plan = build_plan(_spec(capacity_ladder=["reservation:600", "flex_start:3600", "spot"], kube_timeout_s=900))
+    rungs = plan.bounds["capacity_ladder"]
+    assert [(r["capacity"], r["wait_s"]) for r in rungs] == [("reservation", 600), ("flex_start", 3600), ("spot", 900)]
+    # The tutorial's pool (2 x 8 B200): list, flex-start's and Spot's default discounts.
+    assert [r["usd_per_hour"] for r in rungs] == pytest.approx([176.0, 82.72, 70.4])
+    assert (
+        "capacity ladder: 1. reservation (nodes within 600 s, 176 USD/h); 2. flex_start (nodes within 3600 s, "
+        "82.72 USD/h); 3. spot (nodes within 900 s, 70.4 USD/h)." in plan.to_text()
+    )
+    # One option is no ladder: the plan says nothing of one.
+    assert "capacity ladder" not in build_plan(_spec(capacity="spot")).to_text()

@@ -18,7 +18,7 @@ from nemo_rl_gke.plan.provision import provision_requests
 from nemo_rl_gke.plan.ray_job import RUN_ID_PLACEHOLDER, JobRequest, job_request
 from nemo_rl_gke.plan.transfers import lustre_export_request, lustre_import_request
 from nemo_rl_gke.plan.validation import planned_validation_job
-from nemo_rl_gke.run import costs, topology
+from nemo_rl_gke.run import capacity, costs, topology
 from nemo_rl_gke.run.budget import run_budget
 from nemo_rl_gke.run.deployment import Deployment
 from nemo_rl_gke.run.ownership import PLANNED_RUN, Owner, lease_key
@@ -328,6 +328,14 @@ def plan_bounds(spec: RunSpec, deployment: Deployment) -> dict[str, Any]:
         "capacity": spec.capacity,
         "capacity_usd_per_hour": costs.hourly_cost(topology.NODE_POOL, spec)[0],
         "capacity_price_basis": costs.capacity_price_basis(spec.capacity),
+        "capacity_ladder": [
+            {
+                "capacity": rung.capacity,
+                "wait_s": rung.wait_s,
+                "usd_per_hour": costs.hourly_cost(topology.NODE_POOL, capacity.on_rung(spec, rung.capacity))[0],
+            }
+            for rung in capacity.ladder(spec)
+        ],
     }
 
 
@@ -345,6 +353,22 @@ def _bounds_text(bounds: dict[str, Any]) -> list[str]:
         f"   capacity: {bounds['capacity']}, the GPU pool at "
         f"{_limit_text(bounds['capacity_usd_per_hour'], 'USD/h').replace('no limit', 'an unknown price')} "
         f"({bounds['capacity_price_basis']}, unless gpu_hour_price_usd is set)",
+        *_ladder_text(bounds["capacity_ladder"]),
+    ]
+
+
+def _ladder_text(rungs: list[dict[str, Any]]) -> list[str]:
+    """The ladder's rungs, when there is more than one: each one's wait for its nodes and its pool's price."""
+    if len(rungs) < 2:
+        return []
+    tried = "; ".join(
+        f"{n}. {r['capacity']} (nodes within {r['wait_s']:g} s, "
+        f"{_limit_text(r['usd_per_hour'], 'USD/h').replace('no limit', 'an unknown price')})"
+        for n, r in enumerate(rungs, 1)
+    )
+    return [
+        f"   capacity ladder: {tried}. A rung that gives no nodes in time, or stocks out, has its pool replaced "
+        "by the next rung's; the networks, Lustre and the cluster stay"
     ]
 
 
