@@ -77,3 +77,26 @@ def test_the_plan_names_each_rung_with_its_wait_and_its_pools_price() -> None:
     )
     # One option is no ladder: the plan says nothing of one.
     assert "capacity ladder" not in build_plan(_spec(capacity="spot")).to_text()
+
+
+@pytest.mark.parametrize(
+    ("option", "said", "fix"),
+    [
+        (
+            "reservation",
+            "reservation 'nemo-rl-reservation' in zone us-central1-b has no capacity left",
+            "a reservation",
+        ),
+        ("spot", "zone us-central1-b has no spot capacity for a4-highgpu-8g", "another zone, or a capacity_ladder"),
+        ("on_demand", "zone us-central1-b has no on_demand capacity for a4-highgpu-8g", "another zone"),
+    ],
+)
+def test_a_stocked_out_pool_names_what_ran_out_for_its_own_capacity(option: str, said: str, fix: str) -> None:
+    from nemo_rl_gke.gcp.resources.registry import resources
+    from nemo_rl_gke.run import topology
+
+    spec = _spec(capacity=option)
+    pool = resources(spec, owner_of(spec))[topology.NODE_POOL]
+    assert pool.problem({"conditions": [{"code": "ERROR", "message": "other"}]}) == ""
+    problem = pool.problem({"conditions": [{"code": "GCE_STOCKOUT", "message": "no resources"}]})
+    assert "GCE_STOCKOUT: no resources" in problem and said in problem and f"Fix: use {fix}" in problem

@@ -141,11 +141,16 @@ class GkeNodePool(_GkeResource):
         if not stockouts:
             return ""
         said = "; ".join(str(c.get("message", "")) for c in stockouts)
+        if self.spec.capacity == "reservation":
+            short = f"reservation '{self.spec.reservation}' in zone {self.spec.zone} has no capacity left"
+            other = "a reservation (or zone) that has free machines (reservation, zone)"
+        else:
+            short = f"zone {self.spec.zone} has no {self.spec.capacity} capacity for {self.spec.effective_machine_type}"
+            other = "another zone, or a capacity_ladder that goes on to another option"
         return (
-            f"{self.label}: GKE reports a stock-out (GCE_STOCKOUT: {said}), so its GPU nodes will not come: "
-            f"reservation '{self.spec.reservation}' in zone {self.spec.zone} has no capacity left. Fix: use a "
-            "reservation (or zone) that has free machines (reservation, zone), wait until this one frees up and "
-            "run again, or ask for fewer GPU nodes (a smaller worker_replicas)."
+            f"{self.label}: GKE reports a stock-out (GCE_STOCKOUT: {said}), so its GPU nodes will not come: {short}. "
+            f"Fix: use {other}, wait until capacity frees up and run again, or ask for fewer GPU nodes (a smaller "
+            "worker_replicas)."
         )
 
     def scale_to_zero(self, hook: GcpHook) -> OperationRef | None:
