@@ -334,7 +334,7 @@ def test_every_rung_of_the_ladder_is_checked_against_its_own_gpu_quota(
     findings = gpu_quota_findings(ladder, hook)
     assert _rules(findings) == ["live.gpu-quota"]
     assert "for capacity=spot)" in findings[0].rule and "capacity_ladder" in findings[0].params
-    assert "take spot off capacity_ladder" in findings[0].fix
+    assert findings[0].fix.startswith("request at least 16 of ") and "take spot off capacity_ladder" in findings[0].fix
     _complete(findings[0])
     quotas.seed({"preemptible_gpu_family_quotas": {"NVIDIA_B200": 16}})
     assert gpu_quota_findings(ladder, hook) == []

@@ -427,12 +427,13 @@ def _gpu_quota_finding(spec: RunSpec, hook: GcpHook, quota_metric: str, rungs: l
         "/", "%2F"
     )
     request = hook.serviceusage_beta.services().consumerQuotaMetrics().get(name=name, view="FULL")
-    fix = f"request {quota_metric} quota for gpu_family={family} in {spec.region} (console: IAM & Admin > Quotas)"
     on = "capacity=" + " and ".join(rungs)
-    if preemptible:
-        fix += f" ({on} counts against preemptible quota), or use capacity=on_demand"
-    if spec.capacity_ladder:
-        fix += f", or take {' and '.join(rungs)} off capacity_ladder"
+    # The alternatives that need no more of this quota: another option (or fewer rungs), then the quota request.
+    others = [f"take {' and '.join(rungs)} off capacity_ladder"] if spec.capacity_ladder else []
+    if preemptible and not spec.capacity_ladder:
+        others.append(f"use capacity=on_demand ({on} counts against preemptible quota)")
+    where = f"{quota_metric} quota for gpu_family={family} in {spec.region} (console: IAM & Admin > Quotas)"
+    instead = "".join(f", {other}" for other in others)
     params: tuple[str, ...] = ("capacity", "capacity_ladder") if spec.capacity_ladder else ("capacity",)
     try:
         metric = hook.execute(request, what=f"consumerQuotaMetrics.get {quota_metric}")
@@ -452,7 +453,7 @@ def _gpu_quota_finding(spec: RunSpec, hook: GcpHook, quota_metric: str, rungs: l
                 {"gpu_family": family, "region": spec.region},
                 f"project {spec.project} has no {family} GPU quota listed in region {spec.region} "
                 f"({quota_metric}, for {on}); the run needs {needed} GPUs",
-                f"{fix}, or pick a region where the project has {family} quota",
+                f"request {where}{instead}, or pick a region where the project has {family} quota",
             )
         ]
     if limit >= needed:
@@ -466,6 +467,6 @@ def _gpu_quota_finding(spec: RunSpec, hook: GcpHook, quota_metric: str, rungs: l
             {"gpu_family": family, "limit": limit, "needed": needed},
             f"the {family} GPU quota ({quota_metric}, for {on}) of region {spec.region} is {limit:g}, below the "
             f"run's {needed} GPUs ({spec.worker_replicas} nodes x {spec.gpus_per_node})",
-            f"{fix} of at least {needed}, or lower worker_replicas",
+            f"request at least {needed} of {where}{instead}, or lower worker_replicas",
         )
     ]
