@@ -11,7 +11,7 @@ import pytest
 
 from nemo_rl_gke.observe.training_view import ViewInputs, build_view
 from nemo_rl_gke.plugin import URL_PREFIX
-from nemo_rl_gke.run import topology
+from nemo_rl_gke.run import costs, topology
 from nemo_rl_gke.run.spec import default_conf
 from tests.paths import ROOT
 from tests.ui.snapshots import NOW, attempt_log, task_states
@@ -62,3 +62,32 @@ def test_each_attempt_after_a_recovery_starts_at_a_mark_on_every_curve(served: t
     assert (
         reward.locator("circle.pt").count() == 20 and reward.locator("text.attempt").first.text_content() == "attempt 1"
     )
+
+
+def test_a_ladder_run_shows_the_capacity_that_served_it_and_how_each_rung_ended(
+    served: tuple[Any, dict[str, Any]],
+) -> None:
+    page, snapshot = served
+    conf = {**default_conf(), "capacity_ladder": ["reservation:60", "flex_start:120"]}
+    rows = [
+        {"capacity": "reservation", "outcome": "stock-out", "started_at": "2026-12-04T00:00:00+00:00"},
+        {"capacity": "flex_start", "outcome": "served", "started_at": "2026-12-04T00:00:01+00:00"},
+    ]
+    tasks = task_states(**{topology.NODE_POOL: "success", topology.RAYCLUSTER: "success", topology.WAIT: "deferred"})
+    snapshot["view"] = build_view(ViewInputs("d", "r", "running", NOW, tasks, conf=conf,
+                                             results={topology.RAYCLUSTER: {"capacity": rows}}))  # fmt: skip
+    page.goto(f"{ORIGIN}{URL_PREFIX}/training?dag_id=d&run_id=r&poll=60")
+    page.locator("#capacity").filter(has_text="GPU capacity").wait_for()
+    assert page.evaluate("() => document.body.dataset.error || ''") == ""
+    assert page.locator("#capacity").text_content() == (
+        "GPU capacity flex_start (ladder: reservation: stock-out, flex_start: served)"
+    )
+    # Priced as the rung that served: flex-start's discount, not the reservation's list price.
+    flex, _ = costs.gpu_hour_price("b200", 0.0, "flex_start")
+    assert flex < costs.gpu_hour_price("b200", 0.0, "reservation")[0]
+    assert (page.locator("#price").text_content() or "").startswith(f"{flex:g} USD per GPU-hour")
+    # One option is no ladder: the line stays empty.
+    snapshot["view"] = build_view(ViewInputs("d", "r", "running", NOW, tasks, conf=default_conf()))
+    page.reload()
+    page.locator("#price").filter(has_text="USD per GPU-hour").wait_for()
+    assert page.locator("#capacity").text_content() == ""
