@@ -64,6 +64,17 @@ def test_the_tutorial_and_the_demo_fit_the_default_bounds() -> None:
          "gemma3-27b-gsm8k-v0.5.0", "qwen2.5-7b-gsm8k-v0.7.0"),
         ({"max_run_hours": 100}, {}, "deployment.budget", "max_run_hours", 100, "of 24 h"),
         ({"max_run_usd": 2000}, {"max_run_usd": "1500"}, "deployment.budget", "max_run_usd", 2000, "of 1500 USD"),
+        ({"capacity": "spot"}, {"allowed_capacity": "reservation,flex_start"}, "deployment.capacity",
+         "allowed_capacity", "spot", "it allows reservation, flex_start"),
+        # A ladder may not fall back onto an option the deployment ruled out.
+        ({"capacity_ladder": ["reservation:600", "spot"]}, {"allowed_capacity": "reservation flex_start"},
+         "deployment.capacity", "allowed_capacity", ["reservation", "spot"], "spot is outside"),
+        ({"capacity": "on_demand"}, {"max_gpu_hour_usd": "6"}, "deployment.gpu-price", "max_gpu_hour_usd",
+         "on_demand", "on_demand (11 USD) costs more than"),
+        # The conf's own price is the conf's word: it cannot talk the bound down.
+        ({"capacity_ladder": ["flex_start:600", "on_demand"], "capacity": "flex_start", "gpu_hour_price_usd": 1.0},
+         {"max_gpu_hour_usd": "6"}, "deployment.gpu-price", "max_gpu_hour_usd", ["flex_start", "on_demand"],
+         "on on_demand (11 USD)"),
     ],
 )  # fmt: skip
 def test_a_conf_outside_a_bound_is_refused_naming_setting_value_bound_and_who(
@@ -128,6 +139,9 @@ def test_the_connection_project_is_read_offline_from_json_or_uri(value: str | No
         {"allowed_export_buckets": ("a*b",)},
         {"max_gpu_nodes_per_run": 0},
         {"max_gpu_nodes_total": True},
+        {"allowed_capacity": ("preemptible",)},
+        {"allowed_capacity": ()},
+        {"max_gpu_hour_usd": -1.0},
     ],
 )
 def test_malformed_bounds_are_refused_for_the_admin_to_fix(settings: dict) -> None:
@@ -154,3 +168,19 @@ def test_only_this_deployments_other_live_leases_count_and_old_records_count_zer
     del old["gpu_nodes"]
     assert Lease.from_value(json.dumps(old)).gpu_nodes == 0
     assert Lease.from_value(json.dumps({**old, "gpu_nodes": -1})) is None
+
+
+def test_cheap_enough_capacity_within_the_allowed_options_passes_the_capacity_bounds() -> None:
+    # B200 at the price table's estimate: flex-start 5.17 and Spot 4.40 USD per GPU-hour, both under 6.
+    settings = {"allowed_capacity": "flex_start,spot", "max_gpu_hour_usd": "6"}
+    conf = {**TUTORIAL, "capacity": "flex_start", "capacity_ladder": ["flex_start:3600", "spot"]}
+    assert validate(conf, **settings)[0] == 0
+    # And the plan says the bounds it was judged against.
+    deployment = Deployment(allowed_capacity=("flex_start", "spot"), max_gpu_hour_usd=6.0)
+    from nemo_rl_gke.plan.build import build_plan
+
+    spec, findings = check_conf(conf, deployment)
+    assert spec is not None, findings
+    plan = build_plan(spec, deployment=deployment)
+    assert plan.bounds["allowed_capacity"] == ["flex_start", "spot"] and plan.bounds["max_gpu_hour_usd"] == 6.0
+    assert "capacity options flex_start, spot, at most 6 USD per GPU-hour" in plan.to_text()

@@ -24,6 +24,8 @@ EXPECTED_MESSAGES = {
     "deployment.recoveries": "max_recoveries=6 is more than the deployment's bound [nemo_rl_gke] max_recoveries",
     "deployment.recipe": "recipe 'qwen2.5-7b-gsm8k-v0.7.0' is outside the deployment's bound [nemo_rl_gke] allowed_rec",
     "deployment.budget": "the run would last up to 100 h, more than the deployment's bound [nemo_rl_gke] max_run_hours",
+    "deployment.capacity": "spot is outside the deployment's bound [nemo_rl_gke] allowed_capacity",
+    "deployment.gpu-price": "a b200 GPU-hour on on_demand (11 USD) costs more than the deployment's bound",
     "name.project": "a project ID is 6-30 characters",
     "location.zone-in-region": "the zone must be a zone of region us-central1",
     "name.compute": "derived name 'RDMA_net-net' is not a valid Compute Engine name",

@@ -325,6 +325,8 @@ def plan_bounds(spec: RunSpec, deployment: Deployment) -> dict[str, Any]:
         "allowed_recipes": list(deployment.allowed_recipes) or ["(every shipped recipe)"],
         "budget_hours": None if budget.hours is None else round(budget.hours, 4),
         "budget_usd": None if budget.usd is None else round(budget.usd, 2),
+        "allowed_capacity": list(deployment.allowed_capacity),
+        "max_gpu_hour_usd": deployment.max_gpu_hour_usd or None,
         "capacity": spec.capacity,
         "capacity_usd_per_hour": costs.hourly_cost(topology.NODE_POOL, spec)[0],
         "capacity_price_basis": costs.capacity_price_basis(spec.capacity),
@@ -340,13 +342,16 @@ def plan_bounds(spec: RunSpec, deployment: Deployment) -> dict[str, Any]:
 
 
 def _bounds_text(bounds: dict[str, Any]) -> list[str]:
+    price = bounds["max_gpu_hour_usd"]
+    ceiling = "any price" if price is None else f"at most {price:g} USD"
     return [
         f"   bounds ([nemo_rl_gke], set by the deployment): projects {', '.join(bounds['allowed_projects'])}; "
         f"regions {', '.join(bounds['allowed_regions'])}; export buckets {', '.join(bounds['allowed_export_buckets'])}",
         f"   GPU nodes: this run {bounds['gpu_nodes']} of max_gpu_nodes_per_run {bounds['max_gpu_nodes_per_run']}; "
         f"with this deployment's other live runs in the project at most {bounds['max_gpu_nodes_total']} "
         "(max_gpu_nodes_total, checked when the lease is taken); recipes "
-        f"{', '.join(bounds['allowed_recipes'])}",
+        f"{', '.join(bounds['allowed_recipes'])}; capacity options {', '.join(bounds['allowed_capacity'])}, "
+        f"{ceiling} per GPU-hour",
         f"   budget: {_limit_text(bounds['budget_hours'], 'h')}, {_limit_text(bounds['budget_usd'], 'USD')} from the "
         "run's start (max_run_hours, max_run_usd, flex-start's max run hours): training gets "
         "checkpoint_must_save_by from the time left, and stops at a save before it",

@@ -1,5 +1,6 @@
 """Offline rules for the deployment's bounds: where a run may act (projects, regions, export buckets), which recipes
-it may run, how many GPU nodes it may hold, and how long and how much it may run (:mod:`nemo_rl_gke.run.deployment`).
+it may run, how many GPU nodes it may hold, which GPU capacity it may use and at what price, and how long and how
+much it may run (:mod:`nemo_rl_gke.run.deployment`).
 
 Whoever can trigger a run writes its conf, so the conf never widens these: each finding names the setting, the
 value, the bound and who can change it (the deployment's operator, never the conf). The total across runs is also
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from nemo_rl_gke.preflight.registry import Violation, rule
+from nemo_rl_gke.run import capacity, costs
 from nemo_rl_gke.run.deployment import ENV_PREFIX, SECTION, WHO_CHANGES
 from nemo_rl_gke.run.findings import shown
 
@@ -197,3 +199,60 @@ def budget_bounded(spec: RunSpec, _: Recipe, deployment: Deployment) -> Iterator
                 f"{bound:g} {unit}",
                 f"set {name} to at most {bound:g}, or leave it empty for {bound:g}; only {WHO_CHANGES} can raise it",
             )
+
+
+@rule(
+    "deployment.capacity",
+    BOUNDS,
+    "Every GPU capacity option the run may use is one the deployment allows",
+    example={"capacity": "spot"},
+    counter_example={"capacity": "reservation"},
+    uses_deployment=True,
+    example_deployment={"allowed_capacity": ("reservation", "flex_start")},
+)
+def capacity_allowed(spec: RunSpec, _: Recipe, deployment: Deployment) -> Iterator[Violation]:
+    """``capacity`` and each rung of ``capacity_ladder`` must be in allowed_capacity: a conf cannot fall back onto
+    an option the deployment ruled out (Spot where a preemption is not acceptable, say)."""
+    refused = [option for option in capacity.options(spec) if option not in deployment.allowed_capacity]
+    if refused:
+        params = ("capacity_ladder", "capacity") if spec.capacity_ladder else ("capacity",)
+        allowed = _listed(deployment.allowed_capacity)
+        yield Violation(
+            params,
+            list(capacity.options(spec)) if spec.capacity_ladder else spec.capacity,
+            f"{' and '.join(refused)} {'is' if len(refused) == 1 else 'are'} outside the deployment's bound "
+            f"{_setting('allowed_capacity')}: it allows {allowed}",
+            f"use only {allowed} as capacity and on capacity_ladder; only {WHO_CHANGES} can allow another option",
+        )
+
+
+@rule(
+    "deployment.gpu-price",
+    BOUNDS,
+    "Every GPU capacity option the run may use costs at most the deployment's max_gpu_hour_usd",
+    example={"capacity": "on_demand"},
+    counter_example={"capacity": "spot"},
+    uses_deployment=True,
+    example_deployment={"max_gpu_hour_usd": 6.0},
+)
+def gpu_price_bounded(spec: RunSpec, _: Recipe, deployment: Deployment) -> Iterator[Violation]:
+    """Each option is priced at the price table's estimate for the GPU (a conf's gpu_hour_price_usd is the conf's
+    word, so it cannot lower the price the bound sees); an option without a price cannot be judged and is refused."""
+    ceiling = deployment.max_gpu_hour_usd
+    if ceiling <= 0:
+        return
+    over = []
+    for option in capacity.options(spec):
+        price, _source = costs.gpu_hour_price(spec.gpu_type, 0.0, option)
+        if price is None or price > ceiling:
+            over.append(f"{option} ({'no price' if price is None else f'{price:g} USD'})")
+    if over:
+        params = ("capacity_ladder", "capacity", "gpu_type") if spec.capacity_ladder else ("capacity", "gpu_type")
+        yield Violation(
+            params,
+            list(capacity.options(spec)) if spec.capacity_ladder else spec.capacity,
+            f"a {spec.gpu_type} GPU-hour on {', '.join(over)} costs more than the deployment's bound "
+            f"{_setting('max_gpu_hour_usd')} of {ceiling:g} USD (the price table's estimate, run/costs.py)",
+            f"use a capacity (or ladder) whose {spec.gpu_type} GPU-hour costs {ceiling:g} USD or less; only "
+            f"{WHO_CHANGES} can raise max_gpu_hour_usd",
+        )

@@ -27,6 +27,8 @@ from dataclasses import dataclass, fields
 from typing import Any
 from urllib.parse import SplitResult, parse_qs, urlsplit
 
+from nemo_rl_gke.run.conf_schema import CAPACITIES
+
 SECTION = "nemo_rl_gke"
 ENV_PREFIX = f"AIRFLOW__{SECTION.upper()}__"
 DEFAULT_DEPLOYMENT_ID = "default"
@@ -183,6 +185,8 @@ class Deployment:
       spend (the run report's cost model: GPU price per hour x GPU nodes); a conf may only lower them. 0: no limit.
     - ``allowed_recipes``: recipes a conf may pick; empty: every recipe shipped in include/recipes.
     - ``max_recoveries``: the most node-loss recoveries (resubmissions) a conf's ``max_recoveries`` may ask for.
+    - ``allowed_capacity``: the GPU capacity options a conf's ``capacity`` and ``capacity_ladder`` may use;
+      ``max_gpu_hour_usd``: the most a GPU-hour of any of them may cost at the price table's estimate. 0: no limit.
     - ``gcp_project``: not a ``[nemo_rl_gke]`` setting but the ``project`` extra of the Google connection, read by
       :func:`load_deployment` / :meth:`from_env`; always an allowed project ('' when the connection names none).
     """
@@ -202,6 +206,8 @@ class Deployment:
     max_run_usd: float = DEFAULT_MAX_RUN_SPEND
     allowed_recipes: tuple[str, ...] = ()
     max_recoveries: int = DEFAULT_MAX_RECOVERIES
+    allowed_capacity: tuple[str, ...] = CAPACITIES
+    max_gpu_hour_usd: float = 0.0
     gcp_project: str = TUTORIAL_PROJECT
 
     def __post_init__(self) -> None:
@@ -237,7 +243,7 @@ class Deployment:
             problem = installer_url_problem(entry, (entry,))
             if problem or urlsplit(entry).query:
                 problems.append(f"nccl_installer_allowlist entry {entry[:80]!r} is not a plain https URL")
-        for name in ("max_run_hours", "max_run_usd"):
+        for name in ("max_run_hours", "max_run_usd", "max_gpu_hour_usd"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
                 problems.append(f"{name} must be a number >= 0 (0: no limit), got {str(value)[:40]!r}")
@@ -271,6 +277,12 @@ class Deployment:
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= RECOVERIES_CEILING:
             problems.append(
                 f"max_recoveries must be a whole number from 0 to {RECOVERIES_CEILING} (got {str(value)[:40]})"
+            )
+        bad = [e for e in self.allowed_capacity if e not in CAPACITIES]
+        if bad or not self.allowed_capacity:
+            problems.append(
+                f"allowed_capacity has {', '.join(repr(str(e)[:80]) for e in bad) or 'nothing'}: it must list at "
+                f"least one of {', '.join(CAPACITIES)}"
             )
         # gcp_project is not checked: a domain-scoped project (example.com:p) is valid there and matches no conf.
         return problems
@@ -536,6 +548,19 @@ BOUND_SETTINGS_DOC: tuple[tuple[str, str, str], ...] = (
         str(DEFAULT_MAX_RECOVERIES),
         "The most times one run may resubmit its job after a lost node (a conf's max_recoveries may only be lower; "
         "0: never). Each recovery waits for the replacement node, so it spends the run's budget too.",
+    ),
+    (
+        "allowed_capacity",
+        ",".join(CAPACITIES),
+        "The GPU capacity options a conf's capacity and every rung of its capacity_ladder may use, comma-separated "
+        "(reservation, flex_start, spot, on_demand). Drop spot, say, where a preempted node is not acceptable.",
+    ),
+    (
+        "max_gpu_hour_usd",
+        "0",
+        "The most a GPU-hour may cost on any capacity a run may use, at the price table's estimate for the GPU and "
+        "the option (run/costs.py; a conf's gpu_hour_price_usd does not count, since the conf writes it). 0: no "
+        "limit. For example 6 allows B200 flex-start and Spot but not on-demand or reservation list prices.",
     ),
 )
 SETTINGS_DOC = SETTINGS_DOC + BOUND_SETTINGS_DOC
