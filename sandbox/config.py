@@ -14,7 +14,8 @@ is JSON (every key optional)::
      "buckets": [{"project": "p", "name": "p-ckpt", "lustre_agent_role": "roles/storage.objectUser"}],
      "iam_denied": {"p": ["compute.projects.setCommonInstanceMetadata"]},
      "kuberay_conditions": false,
-     "capacity": {"flex_start_delay_s": 2.0, "spot_stockout": false, "on_demand_stockout": false}}
+     "capacity": {"flex_start_delay_s": 2.0, "spot_stockout": false, "on_demand_stockout": false},
+     "gke_default_version": "1.33.5-gke.1201000"}
 
 ``quotas`` are the regional quota limits every region reports (``regions.get``), merged into the defaults.
 ``gpu_family_quotas`` are the ``compute.googleapis.com/gpus_per_gpu_family`` limits per ``gpu_family`` in every
@@ -26,7 +27,8 @@ project's Lustre service agent when ``lustre_agent_role`` is given). Every proje
 ``include/iam/nemo-rl-gke-role.yaml`` except those ``iam_denied`` lists for it. ``kuberay_conditions: false``
 makes the KubeRay stand-in behave like KubeRay 1.2 without its feature gate: no ``status.conditions``.
 ``capacity`` sets the GPU capacity model (:mod:`sandbox.capacity`): how long flex-start's queue takes (null: no nodes
-at all) and whether Spot or on-demand VMs are stocked out.
+at all) and whether Spot or on-demand VMs are stocked out. ``gke_default_version`` is the version GKE gives a
+cluster that asks for none (``getServerConfig``'s ``defaultClusterVersion``), one of the versions it offers.
 """
 
 from __future__ import annotations
@@ -80,6 +82,7 @@ SEED_KEYS = {
     "iam_denied",
     "kuberay_conditions",
     "capacity",
+    "gke_default_version",
 }
 # The capacity model's settings (sandbox/capacity.py): flex-start's queue delay (None: never) and the stock-outs.
 DEFAULT_CAPACITY: dict[str, Any] = {"flex_start_delay_s": 2.0, "spot_stockout": False, "on_demand_stockout": False}
@@ -221,6 +224,7 @@ class Config:
     iam_denied: dict[str, list[str]] = field(default_factory=dict)
     kuberay_conditions: bool = True
     capacity: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_CAPACITY))
+    gke_default_version: str = ""
     # Service Networking names networks by project number; these are the project IDs it can map back to.
     known_projects: list[str] = field(default_factory=list)
 
@@ -256,8 +260,19 @@ class Config:
             self.iam_denied[str(project)] = sorted({str(p) for p in denied})
         if "kuberay_conditions" in seed:
             self.kuberay_conditions = bool(seed["kuberay_conditions"])
+        self._apply_gke_settings(seed)
+
+    def _apply_gke_settings(self, seed: dict[str, Any]) -> None:
+        """The GPU capacity model's settings and GKE's default version."""
         if "capacity" in seed:
             self.capacity = {**self.capacity, **_capacity_settings(seed["capacity"])}
+        if "gke_default_version" in seed:
+            from sandbox.apis.container import VALID_VERSIONS  # lazy: the API modules import this one
+
+            version = seed["gke_default_version"]
+            if version not in VALID_VERSIONS:
+                raise SeedError(f"gke_default_version must be one of {list(VALID_VERSIONS)}, got {version!r}")
+            self.gke_default_version = version
 
     def granted(self, project: str) -> frozenset[str]:
         """The permissions the caller holds on ``project``."""

@@ -399,21 +399,28 @@ def _initial_pools(cluster: dict[str, Any]) -> list[dict[str, Any]]:
     return pools
 
 
-def _cluster_version(cluster: dict[str, Any]) -> str:
+def default_version(sb: Sandbox) -> str:
+    """GKE's default version here: the seed's ``gke_default_version``, else :data:`MASTER_VERSION`."""
+    return sb.store.config.gke_default_version or MASTER_VERSION
+
+
+def _cluster_version(cluster: dict[str, Any], default: str) -> str:
     """The version a new cluster gets: GKE's default, or the one it asks for (a prefix resolves to the newest)."""
     asked = cluster.get("initialClusterVersion") or ""
     if not asked or asked in ("latest", "-"):
-        return MASTER_VERSION
+        return default
     found = [v for v in VALID_VERSIONS if v == asked or v.startswith(asked + ".") or v.startswith(asked + "-")]
     if not found:
         raise invalid(f'Master version "{asked}" is unsupported.')
     return found[0]
 
 
-def _fill_cluster(cluster: dict[str, Any], key: str, location: str, subnet_name: str, at: float) -> None:
+def _fill_cluster(
+    cluster: dict[str, Any], key: str, location: str, subnet_name: str, at: float, *, default: str
+) -> None:
     """What GKE fills in: location, zones, versions, links, ids, ranges, the resolved network paths."""
     project, region = formats.key_project(key), _region_of(location)
-    version = _cluster_version(cluster)
+    version = _cluster_version(cluster, default)
     zones = [location] if ZONE.match(location) else [f"{region}-{s}" for s in ZONE_SUFFIXES]
     cluster.update(
         location=location,
@@ -453,7 +460,7 @@ async def create_cluster(sb: Sandbox, call: Call) -> Reply:
     refs, subnet_name = _cluster_network(sb, project, _region_of(location), cluster)
     pools = _initial_pools(cluster)
     at = sb.now()
-    _fill_cluster(cluster, key, location, subnet_name, at)
+    _fill_cluster(cluster, key, location, subnet_name, at, default=default_version(sb))
     pool_resources = []
     for index, node_pool in enumerate(pools):
         field = f"cluster.nodePools[{index}]"
@@ -481,6 +488,20 @@ async def create_cluster(sb: Sandbox, call: Call) -> Reply:
 async def get_cluster(sb: Sandbox, call: Call) -> Reply:
     """``clusters.get``."""
     return reply(render_cluster(sb, _cluster(sb, call)))
+
+
+async def get_server_config(sb: Sandbox, call: Call) -> Reply:
+    """``locations.getServerConfig``: the default version a cluster gets and the versions it may ask for (the
+    fields the package reads; GKE also lists image types and release channels)."""
+    _location(call)
+    return reply(
+        {
+            "defaultClusterVersion": default_version(sb),
+            "validMasterVersions": list(VALID_VERSIONS),
+            "validNodeVersions": list(VALID_VERSIONS),
+            "defaultImageType": "COS_CONTAINERD",
+        }
+    )
 
 
 async def list_clusters(sb: Sandbox, call: Call) -> Reply:
@@ -614,6 +635,7 @@ async def set_node_pool_size(sb: Sandbox, call: Call) -> Reply:
 def register(router: Router) -> None:
     """Add the container routes (operations are served with Lustre's, by :mod:`sandbox.apis.locations`)."""
     clusters = PREFIX + "/clusters"
+    router.add("GET", PREFIX + "/serverConfig", SERVICE, get_server_config)
     router.add("POST", clusters, SERVICE, create_cluster)
     router.add("GET", clusters, SERVICE, list_clusters)
     router.add("GET", clusters + "/{cluster}", SERVICE, get_cluster)

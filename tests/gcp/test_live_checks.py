@@ -17,6 +17,7 @@ from nemo_rl_gke.gcp.live_checks import (
     REQUIRED_SERVICES,
     bucket_findings,
     cpu_quota_findings,
+    gke_version_findings,
     gpu_quota_findings,
     iam_findings,
     live_findings,
@@ -361,3 +362,46 @@ def test_a_gpu_quota_not_listed_for_the_region_is_said_plainly(hook: GcpHook, pr
     assert _rules(findings) == ["live.gpu-quota"]
     assert findings[0].rule.startswith(f"project {project} has no NVIDIA_B200 GPU quota listed in region us-west1")
     assert "unknown" not in findings[0].rule
+
+
+# --- GKE version ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def old_default(sandbox: SandboxProcess) -> Iterator[SandboxProcess]:
+    """GKE's default version in the sandbox set before flex-start GPU pools, for one test."""
+    sandbox.seed({"gke_default_version": "1.31.6-gke.1020000"})
+    yield sandbox
+    sandbox.seed({"gke_default_version": "1.33.5-gke.1201000"})
+
+
+def test_flex_start_on_gkes_default_version_is_checked_against_what_getserverconfig_says(
+    old_default: SandboxProcess, hook: GcpHook, spec: RunSpec
+) -> None:
+    # The offline rule passes an empty gke_version: only the live API knows the default it stands for.
+    ladder = RunSpec.from_conf({**spec.to_conf(), "capacity_ladder": ["reservation:600", "flex_start"]})
+    since = last_seq(old_default)
+    [finding] = gke_version_findings(ladder, hook)
+    assert finding.rule_id == "live.gke-version" and finding.value == "1.31.6-gke.1020000"
+    assert f"GKE's default version in {spec.region} is 1.31.6-gke.1020000" in finding.rule
+    assert finding.fix.startswith("set gke_version to 1.33.5-gke.1201000 or later") and "flex_start" in finding.fix
+    _complete(finding)
+    served = [c for c in api_calls(old_default, spec.project, since) if c["path"].endswith("/serverConfig")]
+    assert served and served[0]["method"] == "GET" and served[0]["status"] == 200
+    # A version that has flex-start passes; a run without flex-start does not ask at all.
+    newer = RunSpec.from_conf({**ladder.to_conf(), "gke_version": "1.32"})
+    assert gke_version_findings(newer, hook) == []
+    since = last_seq(old_default)
+    assert gke_version_findings(spec, hook) == []
+    assert [c for c in api_calls(old_default, spec.project, since) if c["path"].endswith("/serverConfig")] == []
+
+
+def test_a_gke_version_gke_does_not_offer_is_refused_before_the_networks_exist(hook: GcpHook, spec: RunSpec) -> None:
+    # Well formed, so validate passes it; the cluster create would refuse it after the networks and subnets exist.
+    unknown = RunSpec.from_conf({**spec.to_conf(), "gke_version": "1.30"})
+    [finding] = gke_version_findings(unknown, hook)
+    assert finding.rule_id == "live.gke-version" and finding.param == "gke_version" and finding.value == "1.30"
+    assert "GKE does not offer 1.30 in us-central1" in finding.rule and "1.33.5-gke.1201000" in finding.rule
+    assert "gcloud container get-server-config --location=us-central1" in finding.fix
+    _complete(finding)
+    assert gke_version_findings(RunSpec.from_conf({**spec.to_conf(), "gke_version": "1.33"}), hook) == []

@@ -23,7 +23,10 @@ value, the rule and the fix:
   (``NVIDIA_B200``, ``NVIDIA_H200``; Service Usage v1beta1 ``consumerQuotaMetrics``) is at least the run's GPUs.
   ``regions.get`` does not list B200 or H200 quotas, which is why reading it always ended "unknown". A quota that is
   not listed for the region is reported as such. Usage is not compared: the reservation already holds its share.
-  A shared reservation's quota is its owner's, so it is not checked here.
+  A shared reservation's quota is its owner's, so it is not checked here. Spot and flex-start count against
+  ``preemptible_gpus_per_gpu_family``; each rung of a capacity ladder is checked against its own metric.
+- ``live.gke-version``: ``gke_version`` is offered in the region (``getServerConfig``), and with flex-start on the
+  ladder the version the cluster gets (GKE's default when ``gke_version`` is empty) has flex-start GPU pools.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from nemo_rl_gke.gcp.hooks import http_status, is_not_found
 from nemo_rl_gke.gcp.iam import granting_role, missing_permissions, role_permissions
 from nemo_rl_gke.gcp.resources.drift import message_dict, normalize_ref
 from nemo_rl_gke.run import capacity
-from nemo_rl_gke.run.conf_schema import FLEX_START, RESERVATION_CAPACITY, SPOT
+from nemo_rl_gke.run.conf_schema import FLEX_START, FLEX_START_MIN_GKE, RESERVATION_CAPACITY, SPOT, version_parts
 from nemo_rl_gke.run.findings import Finding
 
 if TYPE_CHECKING:
@@ -84,6 +87,7 @@ def live_findings(spec: RunSpec, hook: GcpHook) -> list[Finding]:
         bucket_findings,
         cpu_quota_findings,
         gpu_quota_findings,
+        gke_version_findings,
     )
     for check in checks:
         try:
@@ -468,5 +472,61 @@ def _gpu_quota_finding(spec: RunSpec, hook: GcpHook, quota_metric: str, rungs: l
             f"the {family} GPU quota ({quota_metric}, for {on}) of region {spec.region} is {limit:g}, below the "
             f"run's {needed} GPUs ({spec.worker_replicas} nodes x {spec.gpus_per_node})",
             f"request at least {needed} of {where}{instead}, or lower worker_replicas",
+        )
+    ]
+
+
+def gke_version_findings(spec: RunSpec, hook: GcpHook) -> list[Finding]:
+    """The cluster's GKE version is one GKE offers in the cluster's location, and a flex-start rung has a version
+    that supports flex-start GPU pools: with ``gke_version`` empty, that is GKE's default there, which only
+    ``getServerConfig`` tells (the offline rule judges a version the conf names)."""
+    from google.cloud import container_v1
+
+    flex = FLEX_START in capacity.options(spec)
+    if not flex and not spec.gke_version:
+        return []
+    request = container_v1.GetServerConfigRequest(name=spec.cluster_parent)
+    config = hook.call(hook.container_client.get_server_config, request=request, what="getServerConfig")
+    offered = list(config.valid_master_versions)
+    if spec.gke_version:
+        # GKE resolves a prefix (1.32) to its newest patch; an exact version must be offered.
+        found = [
+            v
+            for v in offered
+            if v == spec.gke_version or v.startswith((spec.gke_version + ".", spec.gke_version + "-"))
+        ]
+        if not found:
+            return [
+                Finding(
+                    "live.gke-version",
+                    ("gke_version",),
+                    spec.gke_version,
+                    f"GKE does not offer {spec.gke_version} in {spec.region}: the cluster create would be "
+                    f"refused after the networks exist (offered: {', '.join(offered[:6]) or 'none'})",
+                    "set gke_version to an offered version or its minor (gcloud container get-server-config "
+                    f"--location={spec.region}), or leave it empty for GKE's default",
+                )
+            ]
+        version = found[0]
+    else:
+        version = config.default_cluster_version
+    needed = version_parts(FLEX_START_MIN_GKE)
+    if not flex or version_parts(version) >= needed:
+        return []
+    newer = [v for v in offered if version_parts(v) >= needed]
+    where = (
+        f"gke_version={spec.gke_version} resolves to {version}"
+        if spec.gke_version
+        else (f"GKE's default version in {spec.region} is {version} (gke_version is empty)")
+    )
+    return [
+        Finding(
+            "live.gke-version",
+            ("gke_version", "capacity_ladder" if spec.capacity_ladder else "capacity"),
+            version,
+            f"{where}, which has no flex-start node pools for GPUs (they need {FLEX_START_MIN_GKE}): the flex-start "
+            "rung's pool would be refused",
+            f"set gke_version to {newer[0] if newer else FLEX_START_MIN_GKE} or later, or take flex_start off "
+            "capacity and capacity_ladder",
         )
     ]

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from nemo_rl_gke.plan.manifests import installer_source_problem
 from nemo_rl_gke.preflight.registry import Violation, rule
 from nemo_rl_gke.run import capacity
-from nemo_rl_gke.run.conf_schema import FLEX_START, FLEX_START_MIN_GKE, GPU_PROFILES
+from nemo_rl_gke.run.conf_schema import FLEX_START, FLEX_START_MIN_GKE, GPU_PROFILES, version_parts
 from nemo_rl_gke.run.findings import shown
 
 if TYPE_CHECKING:
@@ -414,10 +414,6 @@ def capacity_ladder(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
         )
 
 
-def _version(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"[0-9]+", text))
-
-
 @rule(
     "gpu.flex-start-gke-version",
     RESOURCE,
@@ -431,7 +427,7 @@ def flex_start_gke_version(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
     that in every release channel today) passes, and the sandbox, like GKE, refuses the pool on an older cluster."""
     if FLEX_START not in capacity.options(spec) or not spec.gke_version:
         return
-    given, needed = _version(spec.gke_version), _version(FLEX_START_MIN_GKE)
+    given, needed = version_parts(spec.gke_version), version_parts(FLEX_START_MIN_GKE)
     if given < needed[: len(given)]:
         yield Violation(
             ("gke_version", "capacity", "capacity_ladder"),

@@ -70,6 +70,12 @@ GKE_VERSION_PATTERN = r"^([0-9]+\.[0-9]+(\.[0-9]+(-gke\.[0-9]+)?)?)?$"
 # The first GKE version with flex-start node pools for GPUs (GKE docs: flex-start, requirements).
 FLEX_START_MIN_GKE = "1.32.2-gke.1652000"
 
+
+def version_parts(text: str) -> tuple[int, ...]:
+    """A GKE version's numbers in order (1.32.2-gke.1652000 -> (1, 32, 2, 1652000)), for comparing versions."""
+    return tuple(int(part) for part in re.findall(r"[0-9]+", text))
+
+
 # A reservation as GKE's reservationAffinity takes it (FACTS §19): NAME (the run's project), a shared reservation
 # projects/OWNER/reservations/NAME, and either followed by /reservationBlocks/BLOCK. Names are RFC 1035; the owner is
 # a project ID. A strict grammar: the value reaches a GKE request body and a gcloud command in a finding.
