@@ -786,8 +786,9 @@ def test_a_job_at_nemo_rls_checkpoint_must_save_by_saves_exits_and_ends_stopped_
     # The budget left at submit becomes NeMo RL's deadline: the trainer saves at the step the deadline falls in and
     # exits by itself; the trigger reads that as a budget stop with that step's checkpoint.
     sid = "nemo-rl-budget-own"
-    # The local trainer's steps take well under a second here: 1,000 of them outlast a 2 s deadline.
-    overrides = ["checkpointing.save_period=100"]
+    # The local trainer's steps take well under a second here: 1,000 of them outlast a 2 s deadline. No periodic
+    # save comes before it (a fast machine trains over 100 steps in 2 s): the deadline's save is the only one.
+    overrides = ["checkpointing.save_period=1000"]
     address, _, spec = _local_job(ray_spec, ray_hook, sid, overrides, must_save_by="00:00:00:02", max_steps=1000)
     # The converged guard is off: on a fast machine the local trainer can converge before the deadline falls.
     trigger = _trigger(
