@@ -235,7 +235,7 @@ def capacity_allowed(spec: RunSpec, _: Recipe, deployment: Deployment) -> Iterat
     uses_deployment=True,
     example_deployment={"max_gpu_hour_usd": 6.0},
 )
-def gpu_price_bounded(spec: RunSpec, _: Recipe, deployment: Deployment) -> Iterator[Violation]:
+def gpu_hour_cost_bounded(spec: RunSpec, _: Recipe, deployment: Deployment) -> Iterator[Violation]:
     """Each option is priced at the price table's estimate for the GPU (a conf's gpu_hour_price_usd is the conf's
     word, so it cannot lower the price the bound sees); an option without a price cannot be judged and is refused."""
     ceiling = deployment.max_gpu_hour_usd
