@@ -9,6 +9,11 @@ that per worker pod of a RayCluster (:mod:`sandbox.kuberay` asks before it start
   autoscaler's ``FailedScaleUp`` (GCE out of resources) and the pool shows a ``GCE_STOCKOUT`` condition.
 - ``flex_start``: the Dynamic Workload Scheduler provides the pool's nodes together, ``flex_start_delay_s`` after the
   first pod asked (null: not while the sandbox runs). A node ends ``maxRunDuration`` after it started.
+- ``queued`` (``queuedProvisioning.enabled``, flex-start with queued provisioning): a node only for a pod that
+  consumes a ProvisioningRequest of class ``queued-provisioning.gke.io`` (the pod's
+  ``autoscaling.x-k8s.io/consume-provisioning-request`` annotation) and tolerates the nodes' ``cloud.google.com/gke-queued``
+  taint. The request is Provisioned ``flex_start_delay_s`` after it was created (null: never), for its podSet's
+  ``count`` nodes at once; each ends ``maxRunDurationSeconds`` (the request's parameter, else 7 days) after it started.
 - ``spot`` and ``on_demand``: a node unless ``spot_stockout`` / ``on_demand_stockout`` is set.
 
 The settings are the seed's ``capacity`` record (:mod:`sandbox.config`), changed at run time through
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -30,10 +36,23 @@ STOCKOUT = (
     "Node scale up in zones {zone} associated with this pod failed: GCE out of resources ({detail}). Pod is at risk "
     "of not being scheduled."
 )
+QUEUED_CLASS = "queued-provisioning.gke.io"
+CONSUME_ANNOTATION = "autoscaling.x-k8s.io/consume-provisioning-request"
+QUEUED_TAINT = "cloud.google.com/gke-queued"
 FLEX_WAITING = (
     "pod triggered scale-up of {pool}: flex-start capacity requested from the Dynamic Workload Scheduler; the nodes "
     "come when it has capacity"
 )
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a worker pod brings to a queued pool: the ProvisioningRequest it consumes (None: not found), its name,
+    and whether the pod tolerates the queued nodes' taint."""
+
+    request_name: str
+    request: dict[str, Any] | None
+    tolerates_taint: bool
 
 
 @dataclass(frozen=True)
@@ -44,11 +63,15 @@ class Answer:
     reason: str = ""
     message: str = ""
     pool: str = ""
+    # For a queued pool: whether the pod's ProvisioningRequest is Provisioned now (None: not a queued pool).
+    provisioned: bool | None = None
 
 
 def pool_capacity(pool: dict[str, Any]) -> str:
     """The capacity option a pool body was created with."""
     config = pool.get("config") or {}
+    if (pool.get("queuedProvisioning") or {}).get("enabled"):
+        return "queued"
     if config.get("flexStart"):
         return "flex_start"
     if config.get("spot"):
@@ -72,6 +95,10 @@ class CapacityModel:
         self.asked: dict[str, float] = {}
         # pool key -> the pods refused a node by a stock-out (until one is had, or the pool goes).
         self.refused: dict[str, set[str]] = {}
+        # pod -> its node's run limit in seconds, from its ProvisioningRequest (queued pools); request uid -> the
+        # nodes it provided. A lost node is not provided again: on GKE that takes a new request.
+        self.max_run: dict[str, float] = {}
+        self.provided: dict[str, int] = {}
 
     def gpu_pool(self, cluster_key: str) -> Resource | None:
         """The cluster's ready node pool with GPUs (the run's one GPU pool)."""
@@ -80,8 +107,9 @@ class CapacityModel:
                 return resource
         return None
 
-    def request(self, cluster_key: str, pod: str, now: float) -> Answer:
-        """A node for ``pod`` now, or why not (the pod stays Pending with that reason and message)."""
+    def request(self, cluster_key: str, pod: str, now: float, claim: Claim | None = None) -> Answer:
+        """A node for ``pod`` now, or why not (the pod stays Pending with that reason and message). ``claim``: the
+        ProvisioningRequest the pod consumes, which only a queued pool looks at."""
         pool = self.gpu_pool(cluster_key)
         if pool is None:
             return Answer(False, "Unschedulable", NO_NODE.format(n=1) + " No node pool with GPUs can scale up.")
@@ -96,6 +124,8 @@ class CapacityModel:
             left = [key for key in self.reservations(pool) if self.free(key) > 0]
             if not left:
                 problem = STOCKOUT.format(zone=zone, detail="the specific reservation has no free machine")
+        elif kind == "queued":
+            return self._queued(pool, pod, now, claim)
         elif kind == "flex_start":
             first = self.asked.setdefault(pool.key, now)
             delay = settings.get("flex_start_delay_s")
@@ -109,6 +139,38 @@ class CapacityModel:
         held[pod] = now
         self.refused.get(pool.key, set()).discard(pod)
         return Answer(True, pool=pool.key)
+
+    def _queued(self, pool: Resource, pod: str, now: float, claim: Claim | None) -> Answer:
+        """A queued pool's node: only through a Provisioned request, at most its podSet's count of them."""
+        pending = NO_NODE.format(n=1) + f" The node pool {pool.name} has queued provisioning: "
+        if claim is None or not claim.request_name:
+            why = f"its nodes come only through a ProvisioningRequest the pod consumes ({CONSUME_ANNOTATION})."
+            return Answer(False, "Unschedulable", pending + why, provisioned=False)
+        if not claim.tolerates_taint:
+            why = f"its nodes carry the taint {{{QUEUED_TAINT}: true}}, which the pod does not tolerate."
+            return Answer(False, "Unschedulable", pending + why, provisioned=False)
+        request = claim.request
+        if request is None or (request.get("spec") or {}).get("provisioningClassName") != QUEUED_CLASS:
+            why = (
+                f"the pod's ProvisioningRequest {claim.request_name} does not exist or is not of class {QUEUED_CLASS}."
+            )
+            return Answer(False, "Unschedulable", pending + why, provisioned=False)
+        created = datetime.fromisoformat(request["metadata"]["creationTimestamp"]).timestamp()
+        delay = self.store.config.capacity.get("flex_start_delay_s")
+        if delay is None or now < created + float(delay):
+            why = f"ProvisioningRequest {claim.request_name} is Accepted and waits for capacity (Provisioned=False)."
+            return Answer(False, "Unschedulable", pending + why, provisioned=False)
+        spec = request.get("spec") or {}
+        count = int(((spec.get("podSets") or [{}])[0]).get("count") or 0)
+        uid = str(request["metadata"].get("uid", claim.request_name))
+        if self.provided.get(uid, 0) >= count:
+            why = f"ProvisioningRequest {claim.request_name} provided its {count} node(s); more take a new request."
+            return Answer(False, "Unschedulable", pending + why, provisioned=True)
+        self.provided[uid] = self.provided.get(uid, 0) + 1
+        self.nodes.setdefault(pool.key, {})[pod] = now
+        seconds = (spec.get("parameters") or {}).get("maxRunDurationSeconds")
+        self.max_run[pod] = float(seconds) if seconds else 7 * 86400.0
+        return Answer(True, pool=pool.key, provisioned=True)
 
     def stocked_out(self, pool: Resource) -> list[str]:
         """The reservations the pool cannot grow on: others use every machine, or a pod of this pool was refused."""
@@ -143,6 +205,8 @@ class CapacityModel:
                 limit = None if pool is None else _max_run_s(pool.body)
                 if pool is not None and pool_capacity(pool.body) == "flex_start":
                     return held[pod] + (limit if limit is not None else 7 * 86400.0)
+                if pool is not None and pool_capacity(pool.body) == "queued":
+                    return held[pod] + self.max_run.get(pod, 7 * 86400.0)
         return None
 
     def capacity_of(self, pod: str) -> str | None:

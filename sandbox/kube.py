@@ -64,7 +64,10 @@ RESOURCES: dict[str, tuple[tuple[str, str, bool], ...]] = {
         ("events", "Event", True),
         ("configmaps", "ConfigMap", True),
         ("secrets", "Secret", True),
+        ("podtemplates", "PodTemplate", True),
     ),
+    # GKE's cluster autoscaler CRD for queued provisioning (kubernetes/autoscaler provisioningrequest API).
+    "autoscaling.x-k8s.io/v1": (("provisioningrequests", "ProvisioningRequest", True),),
     "apps/v1": (("daemonsets", "DaemonSet", True),),
     "networking.gke.io/v1": (("gkenetworkparamsets", "GKENetworkParamSet", False), ("networks", "Network", False)),
     "ray.io/v1": (("rayclusters", "RayCluster", True), ("rayjobs", "RayJob", True)),

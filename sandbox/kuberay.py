@@ -54,7 +54,7 @@ import aiohttp
 import psutil
 
 from sandbox import formats
-from sandbox.capacity import CapacityModel
+from sandbox.capacity import CONSUME_ANNOTATION, QUEUED_TAINT, CapacityModel, Claim
 from sandbox.ports import free_ports
 
 if TYPE_CHECKING:
@@ -164,6 +164,8 @@ class RayHead:
     # KubeRay's AllPodRunningAndReadyFirstTime: once true, it stays true.
     provisioned: bool = False
     cluster: KubeCluster | None = field(default=None, repr=False)
+    # The first worker group's pod template: what a queued pool's autoscaler reads off each worker pod.
+    worker_template: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def pid(self) -> int | None:
@@ -222,6 +224,9 @@ class KubeRay:
                 workers.append(f"{name}-{group.get('groupName', 'workers')}-worker-{suffix}{n}")
         head = RayHead(cluster.cluster_id, namespace, name, f"{name}-head-{suffix}", workers)
         head.gpus_per_worker = _worker_gpus(obj)
+        head.worker_template = next(
+            (g.get("template") or {} for g in (obj.get("spec") or {}).get("workerGroupSpecs") or []), {}
+        )
         head.cluster = cluster
         self.heads[(cluster.cluster_id, namespace, name)] = head
         if ((obj.get("spec") or {}).get("authOptions") or {}).get("mode") == "token":
@@ -474,7 +479,10 @@ class KubeRay:
         Meanwhile the pod is Pending with the scheduler's and the autoscaler's words for why."""
         said = ""
         while not head.stopping and pod in head.worker_pods:
-            answer = self.capacity.request(cluster.cluster_key, pod, time.time())
+            claim = _claim(cluster, head)
+            answer = self.capacity.request(cluster.cluster_key, pod, time.time(), claim)
+            if answer.provisioned is not None and claim.request is not None:
+                _provisioning_status(cluster, claim.request, answer.provisioned)
             if answer.granted:
                 return True
             if answer.message != said:
@@ -806,6 +814,39 @@ def _with_sandbox_path(env: dict[str, str]) -> dict[str, str]:
     return {**env, "PYTHONPATH": os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)}
 
 
+def _claim(cluster: KubeCluster, head: RayHead) -> Claim:
+    """The ProvisioningRequest a worker pod consumes (its template's annotation), and whether it tolerates the
+    queued nodes' taint."""
+    meta = head.worker_template.get("metadata") or {}
+    name = str((meta.get("annotations") or {}).get(CONSUME_ANNOTATION) or "")
+    tolerations = (head.worker_template.get("spec") or {}).get("tolerations") or []
+    tolerates = any(
+        (t.get("key") in (QUEUED_TAINT, None, "") and t.get("operator") == "Exists")
+        or (t.get("key") == QUEUED_TAINT and t.get("value") == "true")
+        for t in tolerations
+        if isinstance(t, dict) and t.get("effect") in (None, "", "NoSchedule")
+    )
+    request = cluster.get(PROVISIONING_GV, "provisioningrequests", head.namespace, name) if name else None
+    return Claim(name, request, tolerates)
+
+
+def _provisioning_status(cluster: KubeCluster, request: dict[str, Any], provisioned: bool) -> None:
+    """The cluster autoscaler's conditions on a queued request: Accepted at once, Provisioned once it has capacity."""
+    wanted = {"Accepted": "True", "Provisioned": "True" if provisioned else "False"}
+    conditions = (request.get("status") or {}).get("conditions") or []
+    if {c.get("type"): c.get("status") for c in conditions} == wanted:
+        return
+    at = formats.rfc3339(time.time())
+    reasons = {"Accepted": "Accepted", "Provisioned": "Provisioned" if provisioned else "NotProvisioned"}
+    request["status"] = {
+        "conditions": [
+            {"type": kind, "status": status, "reason": reasons[kind], "lastTransitionTime": at, "message": ""}
+            for kind, status in wanted.items()
+        ]
+    }
+    cluster.put(PROVISIONING_GV, "provisioningrequests", request)
+
+
 def _worker_gpus(obj: dict[str, Any]) -> int:
     """The ``nvidia.com/gpu`` limit of the first worker group's first container (0: none)."""
     for group in (obj.get("spec") or {}).get("workerGroupSpecs") or []:
@@ -815,6 +856,9 @@ def _worker_gpus(obj: dict[str, Any]) -> int:
             with contextlib.suppress(TypeError, ValueError):
                 return max(int(limit), 0)
     return 0
+
+
+PROVISIONING_GV = "autoscaling.x-k8s.io/v1"
 
 
 def _head_reason(head: RayHead) -> str:

@@ -38,7 +38,7 @@ from nemo_rl_gke.gcp.hooks import http_status, is_not_found
 from nemo_rl_gke.gcp.iam import granting_role, missing_permissions, role_permissions
 from nemo_rl_gke.gcp.resources.drift import message_dict, normalize_ref
 from nemo_rl_gke.run import capacity
-from nemo_rl_gke.run.conf_schema import FLEX_START, FLEX_START_MIN_GKE, RESERVATION_CAPACITY, SPOT, version_parts
+from nemo_rl_gke.run.conf_schema import FLEX_KINDS, FLEX_START_MIN_GKE, RESERVATION_CAPACITY, SPOT, version_parts
 from nemo_rl_gke.run.findings import Finding
 
 if TYPE_CHECKING:
@@ -418,7 +418,7 @@ def gpu_quota_findings(spec: RunSpec, hook: GcpHook) -> list[Finding]:
             # A shared reservation's machines count against its owner's quota, which this project cannot read.
             log.info("GPU quota not checked: reservation %s is shared by project %s", spec.reservation, spec.project)
             continue
-        metric = PREEMPTIBLE_GPU_FAMILY_METRIC if option in (SPOT, FLEX_START) else GPU_FAMILY_METRIC
+        metric = PREEMPTIBLE_GPU_FAMILY_METRIC if option in (SPOT, *FLEX_KINDS) else GPU_FAMILY_METRIC
         by_metric.setdefault(metric, []).append(option)
     return [finding for metric, rungs in by_metric.items() for finding in _gpu_quota_finding(spec, hook, metric, rungs)]
 
@@ -482,7 +482,7 @@ def gke_version_findings(spec: RunSpec, hook: GcpHook) -> list[Finding]:
     ``getServerConfig`` tells (the offline rule judges a version the conf names)."""
     from google.cloud import container_v1
 
-    flex = FLEX_START in capacity.options(spec)
+    flex = bool(set(FLEX_KINDS) & set(capacity.options(spec)))
     if not flex and not spec.gke_version:
         return []
     request = container_v1.GetServerConfigRequest(name=spec.cluster_parent)

@@ -183,7 +183,43 @@ RAYCLUSTER_SCHEMA = _custom_object(
     },
 )
 
+# kubernetes/autoscaler provisioningrequest/apis/autoscaling.x-k8s.io/v1 types.go: one PodSet per request on GKE
+# (its "flex-start with queued provisioning" page), parameters are strings.
+PROVISIONING_REQUEST_SCHEMA = _custom_object(
+    "autoscaling.x-k8s.io/v1",
+    "ProvisioningRequest",
+    {
+        "type": "object",
+        "required": ["provisioningClassName", "podSets"],
+        "properties": {
+            "provisioningClassName": {"type": "string", "minLength": 1},
+            "parameters": {"type": "object", "additionalProperties": {"type": "string", "maxLength": 255}},
+            "podSets": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": 1,
+                "items": {
+                    "type": "object",
+                    "required": ["count", "podTemplateRef"],
+                    "properties": {
+                        "count": {"type": "integer", "minimum": 1},
+                        "podTemplateRef": {
+                            "type": "object",
+                            "required": ["name"],
+                            "properties": {"name": {"type": "string", "minLength": 1}},
+                            "additionalProperties": False,
+                        },
+                    },
+                    "additionalProperties": False,
+                },
+            },
+        },
+        "additionalProperties": False,
+    },
+)
+
 CUSTOM_SCHEMAS: dict[tuple[str, str], dict[str, Any]] = {
+    ("autoscaling.x-k8s.io/v1", "ProvisioningRequest"): PROVISIONING_REQUEST_SCHEMA,
     ("networking.gke.io/v1", "GKENetworkParamSet"): GKE_NETWORK_PARAM_SET_SCHEMA,
     ("networking.gke.io/v1", "Network"): GKE_NETWORK_SCHEMA,
     ("ray.io/v1", "RayCluster"): RAYCLUSTER_SCHEMA,
@@ -216,7 +252,10 @@ def _schema_problems(obj: dict[str, Any]) -> Iterator[str]:
             yield from _raycluster_problems(obj)
         return
     if "." in api_version.split("/")[0] and not api_version.split("/")[0].endswith(".k8s.io"):
-        yield f"no schema for {api_version} {kind}: this package validates only core kinds, RayCluster and GKE networks"
+        yield (
+            f"no schema for {api_version} {kind}: this package validates only core kinds, RayCluster, "
+            "ProvisioningRequest and GKE networks"
+        )
         return
     yield from _core_problems(obj)
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from google.cloud import container_v1
 
 from nemo_rl_gke.plan.api import ApiRequest, message_body
-from nemo_rl_gke.run.conf_schema import FLEX_START, RESERVATION_CAPACITY, SPOT
+from nemo_rl_gke.run.conf_schema import FLEX_KINDS, QUEUED, RESERVATION_CAPACITY, SPOT
 
 if TYPE_CHECKING:
     from nemo_rl_gke.run.ownership import Owner
@@ -125,11 +125,13 @@ def node_pool_create_request(spec: RunSpec, owner: Owner) -> ApiRequest:
     - reservation: ``--reservation-affinity=specific --reservation=NAME``;
     - flex_start: ``--flex-start [--max-run-duration] --reservation-affinity=none --location-policy=ANY
       --no-enable-autorepair``, autoscaling from 0 (GKE DWS flex-start docs);
+    - queued: flex-start's flags and ``--enable-queued-provisioning``; the max run duration goes on the run's
+      ProvisioningRequest (``maxRunDurationSeconds``), not the pool (GKE docs: flex-start with queued provisioning);
     - spot: ``--spot --reservation-affinity=none``;
     - on_demand: ``--reservation-affinity=none``.
     """
     gpu = spec.gpu
-    flex = spec.capacity == FLEX_START
+    flex = spec.capacity in FLEX_KINDS
     extra_networks = [
         container_v1.AdditionalNodeNetworkConfig(network=spec.gvnic_network, subnetwork=spec.gvnic_subnet),
         *(
@@ -157,7 +159,7 @@ def node_pool_create_request(spec: RunSpec, owner: Owner) -> ApiRequest:
         config.spot = True
     if flex:
         config.flex_start = True
-        if spec.flex_start_max_hours:
+        if spec.flex_start_max_hours and spec.capacity != QUEUED:
             # Whole seconds, as GKE's Duration field and gcloud's --max-run-duration take it.
             config.max_run_duration = timedelta(seconds=round(spec.flex_start_max_hours * 3600))
     autoscaling = container_v1.NodePoolAutoscaling(enabled=True, total_max_node_count=spec.gpu_pool_max_nodes)
@@ -180,6 +182,9 @@ def node_pool_create_request(spec: RunSpec, owner: Owner) -> ApiRequest:
             upgrade_settings=_upgrade_settings(),
         ),
     )
+    if spec.capacity == QUEUED:
+        # Its nodes come only through a ProvisioningRequest; GKE taints them cloud.google.com/gke-queued.
+        request.node_pool.queued_provisioning = container_v1.NodePool.QueuedProvisioning(enabled=True)
     return ApiRequest(
         service=SERVICE,
         method="projects.locations.clusters.nodePools.create",

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from nemo_rl_gke.plan.manifests import installer_source_problem
 from nemo_rl_gke.preflight.registry import Violation, rule
 from nemo_rl_gke.run import capacity
-from nemo_rl_gke.run.conf_schema import FLEX_START, FLEX_START_MIN_GKE, GPU_PROFILES, version_parts
+from nemo_rl_gke.run.conf_schema import FLEX_KINDS, FLEX_START_MIN_GKE, GPU_PROFILES, QUEUED, version_parts
 from nemo_rl_gke.run.findings import shown
 
 if TYPE_CHECKING:
@@ -371,15 +371,15 @@ def replicas_vs_pool(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
     counter_example={"capacity": "spot", "capacity_ladder": ["spot", "flex_start"], "flex_start_max_hours": 24},
 )
 def flex_start_hours(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
-    """maxRunDuration is a flex-start field: GKE refuses it on any other node pool, so a run without a flex-start
-    rung has nothing to set it on."""
-    if spec.flex_start_max_hours and FLEX_START not in capacity.options(spec):
+    """maxRunDuration is a flex-start field (a queued pool's ProvisioningRequest's maxRunDurationSeconds): GKE refuses
+    it on any other node pool, so a run without a flex-start or queued rung has nothing to set it on."""
+    if spec.flex_start_max_hours and not set(FLEX_KINDS) & set(capacity.options(spec)):
         yield Violation(
             ("flex_start_max_hours", "capacity", "capacity_ladder"),
             spec.flex_start_max_hours,
             f"flex_start_max_hours={spec.flex_start_max_hours:g} limits flex-start nodes, but the run's capacity is "
             f"{', '.join(capacity.options(spec))}",
-            "set flex_start_max_hours to 0, or use flex_start (as capacity or a rung of capacity_ladder)",
+            "set flex_start_max_hours to 0, or use flex_start or queued (as capacity or a rung of capacity_ladder)",
         )
 
 
@@ -425,7 +425,7 @@ def flex_start_gke_version(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
     """GKE refuses a flex-start GPU pool on an older cluster, after the networks, Lustre and the cluster were paid
     for. A version GKE resolves (1.32) passes when some patch of it is new enough; empty (GKE's default, newer than
     that in every release channel today) passes, and the sandbox, like GKE, refuses the pool on an older cluster."""
-    if FLEX_START not in capacity.options(spec) or not spec.gke_version:
+    if not set(FLEX_KINDS) & set(capacity.options(spec)) or not spec.gke_version:
         return
     given, needed = version_parts(spec.gke_version), version_parts(FLEX_START_MIN_GKE)
     if given < needed[: len(given)]:
@@ -434,6 +434,28 @@ def flex_start_gke_version(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
             spec.gke_version,
             f"GKE {spec.gke_version} has no flex-start node pools for GPUs (they need {FLEX_START_MIN_GKE})",
             f"set gke_version to {FLEX_START_MIN_GKE} or later (or empty for GKE's default), or drop flex_start",
+        )
+
+
+@rule(
+    "gpu.queued-alone",
+    RESOURCE,
+    "Queued provisioning is a run's only capacity, not a rung of a ladder",
+    example={"capacity": "queued", "capacity_ladder": ["queued:3600", "spot"]},
+    counter_example={"capacity": "queued"},
+)
+def queued_alone(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
+    """A queued pool's workers carry the ProvisioningRequest's annotations from the RayCluster's first apply, and no
+    other rung's pool would serve them; a ladder that reaches queued from another rung would need the RayCluster's
+    workers replaced, which the ladder does not do."""
+    if QUEUED in capacity.options(spec) and len(capacity.options(spec)) > 1:
+        yield Violation(
+            ("capacity_ladder", "capacity"),
+            list(spec.capacity_ladder),
+            "queued is on a ladder with other options: its workers wait on their ProvisioningRequest, which no other "
+            "rung's pool serves",
+            "use capacity=queued with an empty capacity_ladder, or take queued off the ladder (flex_start is the "
+            "same capacity without the request)",
         )
 
 

@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from nemo_rl_gke.run.conf_schema import FLEX_START, FLEX_START_MAX_HOURS
+from nemo_rl_gke.run.conf_schema import FLEX_KINDS, FLEX_START_MAX_HOURS
 from nemo_rl_gke.run.costs import gpu_hour_price, pool_usd_per_hour
 from nemo_rl_gke.run.deployment import Deployment
 
@@ -88,7 +88,7 @@ def run_budget(spec: RunSpec, deployment: Deployment) -> RunBudget:
         price = max(price, listed)
     rate = pool_usd_per_hour(price, spec.gpus_per_node, spec.worker_replicas)
     hours = _limit(deployment.max_run_hours, spec.max_run_hours)
-    if spec.capacity == FLEX_START:
+    if spec.capacity in FLEX_KINDS:
         flex_hours = float(spec.flex_start_max_hours or FLEX_START_MAX_HOURS)
         hours = flex_hours if hours is None else min(hours, flex_hours)
     usd = _limit(deployment.max_run_usd, spec.max_run_usd)

@@ -15,7 +15,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from nemo_rl_gke.run.conf_schema import FLEX_START, ON_DEMAND, RESERVATION_CAPACITY, SPOT
+from nemo_rl_gke.run.conf_schema import FLEX_START, ON_DEMAND, QUEUED, RESERVATION_CAPACITY, SPOT
 
 if TYPE_CHECKING:
     from nemo_rl_gke.run.spec import RunSpec
@@ -61,6 +61,8 @@ def on_rung(spec: RunSpec, capacity: str) -> RunSpec:
 def pool_capacity(pool: dict[str, Any]) -> str:
     """The capacity option a node pool (the container API's JSON) was created with."""
     config = pool.get("config") or {}
+    if (pool.get("queuedProvisioning") or {}).get("enabled"):
+        return QUEUED
     if config.get("flexStart"):
         return FLEX_START
     if config.get("spot"):

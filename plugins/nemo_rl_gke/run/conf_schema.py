@@ -59,7 +59,11 @@ RESERVATION_CAPACITY = "reservation"
 FLEX_START = "flex_start"
 SPOT = "spot"
 ON_DEMAND = "on_demand"
-CAPACITIES = (RESERVATION_CAPACITY, FLEX_START, SPOT, ON_DEMAND)
+# Flex-start with queued provisioning: the nodes come all together, through a ProvisioningRequest.
+QUEUED = "queued"
+CAPACITIES = (RESERVATION_CAPACITY, FLEX_START, QUEUED, SPOT, ON_DEMAND)
+# The Dynamic Workload Scheduler's options: flex-start VMs, with their end, quota, price and GKE version.
+FLEX_KINDS = (FLEX_START, QUEUED)
 # Flex-start VMs run at most seven days (GKE docs: flex-start, maxRunDuration).
 FLEX_START_MAX_HOURS = 7 * 24
 # A capacity ladder's rung: an option, and optionally how long (s) its nodes may take to come before the next rung.
@@ -243,8 +247,9 @@ class RunConf:
         title="GPU capacity",
         description="Where the GPU nodes come from. reservation: the named reservation only (the tutorial's way). "
         "flex_start: Dynamic Workload Scheduler flex-start VMs, no reservation: nodes when capacity frees up, "
-        "discounted, gone after flex_start_max_hours. spot: Spot VMs, the cheapest, reclaimed with 30 s notice (a lost "
-        "node, recovered from the last save). on_demand: list price, no reservation, no discount.",
+        "discounted, gone after flex_start_max_hours. queued: flex-start with queued provisioning: all the workers' "
+        "nodes at once through a ProvisioningRequest, or none. spot: Spot VMs, the cheapest, reclaimed with 30 s "
+        "notice (a lost node, recovered from the last save). on_demand: list price, no reservation, no discount.",
         enum=list(CAPACITIES),
     )
     capacity_ladder: tuple[str, ...] = _param(
@@ -263,7 +268,7 @@ class RunConf:
         0.0,
         section=SECTION_GPU,
         title="Flex-start max run hours",
-        description="With flex_start capacity: GKE removes the nodes this many hours after they start "
+        description="With flex_start or queued capacity: GKE removes the nodes this many hours after they start "
         "(nodeConfig.maxRunDuration; 0: GKE's default, 7 days). The job is told to save and exit before then.",
         minimum=0,
         maximum=FLEX_START_MAX_HOURS,

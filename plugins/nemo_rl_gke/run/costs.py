@@ -41,6 +41,11 @@ CAPACITY_PRICE_SHARES: dict[str, tuple[float, str]] = {
         0.47,
         "Dynamic Workload Scheduler flex-start, up to 53% off (cloud.google.com/products/dws/pricing)",
     ),
+    "queued": (
+        0.47,
+        "Dynamic Workload Scheduler flex-start with queued provisioning, priced as flex-start "
+        "(cloud.google.com/products/dws/pricing)",
+    ),
     "spot": (0.40, "Spot VM GPUs, about 60% off, varies (cloud.google.com/spot-vms/pricing)"),
 }
 # Compute Engine machine types of the CPU pool, USD per node-hour.
