@@ -11,9 +11,10 @@ that per worker pod of a RayCluster (:mod:`sandbox.kuberay` asks before it start
   first pod asked (null: not while the sandbox runs). A node ends ``maxRunDuration`` after it started.
 - ``queued`` (``queuedProvisioning.enabled``, flex-start with queued provisioning): a node only for a pod that
   consumes a ProvisioningRequest of class ``queued-provisioning.gke.io`` (the pod's
-  ``autoscaling.x-k8s.io/consume-provisioning-request`` annotation) and tolerates the nodes' ``cloud.google.com/gke-queued``
-  taint. The request is Provisioned ``flex_start_delay_s`` after it was created (null: never), for its podSet's
-  ``count`` nodes at once; each ends ``maxRunDurationSeconds`` (the request's parameter, else 7 days) after it started.
+  ``autoscaling.x-k8s.io/consume-provisioning-request`` annotation) and tolerates the nodes'
+  ``cloud.google.com/gke-queued`` taint. The request is Provisioned ``flex_start_delay_s`` after it was created
+  (null: never), for its podSet's ``count`` nodes; each ends ``maxRunDurationSeconds`` (the request's parameter,
+  else 7 days) after it started, and a lost one is not provided again (GKE takes a new request for that).
 - ``spot`` and ``on_demand``: a node unless ``spot_stockout`` / ``on_demand_stockout`` is set.
 
 The settings are the seed's ``capacity`` record (:mod:`sandbox.config`), changed at run time through
