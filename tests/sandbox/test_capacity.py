@@ -151,3 +151,45 @@ def test_no_gpu_pool_is_said_plainly(tmp_path: Path) -> None:
 def test_a_bad_capacity_seed_is_refused(tmp_path: Path, record: object) -> None:
     with pytest.raises(SeedError, match="capacity"):
         Store(tmp_path).config.apply_seed({"capacity": record}, 0.0)
+
+
+def _queued_request(count: int = 2, created: float = 0.0, **parameters: str) -> dict[str, object]:
+    from sandbox.formats import rfc3339
+
+    spec: dict[str, object] = {
+        "provisioningClassName": "queued-provisioning.gke.io",
+        "podSets": [{"count": count, "podTemplateRef": {"name": "workers"}}],
+    }
+    if parameters:
+        spec["parameters"] = parameters
+    return {"metadata": {"name": "workers", "uid": "u1", "creationTimestamp": rfc3339(created)}, "spec": spec}
+
+
+def test_a_queued_pool_gives_nodes_only_through_a_provisioned_request_and_never_twice(tmp_path: Path) -> None:
+    from sandbox.capacity import Claim
+
+    store = _store(tmp_path, flex_start_delay_s=5.0)
+    model = CapacityModel(store)
+    pool = _pool(store, "flex_start", max_run_s=None)
+    pool.body["queuedProvisioning"] = {"enabled": True}
+    request = _queued_request(count=2, created=1000.0, maxRunDurationSeconds="600")
+    # No request, or a pod that does not tolerate the queued nodes' taint: no scale-up at all.
+    assert "only through a ProvisioningRequest" in model.request(CLUSTER, "w-0", 1010.0).message
+    untolerated = model.request(CLUSTER, "w-0", 1010.0, Claim("workers", request, tolerates_taint=False))
+    assert "cloud.google.com/gke-queued" in untolerated.message and not untolerated.granted
+    missing = model.request(CLUSTER, "w-0", 1010.0, Claim("workers", None, tolerates_taint=True))
+    assert "does not exist" in missing.message
+    # Accepted, not yet Provisioned: the queue's delay runs from the request's creation.
+    claim = Claim("workers", request, tolerates_taint=True)
+    waiting = model.request(CLUSTER, "w-0", 1004.0, claim)
+    assert not waiting.granted and waiting.provisioned is False and "Provisioned=False" in waiting.message
+    assert model.request(CLUSTER, "w-0", 1005.0, claim).provisioned is True
+    assert model.request(CLUSTER, "w-1", 1005.0, claim).granted
+    # Each node ends maxRunDurationSeconds after it started.
+    assert model.ends_at("w-0") == 1005.0 + 600
+    # The request's count is spent: a lost node's replacement needs a new request.
+    model.release("w-0")
+    spent = model.request(CLUSTER, "w-2", 1006.0, claim)
+    assert not spent.granted and "more take a new request" in spent.message
+    assert model.request(CLUSTER, "w-2", 1006.0, Claim("workers", {**request, "metadata": {
+        **request["metadata"], "uid": "u2"}}, tolerates_taint=True)).granted  # fmt: skip

@@ -35,7 +35,7 @@ def test_a_ladders_rungs_take_their_own_seconds_or_kube_timeout_s() -> None:
 
 
 @pytest.mark.parametrize(
-    "rung", ["queued", "spot:0", "spot:1234567", "spot:", "spot:1.5", "Spot", " spot", "spot:30;rm -rf /"]
+    "rung", ["preemptible", "spot:0", "spot:1234567", "spot:", "spot:1.5", "Spot", " spot", "spot:30;rm -rf /"]
 )
 def test_a_rung_not_in_the_form_is_refused_with_the_form(rung: str) -> None:
     with pytest.raises(ConfError) as caught:
@@ -100,3 +100,20 @@ def test_a_stocked_out_pool_names_what_ran_out_for_its_own_capacity(option: str,
     assert pool.problem({"conditions": [{"code": "ERROR", "message": "other"}]}) == ""
     problem = pool.problem({"conditions": [{"code": "GCE_STOCKOUT", "message": "no resources"}]})
     assert "GCE_STOCKOUT: no resources" in problem and said in problem and f"Fix: use {fix}" in problem
+
+
+def test_a_queued_pool_is_flex_start_with_queued_provisioning_and_its_run_limit_goes_on_the_request() -> None:
+    from nemo_rl_gke.plan.build import build_plan
+
+    plan = build_plan(_spec(capacity="queued", flex_start_max_hours=20))
+    [pool] = [r.request for r in plan.requests if r.request.path.endswith("/nodePools")]
+    body = pool.body["nodePool"]
+    assert capacity.pool_capacity(body) == "queued" and body["queuedProvisioning"] == {"enabled": True}
+    assert body["config"]["flexStart"] is True and "maxRunDuration" not in body["config"]
+    [request] = [m.obj for m in plan.manifests if m.obj["kind"] == "ProvisioningRequest"]
+    assert request["spec"]["parameters"] == {"maxRunDurationSeconds": "72000"}
+    # A queued rung on a ladder is refused: its workers would wait on a request no other rung's pool serves.
+    from nemo_rl_gke.preflight.offline import check_conf
+
+    spec, findings = check_conf({**default_conf(), "capacity": "queued", "capacity_ladder": ["queued:600", "spot"]})
+    assert spec is None and [f.rule_id for f in findings] == ["gpu.queued-alone"]

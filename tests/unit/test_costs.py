@@ -128,7 +128,7 @@ def test_prices_are_written_and_resolved_only_here() -> None:
     assert offenders == []
 
 
-@pytest.mark.parametrize("capacity", ["reservation", "flex_start", "spot", "on_demand"])
+@pytest.mark.parametrize("capacity", ["reservation", "flex_start", "queued", "spot", "on_demand"])
 def test_each_capacity_is_priced_at_its_share_of_the_list_price_in_the_report_and_the_view(capacity: str) -> None:
     _, conf = _run(t.KEEP_WARM)
     conf["capacity"] = capacity

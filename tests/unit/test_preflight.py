@@ -41,6 +41,7 @@ EXPECTED_MESSAGES = {
     "gpu.flex-start-hours": "flex_start_max_hours=24 limits flex-start nodes, but the run's capacity is spot",
     "gpu.capacity-ladder": "the ladder starts at flex_start, but capacity is reservation",
     "gpu.flex-start-gke-version": "GKE 1.31.6-gke.1020000 has no flex-start node pools for GPUs",
+    "gpu.queued-alone": "queued is on a ladder with other options: its workers wait on their ProvisioningRequest",
     "cluster.default-pool-bounds": "the default pool needs min (3) <= initial (1) <= max (5)",
     "name.kubernetes": "usable as service name Ray_Cluster-head-svc",
     "storage.checkpoint-on-lustre": "must be a normalised path below /data",
