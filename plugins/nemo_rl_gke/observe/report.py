@@ -186,7 +186,7 @@ class GpuUsage:
     scaled_to_zero: bool = False  # the cluster was kept warm and its pool taken to 0 nodes by teardown
     nodes_left_up: int = 0  # GPU nodes still up after the run: they bill until the next run (0 is the target)
     next_run_at: float | None = None  # the DAG's next scheduled run (None: no schedule)
-    capacity: str = "reservation"  # where the nodes came from (reservation, flex_start, spot, on_demand)
+    capacity: str = "reservation"  # where the nodes came from (reservation, flex_start, queued, spot, on_demand)
     rungs: tuple[Mapping[str, Any], ...] = ()  # the capacity ladder's rungs tried
 
     @property

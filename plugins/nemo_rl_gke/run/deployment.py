@@ -553,7 +553,7 @@ BOUND_SETTINGS_DOC: tuple[tuple[str, str, str], ...] = (
         "allowed_capacity",
         ",".join(CAPACITIES),
         "The GPU capacity options a conf's capacity and every rung of its capacity_ladder may use, comma-separated "
-        "(reservation, flex_start, spot, on_demand). Drop spot, say, where a preempted node is not acceptable.",
+        "(reservation, flex_start, queued, spot, on_demand). Drop spot, say, where a preempted node is not acceptable.",
     ),
     (
         "max_gpu_hour_usd",
