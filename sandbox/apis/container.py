@@ -190,34 +190,29 @@ def _check_capacity(pool: dict[str, Any], cluster: dict[str, Any], field: str) -
         seconds = re.fullmatch(r"(\d+)(?:\.\d+)?s", str(config["maxRunDuration"]))
         if not flex or seconds is None or not 0 < int(seconds.group(1)) <= FLEX_START_MAX_RUN_S:
             raise invalid(f"{field}.config.maxRunDuration must be set with flexStart, at most 7 days (604800s).")
-    if (pool.get("queuedProvisioning") or {}).get("enabled"):
-        _check_queued(pool, affinity, field)
-    if not flex:
-        return
-    version = cluster.get("currentMasterVersion") or MASTER_VERSION
-    if _version_tuple(version) < FLEX_START_MIN_VERSION:
-        raise invalid(f"{field}.config.flexStart needs GKE 1.32.2-gke.1652000 or later; the cluster runs {version}.")
-    if config.get("spot"):
-        raise invalid(f"{field}.config: flexStart and spot cannot both be set.")
-    if affinity != "NO_RESERVATION":
-        raise invalid(f"{field}.config.reservationAffinity: flex-start node pools need NO_RESERVATION.")
-    if not pool.get("autoscaling", {}).get("enabled"):
-        raise invalid(f"{field}.autoscaling: flex-start node pools need autoscaling enabled.")
-    if pool.get("management", {}).get("autoRepair", False):
-        raise invalid(f"{field}.management.autoRepair: flex-start node pools do not support auto-repair.")
+    queued = bool((pool.get("queuedProvisioning") or {}).get("enabled"))
+    if flex:
+        version = cluster.get("currentMasterVersion") or MASTER_VERSION
+        if _version_tuple(version) < FLEX_START_MIN_VERSION:
+            raise invalid(
+                f"{field}.config.flexStart needs GKE 1.32.2-gke.1652000 or later; the cluster runs {version}."
+            )
+    if flex or queued:
+        _check_dws_pool(pool, affinity, field, queued=queued)
 
 
-def _check_queued(pool: dict[str, Any], affinity: str, field: str) -> None:
-    """A queued-provisioning pool (GKE docs: flex-start with queued provisioning): its nodes come only through
-    ProvisioningRequests, so it scales from 0 on autoscaling, takes no reservation and is not repaired."""
-    if affinity != "NO_RESERVATION":
-        raise invalid(f"{field}.config.reservationAffinity: queued provisioning node pools need NO_RESERVATION.")
-    if not pool.get("autoscaling", {}).get("enabled"):
-        raise invalid(f"{field}.autoscaling: queued provisioning node pools need autoscaling enabled.")
-    if pool.get("management", {}).get("autoRepair", False):
-        raise invalid(f"{field}.management.autoRepair: queued provisioning node pools do not support auto-repair.")
+def _check_dws_pool(pool: dict[str, Any], affinity: str, field: str, *, queued: bool) -> None:
+    """A Dynamic Workload Scheduler pool, flex-start or queued provisioning (GKE docs: flex-start; flex-start with
+    queued provisioning): it is not spot, takes no reservation, scales from 0 on autoscaling and is not repaired."""
+    kind, flag = ("queued provisioning", "queued provisioning") if queued else ("flex-start", "flexStart")
     if (pool.get("config") or {}).get("spot"):
-        raise invalid(f"{field}.config: queued provisioning and spot cannot both be set.")
+        raise invalid(f"{field}.config: {flag} and spot cannot both be set.")
+    if affinity != "NO_RESERVATION":
+        raise invalid(f"{field}.config.reservationAffinity: {kind} node pools need NO_RESERVATION.")
+    if not pool.get("autoscaling", {}).get("enabled"):
+        raise invalid(f"{field}.autoscaling: {kind} node pools need autoscaling enabled.")
+    if pool.get("management", {}).get("autoRepair", False):
+        raise invalid(f"{field}.management.autoRepair: {kind} node pools do not support auto-repair.")
 
 
 def _prepare_pool(

@@ -126,3 +126,29 @@ def wait_raw_compute(sandbox: SandboxProcess, project: str, operation: Any, regi
     while not operation_status(ref.shape, request_json(sandbox.url + path)).done:
         assert time.monotonic() < deadline, f"{path} never finished"
         time.sleep(0.02)
+
+
+def raycluster_trigger(spec: RunSpec, wait_for: str = "ready", timeout: float = 120.0) -> Any:
+    """The RayCluster wait's trigger for ``spec``'s RayCluster, polling every 0.2 s."""
+    from nemo_rl_gke.triggers.raycluster import RayClusterTrigger
+
+    return RayClusterTrigger(
+        cluster_path=spec.cluster_path,
+        namespace=spec.namespace,
+        name=spec.raycluster_name,
+        wait_for=wait_for,
+        poll_interval=0.2,
+        timeout=timeout,
+    )
+
+
+async def first_event(trigger: Any, timeout: float = 150.0) -> dict[str, Any]:
+    """A trigger's first event's payload, failing after ``timeout`` seconds."""
+    import asyncio
+
+    async def first() -> dict[str, Any]:
+        async for event in trigger.run():
+            return dict(event.payload)
+        raise AssertionError("the trigger ended without an event")
+
+    return await asyncio.wait_for(first(), timeout)

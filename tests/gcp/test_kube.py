@@ -36,7 +36,7 @@ from nemo_rl_gke.run import topology as t
 from nemo_rl_gke.run.deployment import Deployment
 from nemo_rl_gke.run.spec import RunSpec
 from nemo_rl_gke.triggers.raycluster import CLASSPATH, RayClusterTrigger
-from tests.gcp.conftest import ensure_cluster_with_gpu_pool
+from tests.gcp.conftest import ensure_cluster_with_gpu_pool, first_event, raycluster_trigger
 from tests.owners import owner_of
 
 pytestmark = pytest.mark.airflow
@@ -51,26 +51,6 @@ def cluster_spec(spec: RunSpec, hook: GcpHook) -> RunSpec:
 
 def _kube(spec: RunSpec, hook: GcpHook) -> KubeHook:
     return KubeHook(spec, hook)
-
-
-def _trigger(spec: RunSpec, wait_for: str = "ready", timeout: float = 120.0) -> RayClusterTrigger:
-    return RayClusterTrigger(
-        cluster_path=spec.cluster_path,
-        namespace=spec.namespace,
-        name=spec.raycluster_name,
-        wait_for=wait_for,
-        poll_interval=0.2,
-        timeout=timeout,
-    )
-
-
-async def _first_event(trigger: RayClusterTrigger, timeout: float = 150.0) -> dict[str, Any]:
-    async def first() -> dict[str, Any]:
-        async for event in trigger.run():
-            return dict(event.payload)
-        raise AssertionError("the trigger ended without an event")
-
-    return await asyncio.wait_for(first(), timeout)
 
 
 def _loss(sandbox: SandboxProcess, loss_id: str) -> dict[str, Any]:
@@ -209,8 +189,8 @@ def test_a_raycluster_runs_a_real_ray_reachable_through_the_service_proxy_and_st
     try:
         # Still waiting: the head takes seconds to start, and a short run of the trigger yields nothing.
         with pytest.raises(TimeoutError):
-            asyncio.run(_first_event(_trigger(cluster_spec), timeout=0.5))
-        event = asyncio.run(_first_event(_trigger(cluster_spec)))
+            asyncio.run(first_event(raycluster_trigger(cluster_spec), timeout=0.5))
+        event = asyncio.run(first_event(raycluster_trigger(cluster_spec)))
         assert event["status"] == "success", event
         heads = _ray_heads(sandbox)
         assert len(heads) == 1 and pid_alive(heads[0]["pid"])
@@ -237,14 +217,14 @@ def test_a_raycluster_runs_a_real_ray_reachable_through_the_service_proxy_and_st
         assert status is not None and status["status"]["readyWorkerReplicas"] == cluster_spec.worker_replicas - 1
         gone = next(w for w in workers if w["pod"] == lost["worker_pod"])
         assert not pid_alive(gone["pid"])
-        event = asyncio.run(_first_event(_trigger(cluster_spec, "workers")))
+        event = asyncio.run(first_event(raycluster_trigger(cluster_spec, "workers")))
         assert event["status"] == "success" and _loss(sandbox, loss["id"])["state"] == "replaced", event
         now = {w["pod"]: w for w in _ray_heads(sandbox)[0]["workers"]}
         assert lost["worker_pod"] not in now and now[lost["replacement_pod"]]["ready"]
     finally:
         results = delete_objects(kube, [*storage, *raycluster], owner_of(cluster_spec))
     assert any(r.action == "deleted" and r.ref.kind == "RayCluster" for r in results)
-    assert asyncio.run(_first_event(_trigger(cluster_spec, "deleted")))["status"] == "success"
+    assert asyncio.run(first_event(raycluster_trigger(cluster_spec, "deleted")))["status"] == "success"
     assert _ray_heads(sandbox) == [] and not pid_alive(heads[0]["pid"])
 
 
@@ -259,7 +239,7 @@ def _never_ready_event(cluster_spec: RunSpec, hook: GcpHook, sandbox: SandboxPro
     raycluster = group_objects(cluster_spec, t.RAYCLUSTER, owner_of(cluster_spec))
     try:
         apply_objects(kube, raycluster, owner_of(cluster_spec), adopt=False)
-        return asyncio.run(_first_event(_trigger(cluster_spec, timeout=1.5)))
+        return asyncio.run(first_event(raycluster_trigger(cluster_spec, timeout=1.5)))
     finally:
         sandbox.clear_faults()
         delete_objects(kube, raycluster, owner_of(cluster_spec))
@@ -281,15 +261,15 @@ def test_trigger_errors_end_in_one_event(cluster_spec: RunSpec, hook: GcpHook, s
     # A non-transient API answer (403) is an error event at once, not a wait until the deadline.
     sandbox.add_fault({"method": "GET", "path": "/rayclusters/"}, status=403, message="forbidden by policy")
     try:
-        event = asyncio.run(_first_event(_trigger(cluster_spec, timeout=60)))
+        event = asyncio.run(first_event(raycluster_trigger(cluster_spec, timeout=60)))
     finally:
         sandbox.clear_faults()
     assert event["status"] == "error" and "403" in event["message"] and "not retried" in event["message"]
     # A missing RayCluster while waiting for readiness is an error; while waiting for deletion it is success.
-    assert asyncio.run(_first_event(_trigger(cluster_spec)))["status"] == "error"
-    assert asyncio.run(_first_event(_trigger(cluster_spec, "deleted")))["status"] == "success"
+    assert asyncio.run(first_event(raycluster_trigger(cluster_spec)))["status"] == "error"
+    assert asyncio.run(first_event(raycluster_trigger(cluster_spec, "deleted")))["status"] == "success"
     gone = RunSpec.from_conf({**cluster_spec.to_conf(), "cluster_name": "no-such-cluster"})
-    assert asyncio.run(_first_event(_trigger(gone)))["status"] == "error"
+    assert asyncio.run(first_event(raycluster_trigger(gone)))["status"] == "error"
 
 
 def test_trigger_serializes_exactly_and_round_trips() -> None:
@@ -352,7 +332,7 @@ def test_deleting_the_gke_cluster_stops_its_ray(cluster_spec: RunSpec, hook: Gcp
     )
     objects = [*storage, *group_objects(cluster_spec, t.RAYCLUSTER, owner_of(cluster_spec))]
     apply_objects(kube, objects, owner_of(cluster_spec), adopt=False)
-    assert asyncio.run(_first_event(_trigger(cluster_spec)))["status"] == "success"
+    assert asyncio.run(first_event(raycluster_trigger(cluster_spec)))["status"] == "success"
     pid = _ray_heads(sandbox)[0]["pid"]
     from nemo_rl_gke.gcp.resources import delete_resource
     from tests.gcp.conftest import wait_for
@@ -404,7 +384,7 @@ def test_a_raycluster_without_conditions_is_ready_when_its_pods_are(
     raycluster = group_objects(cluster_spec, t.RAYCLUSTER, owner_of(cluster_spec))
     apply_objects(kube, [*storage, *raycluster], owner_of(cluster_spec), adopt=False)
     try:
-        event = asyncio.run(_first_event(_trigger(cluster_spec)))
+        event = asyncio.run(first_event(raycluster_trigger(cluster_spec)))
         found = kube.get(ObjectRef("ray.io/v1", "RayCluster", cluster_spec.raycluster_name, cluster_spec.namespace))
         assert found is not None and "conditions" not in found.get("status", {})
     finally:

@@ -9,7 +9,6 @@ and the workers are real local Ray nodes once their nodes come.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 from sandbox.testing import SandboxProcess
@@ -20,8 +19,7 @@ from nemo_rl_gke.kube.client import KubeHook, ObjectRef
 from nemo_rl_gke.kube.objects import apply_objects, delete_objects, group_objects, lustre_ip
 from nemo_rl_gke.run import topology as t
 from nemo_rl_gke.run.spec import RunSpec
-from nemo_rl_gke.triggers.raycluster import RayClusterTrigger
-from tests.gcp.conftest import ensure_done
+from tests.gcp.conftest import ensure_done, first_event, raycluster_trigger
 from tests.owners import owner_of
 
 pytestmark = pytest.mark.airflow
@@ -38,26 +36,6 @@ def queued(spec: RunSpec, hook: GcpHook, sandbox: SandboxProcess) -> RunSpec:
     return queued
 
 
-async def _first_event(trigger: RayClusterTrigger, timeout: float = 150.0) -> dict[str, Any]:
-    async def first() -> dict[str, Any]:
-        async for event in trigger.run():
-            return dict(event.payload)
-        raise AssertionError("the trigger ended without an event")
-
-    return await asyncio.wait_for(first(), timeout)
-
-
-def _trigger(spec: RunSpec, wait_for: str = "ready", timeout: float = 120.0) -> RayClusterTrigger:
-    return RayClusterTrigger(
-        cluster_path=spec.cluster_path,
-        namespace=spec.namespace,
-        name=spec.raycluster_name,
-        wait_for=wait_for,
-        poll_interval=0.2,
-        timeout=timeout,
-    )
-
-
 def test_the_workers_get_their_nodes_through_the_provisioning_request_and_teardown_deletes_it(
     queued: RunSpec, hook: GcpHook, sandbox: SandboxProcess
 ) -> None:
@@ -70,10 +48,10 @@ def test_the_workers_get_their_nodes_through_the_provisioning_request_and_teardo
     kinds = [o["kind"] for o in raycluster]
     # The request and its template go before the RayCluster whose workers consume it.
     assert kinds.index("PodTemplate") < kinds.index("ProvisioningRequest") < kinds.index("RayCluster")
-    name = f"{queued.raycluster_name}-workers"
+    name = queued.provisioning_request_name
     apply_objects(kube, [*storage, *raycluster], owner, adopt=False)
     try:
-        event = asyncio.run(_first_event(_trigger(queued, "workers")))
+        event = asyncio.run(first_event(raycluster_trigger(queued, "workers")))
         assert event["status"] == "success", event
         request = kube.get(ObjectRef(REQUEST_GV, "ProvisioningRequest", name, queued.namespace))
         assert request is not None
@@ -98,7 +76,7 @@ def test_workers_without_their_provisioning_request_wait_and_the_timeout_says_wh
     raycluster = [o for o in group_objects(queued, t.RAYCLUSTER, owner) if o["kind"] != "ProvisioningRequest"]
     apply_objects(kube, [*storage, *raycluster], owner, adopt=False)
     try:
-        event = asyncio.run(_first_event(_trigger(queued, "workers", timeout=4.0)))
+        event = asyncio.run(first_event(raycluster_trigger(queued, "workers", timeout=4.0)))
     finally:
         delete_objects(kube, [*storage, *raycluster], owner)
     assert event["status"] == "timeout", event

@@ -370,6 +370,10 @@ def _flex_body() -> dict:
     return gke.node_pool_create_request(_capacity_spec("flex_start"), OWNER).body
 
 
+def _queued_body() -> dict:
+    return gke.node_pool_create_request(_capacity_spec("queued"), OWNER).body
+
+
 @pytest.mark.parametrize(
     ("body", "change", "message"),
     [
@@ -382,6 +386,9 @@ def _flex_body() -> dict:
             "need NO_RESERVATION",
         ),
         (_flex_body, lambda p: p["config"].update(maxRunDuration="700000s"), "at most 7 days"),
+        # A queued pool's own rules, named as queued provisioning.
+        (_queued_body, lambda p: p["management"].update(autoRepair=True), "queued provisioning node pools do not"),
+        (_queued_body, lambda p: p["autoscaling"].update(enabled=False), "queued provisioning node pools need"),
         # On a pool that is not flex-start, maxRunDuration is refused; Spot VMs take no specific reservation.
         (
             lambda: gke.node_pool_create_request(SPEC, OWNER).body,

@@ -225,6 +225,11 @@ class RunSpec(RunConf):
         return f"{self.raycluster_name}-head-svc"
 
     @property
+    def provisioning_request_name(self) -> str:
+        """The ProvisioningRequest (and its PodTemplate) of a queued run's workers."""
+        return f"{self.raycluster_name}-workers"
+
+    @property
     def dashboard_proxy_path(self) -> str:
         """Kubernetes API service-proxy path to the Ray dashboard (FACTS §6)."""
         return f"/api/v1/namespaces/{self.namespace}/services/{self.head_service}:8265/proxy"
