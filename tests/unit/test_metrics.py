@@ -33,6 +33,7 @@ from nemo_rl_gke.observe.zero_learning import (
     ZeroLearningVerdict,
     check_zero_learning,
 )
+from nemo_rl_gke.run.spec import RunSpec
 from tests.paths import ROOT
 from tests.unit.test_redaction import assert_linear
 
@@ -583,6 +584,30 @@ def test_summary_of_a_run_that_stopped_mid_step() -> None:
     assert (summary["steps_completed"], summary["last_step"], summary["final_val_accuracy"]) == (3, "3/4", 0.4587)
     assert summary["mean_step_time_s"] == pytest.approx((118.64 + 161.72) / 2)
     assert summary["checkpoints"] == [2]
+
+
+def test_the_job_sensor_summary_counts_the_whole_log_not_the_trigger_view_at_the_stop() -> None:
+    # The trigger's summary is of the log when it stopped the job; the job trained on until the stop landed. The
+    # table and the summary the sensor pushes both count the whole log's steps.
+    from nemo_rl_gke.operators.rayjob import RayJobSensor
+    from nemo_rl_gke.run.topology import WAIT
+
+    text = fixture_text()
+    at_stop = LogFollower()
+    at_stop.feed(text[: text.index("Step 3/4")])
+    whole = follow_whole(text)[0].metrics
+    sensor = RayJobSensor(step=WAIT)
+    rows, summary = sensor._run_steps(RunSpec(), whole, [], {**at_stop.metrics.summary(), "extra": 1})
+    assert at_stop.metrics.summary()["steps_completed"] == 2
+    assert [row["step"] for row in rows] == [1, 2, 3, 4]
+    assert (summary["steps_completed"], summary["last_step"], summary["checkpoints"], summary["extra"]) == (
+        4,
+        "4/4",
+        [2, 4],
+        1,
+    )
+    # An unreadable log leaves the trigger's summary as it was.
+    assert sensor._run_steps(RunSpec(), None, [], {"steps_completed": 2}) == ([], {"steps_completed": 2})
 
 
 def test_summary_of_an_empty_log() -> None:

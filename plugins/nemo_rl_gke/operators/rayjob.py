@@ -438,7 +438,9 @@ class RayJobSensor(StepOperator):
         with its attempt, the lost steps left out)."""
         last = [s for s in log.completed_steps] if log is not None else []
         if not recoveries:
-            return [s.to_dict() for s in last], summary
+            # The trigger's summary is of the log at the stop; the job trains on until the stop lands, and the table
+            # and the summary must count the same steps.
+            return [s.to_dict() for s in last], {**summary, **log.summary()} if log is not None else summary
         attempts, saves = [], set(log.checkpoints if log else [])
         for record in recoveries:
             earlier = self.read_job_log(spec, record["failed_job"])
