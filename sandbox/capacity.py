@@ -37,6 +37,8 @@ STOCKOUT = (
     "Node scale up in zones {zone} associated with this pod failed: GCE out of resources ({detail}). Pod is at risk "
     "of not being scheduled."
 )
+# Flex-start's longest run, and a flex-start or queued node's end when its pool or request sets none (GKE docs).
+MAX_RUN_S = 7 * 24 * 3600.0
 QUEUED_CLASS = "queued-provisioning.gke.io"
 CONSUME_ANNOTATION = "autoscaling.x-k8s.io/consume-provisioning-request"
 QUEUED_TAINT = "cloud.google.com/gke-queued"
@@ -170,7 +172,7 @@ class CapacityModel:
         self.provided[uid] = self.provided.get(uid, 0) + 1
         self.nodes.setdefault(pool.key, {})[pod] = now
         seconds = (spec.get("parameters") or {}).get("maxRunDurationSeconds")
-        self.max_run[pod] = float(seconds) if seconds else 7 * 86400.0
+        self.max_run[pod] = float(seconds) if seconds else MAX_RUN_S
         return Answer(True, pool=pool.key, provisioned=True)
 
     def stocked_out(self, pool: Resource) -> list[str]:
@@ -194,7 +196,8 @@ class CapacityModel:
 
     def forget_pool(self, pool_key: str) -> None:
         """A deleted pool takes its nodes, and its flex-start request, with it."""
-        self.nodes.pop(pool_key, None)
+        for pod in self.nodes.pop(pool_key, {}):
+            self.max_run.pop(pod, None)
         self.asked.pop(pool_key, None)
         self.refused.pop(pool_key, None)
 
@@ -205,9 +208,9 @@ class CapacityModel:
                 pool = self.store.get(key)
                 limit = None if pool is None else _max_run_s(pool.body)
                 if pool is not None and pool_capacity(pool.body) == "flex_start":
-                    return held[pod] + (limit if limit is not None else 7 * 86400.0)
+                    return held[pod] + (limit if limit is not None else MAX_RUN_S)
                 if pool is not None and pool_capacity(pool.body) == "queued":
-                    return held[pod] + self.max_run.get(pod, 7 * 86400.0)
+                    return held[pod] + self.max_run.get(pod, MAX_RUN_S)
         return None
 
     def capacity_of(self, pod: str) -> str | None:

@@ -69,6 +69,8 @@ DASHBOARD_PORT = "8265"
 READY_TIMEOUT_S = 180.0
 # KubeRay's Secret key for the token (utils.RAY_AUTH_TOKEN_SECRET_KEY).
 RAY_TOKEN_KEY = "auth_token"
+# The cluster autoscaler's ProvisioningRequest API (queued provisioning).
+PROVISIONING_GV = "autoscaling.x-k8s.io/v1"
 DEFAULT_STUCK_MESSAGE = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu. preemption: 0/4 nodes are available."
 # Ray's ports, one free port each: two heads on one machine would otherwise collide on Ray's defaults.
 PORT_FLAGS = (
@@ -856,9 +858,6 @@ def _worker_gpus(obj: dict[str, Any]) -> int:
             with contextlib.suppress(TypeError, ValueError):
                 return max(int(limit), 0)
     return 0
-
-
-PROVISIONING_GV = "autoscaling.x-k8s.io/v1"
 
 
 def _head_reason(head: RayHead) -> str:

@@ -168,8 +168,6 @@ def _check_reservation(sb: Sandbox, project: str, config: dict[str, Any], zones:
 
 # GKE's first version with flex-start on GPUs (GKE docs: About flex-start provisioning mode, Requirements).
 FLEX_START_MIN_VERSION = (1, 32, 2, 1652000)
-# Flex-start VMs run at most seven days (maxRunDuration).
-FLEX_START_MAX_RUN_S = 7 * 24 * 3600
 
 
 def _version_tuple(version: str) -> tuple[int, ...]:
@@ -188,7 +186,7 @@ def _check_capacity(pool: dict[str, Any], cluster: dict[str, Any], field: str) -
         raise invalid(f"{field}.config: Spot VMs cannot consume a specific reservation.")
     if "maxRunDuration" in config:
         seconds = re.fullmatch(r"(\d+)(?:\.\d+)?s", str(config["maxRunDuration"]))
-        if not flex or seconds is None or not 0 < int(seconds.group(1)) <= FLEX_START_MAX_RUN_S:
+        if not flex or seconds is None or not 0 < int(seconds.group(1)) <= capacity.MAX_RUN_S:
             raise invalid(f"{field}.config.maxRunDuration must be set with flexStart, at most 7 days (604800s).")
     queued = bool((pool.get("queuedProvisioning") or {}).get("enabled"))
     if flex:

@@ -41,9 +41,8 @@ from nemo_rl_gke.ray.submit import (
 from nemo_rl_gke.run import topology as t
 from nemo_rl_gke.run.deployment import Deployment
 from nemo_rl_gke.run.spec import RunSpec
-from nemo_rl_gke.triggers.raycluster import RayClusterTrigger
 from nemo_rl_gke.triggers.rayjob import CLASSPATH, RayJobTrigger
-from tests.gcp.conftest import FAST_RETRY, ZONE, ensure_cluster_with_gpu_pool
+from tests.gcp.conftest import FAST_RETRY, ZONE, ensure_cluster_with_gpu_pool, first_event, raycluster_trigger
 from tests.owners import owner_of
 from tests.triggers.test_log_position import MemoryPositions
 
@@ -107,21 +106,9 @@ def ray_spec(ray_hook: GcpHook) -> Iterator[RunSpec]:
         *group_objects(spec, t.RAYCLUSTER, owner_of(spec)),
     ]
     apply_objects(kube, objects, owner_of(spec), adopt=False)
-    ready = RayClusterTrigger(
-        cluster_path=spec.cluster_path, namespace=spec.namespace, name=spec.raycluster_name, poll_interval=0.2
-    )
-    assert asyncio.run(_first(ready))["status"] == "success"
+    assert asyncio.run(first_event(raycluster_trigger(spec)))["status"] == "success"
     yield spec
     delete_objects(kube, objects, owner_of(spec))
-
-
-async def _first(trigger: Any, timeout: float = 150.0) -> dict[str, Any]:
-    async def first() -> dict[str, Any]:
-        async for event in trigger.run():
-            return dict(event.payload)
-        raise AssertionError("no event")
-
-    return await asyncio.wait_for(first(), timeout)
 
 
 def _request(submission_id: str, entrypoint: str) -> JobRequest:
@@ -174,7 +161,7 @@ def test_submission_is_exactly_once_per_submission_id(ray_spec: RunSpec, ray_hoo
     assert before - 1 <= second.started_at < adopting
     jobs = ray.client.list_jobs()
     assert [j.submission_id for j in jobs].count("nemo-rl-once-1") == 1
-    event = asyncio.run(_first(_trigger(ray.address, "nemo-rl-once-1")))
+    event = asyncio.run(first_event(_trigger(ray.address, "nemo-rl-once-1")))
     assert event["status"] == "success" and event["job_status"] == "SUCCEEDED"
     assert "mode test" in event["tail"]
 
@@ -206,7 +193,7 @@ def test_ray_jobs_clients_with_another_ca_fail_at_once_and_submit_nothing(ray_sp
     assert all("against the cluster's CA" in m and "verify failed" in m for m in asyncio.run(refused(impostor)))
     assert all("against the system's CAs" in m for m in asyncio.run(refused(system_cas)))
     # The trigger's aiohttp client ends in an error event at once, not after its timeout as if it were transient.
-    event = asyncio.run(_first(_trigger(impostor, "nemo-rl-wrong-ca-1", timeout=600)))
+    event = asyncio.run(first_event(_trigger(impostor, "nemo-rl-wrong-ca-1", timeout=600)))
     assert event["status"] == "error", event
     assert "does not verify against the cluster's CA" in event["message"] and "verify failed" in event["message"]
     jobs = ray.client.list_jobs()
@@ -312,7 +299,7 @@ def test_the_ray_token_never_reaches_a_log_record_an_event_or_the_trigger_kwargs
     trigger = _trigger(ray.address, "nemo-rl-quiet-1")
     recorder = _Recorder()
     trigger._log = recorder
-    event = asyncio.run(_first(trigger))
+    event = asyncio.run(first_event(trigger))
     assert event["status"] == "success" and "quiet" in ray.logs("nemo-rl-quiet-1")
     # Control: what the hook logs (structlog, on stdout), the trigger's lines and kubernetes' body records were seen.
     out, err = capfd.readouterr()
@@ -352,7 +339,7 @@ def test_step_lines_reach_the_task_log_while_the_job_runs(ray_spec: RunSpec, ray
     trigger = _trigger(ray.address, "nemo-rl-live-1")
     opener = _GateOpener(gate)
     trigger._log = opener
-    event = asyncio.run(_first(trigger))
+    event = asyncio.run(first_event(trigger))
     assert event["status"] == "success", event
     assert opener.opened_after is not None, opener.lines
     shown_later = opener.lines[opener.opened_after :]
@@ -365,7 +352,7 @@ def test_a_failing_job_reports_ray_message_exit_code_and_last_lines(ray_spec: Ru
     ray = _ray(ray_spec, ray_hook)
     script = "import sys; print('loading the model'); print('CUDA out of memory', file=sys.stderr); sys.exit(3)"
     ray.submit(_request("nemo-rl-fail-1", f'python -c "{script}"'), {})
-    event = asyncio.run(_first(_trigger(ray.address, "nemo-rl-fail-1")))
+    event = asyncio.run(first_event(_trigger(ray.address, "nemo-rl-fail-1")))
     assert event["status"] == "failed" and event["job_status"] == "FAILED"
     assert "error type: JOB_ENTRYPOINT_COMMAND_ERROR" in event["message"]
     assert "driver exit code: 3" in event["message"]
@@ -375,7 +362,7 @@ def test_a_failing_job_reports_ray_message_exit_code_and_last_lines(ray_spec: Ru
 def test_zero_learning_guard_stops_the_job_within_k_steps(ray_spec: RunSpec, ray_hook: GcpHook) -> None:
     ray = _ray(ray_spec, ray_hook)
     ray.submit(_request("nemo-rl-zero-1", f"python -c {_quoted(ZERO_REWARD_SCRIPT)}"), {})
-    event = asyncio.run(_first(_trigger(ray.address, "nemo-rl-zero-1", zero_learning_steps=3)))
+    event = asyncio.run(first_event(_trigger(ray.address, "nemo-rl-zero-1", zero_learning_steps=3)))
     assert event["status"] == "zero_learning", event
     assert "GRPO" in event["message"] and "zero_learning_guard" in event["message"]
     assert event["message"].endswith("Ray job nemo-rl-zero-1: the job was stopped.")
@@ -408,7 +395,7 @@ def test_a_converged_job_runs_to_its_next_save_and_is_stopped_as_a_success(
     trigger = _trigger(ray.address, "nemo-rl-converge-1", zero_learning_steps=2)
     trigger._log = recorder
     started = time.monotonic()
-    event = asyncio.run(_first(trigger))
+    event = asyncio.run(first_event(trigger))
     assert event["status"] == "converged", event
     assert time.monotonic() - started < 60  # stopped after the save, not at the end of the two minutes
     # Decided at step 3 (two uniform steps after one that learned); stopped once step 5 began: step 4's save is done.
@@ -427,13 +414,13 @@ def test_still_waiting_then_on_kill_stops_the_job_and_timeout_stops_it_too(
     trigger = _trigger(ray.address, "nemo-rl-kill-1")
     # Still waiting: a running job yields nothing within a short window.
     with pytest.raises(TimeoutError):
-        asyncio.run(_first(trigger, timeout=3))
+        asyncio.run(first_event(trigger, timeout=3))
     asyncio.run(trigger.on_kill())
     assert _wait_for_status(ray, "nemo-rl-kill-1", "STOPPED") == "STOPPED"
-    assert asyncio.run(_first(_trigger(ray.address, "nemo-rl-kill-1")))["status"] == "stopped"
+    assert asyncio.run(first_event(_trigger(ray.address, "nemo-rl-kill-1")))["status"] == "stopped"
 
     ray.submit(_request("nemo-rl-late-1", 'python -c "import time; time.sleep(120)"'), {})
-    event = asyncio.run(_first(_trigger(ray.address, "nemo-rl-late-1", timeout=2)))
+    event = asyncio.run(first_event(_trigger(ray.address, "nemo-rl-late-1", timeout=2)))
     assert event["status"] == "timeout" and "the job was stopped" in event["message"]
 
 
@@ -447,7 +434,7 @@ def test_a_job_that_prints_its_secret_shows_it_masked(
         "nemo-rl-print-1", "python -c \"import os; print('token is', os.environ['HF_TOKEN'])\"", {}, (), ()
     )
     ray.submit(request, {"HF_TOKEN": secret})
-    event = asyncio.run(_first(_trigger(ray.address, "nemo-rl-print-1", secret_conn_ids=["hf_printed"])))
+    event = asyncio.run(first_event(_trigger(ray.address, "nemo-rl-print-1", secret_conn_ids=["hf_printed"])))
     assert event["status"] == "success"
     assert "token is ***" in event["tail"]
     assert secret not in json.dumps(event)
@@ -455,7 +442,7 @@ def test_a_job_that_prints_its_secret_shows_it_masked(
 
 def test_trigger_error_events(ray_spec: RunSpec, ray_hook: GcpHook) -> None:
     ray = _ray(ray_spec, ray_hook)
-    missing = asyncio.run(_first(_trigger(ray.address, "nemo-rl-no-such-job")))
+    missing = asyncio.run(first_event(_trigger(ray.address, "nemo-rl-no-such-job")))
     assert missing["status"] == "error" and "does not exist" in missing["message"]
 
 
@@ -654,7 +641,7 @@ def test_a_job_that_prints_its_secret_in_pieces_shows_none_of_it(
     trigger = _trigger(ray.address, "nemo-rl-split-1", secret_conn_ids=["hf_split"])
     recorder = _Recorder()
     trigger._log = recorder
-    event = asyncio.run(_first(trigger))
+    event = asyncio.run(first_event(trigger))
     assert event["status"] == "success", event
     written = "\n".join(recorder.lines) + json.dumps(event, ensure_ascii=False)
     pieces = {secret[i : i + 8] for i in range(len(secret) - 7)}
@@ -684,7 +671,7 @@ def test_the_log_follower_fetches_only_what_is_new(ray_spec: RunSpec, ray_hook: 
     streamed._log, whole._log = _Recorder(), _Recorder()
 
     async def both() -> list[dict[str, Any]]:
-        return list(await asyncio.gather(_first(streamed), _first(whole)))
+        return list(await asyncio.gather(first_event(streamed), first_event(whole)))
 
     events = asyncio.run(both())
     assert [e["status"] for e in events] == ["success", "success"], events
@@ -706,7 +693,7 @@ def test_a_short_log_is_completed_by_one_download_instead_of_waiting_for_rays_cl
     ray.submit(_request("nemo-rl-short-1", "python -c \"print('short and done')\""), {})
     trigger = _trigger(ray.address, "nemo-rl-short-1")
     trigger._log = _Recorder()
-    event = asyncio.run(_first(trigger))
+    event = asyncio.run(first_event(trigger))
     assert event["status"] == "success", event
     assert trigger._log.lines.count("[ray job] short and done") == 1, trigger._log.lines
     final = len(ray.logs("nemo-rl-short-1").encode())
@@ -722,7 +709,7 @@ def test_the_trigger_reads_the_ray_token_again_after_a_transient_error(
     ray.submit(_request("nemo-rl-token-retry-1", "python -c \"print('hello')\""), {})
     sandbox.add_fault({"method": "GET", "path": f"/secrets/{ray_spec.raycluster_name}$"}, status=503, times=2)
     try:
-        event = asyncio.run(_first(_trigger(ray.address, "nemo-rl-token-retry-1")))
+        event = asyncio.run(first_event(_trigger(ray.address, "nemo-rl-token-retry-1")))
     finally:
         sandbox.clear_faults()
     assert event["status"] == "success", event
@@ -794,7 +781,7 @@ def test_a_job_at_nemo_rls_checkpoint_must_save_by_saves_exits_and_ends_stopped_
     trigger = _trigger(
         address, sid, max_steps=1000, usd_per_hour=88.0, run_started_at=time.time() - 3600, zero_learning_steps=0
     )
-    event = asyncio.run(_first(trigger, timeout=240))
+    event = asyncio.run(first_event(trigger, timeout=240))
     assert event["status"] == "budget", event
     steps = event["summary"]["steps_completed"]
     assert 1 <= steps < 1000 and event["final_step"] == steps
@@ -813,7 +800,7 @@ def test_the_trigger_stops_a_job_without_a_deadline_at_its_next_save_once_the_bu
     sid = "nemo-rl-budget-stop"
     address, headers, spec = _local_job(ray_spec, ray_hook, sid, ["checkpointing.save_period=3"], max_steps=1000)
     trigger = _trigger(address, sid, max_steps=1000, usd_per_hour=88.0, budget_deadline=time.time() + 75)
-    event = asyncio.run(_first(trigger, timeout=240))
+    event = asyncio.run(first_event(trigger, timeout=240))
     assert event["status"] == "budget", event
     saved = event["final_step"]
     assert saved is not None and saved % 3 == 0
@@ -843,7 +830,7 @@ def test_a_job_that_stops_printing_steps_is_stopped_as_stalled_with_its_newest_s
     recorder = _Clocked()
     trigger = _trigger(address, sid, stall_after_s=5)
     trigger._log = recorder
-    event = asyncio.run(_first(trigger, timeout=240))
+    event = asyncio.run(first_event(trigger, timeout=240))
     detected = time.time()
     assert event["status"] == "stalled", event
     assert event["message"].startswith("stalled at step 3/20: no new step in the log for "), event["message"]
@@ -889,7 +876,7 @@ def test_a_trigger_run_again_after_a_restart_logs_only_the_lines_the_one_before_
 
     async def killed_after_step_two() -> None:
         # The triggerer dies once step 2's reward is in the task log (its task cancelled: nothing runs after).
-        task = asyncio.ensure_future(_first(first))
+        task = asyncio.ensure_future(first_event(first))
         while not any("Avg Reward: 0.2" in line for line in logs[0].lines):
             assert not task.done(), logs[0].lines
             await asyncio.sleep(0.02)
@@ -900,7 +887,7 @@ def test_a_trigger_run_again_after_a_restart_logs_only_the_lines_the_one_before_
     asyncio.run(killed_after_step_two())
     resumed_at, _ = positions.saved["nemo-rl-resume-log-1"]
     assert resumed_at > 0 and positions.history
-    event = asyncio.run(_first(second))
+    event = asyncio.run(first_event(second))
     assert event["status"] == "success", event
     # The new trigger read the whole log (its summary has every step) and logged only what the first had not.
     assert event["summary"]["steps_completed"] == 6

@@ -482,7 +482,7 @@ def gke_version_findings(spec: RunSpec, hook: GcpHook) -> list[Finding]:
     ``getServerConfig`` tells (the offline rule judges a version the conf names)."""
     from google.cloud import container_v1
 
-    flex = bool(set(FLEX_KINDS) & set(capacity.options(spec)))
+    flex = capacity.may_use_flex_start(spec)
     if not flex and not spec.gke_version:
         return []
     request = container_v1.GetServerConfigRequest(name=spec.cluster_parent)

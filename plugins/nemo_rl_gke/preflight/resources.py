@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from nemo_rl_gke.plan.manifests import installer_source_problem
 from nemo_rl_gke.preflight.registry import Violation, rule
 from nemo_rl_gke.run import capacity
-from nemo_rl_gke.run.conf_schema import FLEX_KINDS, FLEX_START_MIN_GKE, GPU_PROFILES, QUEUED, version_parts
+from nemo_rl_gke.run.conf_schema import FLEX_START_MIN_GKE, GPU_PROFILES, QUEUED, version_parts
 from nemo_rl_gke.run.findings import shown
 
 if TYPE_CHECKING:
@@ -373,7 +373,7 @@ def replicas_vs_pool(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
 def flex_start_hours(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
     """maxRunDuration is a flex-start field (a queued pool's ProvisioningRequest's maxRunDurationSeconds): GKE refuses
     it on any other node pool, so a run without a flex-start or queued rung has nothing to set it on."""
-    if spec.flex_start_max_hours and not set(FLEX_KINDS) & set(capacity.options(spec)):
+    if spec.flex_start_max_hours and not capacity.may_use_flex_start(spec):
         yield Violation(
             ("flex_start_max_hours", "capacity", "capacity_ladder"),
             spec.flex_start_max_hours,
@@ -425,7 +425,7 @@ def flex_start_gke_version(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
     """GKE refuses a flex-start GPU pool on an older cluster, after the networks, Lustre and the cluster were paid
     for. A version GKE resolves (1.32) passes when some patch of it is new enough; empty (GKE's default, newer than
     that in every release channel today) passes, and the sandbox, like GKE, refuses the pool on an older cluster."""
-    if not set(FLEX_KINDS) & set(capacity.options(spec)) or not spec.gke_version:
+    if not capacity.may_use_flex_start(spec) or not spec.gke_version:
         return
     given, needed = version_parts(spec.gke_version), version_parts(FLEX_START_MIN_GKE)
     if given < needed[: len(given)]:

@@ -15,7 +15,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from nemo_rl_gke.run.conf_schema import FLEX_START, ON_DEMAND, QUEUED, RESERVATION_CAPACITY, SPOT
+from nemo_rl_gke.run.conf_schema import FLEX_KINDS, FLEX_START, ON_DEMAND, QUEUED, RESERVATION_CAPACITY, SPOT
 
 if TYPE_CHECKING:
     from nemo_rl_gke.run.spec import RunSpec
@@ -51,6 +51,11 @@ def ladder(spec: RunSpec) -> tuple[Rung, ...]:
 def options(spec: RunSpec) -> tuple[str, ...]:
     """Every capacity option the run may use, in ladder order."""
     return tuple(rung.capacity for rung in ladder(spec))
+
+
+def may_use_flex_start(spec: RunSpec) -> bool:
+    """Whether a rung is flex-start, queued or not: its pool needs a flex-start GKE version and takes a max run time."""
+    return any(option in FLEX_KINDS for option in options(spec))
 
 
 def on_rung(spec: RunSpec, capacity: str) -> RunSpec:
