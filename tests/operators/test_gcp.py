@@ -111,7 +111,7 @@ def test_ensure_creates_every_operation_shape_then_finds_them(sandbox: SandboxPr
     for key, timeout in timeouts.items():
         result, deferred = run_step(run, key)
         assert deferred is not None, key
-        assert result == {"key": key, "name": result["name"], "action": outcomes.CREATED}
+        assert result == {"key": key, "name": result["name"], "action": outcomes.CREATED, "ready_at": result["ready_at"]}
         assert deferred.trigger.timeout == timeout
     assert {"nemo-rl-net", "nemo-rl-lustre-range", "nemo-rl-lustre", "nemo-rl-cluster"} <= set(live(sandbox, project))
 

@@ -144,8 +144,9 @@ def test_each_capacity_is_priced_at_its_share_of_the_list_price_in_the_report_an
         assert f"{spec.gpus_per_node} GPUs)" in text  # the report as before
     else:
         assert f"{spec.gpus_per_node} GPUs, {capacity})" in text and f"{share:.2f} x list" in text
-        # A conf price (a contract, a Spot price seen today) replaces the estimate, whatever the capacity.
-        assert costs.gpu_hour_price("b200", 7.5, capacity) == (7.5, "conf")
+    # A conf price may raise the capacity's estimate, never lower it: the USD budget counts at this one price.
+    assert costs.gpu_hour_price("b200", expected / 2, capacity) == (pytest.approx(expected), "default")
+    assert costs.gpu_hour_price("b200", expected * 2, capacity) == (pytest.approx(expected * 2), "conf")
 
 
 def test_a_ladder_run_is_priced_as_the_rung_that_served_it_and_the_report_names_each_rung() -> None:

@@ -354,10 +354,13 @@ def test_node_hours_from_pool_up_to_cluster_deleted_with_default_price() -> None
 
 def test_cost_uses_the_conf_price_and_the_h200_default() -> None:
     hours = POOL_UP_S / 3600
-    conf = build_report(timings(), UPSTREAM, inputs(gpu_hour_price_usd=4.25, worker_replicas=4)).gpu
-    assert (conf.price_source, conf.price_per_gpu_hour_usd) == ("conf", 4.25)
+    conf = build_report(timings(), UPSTREAM, inputs(gpu_hour_price_usd=14.25, worker_replicas=4)).gpu
+    assert (conf.price_source, conf.price_per_gpu_hour_usd) == ("conf", 14.25)
     assert conf.node_hours == pytest.approx(hours * 4)
-    assert conf.estimated_cost_usd == pytest.approx(hours * 4 * 8 * 4.25)
+    assert conf.estimated_cost_usd == pytest.approx(hours * 4 * 8 * 14.25)
+    # A conf price below the estimate does not lower it: the USD budget counts at the same one price.
+    lower = build_report(timings(), UPSTREAM, inputs(gpu_hour_price_usd=4.25)).gpu
+    assert (lower.price_source, lower.price_per_gpu_hour_usd) == ("default", DEFAULT_GPU_HOUR_PRICES_USD["b200"])
     h200 = build_report(timings(), UPSTREAM, inputs(gpu_type="h200")).gpu
     assert h200.price_per_gpu_hour_usd == DEFAULT_GPU_HOUR_PRICES_USD["h200"] != DEFAULT_GPU_HOUR_PRICES_USD["b200"]
     assert h200.estimated_cost_usd == pytest.approx(hours * 16 * DEFAULT_GPU_HOUR_PRICES_USD["h200"])

@@ -31,6 +31,8 @@ Run outside Ray (no ``RAY_ADDRESS``), it grades in process.
 ``sandbox.hang_after_step=N`` (the sandbox's own key, not NeMo RL's) makes the trainer hang after step N's results
 are printed, as a job stuck in NCCL or generation does: it prints nothing more and never exits until stopped.
 ``sandbox.step_delay_s=S`` (also the sandbox's) sleeps S seconds after each step's results: a slower job, no more CPU.
+``sandbox.setup_delay_s=S`` sleeps S seconds in the setup, before NeMo RL's ``SETUP COMPLETE`` block and the deadline
+clock that starts after it: a large model's load, as slow as a test needs it.
 
 ``data.ground_truth=full_solution`` hands the grader the whole worked solution instead of the ``#### N`` number, which
 reproduces the tutorial's bug: no answer ever matches, every reward is 0, and GRPO learns nothing.
@@ -224,6 +226,7 @@ class Settings:
     must_save_by_s: int | None = None
     hang_after_step: int | None = None
     step_delay_s: float = 0.0
+    setup_delay_s: float = 0.0
 
 
 def training_world(config: dict[str, Any]) -> tuple[int, int, int]:
@@ -328,6 +331,7 @@ def read_settings(config: dict[str, Any]) -> Settings:
         must_save_by_s=_duration(config, "checkpointing.checkpoint_must_save_by"),
         hang_after_step=_optional_int(config, "sandbox.hang_after_step", 1),
         step_delay_s=_float(config, "sandbox.step_delay_s", 0.0) if _get(config, "sandbox.step_delay_s") else 0.0,
+        setup_delay_s=_float(config, "sandbox.setup_delay_s", 0.0) if _get(config, "sandbox.setup_delay_s") else 0.0,
     )
     if settings.force_on_policy_ratio and gbs != rollout:
         raise ConfigError(
@@ -1222,8 +1226,19 @@ def grpo_step(run: Run, save_state: dict[str, Any], timeout: TimeoutChecker) -> 
     return by_timeout
 
 
-def train(config: dict[str, Any], settings: Settings) -> int:
-    """Run (or resume) GRPO until ``grpo.max_num_steps``; returns the process exit status."""
+def print_setup_complete(seconds: float) -> None:
+    """NeMo RL's end-of-setup block (``setup`` in ``nemo_rl/algorithms/grpo.py``, v0.5.0 and v0.7.0): the trigger
+    reads it as the start of the deadline clock."""
+    say("\n" + "=" * 60)
+    say(" " * 18 + "SETUP COMPLETE")
+    say(f"  Total setup time: {seconds:.1f}s")
+    say("=" * 60 + "\n")
+
+
+def train(config: dict[str, Any], settings: Settings, started: float | None = None) -> int:
+    """Run (or resume) GRPO until ``grpo.max_num_steps``; returns the process exit status. ``started``: when the
+    setup began (perf_counter; None: now)."""
+    started = time.perf_counter() if started is None else started
     checkpoint = latest_checkpoint(settings.checkpoint_dir)
     save_state: dict[str, Any] = {
         "consumed_samples": 0,
@@ -1242,6 +1257,9 @@ def train(config: dict[str, Any], settings: Settings) -> int:
             )
             return 0
     run = build_run(config, settings, checkpoint)
+    # A slow model load, when a test asks for one: before the block that ends the setup, as in NeMo RL.
+    time.sleep(settings.setup_delay_s)
+    print_setup_complete(time.perf_counter() - started)
     # As in NeMo RL, the deadline's clock starts with the training loop, after the model and data are set up.
     timeout = TimeoutChecker(settings.must_save_by_s)
     while save_state["current_epoch"] < settings.max_num_epochs and save_state["total_steps"] < settings.max_num_steps:
@@ -1262,12 +1280,13 @@ def train(config: dict[str, Any], settings: Settings) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse ``--config`` and the Hydra overrides, check them, and train; returns the exit status."""
+    started = time.perf_counter()
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True, type=Path, help="base config (NeMo RL key layout)")
     args, overrides = parser.parse_known_args(argv)
     try:
         config = load_config(args.config, overrides)
-        return train(config, read_settings(config))
+        return train(config, read_settings(config), started)
     except ConfigError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr, flush=True)
         return 2

@@ -279,6 +279,13 @@ def failure_alert(
     notes = [stalled.splitlines()[0]] if stalled else []
     if budget and (failed or upstream):
         notes.append(outcome)
+    lost = ((training or {}).get("deadline_stop") or {}).get("lost")
+    if lost:
+        # A stop that threw training away says what and why, whatever else the run did.
+        notes.append(
+            f"Lost at the deadline stop: {lost.get('steps')} step(s), {float(lost.get('gpu_hours') or 0):.2f} "
+            f"GPU-hours: {lost.get('why')}"
+        )
     if report is None:
         notes.append("(the run report could not be built: costs unknown)")
     return Alert(
@@ -296,8 +303,11 @@ def failure_alert(
 
 
 def _budget_text(training: Mapping[str, Any], usd: float | None) -> str:
+    """The stop's words, with the USD the trigger counted at the stop (the one price; ``usd`` when it has none)."""
     done = int(training.get("steps_completed") or 0)
-    return budget_stop_text(done, int(training.get("max_steps") or done), usd)
+    stop = training.get("deadline_stop") or {}
+    spent = stop.get("usd") if stop.get("usd") is not None else usd
+    return budget_stop_text(done, int(training.get("max_steps") or done), spent, stop.get("limit"))
 
 
 def current_stage(states: Mapping[str, str]) -> tuple[str | None, tuple[str, ...]]:

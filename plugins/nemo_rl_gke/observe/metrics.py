@@ -100,6 +100,10 @@ _CHECKPOINT_RE = re.compile(rf"\bSaving checkpoint for step {_INT}\b")
 # print("Timeout has been reached, stopping training early", flush=True): checkpoint_must_save_by was reached (grpo.py
 # at v0.5.0 and v0.7.0), after the save it forced.
 _TIMEOUT_REACHED = "Timeout has been reached, stopping training early"
+# The end of setup() (grpo.py:643-646 at v0.5.0, :1230-1233 at v0.7.0): print(" " * 18 + "SETUP COMPLETE") and
+# print(f"  Total setup time: {total_setup_time:.1f}s"). grpo_train starts checkpoint_must_save_by's clock right after.
+_SETUP_COMPLETE = "SETUP COMPLETE"
+_SETUP_TIME_RE = re.compile(rf"^Total setup time:\s*+(?P<s>{_NUM})s$")
 # wandb: "wandb: 🚀 View run at https://..." when the run starts, "wandb: 🚀 View run <name> at: https://..." when it
 # finishes; the emoji is dropped on terminals without them, the URL host differs on a self-hosted server. Three
 # searches, not one pattern with two lazy gaps (which rescanned the line once per "View run": quadratic).
@@ -291,6 +295,9 @@ class RunMetrics:
         self.checkpoints: list[int] = []
         # The job stopped itself at NeMo RL's checkpoint_must_save_by (the run's budget).
         self.timeout_reached = False
+        # NeMo RL's setup ended (its deadline clock started), and how long it said it took.
+        self.setup_complete = False
+        self.setup_s: float | None = None
         self.initial_val_accuracy: float | None = None
         self._epoch: int | None = None
         self._section: str | None = None
@@ -364,6 +371,13 @@ class RunMetrics:
             return
         if text.startswith(_TIMEOUT_REACHED):
             self.timeout_reached = True
+            return
+        if text == _SETUP_COMPLETE:
+            self.setup_complete = True
+            return
+        m = _SETUP_TIME_RE.match(text)
+        if m:
+            self.setup_s = _number(m.group("s"))
             return
         m = _CHECKPOINT_RE.search(text)
         if m:
@@ -442,6 +456,7 @@ class RunMetrics:
                 "final_val_accuracy": vals[-1] if vals else self.initial_val_accuracy,
                 "checkpoints": list(self.checkpoints),
                 "wandb_url": self.wandb_url,
+                "setup_s": self.setup_s,
             }
         )
 
@@ -452,6 +467,8 @@ class RunMetrics:
             "wandb_url": self.wandb_url,
             "checkpoints": list(self.checkpoints),
             "initial_val_accuracy": self.initial_val_accuracy,
+            "setup_complete": self.setup_complete,
+            "setup_s": self.setup_s,
         }
 
     @classmethod
@@ -462,6 +479,8 @@ class RunMetrics:
         run.wandb_url = data.get("wandb_url")
         run.checkpoints = list(data.get("checkpoints", []))
         run.initial_val_accuracy = data.get("initial_val_accuracy")
+        run.setup_complete = bool(data.get("setup_complete"))
+        run.setup_s = data.get("setup_s")
         return run
 
 
@@ -712,6 +731,12 @@ def saved_after(steps: Sequence[StepMetrics], index: int) -> int | None:
         if steps[position].checkpoint_step is not None:
             return steps[position].checkpoint_step
     return None
+
+
+def save_in_progress(steps: Sequence[StepMetrics]) -> bool:
+    """Whether the step being printed has begun a save ("Saving checkpoint for step N...") that has not finished
+    (its results, printed after the save, have not come yet)."""
+    return bool(steps) and steps[-1].checkpoint_step is not None and not steps[-1].completed
 
 
 def newest_save(steps: Sequence[StepMetrics]) -> int | None:

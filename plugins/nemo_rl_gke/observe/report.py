@@ -34,7 +34,15 @@ from nemo_rl_gke.run import costs, outcomes, topology
 from nemo_rl_gke.run import task_states as ts
 
 # What train.wait says about how training ended: shown as sentences, not in the summary's table.
-_TRAINING_OUTCOME_KEYS = ("converged_at", "final_step", "stopped_at_budget", "stalled", "max_steps", "recovery_log")
+_TRAINING_OUTCOME_KEYS = (
+    "converged_at",
+    "final_step",
+    "stopped_at_budget",
+    "stalled",
+    "max_steps",
+    "recovery_log",
+    "deadline_stop",
+)
 # The training summary's keys in the order they are printed; other keys follow in their own order.
 _TRAINING_KEYS = (
     "steps_completed",
@@ -92,6 +100,8 @@ class RunInputs:
     # Every checkpoint still pending on the run's Lustre instance when teardown kept it: run, step, where, release.
     pending_checkpoints: Sequence[Mapping[str, Any]] = ()
     next_run_at: float | None = None  # epoch seconds of the DAG's next scheduled run (None: not scheduled)
+    # When the GPU pool came up (its step's ``ready_at``): where the GPU hours start; None: that step's end.
+    pool_ready_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -400,6 +410,15 @@ class RunReport:
             lines.append(f"  converged at step {converged}: the job was stopped after saving step {final}")
         if self.training_summary.get("stopped_at_budget"):
             lines.append(f"  {self.budget_stop_text()}; checkpoint step {self.training_summary.get('final_step')}")
+        stop = self.training_summary.get("deadline_stop") or {}
+        if stop.get("overrun_s"):
+            lines.append(f"  ran {float(stop['overrun_s']):.0f}s past {stop.get('what')} to finish its deadline save")
+        if stop.get("lost"):
+            lost = stop["lost"]
+            lines.append(
+                f"  lost at the stop: {lost.get('steps')} step(s), {float(lost.get('gpu_hours') or 0):.2f} GPU-hours: "
+                f"{lost.get('why')}"
+            )
         stalled = self.training_summary.get("stalled")
         if stalled:
             lines.append(f"  {str(stalled).splitlines()[0]}")
@@ -409,10 +428,13 @@ class RunReport:
         return [*lines, ""]
 
     def budget_stop_text(self) -> str:
-        """ "stopped at budget: N of M steps, X USD" with the report's own cost estimate."""
+        """ "stopped at budget: N of M steps, X USD": the USD the trigger counted at the stop, at the run's one price
+        (the report's own estimate, which runs on to teardown, when the stop recorded none)."""
         summary = self.training_summary or {}
         done = int(summary.get("steps_completed") or 0)
-        return budget_stop_text(done, int(summary.get("max_steps") or done), self.gpu.estimated_cost_usd)
+        stop = summary.get("deadline_stop") or {}
+        usd = stop.get("usd") if stop.get("usd") is not None else self.gpu.estimated_cost_usd
+        return budget_stop_text(done, int(summary.get("max_steps") or done), usd, stop.get("limit"))
 
     def _pending_text(self) -> list[str]:
         """Every checkpoint on the kept Lustre instance that no export has copied, whoever's run made it."""
@@ -538,10 +560,20 @@ def critical_path(timings: Iterable[TaskTiming], upstream: Mapping[str, Sequence
     return CriticalPath(tuple(steps), sum(s.duration_s for s in steps))
 
 
-def budget_stop_text(steps_done: int, max_steps: int, usd: float | None) -> str:
-    """The run's last word when its budget stopped it (``usd``: what it spent, None when unpriced)."""
+# How a deadline stop names the limit that set it (run.deadline's kinds).
+_STOPPED_AT = {
+    "max_run_hours": "budget (max_run_hours)",
+    "max_run_usd": "budget (max_run_usd)",
+    "capacity_end": "the capacity's end (flex_start_max_hours)",
+    "job_timeout_s": "the job timeout (job_timeout_s)",
+}
+
+
+def budget_stop_text(steps_done: int, max_steps: int, usd: float | None, limit: str | None = None) -> str:
+    """The run's last word when its deadline stopped it (``usd``: what its GPUs had cost at the stop, at the run's
+    one price; None when unpriced; ``limit``: the deadline's kind, None for a plain budget)."""
     spent = "cost unknown" if usd is None else f"{usd:,.2f} USD"
-    return f"stopped at budget: {steps_done} of {max_steps} steps, {spent}"
+    return f"stopped at {_STOPPED_AT.get(limit or '', 'budget')}: {steps_done} of {max_steps} steps, {spent}"
 
 
 def _reward(value: Any) -> str:
@@ -561,6 +593,8 @@ def gpu_usage(timings: Iterable[TaskTiming], inputs: RunInputs) -> GpuUsage:
 
     pool = by_id.get(topology.NODE_POOL)
     up_at = pool.end if pool is not None and pool.state == ts.SUCCESS else None
+    if up_at is not None and inputs.pool_ready_at is not None:
+        up_at = inputs.pool_ready_at  # the moment the budget's USD clock starts too
     down_at: float | None = None
     still_running = scaled_to_zero = False
     if up_at is None:

@@ -21,7 +21,14 @@ from typing import Any
 
 from nemo_rl_gke.observe.metrics import RunMetrics, StepMetrics
 from nemo_rl_gke.observe.recoveries import FOLLOWING, RESUMED_AT, merge_attempts
-from nemo_rl_gke.observe.report import RunInputs, TaskTiming, gpu_usage, summarize_stages
+from nemo_rl_gke.observe.report import (
+    RunInputs,
+    TaskTiming,
+    budget_stop_text,
+    epoch_of_iso,
+    gpu_usage,
+    summarize_stages,
+)
 from nemo_rl_gke.run import capacity, costs, topology
 from nemo_rl_gke.run import task_states as ts
 from nemo_rl_gke.run.spec import RunSpec
@@ -272,6 +279,7 @@ def cost(spec: Any, tasks: Mapping[str, TaskState], results: Mapping[str, Any], 
             capacity=served,
             teardown_policy=spec.teardown_policy,
             teardown_actions=_teardown_actions(results),
+            pool_ready_at=epoch_of_iso(_ready_at(results.get(topology.NODE_POOL))),
         ),
     )
     return {
@@ -291,6 +299,12 @@ def cost(spec: Any, tasks: Mapping[str, TaskState], results: Mapping[str, Any], 
             if isinstance(row, Mapping)
         ],
     }
+
+
+def _ready_at(result: Any) -> str | None:
+    """An ensure step's ``ready_at`` (None: not recorded)."""
+    found = result.get("ready_at") if isinstance(result, Mapping) else None
+    return found if isinstance(found, str) else None
 
 
 def _limit(*candidates: Any) -> float | None:
@@ -347,8 +361,15 @@ def budget(
         "stopped_line": None,
     }
     if stopped:
-        steps = f"{progress_now.get('completed')} of {progress_now.get('total_steps') or '?'} steps"
-        out["stopped_line"] = f"stopped at budget: {steps}, {usd if usd is not None else '?'} USD"
+        stop = (published or {}).get("stop") or {}
+        spent = stop.get("usd") if stop.get("usd") is not None else usd
+        done = int(progress_now.get("completed") or 0)
+        total = int(progress_now.get("total_steps") or done)
+        out["stopped_line"] = budget_stop_text(done, total, spent, stop.get("limit"))
+        lost = stop.get("lost")
+        if lost:
+            gpu_hours = float(lost.get("gpu_hours") or 0)
+            out["stopped_line"] += f"; lost {lost.get('steps')} step(s), {gpu_hours:.2f} GPU-hours"
     return out
 
 

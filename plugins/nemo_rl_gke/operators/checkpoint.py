@@ -184,6 +184,7 @@ class ExportCheckpointOperator(StepOperator):
             "shards": report.get("shards", {}),
             "parent": parent.get("uri"),
             "parent_step": parent.get("step"),
+            "recipe": spec.recipe,
         }
         for outlet in self.outlets:
             context["outlet_events"][outlet].extra = extra
@@ -198,7 +199,9 @@ class ResumeOperator(StepOperator):
     The lineage is this DAG's exported checkpoints (events on its Asset). Lustre kept warm still holds the newest
     one; a new Lustre gets it imported from Cloud Storage with Lustre's ``importData`` (deferred). ``max_steps``
     becomes the resumed step plus ``steps_per_run``, refused when the recipe's epoch cap would cut it. Returns
-    ``{"action", "resumed_from", "max_steps", "parent", "lineage"}``; with ``resume=none`` it changes nothing.
+    ``{"action", "resumed_from", "max_steps", "parent", "lineage", "startups"}``; with ``resume=none`` it changes
+    nothing, but still reads the setup times earlier exports of the recipe measured (``startups``: the submit reserves
+    the job's setup time from them, :func:`nemo_rl_gke.run.deadline.setup_reserve`).
     """
 
     ui_color = "#fff3d6"
@@ -213,17 +216,25 @@ class ResumeOperator(StepOperator):
         from nemo_rl_gke.triggers.operations import OperationTrigger
 
         spec = self.run_spec(context)
+        events = self.events(context)
+        startups = resume_plan.startups_of(events, spec.recipe)
         if spec.resume != "latest":
             return {"action": outcomes.NOT_NEEDED, "resumed_from": None, "max_steps": spec.max_steps,
-                    "parent": None, "lineage": []}  # fmt: skip
-        lineage = self.lineage(context)
+                    "parent": None, "lineage": [], "startups": startups}  # fmt: skip
+        lineage = resume_plan.lineage_of(events)
         point = resume_plan.resume_point(spec, lineage)
         parent, start, max_steps = point.parent, point.start, point.max_steps
         try:
             self.log.info("Step budget: %s", resume_plan.check_resume_budget(spec, start, max_steps))
         except resume_plan.ResumeBudgetError as exc:
             raise AirflowFailException(str(exc)) from exc
-        result = {"resumed_from": None, "max_steps": max_steps, "parent": parent, "lineage": lineage}
+        result = {
+            "resumed_from": None,
+            "max_steps": max_steps,
+            "parent": parent,
+            "lineage": lineage,
+            "startups": startups,
+        }
         if parent is None:
             self.log.info("No checkpoint in this DAG's lineage yet: training from scratch to step %d", max_steps)
             return {**result, "action": outcomes.NOT_NEEDED}
@@ -256,7 +267,7 @@ class ResumeOperator(StepOperator):
         self.log.info("Imported step %s; training to step %d", result["resumed_from"]["step"], result["max_steps"])
         return dict(result)
 
-    def lineage(self, context: Context) -> list[dict[str, Any]]:
-        """This DAG's latest exported checkpoints, oldest first: run, step, URI, parent and the night's rewards."""
+    def events(self, context: Context) -> list[Any]:
+        """This DAG's latest export events, oldest first (its lineage, and the setup times they measured)."""
         events = context["inlet_events"][self.inlets[0]].ascending(False).limit(resume_plan.LINEAGE_SHOWN)
-        return resume_plan.lineage_of(reversed(list(events)))
+        return list(reversed(list(events)))

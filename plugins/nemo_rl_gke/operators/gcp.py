@@ -14,7 +14,7 @@ from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from nemo_rl_gke.links import GCP_RESOURCE_LINKS
-from nemo_rl_gke.operators.base import StepOperator, pull
+from nemo_rl_gke.operators.base import StepOperator, iso_now, pull
 from nemo_rl_gke.run import outcomes, topology
 
 if TYPE_CHECKING:
@@ -76,8 +76,8 @@ class EnsureGcpResourceOperator(_ResourceStep):
     """Creates or adopts one GCP resource of the run and waits, deferred, until it is ready.
 
     ``ensure`` gets the resource first: an owned or allowed existing one is adopted (and a still-running operation on
-    it is waited for), a missing one is created. Returns ``{"key", "name", "action"}`` with action ``created``,
-    ``adopted`` or ``exists``.
+    it is waited for), a missing one is created. Returns ``{"key", "name", "action", "ready_at"}`` with action
+    ``created``, ``adopted`` or ``exists``.
 
     Failures: an unowned resource (without ``adopt_existing``) or drift from the spec fails at once without retries,
     and so does an operation that ended in error, since the API gave its answer and a blind re-create would fail the
@@ -157,7 +157,8 @@ class EnsureGcpResourceOperator(_ResourceStep):
             state = resource.state(actual) or "unknown"
             raise AirflowException(f"{self.describe(resource)} is not ready: state {state}")
         self.log.info("%s is ready (%s)", self.describe(resource), action)
-        return self.result(resource, action)
+        # When it was ready: the GPU pool's is where the run's GPU cost (and its USD budget) starts counting.
+        return {**self.result(resource, action), "ready_at": iso_now()}
 
 
 class DeleteGcpResourceOperator(_ResourceStep):

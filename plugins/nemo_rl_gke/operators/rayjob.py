@@ -36,7 +36,9 @@ from nemo_rl_gke.observe.redaction import StreamRedactor
 from nemo_rl_gke.operators.base import DEFERRAL_BACKSTOP_S, StepOperator, epoch_of, iso_now, iso_of, pull
 from nemo_rl_gke.plan.ray_job import job_request, job_secrets
 from nemo_rl_gke.ray.submit import SecretMissingError, ray_token_source, resolve_secrets
-from nemo_rl_gke.run.budget import BudgetSpentError, must_save_by, run_budget
+from nemo_rl_gke.run import capacity
+from nemo_rl_gke.run.budget import run_budget, run_clock
+from nemo_rl_gke.run.deadline import BudgetSpentError, RunClock, setup_reserve
 from nemo_rl_gke.run.deployment import ConnectionNotAllowedError
 from nemo_rl_gke.run.ownership import PendingCheckpoint
 from nemo_rl_gke.run.recipes import load_recipe
@@ -48,6 +50,8 @@ from nemo_rl_gke.run.topology import (
     JOB_STEPS,
     JOB_SUMMARY,
     LUSTRE,
+    NODE_POOL,
+    RAYCLUSTER,
     RESUME,
     STARTED_AT,
     SUBMIT,
@@ -59,6 +63,8 @@ SUBMIT_TIMEOUT_S = 15 * 60
 RECOVERY_WAIT_S = 30 * 60
 # How long a stopped attempt may take to end before the next one would start beside it.
 FENCE_TIMEOUT_S = 60.0
+# The job wait's own timeout lies past the clock's latest stop by this much: the clock decides, never the timeout.
+CLOCK_SLACK_S = 300.0
 TERMINAL_JOB_STATUSES = ("SUCCEEDED", "FAILED", "STOPPED")
 
 if TYPE_CHECKING:
@@ -73,6 +79,20 @@ def run_started_at(context: Context) -> float:
         return started
     dag_run_start = getattr(context.get("dag_run"), "start_date", None)
     return dag_run_start.timestamp() if dag_run_start is not None else time.time()
+
+
+def clock_of(operator: StepOperator, context: Context, spec: RunSpec, submitted_at: float | None) -> RunClock:
+    """The run's clock from what its steps recorded: its start, when the GPU pool came up, when the served rung's
+    wait began, and the job's first submission (None: not submitted yet)."""
+    served = capacity.served_row(pull(context, RAYCLUSTER))
+    return run_clock(
+        spec,
+        operator.deployment,
+        run_started_at=run_started_at(context),
+        pool_ready_at=epoch_of((pull(context, NODE_POOL) or {}).get("ready_at")),
+        served_started_at=epoch_of(served.get("started_at")) if served else None,
+        submitted_at=submitted_at,
+    )
 
 
 class SubmitRayJobOperator(StepOperator):
@@ -113,32 +133,38 @@ def submit_grpo_job(
     # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
     from nemo_rl_gke.ray.hooks import RayJobsHook
 
-    budget = run_budget(spec, operator.deployment)
-    deadline = budget.deadline(run_started_at(context))
+    recipe = load_recipe(spec.recipe)
+    now = time.time()
+    # A recovery's attempt keeps the job timeout of the first submission.
+    first = epoch_of((pull(context, SUBMIT) or {}).get("submitted_at")) if attempt else None
+    clock = clock_of(operator, context, spec, first or now)
+    reserve = setup_reserve(recipe.setup_s, (pull(context, RESUME) or {}).get("startups") or ())
     try:
-        save_by = None if deadline is None else must_save_by(deadline - time.time())
+        save_by = clock.save_by(now, reserve)
         request = job_request(
             spec,
-            load_recipe(spec.recipe),
+            recipe,
             context["dag"].dag_id,
             context["run_id"],
             deployment=operator.deployment,
             resumed_step=resumed_step,
-            must_save_by=save_by,
+            must_save_by=None if save_by is None else save_by.text,
         )
     except ConnectionNotAllowedError as exc:
         raise AirflowFailException(str(exc)) from exc
     except BudgetSpentError as exc:
         raise AirflowFailException(
-            f"{exc}: the run's budget ({budget.hours:.2f} h, max_run_hours / max_run_usd / flex_start_max_hours) was "
-            "spent before the "
-            "job could start, so it was not submitted. Raise the conf's limits (up to the deployment's "
-            "[nemo_rl_gke] max_run_hours / max_run_usd), or keep the cluster warm to start sooner."
+            f"{exc}, so the job was not submitted ({clock.limit_text()}). Raise that limit (a conf may raise "
+            "max_run_hours / max_run_usd up to the deployment's [nemo_rl_gke] limits, and job_timeout_s or "
+            "flex_start_max_hours), or keep the cluster warm to start sooner."
         ) from exc
     if attempt:
         request = dataclasses.replace(request, submission_id=attempt_id(request.submission_id, attempt))
     if save_by is not None:
-        operator.log.info("Run budget %.2f h: checkpointing.checkpoint_must_save_by=%s", budget.hours, save_by)
+        operator.log.info(
+            "Run deadline %s, at %s: checkpointing.checkpoint_must_save_by=%s (%s)", clock.limit_text(),
+            iso_of(clock.deadline.at) if clock.deadline else "-", save_by.text, save_by.explain(),
+        )  # fmt: skip
 
     def password_of(conn_id: str) -> str | None:
         try:
@@ -160,7 +186,12 @@ def submit_grpo_job(
     submission = ray.submit(request, secrets)
     # An adopted job (a retry after the worker died past its submit request) keeps the clock of its real start.
     started = iso_of(submission.started_at) if submission.started_at else iso_now()
-    return {**submission.to_dict(), "dashboard": ray.address.url, "submitted_at": started}
+    return {
+        **submission.to_dict(),
+        "dashboard": ray.address.url,
+        "submitted_at": started,
+        "save_by": None if save_by is None else save_by.to_dict(),
+    }
 
 
 def mark_checkpoint_pending(operator: StepOperator, context: Context, spec: RunSpec, step: int) -> None:
@@ -205,6 +236,10 @@ class RayJobSensor(StepOperator):
     operator_extra_links = WAIT_LINKS
     ui_color = "#f3e8fb"
 
+    def timeout_s(self, spec: RunSpec) -> float:
+        """The job's wait: its timeout, the deployment's overrun past it, and a slack so the clock stops it first."""
+        return super().timeout_s(spec) + self.deployment.budget_overrun_minutes * 60.0 + CLOCK_SLACK_S
+
     def execute(self, context: Context) -> None:
         """Defer to the trigger that follows the job (its newest attempt, when a recovery resubmitted it)."""
         # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
@@ -219,17 +254,38 @@ class RayJobSensor(StepOperator):
             attempt += 1
         if attempt:
             self.log.info("Following attempt %d of the job: %s", attempt, attempt_id(base, attempt))
-        self._follow(context, spec, attempt_id(base, attempt), attempt_started_at=0.0)
+        submitted = pull(context, SUBMIT)
+        if attempt:
+            # A retried wait follows a recovery's attempt: its deadline was made as the first one's was.
+            submitted = {**submitted, "save_by": self._attempt_save_by(context, attempt)}
+        self._follow(context, spec, attempt_id(base, attempt), attempt_started_at=0.0, save_by=submitted.get("save_by"))
 
-    def _follow(self, context: Context, spec: RunSpec, submission_id: str, *, attempt_started_at: float) -> NoReturn:
+    def _attempt_save_by(self, context: Context, attempt: int) -> dict[str, Any] | None:
+        """What a recovery's attempt was given (its record), else None."""
+        for record in self._recoveries(context):
+            if int(record.get("attempt") or 0) == attempt:
+                return record.get("save_by")
+        return None
+
+    def _follow(
+        self,
+        context: Context,
+        spec: RunSpec,
+        submission_id: str,
+        *,
+        attempt_started_at: float,
+        save_by: dict[str, Any] | None,
+    ) -> NoReturn:
         # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
         from nemo_rl_gke.ray.hooks import RayJobsHook
         from nemo_rl_gke.triggers.log_position import task_key
         from nemo_rl_gke.triggers.rayjob import RayJobTrigger
 
         submitted = pull(context, SUBMIT)
-        budget = run_budget(spec, self.deployment)
-        started = run_started_at(context)
+        first = epoch_of(submitted.get("submitted_at")) or time.time()
+        clock = clock_of(self, context, spec, first)
+        if save_by:
+            clock = clock.with_job(float(save_by.get("seconds") or 0.0), float(save_by.get("margin_s") or 0.0))
         address = RayJobsHook.for_run(spec, self.hook, self.deployment).address
         guard = f"K={spec.zero_learning_steps}" if spec.zero_learning_guard else "off"
         self.defer_until(
@@ -241,14 +297,13 @@ class RayJobSensor(StepOperator):
             submission_id=submission_id,
             needs_token=address.needs_token,
             # The job's clock started at its first submission: a re-deferral, a retry or a recovery keeps that deadline.
-            started_at=epoch_of(submitted.get("submitted_at")) or time.time(),
+            started_at=first,
             attempt_started_at=attempt_started_at,
             zero_learning_steps=spec.zero_learning_steps if spec.zero_learning_guard else 0,
             secret_conn_ids=[secret.conn_id for secret in job_secrets(spec, self.deployment)],
             ca_pem=address.ca_pem,
-            budget_deadline=budget.deadline(started) or 0.0,
-            run_started_at=started,
-            usd_per_hour=budget.usd_per_hour or 0.0,
+            run_started_at=run_started_at(context),
+            clock=clock.to_dict(),
             max_steps=spec.max_steps,
             stall_after_s=spec.stall_after_s or 0.0,
             task_key=task_key(context["ti"]),
@@ -266,12 +321,18 @@ class RayJobSensor(StepOperator):
         if event.get("status") == "failed":
             self._recover_or_fail(context, spec, event, log, recoveries)
         steps, summary = self._run_steps(spec, log, recoveries, summary)
+        if event.get("startup_s") is not None:
+            # The next runs of the recipe reserve their setup time from this (the export's Asset event carries it).
+            summary = {**summary, "startup_s": round(float(event["startup_s"]), 1)}
         context["ti"].xcom_push(key=JOB_STEPS, value=steps)
         context["ti"].xcom_push(key=JOB_SUMMARY, value=summary)
         self.log.info("Training summary: %s", summary_text(summary))
         status = event.get("status")
         guard = event.get("guard") or {}
         budget = run_budget(spec, self.deployment).xcom(stopped_at_budget=status == "budget")
+        stop = event.get("stop")
+        if stop:
+            budget["stop"] = stop
         context["ti"].xcom_push(key=JOB_BUDGET, value=budget)
         result = {
             "status": event.get("job_status"),
@@ -303,6 +364,12 @@ class RayJobSensor(StepOperator):
         if status == "success":
             final = event.get("final_step")
             return {**result, "final_step": int(final) if final is not None else spec.final_step, "converged_at": None}
+        if status == "budget" and stop and stop.get("lost"):
+            lost = stop["lost"]
+            self.log.error(
+                "Nothing was saved before the stop: %s step(s) and %.2f GPU-hours are lost: %s", lost.get("steps"),
+                float(lost.get("gpu_hours") or 0.0), lost.get("why"),
+            )  # fmt: skip
         message = f"{event.get('message', 'no message')}\nLast lines of the driver log:\n{tail}"
         verdict = event.get("recovery_verdict")
         raise AirflowFailException(f"{message}\n{verdict}" if verdict else message)
@@ -409,10 +476,11 @@ class RayJobSensor(StepOperator):
         self._fence(ray, record["failed_job"])
         submission = submit_grpo_job(self, context, spec, resume_from, attempt=int(record["attempt"]))
         now = time.time()
-        recoveries[-1] = resubmitted(record, submission["submission_id"], now)
+        recoveries[-1] = {**resubmitted(record, submission["submission_id"], now), "save_by": submission.get("save_by")}
         context["ti"].xcom_push(key=JOB_RECOVERIES, value=recoveries)
         self.log.warning("%s", recoveries_text(recoveries[-1:]))
-        self._follow(context, spec, submission["submission_id"], attempt_started_at=now)
+        save_by = submission.get("save_by")
+        self._follow(context, spec, submission["submission_id"], attempt_started_at=now, save_by=save_by)
 
     def _fence(self, ray: RayJobsHook, submission_id: str) -> None:
         """Make sure the failed attempt is stopped and its driver gone before the next one starts: two attempts on

@@ -26,6 +26,7 @@ from nemo_rl_gke.run.spec import RunSpec
 from nemo_rl_gke.run.topology import (
     ERROR,
     EXPORT,
+    JOB_BUDGET,
     JOB_RECOVERIES,
     JOB_STALLED,
     JOB_SUMMARY,
@@ -51,6 +52,10 @@ def _training(context: Context) -> dict[str, Any] | None:
     recoveries = pull(context, WAIT, JOB_RECOVERIES) or []
     if recoveries:
         summary = {**summary, "recovery_log": recoveries}
+    stop = (pull(context, WAIT, JOB_BUDGET) or {}).get("stop")
+    if stop:
+        # Which limit stopped the job, the USD at that moment, and what the stop lost (also for a failed wait).
+        summary = {**summary, "deadline_stop": stop}
     if stalled:
         return {**summary, "final_step": stalled.get("final_step"), "stalled": stalled.get("message")}
     return {**summary, **{k: waited[k] for k in outcome if waited.get(k) is not None}}
@@ -166,6 +171,7 @@ class RunReportOperator(StepOperator):
                 lineage=(pull(context, RESUME) or {}).get("lineage") or (),
                 pending_checkpoints=pending,
                 next_run_at=_next_run_at(dag),
+                pool_ready_at=epoch_of((pull(context, topology.NODE_POOL) or {}).get("ready_at")),
             ),
         )
         text = report.to_text()

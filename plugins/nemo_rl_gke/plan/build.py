@@ -325,6 +325,8 @@ def plan_bounds(spec: RunSpec, deployment: Deployment) -> dict[str, Any]:
         "allowed_recipes": list(deployment.allowed_recipes) or ["(every shipped recipe)"],
         "budget_hours": None if budget.hours is None else round(budget.hours, 4),
         "budget_usd": None if budget.usd is None else round(budget.usd, 2),
+        "setup_reserve_s": load_recipe(spec.recipe).setup_s,
+        "budget_overrun_minutes": deployment.budget_overrun_minutes,
         "allowed_capacity": list(deployment.allowed_capacity),
         "max_gpu_hour_usd": deployment.max_gpu_hour_usd or None,
         "capacity": spec.capacity,
@@ -352,12 +354,14 @@ def _bounds_text(bounds: dict[str, Any]) -> list[str]:
         "(max_gpu_nodes_total, checked when the lease is taken); recipes "
         f"{', '.join(bounds['allowed_recipes'])}; capacity options {', '.join(bounds['allowed_capacity'])}, "
         f"{ceiling} per GPU-hour",
-        f"   budget: {_limit_text(bounds['budget_hours'], 'h')}, {_limit_text(bounds['budget_usd'], 'USD')} from the "
-        "run's start (max_run_hours, max_run_usd, flex-start's max run hours): training gets "
-        "checkpoint_must_save_by from the time left, and stops at a save before it",
+        f"   budget: {_limit_text(bounds['budget_hours'], 'h')}, {_limit_text(bounds['budget_usd'], 'USD')} "
+        "(max_run_hours from the run's start, max_run_usd from the GPU pool's, flex-start's max run hours, the job "
+        "timeout: one deadline): training gets checkpoint_must_save_by from the time left less "
+        f"{bounds['setup_reserve_s']:g} s for NeMo RL's setup (the recipe's setup_s, until earlier runs measure it) "
+        f"and stops at a save; {_overrun_text(bounds['budget_overrun_minutes'])}",
         f"   capacity: {bounds['capacity']}, the GPU pool at "
         f"{_limit_text(bounds['capacity_usd_per_hour'], 'USD/h').replace('no limit', 'an unknown price')} "
-        f"({bounds['capacity_price_basis']}, unless gpu_hour_price_usd is set)",
+        f"({bounds['capacity_price_basis']}, unless gpu_hour_price_usd raises it)",
         *_ladder_text(bounds["capacity_ladder"]),
     ]
 
@@ -375,6 +379,13 @@ def _ladder_text(rungs: list[dict[str, Any]]) -> list[str]:
         f"   capacity ladder: {tried}. A rung that gives no nodes in time, or stocks out, has its pool replaced "
         "by the next rung's; the networks, Lustre and the cluster stay"
     ]
+
+
+def _overrun_text(minutes: float) -> str:
+    """What the deployment lets a late deadline save do."""
+    if not minutes:
+        return "no overrun to finish a late save (budget_overrun_minutes 0)"
+    return f"up to {minutes:g} min past a budget or the job timeout to finish a late save (budget_overrun_minutes)"
 
 
 def _limit_text(value: float | None, unit: str) -> str:

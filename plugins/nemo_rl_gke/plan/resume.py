@@ -45,6 +45,18 @@ def lineage_of(events: Iterable[Any]) -> list[dict[str, Any]]:
     return found
 
 
+def startups_of(events: Iterable[Any], recipe: str) -> list[float]:
+    """Seconds from the submit to NeMo RL's setup end that this DAG's exported runs of ``recipe`` measured, oldest
+    first (the export's Asset event carries them): what the next submit reserves for its setup."""
+    found = []
+    for event in events:
+        extra = event.extra or {}
+        seconds = (extra.get("metrics") or {}).get("startup_s")
+        if extra.get("recipe") == recipe and isinstance(seconds, int | float) and not isinstance(seconds, bool):
+            found.append(float(seconds))
+    return found
+
+
 @dataclass(frozen=True)
 class ResumePoint:
     """Where a ``resume=latest`` run starts: its parent checkpoint (None: from scratch), that step, and the

@@ -1,40 +1,28 @@
-"""A run's budget: the hours and USD the deployment and the conf allow, what is left, and NeMo RL's deadline.
+"""A run's budget: the hours and USD the deployment and the conf allow, and the clock every stop of its job reads.
 
 The deployment sets ``max_run_hours`` and ``max_run_usd`` (:mod:`nemo_rl_gke.run.deployment`); a conf may only lower
-them. USD becomes hours through the run report's cost model (:func:`nemo_rl_gke.run.costs.gpu_hour_price` x GPUs per
-node x GPU nodes), and the lower limit applies, counted from the run's start: provisioning spends budget too.
+them. USD is counted the run report's way: the served capacity's price per GPU-hour
+(:func:`nemo_rl_gke.run.costs.gpu_hour_price`, which a conf may raise, never lower) x GPUs, from when the GPU pool came
+up. Hours are counted from the run's start: provisioning spends them too. Flex-start capacity is a limit of the same
+kind: GKE removes its nodes ``maxRunDuration`` after they start (``flex_start_max_hours``, else 7 days).
 
-Training keeps inside it twice over. The job gets NeMo RL's ``checkpointing.checkpoint_must_save_by``
-("DD:HH:MM:SS", both pinned versions have it: ``TimeoutChecker`` in ``nemo_rl/utils/timer.py`` at v0.5.0 and
-v0.7.0) from the time left at submit, less a margin for the save, so it saves and exits by itself. NeMo RL starts
-that clock when its training loop starts, after the model has loaded, so the trigger also watches the deadline: it
-stops the job at its next save once less than a step (and the margin) is left, and at once when it is spent.
-
-Flex-start capacity is a limit of the same kind: GKE removes its nodes ``maxRunDuration`` after they start
-(``flex_start_max_hours``, else 7 days), so the run's hours are at most that, counted from the run's start. The
-nodes start later than the run, so the job saves and exits before they go, with room to spare.
+:func:`run_clock` turns these limits and the job timeout into one :class:`~nemo_rl_gke.run.deadline.RunClock`: the
+submit derives NeMo RL's ``checkpointing.checkpoint_must_save_by`` from it, the trigger its hard stop
+(:mod:`nemo_rl_gke.run.deadline` says how the two account for the job's setup).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from nemo_rl_gke.run.conf_schema import FLEX_KINDS, FLEX_START_MAX_HOURS
 from nemo_rl_gke.run.costs import gpu_hour_price, pool_usd_per_hour
+from nemo_rl_gke.run.deadline import CAPACITY_END, HOURS, JOB_TIMEOUT, USD, Limit, RunClock
 from nemo_rl_gke.run.deployment import Deployment
 
 if TYPE_CHECKING:
     from nemo_rl_gke.run.spec import RunSpec
-
-# The save NeMo RL makes at its deadline needs time: a tenth of what is left, at most 10 min.
-SAVE_MARGIN_S = 600.0
-SAVE_MARGIN_SHARE = 0.1
-
-
-class BudgetSpentError(ValueError):
-    """The run's budget was spent before training could start."""
 
 
 @dataclass(frozen=True)
@@ -53,14 +41,6 @@ class RunBudget:
         """The budget in seconds from the run's start."""
         return None if self.hours is None else self.hours * 3600.0
 
-    def deadline(self, run_started_at: float) -> float | None:
-        """Epoch seconds the run must be done by (None: no limit)."""
-        return None if self.seconds is None else run_started_at + self.seconds
-
-    def usd_at(self, elapsed_s: float) -> float | None:
-        """What the run has spent after ``elapsed_s`` seconds, by the budget's own clock."""
-        return None if self.usd_per_hour is None else max(0.0, elapsed_s) / 3600.0 * self.usd_per_hour
-
     def xcom(self, *, stopped_at_budget: bool) -> dict[str, Any]:
         """The ``budget`` XCom of train.wait (the Training view's figures)."""
         return {
@@ -78,19 +58,24 @@ def _limit(deployment_value: float, conf_value: float | None) -> float | None:
     return float(min(limits)) if limits else None
 
 
+def pool_rate(spec: RunSpec) -> float | None:
+    """USD per hour of the run's GPU nodes at the one price (its ``capacity``'s; after the ladder, the served one's)."""
+    price, _ = gpu_hour_price(spec.gpu_type, spec.gpu_hour_price_usd, spec.capacity)
+    return pool_usd_per_hour(price, spec.gpus_per_node, spec.worker_replicas)
+
+
+def flex_hours(spec: RunSpec) -> float | None:
+    """How long flex-start (or queued) nodes may run (None: the capacity has no such end)."""
+    return float(spec.flex_start_max_hours or FLEX_START_MAX_HOURS) if spec.capacity in FLEX_KINDS else None
+
+
 def run_budget(spec: RunSpec, deployment: Deployment) -> RunBudget:
     """The run's effective budget under ``deployment``."""
-    # The conf's gpu_hour_price_usd may raise the price the budget counts with, never lower it below the report's
-    # list price: the conf is untrusted, and a tiny price would stretch a USD cap.
-    listed, _ = gpu_hour_price(spec.gpu_type)
-    price, _ = gpu_hour_price(spec.gpu_type, spec.gpu_hour_price_usd)
-    if listed is not None and price is not None:
-        price = max(price, listed)
-    rate = pool_usd_per_hour(price, spec.gpus_per_node, spec.worker_replicas)
+    rate = pool_rate(spec)
     hours = _limit(deployment.max_run_hours, spec.max_run_hours)
-    if spec.capacity in FLEX_KINDS:
-        flex_hours = float(spec.flex_start_max_hours or FLEX_START_MAX_HOURS)
-        hours = flex_hours if hours is None else min(hours, flex_hours)
+    flex = flex_hours(spec)
+    if flex is not None:
+        hours = flex if hours is None else min(hours, flex)
     usd = _limit(deployment.max_run_usd, spec.max_run_usd)
     if rate:
         if usd is not None:
@@ -100,14 +85,42 @@ def run_budget(spec: RunSpec, deployment: Deployment) -> RunBudget:
     return RunBudget(hours, usd, rate, spec.worker_replicas, deployment.max_gpu_nodes_per_run)
 
 
-def must_save_by(seconds_left: float) -> str:
-    """NeMo RL's ``checkpoint_must_save_by`` ("DD:HH:MM:SS") for a job with ``seconds_left``, less the save margin;
-    raises :class:`BudgetSpentError` when nothing is left to train in."""
-    usable = seconds_left - min(SAVE_MARGIN_S, SAVE_MARGIN_SHARE * seconds_left)
-    if not math.isfinite(usable) or usable < 1:
-        raise BudgetSpentError(f"{max(seconds_left, 0.0):.0f}s of the run's budget is left: no time to train")
-    total = int(usable)
-    days, rest = divmod(total, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, seconds = divmod(rest, 60)
-    return f"{days:02d}:{hours:02d}:{minutes:02d}:{seconds:02d}"
+def run_clock(
+    spec: RunSpec,
+    deployment: Deployment,
+    *,
+    run_started_at: float,
+    pool_ready_at: float | None = None,
+    served_started_at: float | None = None,
+    submitted_at: float | None = None,
+) -> RunClock:
+    """Every limit of the run as one clock. ``pool_ready_at``: when the GPU pool came up (the USD clock's start; None:
+    the run's start); ``served_started_at``: when the served rung's wait began (its nodes start after it; None: the
+    run's start); ``submitted_at``: the job's first submission (None: no job timeout yet)."""
+    rate = pool_rate(spec)
+    usd_since = pool_ready_at if pool_ready_at is not None else run_started_at
+    limits = []
+    hours = _limit(deployment.max_run_hours, spec.max_run_hours)
+    if hours is not None:
+        limits.append(
+            Limit(HOURS, run_started_at + hours * 3600.0, False, f"the run's {hours:g} h budget (max_run_hours)")
+        )
+    usd = _limit(deployment.max_run_usd, spec.max_run_usd)
+    if usd is not None and rate:
+        what = f"the run's {usd:,.2f} USD budget (max_run_usd, {spec.capacity} at {rate:,.2f} USD/h)"
+        limits.append(Limit(USD, usd_since + usd / rate * 3600.0, False, what))
+    flex = flex_hours(spec)
+    if flex is not None:
+        start = served_started_at if served_started_at is not None else run_started_at
+        what = f"the {spec.capacity} nodes' end ({flex:g} h, flex_start_max_hours)"
+        limits.append(Limit(CAPACITY_END, start + flex * 3600.0, True, what))
+    if submitted_at is not None:
+        what = f"the job timeout ({spec.job_timeout_s:,} s, job_timeout_s)"
+        limits.append(Limit(JOB_TIMEOUT, submitted_at + float(spec.job_timeout_s), False, what))
+    return RunClock(
+        tuple(limits),
+        overrun_s=deployment.budget_overrun_minutes * 60.0,
+        usd_per_hour=rate,
+        usd_since=usd_since,
+        gpus=spec.worker_replicas * spec.gpus_per_node,
+    )

@@ -101,10 +101,17 @@ def row(capacity: str, wait_s: float, *, started_at: str, ended_at: str, outcome
     }
 
 
-def served_capacity(result: Any) -> str | None:
-    """The option whose nodes served the run, from ``kube.raycluster``'s result (None: none, or no such result)."""
+def served_row(result: Any) -> dict[str, Any] | None:
+    """The row of the rung whose nodes served the run, from ``kube.raycluster``'s result (None: none, or no such
+    result)."""
     rows = (result or {}).get("capacity") if isinstance(result, dict) else None
     for found in reversed(rows or []):
         if isinstance(found, dict) and found.get("outcome") == SERVED:
-            return str(found.get("capacity"))
+            return found
     return None
+
+
+def served_capacity(result: Any) -> str | None:
+    """The option whose nodes served the run, from ``kube.raycluster``'s result (None: none, or no such result)."""
+    row = served_row(result)
+    return None if row is None else str(row.get("capacity"))

@@ -808,7 +808,9 @@ class RunConf:
         0.0,
         section=SECTION_TEARDOWN,
         title="Price per GPU-hour (USD)",
-        description="For the run report's cost estimate; 0 uses the package's rough list price for the GPU type.",
+        description="A price per GPU-hour for every cost figure of the run (report, view, USD budget). It may only "
+        "raise the package's estimate for the GPU type and the serving capacity, never lower it (the conf is "
+        "untrusted and the USD budget counts with it); 0 uses the estimate.",
         minimum=0,
         maximum=1000,
     )

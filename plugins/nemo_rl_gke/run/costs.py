@@ -95,13 +95,20 @@ class RunningResource:
 
 
 def gpu_hour_price(gpu_type: str, conf_price_usd: float = 0.0, capacity: str = "") -> tuple[float | None, str]:
-    """USD per GPU-hour and where it comes from: the conf's price (> 0), else the estimate for the GPU type (its
-    list price, times the capacity's share of it when one is given: "default"), else ``(None, "unknown")``."""
-    if conf_price_usd > 0:
-        return float(conf_price_usd), "conf"
+    """USD per GPU-hour and where it comes from: the estimate for the GPU type (its list price, times the capacity's
+    share of it when one is given: "default"), or the conf's price where it is higher ("conf"; with no estimate for
+    the GPU, the conf's price whatever it is), else ``(None, "unknown")``.
+
+    The one price every figure of a run uses: the budget's deadline, the stop message, the report and the view. The
+    conf may raise it, never lower it: the conf is untrusted, and a tiny price would stretch a USD budget."""
+    estimate = None
     if gpu_type in DEFAULT_GPU_HOUR_PRICES_USD:
         share, _ = CAPACITY_PRICE_SHARES.get(capacity, (1.0, ""))
-        return DEFAULT_GPU_HOUR_PRICES_USD[gpu_type] * share, "default"
+        estimate = DEFAULT_GPU_HOUR_PRICES_USD[gpu_type] * share
+    if conf_price_usd > 0 and (estimate is None or conf_price_usd > estimate):
+        return float(conf_price_usd), "conf"
+    if estimate is not None:
+        return estimate, "default"
     return None, "unknown"
 
 

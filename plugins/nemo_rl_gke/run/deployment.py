@@ -69,6 +69,8 @@ RECIPE_ENTRY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 # allows 33 nodes (about 2,900 USD/h) stops such a run within 2 h.
 DEFAULT_MAX_RUN_HOURS = 24.0
 DEFAULT_MAX_RUN_SPEND = 5000.0  # USD
+# How far past a budget or the job timeout a run may go to finish NeMo RL's deadline save (a day at most).
+MAX_OVERRUN_MINUTES = 24 * 60
 
 
 class DeploymentError(ValueError):
@@ -183,6 +185,9 @@ class Deployment:
       deployment's live runs in a project may hold together, enforced when a run takes its group's lease.
     - ``max_run_hours`` / ``max_run_usd``: the most one run may last (from its start, provisioning included) and
       spend (the run report's cost model: GPU price per hour x GPU nodes); a conf may only lower them. 0: no limit.
+    - ``budget_overrun_minutes``: how long past a budget or the job timeout the trigger may wait for NeMo RL's
+      deadline save, when the job's setup took longer than was reserved for it (never past a capacity's end). 0:
+      the job is stopped at the deadline, and a stop before any save says what it lost.
     - ``allowed_recipes``: recipes a conf may pick; empty: every recipe shipped in include/recipes.
     - ``max_recoveries``: the most node-loss recoveries (resubmissions) a conf's ``max_recoveries`` may ask for.
     - ``allowed_capacity``: the GPU capacity options a conf's ``capacity`` and ``capacity_ladder`` may use;
@@ -204,6 +209,7 @@ class Deployment:
     max_gpu_nodes_total: int = DEFAULT_MAX_GPU_NODES_TOTAL
     max_run_hours: float = DEFAULT_MAX_RUN_HOURS
     max_run_usd: float = DEFAULT_MAX_RUN_SPEND
+    budget_overrun_minutes: float = 0.0
     allowed_recipes: tuple[str, ...] = ()
     max_recoveries: int = DEFAULT_MAX_RECOVERIES
     allowed_capacity: tuple[str, ...] = CAPACITIES
@@ -247,6 +253,12 @@ class Deployment:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
                 problems.append(f"{name} must be a number >= 0 (0: no limit), got {str(value)[:40]!r}")
+        value = self.budget_overrun_minutes
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_OVERRUN_MINUTES:
+            problems.append(
+                f"budget_overrun_minutes must be a number from 0 to {MAX_OVERRUN_MINUTES} (0: never past a budget), "
+                f"got {str(value)[:40]!r}"
+            )
         return problems + self._bound_problems()
 
     def _bound_problems(self) -> list[str]:
@@ -534,9 +546,17 @@ BOUND_SETTINGS_DOC: tuple[tuple[str, str, str], ...] = (
     (
         "max_run_usd",
         f"{DEFAULT_MAX_RUN_SPEND:g}",
-        "The most a run may spend, in USD at the run report's prices (GPU price per hour x GPU nodes, from the "
-        "run's start): it becomes hours, and the lower of the two limits applies. A conf's max_run_usd may only "
-        "lower it. 0: no limit.",
+        "The most a run may spend, in USD at the run report's prices (the serving capacity's price per GPU-hour x "
+        "GPUs, from when the GPU pool came up). Training saves and stops before it as before max_run_hours. A "
+        "conf's max_run_usd may only lower it. 0: no limit.",
+    ),
+    (
+        "budget_overrun_minutes",
+        "0",
+        f"How long past max_run_hours, max_run_usd or the job timeout a run may go to finish NeMo RL's deadline save "
+        f"when the job's setup (model load) took longer than was reserved for it; never past flex-start's end. 0: "
+        f"the job is stopped at the deadline, and a stop before any save names the steps and GPU-hours it lost. At "
+        f"most {MAX_OVERRUN_MINUTES}.",
     ),
     (
         "allowed_recipes",

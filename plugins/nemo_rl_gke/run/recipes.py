@@ -195,6 +195,9 @@ class Recipe:
     # The training split's size: a count, or the config key that holds it (a generated dataset). None: unknown.
     train_examples: int | str | None = None
     dataset: str = ""
+    # Seconds from the job's submit to NeMo RL's "SETUP COMPLETE" (model load, vLLM start), reserved up front so the
+    # job's deadline save falls before the run's deadline while no earlier run of the recipe has measured it.
+    setup_s: float = 600.0
 
     @property
     def version(self) -> NemoVersion:
@@ -523,9 +526,17 @@ def load_recipe(name: str) -> Recipe:
             protected=tuple(str(k) for k in data.get("protected") or ()),
             train_examples=_train_examples((data.get("dataset") or {}).get("train_examples")),
             dataset=str((data.get("dataset") or {}).get("name") or ""),
+            setup_s=_setup_s(data.get("setup_s", Recipe.setup_s)),
         )
     except (KeyError, TypeError) as exc:
         raise RecipeError(f"recipe {name}: missing or malformed field {exc}") from exc
+
+
+def _setup_s(value: Any) -> float:
+    """A recipe's ``setup_s``: seconds, more than 0 and at most a day; anything else is malformed."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 86400:
+        raise TypeError(f"setup_s must be a number of seconds from 1 to 86400, got {value!r}")
+    return float(value)
 
 
 def _train_examples(value: Any) -> int | str | None:

@@ -14,9 +14,12 @@ and ends with exactly one event, small whatever the job's length (Airflow logs i
 
 The per-step table is not in it: the sensor reads it from the job's log when it resumes. The guard stops a job
 that never learned (or collapsed) at once; a job that converged runs to its next checkpoint save and is stopped
-then ("converged", a success). The run's budget (``budget_deadline``) stops the job at its next save once less
-than a step is left, at once when it is spent, and a job that stopped itself at NeMo RL's
-``checkpoint_must_save_by`` is one too ("budget", a success: the newest save is exported). A job that prints no new
+then ("converged", a success). The run's clock (``clock``: every limit of the run, :mod:`nemo_rl_gke.run.deadline`)
+stops the job at its next save once less than a step is left before the stop it sets, at that stop otherwise, and a
+job that stopped itself at NeMo RL's ``checkpoint_must_save_by`` is one too ("budget", a success: the newest save is
+exported; the event's ``stop`` says which limit, the USD spent then and what was lost). The stop waits for the job's
+own deadline save when NeMo RL's clock (started at its ``SETUP COMPLETE``, which the trigger reads) puts it after the
+deadline, within the deployment's overrun, and for a save already begun. A job that prints no new
 step for the stall bound (:func:`~nemo_rl_gke.observe.step_timing.stall_after`) is stopped ("stalled": its newest
 finished save is exported, then the run fails). The timeout stops the job before the event is sent. Marking the deferred
 task failed or success in the UI (or clearing it) calls :meth:`on_kill`, which stops the job too. The Google token for
@@ -40,13 +43,14 @@ from airflow.providers.common.compat.connection import get_async_connection
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from nemo_rl_gke.kube.errors import KubeApiError, is_kube_transient
-from nemo_rl_gke.observe.metrics import LogFollower, newest_save, saved_after
+from nemo_rl_gke.observe.metrics import LogFollower, newest_save, save_in_progress, saved_after
 from nemo_rl_gke.observe.recoveries import FOLLOWING, RESUMED_AT
 from nemo_rl_gke.observe.redaction import StreamRedactor
 from nemo_rl_gke.observe.report import budget_stop_text
 from nemo_rl_gke.observe.step_timing import mean_step_time, progress_mark, stall_after
 from nemo_rl_gke.observe.zero_learning import ZeroLearningVerdict, check_zero_learning
 from nemo_rl_gke.ray.errors import RayJobsApiError, RayJobsTransientError, RayTlsError
+from nemo_rl_gke.run.deadline import HOURS, Limit, RunClock
 from nemo_rl_gke.triggers.clients import RAY, client_module
 from nemo_rl_gke.triggers.log_position import LogPositions
 from nemo_rl_gke.triggers.operations import backoff_delay
@@ -93,9 +97,11 @@ class RayJobTrigger(BaseTrigger):
     :param ray_token_secret: the API path of KubeRay's Secret with the Ray token (empty: the RayCluster has no token
         auth). The token is read in ``run`` and sent as ``X-Ray-Authorization``; like the Google token, it is never
         a kwarg, and it is masked in everything the trigger logs or sends.
-    :param budget_deadline: epoch seconds the run's budget ends (0: no budget); see the module docstring.
-    :param run_started_at: epoch seconds the run started (its budget's clock; 0: ``started_at``).
-    :param usd_per_hour: the run's GPU cost per hour at the report's prices (0: unknown), for the budget message.
+    :param clock: the run's :class:`~nemo_rl_gke.run.deadline.RunClock` as a dict (its limits, the overrun, the price
+        and what the job was given); None: the legacy ``budget_deadline`` alone (a trigger serialized before the clock).
+    :param budget_deadline: (legacy) epoch seconds the run's budget ends (0: no budget), used without ``clock``.
+    :param run_started_at: epoch seconds the run started (0: ``started_at``).
+    :param usd_per_hour: (legacy) the run's GPU cost per hour (0: unknown), used without ``clock``.
     :param max_steps: the steps the job was to train, for the budget message.
     :param stall_after_s: seconds without a new step that make a stall; 0: derived from the step times.
     :param attempt_started_at: epoch seconds this attempt of the job was submitted (a recovery's resubmission; 0:
@@ -128,6 +134,7 @@ class RayJobTrigger(BaseTrigger):
         stall_after_s: float = 0.0,
         attempt_started_at: float = 0.0,
         task_key: Mapping[str, Any] | None = None,
+        clock: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.address = address.rstrip("/")
@@ -150,6 +157,14 @@ class RayJobTrigger(BaseTrigger):
         self.budget_deadline = float(budget_deadline)
         self.run_started_at = float(run_started_at) or self.started_at
         self.usd_per_hour = float(usd_per_hour)
+        self.clock_data = dict(clock) if clock else None
+        self.clock = RunClock.from_dict(self.clock_data) if self.clock_data else self._legacy_clock()
+        # When this trigger saw NeMo RL's setup end (its deadline clock start), the newest finished save and when
+        # it was seen, and whether the late deadline save was announced.
+        self._setup_done_at: float | None = None
+        self._newest: tuple[int | None, float] = (None, 0.0)
+        self._late_said = False
+        self._overrun_said = False
         self.max_steps = int(max_steps)
         self.stall_after_s = float(stall_after_s)
         # The step the budget came near in (its save is awaited), and when the log last showed progress.
@@ -192,8 +207,16 @@ class RayJobTrigger(BaseTrigger):
                 "stall_after_s": self.stall_after_s,
                 "attempt_started_at": self.attempt_started_at,
                 "task_key": self.task_key,
+                "clock": self.clock_data,
             },
         )
+
+    def _legacy_clock(self) -> RunClock:
+        """The clock of a trigger serialized before the clock existed: its budget deadline alone, no overrun."""
+        if not self.budget_deadline:
+            return RunClock()
+        limit = Limit(HOURS, self.budget_deadline, False, "the run's budget")
+        return RunClock((limit,), usd_per_hour=self.usd_per_hour or None, usd_since=self.run_started_at)
 
     # --- secrets ----------------------------------------------------------------------------------------------------
     async def _load_secrets(self) -> None:
@@ -352,9 +375,11 @@ class RayJobTrigger(BaseTrigger):
         job_status: str,
         verdict: ZeroLearningVerdict | None = None,
         final_step: int | None = None,
+        *,
+        stop: Mapping[str, Any] | None = None,
     ) -> TriggerEvent:
         """The one event, built in a worker thread (the summary walks every parsed step)."""
-        return await asyncio.to_thread(self._build_event, status, message, job_status, verdict, final_step)
+        return await asyncio.to_thread(self._build_event, status, message, job_status, verdict, final_step, stop=stop)
 
     def _build_event(
         self,
@@ -363,6 +388,8 @@ class RayJobTrigger(BaseTrigger):
         job_status: str,
         verdict: ZeroLearningVerdict | None,
         final_step: int | None,
+        *,
+        stop: Mapping[str, Any] | None = None,
     ) -> TriggerEvent:
         # Ray's message (with the job's last log lines in it) is masked here; the tail and summary were built from
         # masked text and are masked again only as a second line of defence.
@@ -381,6 +408,13 @@ class RayJobTrigger(BaseTrigger):
                     {"kind": verdict.kind, "decided_at": verdict.decided_at, "k": verdict.k} if verdict else None
                 ),
                 "tail": _bounded_tail([redact.redact(line) for line in self.follower.tail(TAIL_LINES)]),
+                "stop": redact.redact_value(dict(stop)) if stop else None,
+                # Seconds from this attempt's submit to NeMo RL's setup end, as this trigger saw it (None: not seen).
+                "startup_s": (
+                    None
+                    if self._setup_done_at is None
+                    else round(self._setup_done_at - (self.attempt_started_at or self.started_at), 1)
+                ),
             }
         )
 
@@ -431,6 +465,7 @@ class RayJobTrigger(BaseTrigger):
                         return await self._event("error", f"Ray job {self.submission_id} does not exist", job_status)
                     job_status = str(info.get("status", "UNKNOWN"))
                     verdict, saved = await self._read_log(terminal=job_status in TERMINAL)
+                    self._observe(time.time())
                     failures = 0
                 except RayJobsApiError as exc:
                     return await self._event("error", f"reading Ray job {self.submission_id}: {exc}", job_status)
@@ -452,9 +487,10 @@ class RayJobTrigger(BaseTrigger):
                         metrics = self.follower.metrics
                         if job_status == "SUCCEEDED" and metrics.timeout_reached:
                             saved = newest_save(metrics.steps)
-                            message = f"{self._budget_text()}: the job saved step {saved} and exited by itself "
+                            stop = self._stop_record(time.time(), saved)
+                            message = f"{self._budget_text(stop)}: the job saved step {saved} and exited by itself "
                             message += "at NeMo RL's checkpoint_must_save_by"
-                            return await self._event("budget", message, job_status, verdict, saved)
+                            return await self._event("budget", message, job_status, verdict, saved, stop=stop)
                         return await self._event(TERMINAL[job_status], _end_message(info), job_status, verdict)
                     if verdict is not None and verdict.stops_now:
                         outcome = await self._stop()
@@ -483,14 +519,69 @@ class RayJobTrigger(BaseTrigger):
                     return await self._event("timeout", message, job_status)
                 await asyncio.sleep(min(delay, remaining))
 
-    # --- budget and stall ------------------------------------------------------------------------------------------
-    def _budget_text(self) -> str:
+    # --- the run's clock and the stall rule ------------------------------------------------------------------------
+    def _budget_text(self, stop: Mapping[str, Any]) -> str:
         done = len(self.follower.metrics.completed_steps)
-        usd = (time.time() - self.run_started_at) / 3600.0 * self.usd_per_hour if self.usd_per_hour else None
-        return budget_stop_text(done, self.max_steps or done, usd)
+        return budget_stop_text(done, self.max_steps or done, stop.get("usd"), stop.get("limit"))
+
+    def _observe(self, now: float) -> None:
+        """Note NeMo RL's setup end (the start of its deadline clock) and the newest finished save as they appear;
+        say at once when the job's own deadline save will come after the latest stop the clock allows."""
+        metrics = self.follower.metrics
+        saved = newest_save(metrics.steps)
+        if saved != self._newest[0]:
+            self._newest = (saved, now)
+        if self._setup_done_at is not None or not metrics.setup_complete:
+            return
+        self._setup_done_at = now
+        took = now - (self.attempt_started_at or self.started_at)
+        due = self.clock.job_save_due(now)
+        if due is None:
+            self.log.info("Ray job %s: NeMo RL's setup ended %.0fs after the submit", self.submission_id, took)
+            return
+        self.log.info(
+            "Ray job %s: NeMo RL's setup ended %.0fs after the submit; its checkpoint_must_save_by clock started, so "
+            "its deadline save is due in %.0fs", self.submission_id, took, due - now,
+        )  # fmt: skip
+        deadline = self.clock.deadline
+        if deadline is not None and due > self.clock.cap:
+            self._late_said = True
+            self.log.warning(
+                "Ray job %s: its deadline save is due %.0fs after the latest stop %s allows (%s): the steps since its "
+                "newest save will be lost unless a periodic save comes first", self.submission_id,
+                due - self.clock.cap, self.clock.limit_text(), "no overrun past it" if deadline.hard or not
+                self.clock.overrun_s else f"{self.clock.overrun_s / 60:.0f} min of overrun included",
+            )  # fmt: skip
+
+    def _stop_record(self, now: float, saved: int | None) -> dict[str, Any]:
+        """The deadline stop for the event: which limit, when, the USD spent then at the run's one price, and what
+        was lost (the steps after the newest save and their GPU-hours)."""
+        deadline = self.clock.deadline
+        done = len(self.follower.metrics.completed_steps)
+        newest_step, seen_at = self._newest
+        attempt_start = self.attempt_started_at or self.started_at
+        lost_steps = done if saved is None else max(0, done - _completed_through(self.follower.metrics, saved))
+        lost_since = seen_at if newest_step is not None else attempt_start
+        loss = self.clock.loss(
+            steps_lost=lost_steps,
+            lost_since=lost_since,
+            stopped_at=now,
+            setup_done_at=self._setup_done_at,
+            attempt_started_at=attempt_start,
+        )
+        return {
+            "limit": deadline.kind if deadline is not None else None,
+            "what": deadline.what if deadline is not None else None,
+            "deadline_at": deadline.at if deadline is not None else None,
+            "stopped_at": now,
+            "overrun_s": max(0.0, now - deadline.at) if deadline is not None else 0.0,
+            "usd": self.clock.usd_at(now),
+            "setup_done_at": self._setup_done_at,
+            "lost": loss.to_dict() if (saved is None or lost_steps) else None,
+        }
 
     async def _watch(self, job_status: str) -> TriggerEvent | None:
-        """The budget and the stall rule on a running job: the event that ends the wait, or None to go on."""
+        """The run's clock and the stall rule on a running job: the event that ends the wait, or None to go on."""
         if job_status in TERMINAL:
             return None
         now = time.time()
@@ -498,26 +589,10 @@ class RayJobTrigger(BaseTrigger):
         mark = progress_mark(self.follower.metrics)
         if mark != self._progress:
             self._progress, self._progress_at = mark, now
-        if self.budget_deadline:
-            left = self.budget_deadline - now
-            if left <= 0:
-                outcome = await self._stop()
-                saved = newest_save(steps)
-                message = f"{self._budget_text()}: the budget is spent; newest saved step {saved}. "
-                message += f"Ray job {self.submission_id}: {outcome}."
-                return await self._event("budget", message, job_status, None, saved)
-            if self._budget_near_index is None and left <= (mean_step_time(steps) or 0.0) + BUDGET_SAVE_MARGIN_S:
-                self._budget_near_index = max(len(steps) - 1, 0)
-                self.log.info(
-                    "Ray job %s: %.0fs of the run's budget left; stopping it at its next save", self.submission_id, left
-                )
-            if self._budget_near_index is not None:
-                saved = saved_after(steps, self._budget_near_index)
-                if saved is not None:
-                    outcome = await self._stop()
-                    message = f"{self._budget_text()}: checkpoint step {saved} is saved. "
-                    message += f"Ray job {self.submission_id}: {outcome}."
-                    return await self._event("budget", message, job_status, None, saved)
+        if self.clock.deadline is not None:
+            event = await self._watch_clock(now, job_status)
+            if event is not None:
+                return event
         bound = stall_after(steps, self.stall_after_s)
         if now - self._progress_at >= bound:
             outcome = await self._stop()
@@ -532,6 +607,48 @@ class RayJobTrigger(BaseTrigger):
             return await self._event("stalled", message, job_status, None, saved)
         return None
 
+    async def _watch_clock(self, now: float, job_status: str) -> TriggerEvent | None:
+        """Stop the job at its next save once less than a step is left before the clock's stop, at the stop
+        otherwise (after a save already begun, within the overrun)."""
+        steps = self.follower.metrics.steps
+        stop_at = self.clock.stop_at(self._setup_done_at)
+        deadline = self.clock.deadline
+        assert deadline is not None
+        if now >= deadline.at and stop_at > deadline.at and not self._overrun_said:
+            self._overrun_said = True
+            self.log.warning(
+                "Ray job %s: %s has passed; waiting up to %.0fs more for the job's own deadline save (the "
+                "deployment's budget_overrun_minutes)", self.submission_id, self.clock.limit_text(), stop_at - now,
+            )  # fmt: skip
+        left = stop_at - now
+        if left <= 0:
+            if save_in_progress(steps) and now < self.clock.cap:
+                return None  # a save has begun: stopping now would lose it
+            outcome = await self._stop()
+            saved = newest_save(steps)
+            stop = self._stop_record(now, saved)
+            message = f"{self._budget_text(stop)}: {self.clock.limit_text()} is reached; newest saved step {saved}. "
+            message += f"Ray job {self.submission_id}: {outcome}."
+            if stop["lost"]:
+                lost = stop["lost"]
+                message += f" {lost['steps']} step(s) and {lost['gpu_hours']:.2f} GPU-hours were lost: {lost['why']}."
+            return await self._event("budget", message, job_status, None, saved, stop=stop)
+        if self._budget_near_index is None and left <= (mean_step_time(steps) or 0.0) + BUDGET_SAVE_MARGIN_S:
+            self._budget_near_index = max(len(steps) - 1, 0)
+            self.log.info(
+                "Ray job %s: %.0fs left before the stop %s sets; stopping it at its next save", self.submission_id,
+                left, self.clock.limit_text(),
+            )  # fmt: skip
+        if self._budget_near_index is not None:
+            saved = saved_after(steps, self._budget_near_index)
+            if saved is not None:
+                outcome = await self._stop()
+                stop = self._stop_record(now, saved)
+                message = f"{self._budget_text(stop)}: checkpoint step {saved} is saved. "
+                message += f"Ray job {self.submission_id}: {outcome}."
+                return await self._event("budget", message, job_status, None, saved, stop=stop)
+        return None
+
     async def on_kill(self) -> None:
         """The user marked the task failed/success or cleared it: stop the job (cleanup() never does)."""
         await self._ray_hook()
@@ -543,6 +660,17 @@ class RayJobTrigger(BaseTrigger):
         async with self._ray:
             outcome = await self._stop()
         self.log.warning("The task was killed: Ray job %s: %s", self.submission_id, outcome)
+
+
+def _completed_through(metrics: Any, saved: int) -> int:
+    """How many completed steps the save of global step ``saved`` holds (the steps up to the one that saved it)."""
+    count = 0
+    for step in metrics.steps:
+        if step.completed:
+            count += 1
+        if step.checkpoint_step == saved:
+            return count if step.completed else count + 1
+    return count
 
 
 def _clip(text: str, limit: int) -> str:
