@@ -821,6 +821,63 @@ def test_the_trigger_stops_a_job_without_a_deadline_at_its_next_save_once_the_bu
     print(event["message"])
 
 
+def _clock(deadline_in_s: float, save_by_s: int, overrun_s: float) -> dict[str, Any]:
+    """A run clock whose one soft limit falls ``deadline_in_s`` from now, the job given ``save_by_s``."""
+    from nemo_rl_gke.run.deadline import HOURS, Limit, RunClock
+
+    limit = Limit(HOURS, time.time() + deadline_in_s, False, "the test's budget")
+    clock = RunClock((limit,), overrun_s=overrun_s, usd_per_hour=88.0, usd_since=time.time(), gpus=8)
+    return clock.with_job(save_by_s, 1.0).to_dict()
+
+
+def test_a_slow_setup_past_the_deadline_is_waited_for_within_the_overrun_and_the_jobs_own_save_ends_the_run(
+    ray_spec: RunSpec, ray_hook: GcpHook, sandbox: SandboxProcess
+) -> None:
+    # NeMo RL starts checkpoint_must_save_by's clock after its setup. A setup (model load) of 8 s more than the
+    # deadline's 3 s puts the job's own deadline save after the deadline: the trigger sees SETUP COMPLETE, waits
+    # within the deployment's overrun, and the job saves and exits by itself. Stopped at the deadline (the trigger
+    # before the clock), it would have lost everything: no step had even started.
+    sid = "nemo-rl-slow-setup-overrun"
+    overrides = ["checkpointing.save_period=1000", "sandbox.setup_delay_s=8"]
+    address, _, spec = _local_job(ray_spec, ray_hook, sid, overrides, must_save_by="00:00:00:04", max_steps=1000)
+    trigger = _trigger(address, sid, max_steps=1000, zero_learning_steps=0, clock=_clock(3, 4, 300))
+    recorder = _Recorder()
+    trigger._log = recorder
+    event = asyncio.run(first_event(trigger, timeout=240))
+    assert event["status"] == "budget", event
+    saved, stop = event["final_step"], event["stop"]
+    assert saved is not None and saved == event["summary"]["steps_completed"] >= 1, event
+    # The job's deadline save came after the deadline, within the overrun: it ended the run (by itself, or stopped
+    # by the trigger right after it), and nothing was lost.
+    assert stop["limit"] == "max_run_hours" and stop["overrun_s"] > 0 and stop["lost"] is None, stop
+    assert event["message"].startswith(f"stopped at budget (max_run_hours): {saved} of 1000 steps, ")
+    assert any("waiting up to" in line and "budget_overrun_minutes" in line for line in recorder.lines)
+    # The setup took the delay and more, as the trigger saw it from the submit.
+    assert event["startup_s"] >= 8 and stop["setup_done_at"] is not None
+    assert _steps_on_disk(sandbox, spec, sid) == [f"step_{saved}"]
+    print(f"\nslow setup, overrun: startup {event['startup_s']} s, {stop['overrun_s']:.1f} s past the deadline, "
+          f"step {saved} saved: 0 steps lost")  # fmt: skip
+
+
+def test_a_stop_before_any_save_says_what_it_lost_and_why(
+    ray_spec: RunSpec, ray_hook: GcpHook, sandbox: SandboxProcess
+) -> None:
+    # No overrun allowed: the deadline falls while NeMo RL still sets up, and nothing can be saved before it. The
+    # stop is loud: what was lost, in steps and GPU-hours, and why.
+    sid = "nemo-rl-slow-setup-lost"
+    overrides = ["checkpointing.save_period=1000", "sandbox.setup_delay_s=30"]
+    address, _, spec = _local_job(ray_spec, ray_hook, sid, overrides, must_save_by="00:00:01:00", max_steps=1000)
+    trigger = _trigger(address, sid, max_steps=1000, zero_learning_steps=0, clock=_clock(2, 60, 0))
+    event = asyncio.run(first_event(trigger, timeout=240))
+    assert event["status"] == "budget" and event["final_step"] is None, event
+    lost = event["stop"]["lost"]
+    assert lost["steps"] == 0 and lost["gpu_hours"] > 0, lost
+    assert "budget_overrun_minutes=0" in lost["why"], lost
+    assert "GPU-hours were lost" in event["message"] and "newest saved step None" in event["message"]
+    assert _steps_on_disk(sandbox, spec, sid) == []
+    print(f"\n{event['message']}")
+
+
 def test_a_job_that_stops_printing_steps_is_stopped_as_stalled_with_its_newest_save(
     ray_spec: RunSpec, ray_hook: GcpHook, sandbox: SandboxProcess
 ) -> None:

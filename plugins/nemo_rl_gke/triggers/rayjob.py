@@ -50,7 +50,7 @@ from nemo_rl_gke.observe.report import budget_stop_text
 from nemo_rl_gke.observe.step_timing import mean_step_time, progress_mark, stall_after
 from nemo_rl_gke.observe.zero_learning import ZeroLearningVerdict, check_zero_learning
 from nemo_rl_gke.ray.errors import RayJobsApiError, RayJobsTransientError, RayTlsError
-from nemo_rl_gke.run.deadline import HOURS, Limit, RunClock
+from nemo_rl_gke.run.deadline import Limit, RunClock
 from nemo_rl_gke.triggers.clients import RAY, client_module
 from nemo_rl_gke.triggers.log_position import LogPositions
 from nemo_rl_gke.triggers.operations import backoff_delay
@@ -69,6 +69,8 @@ STOP_TIMEOUT_S = 30.0
 RAY_TOKEN_ATTEMPTS = 4
 # "Near the budget": less than one mean step and this margin left (the save at the end of the step needs it).
 BUDGET_SAVE_MARGIN_S = 60.0
+# The limit of a trigger serialized before the run's clock: its one budget deadline, whichever limit made it.
+LEGACY_BUDGET = "budget"
 # Between step metrics, where the task log stopped is saved at most this often: what a restarted trigger may repeat.
 POSITION_SAVE_S = 30.0
 # The start of a step's header line (NeMo RL's "===== Step k/K =====", after any Ray prefix): a read is logged in
@@ -212,11 +214,12 @@ class RayJobTrigger(BaseTrigger):
         )
 
     def _legacy_clock(self) -> RunClock:
-        """The clock of a trigger serialized before the clock existed: its budget deadline alone, no overrun."""
-        if not self.budget_deadline:
-            return RunClock()
-        limit = Limit(HOURS, self.budget_deadline, False, "the run's budget")
-        return RunClock((limit,), usd_per_hour=self.usd_per_hour or None, usd_since=self.run_started_at)
+        """The clock of a trigger serialized before the clock existed: its budget deadline alone (whichever limit
+        made it), no overrun, its price counted from the run's start as it was then."""
+        limits = (
+            (Limit(LEGACY_BUDGET, self.budget_deadline, False, "the run's budget"),) if self.budget_deadline else ()
+        )
+        return RunClock(limits, usd_per_hour=self.usd_per_hour or None, usd_since=self.run_started_at)
 
     # --- secrets ----------------------------------------------------------------------------------------------------
     async def _load_secrets(self) -> None:
@@ -627,7 +630,8 @@ class RayJobTrigger(BaseTrigger):
             outcome = await self._stop()
             saved = newest_save(steps)
             stop = self._stop_record(now, saved)
-            message = f"{self._budget_text(stop)}: {self.clock.limit_text()} is reached; newest saved step {saved}. "
+            message = f"{self._budget_text(stop)}: the deadline ({self.clock.limit_text()}) is reached; newest saved "
+            message += f"step {saved}. "
             message += f"Ray job {self.submission_id}: {outcome}."
             if stop["lost"]:
                 lost = stop["lost"]
