@@ -481,6 +481,7 @@ def test_trigger_serializes_exactly_and_round_trips() -> None:
         "stall_after_s": 0.0,
         "attempt_started_at": 0.0,
         "task_key": None,
+        "clock": None,
     }
     assert RayJobTrigger(**kwargs).serialize() == (classpath, kwargs)
     budgeted = RayJobTrigger(
@@ -506,6 +507,18 @@ def test_trigger_serializes_exactly_and_round_trips() -> None:
         "stall_after_s": 30.0,
     }
     assert RayJobTrigger(**kwargs).serialize() == budgeted.serialize()
+    # A trigger serialized before the run's clock (no "clock" kwarg) still loads: its budget deadline is its one
+    # limit, with no overrun, priced as before.
+    legacy = {k: v for k, v in kwargs.items() if k != "clock"}
+    old = RayJobTrigger(**legacy)
+    assert old.clock.deadline is not None and old.clock.deadline.at == 100.0 and old.clock.overrun_s == 0
+    assert old.clock.usd_at(3602.0) == pytest.approx(88.0) and old.clock.stop_at(None) == 100.0
+    # The clock round-trips through the trigger's kwargs (a triggerer restart keeps it).
+    clock = _clock(60, 30, 120)
+    clocked = RayJobTrigger(address="https://h", submission_id="nemo-rl-z", started_at=5.0, clock=clock)
+    _, kwargs = clocked.serialize()
+    assert kwargs["clock"] == clock and RayJobTrigger(**kwargs).serialize() == clocked.serialize()
+    assert RayJobTrigger(**kwargs).clock.overrun_s == 120 and RayJobTrigger(**kwargs).clock.job_save_by_s == 30
 
 
 def _get(url: str, headers: dict[str, str], ca_pem: str) -> tuple[int, str]:
