@@ -40,12 +40,12 @@ def test_a_setup_slower_than_a_tight_deadline_allows_overruns_to_the_jobs_own_sa
     result = run_logged(dag, conf, capfd)
     assert result.state == "success", result.errors()
     xcom = latest_xcom()
-    # The submit gave the job the time left less half of it for the setup (the recipe's 30 s, cut to half the 20 s
-    # left) and the save's margin.
+    # The submit gave the job the time left less a reserve for the setup (the recipe's 30 s, or what this DAG's
+    # earlier runs measured, at most half the 20 s left) and the save's margin: the delay outlasts it either way.
     submitted = xcom[(t.SUBMIT, "return_value")]["save_by"]
-    assert submitted["reserve_s"] == pytest.approx(JOB_TIMEOUT_S * deadline.MAX_RESERVE_SHARE, abs=1)
+    assert submitted["reserve_s"] <= JOB_TIMEOUT_S * deadline.MAX_RESERVE_SHARE < SETUP_DELAY_S, submitted
     assert "Run deadline job_timeout_s: the job timeout (20 s, job_timeout_s)" in result.output
-    assert "checkpoint_must_save_by=00:00:00:0" in result.output
+    assert f"checkpointing.checkpoint_must_save_by={submitted['text']} (20 s left, less " in result.output
     # The trigger saw NeMo RL's setup end after the deadline and waited within the overrun; the job saved.
     assert "waiting up to" in result.output and "budget_overrun_minutes" in result.output
     waited = xcom[(t.WAIT, "return_value")]

@@ -177,3 +177,29 @@ def test_one_price_per_moment_in_the_stop_message_the_report_the_view_and_the_al
     assert view["stopped_line"] == message
     alert = failure_alert("d", "r", {t.WAIT: "success"}, training=training, report=report)
     assert alert.outcome == message and message in alert.text()
+
+
+@pytest.mark.parametrize(
+    ("now", "setup_done", "mean_step", "save_begun", "expected"),
+    [
+        # Far from the stop: go on.
+        (T0 + 100, T0 + 50, 10.0, False, d.GO_ON),
+        # Near the stop, but the job's own deadline save comes first: go on (a periodic save would cut it short).
+        (T0 + 950, T0 + 100, 10.0, False, d.GO_ON),
+        # Near the stop and the setup not seen yet: stop at the next save (the stop is the cap then).
+        (T0 + 1560, None, 10.0, False, d.STOP_AT_NEXT_SAVE),
+        # Past the stop: stop, unless a save has begun and the cap allows waiting for it.
+        (T0 + 1000, T0 + 50, 10.0, False, d.STOP),
+        (T0 + 1000, T0 + 50, 10.0, True, d.GO_ON),
+        (T0 + 1600, None, 10.0, True, d.STOP),
+    ],
+)
+def test_the_trigger_stops_now_at_the_next_save_or_goes_on_as_the_clock_decides(
+    now: float, setup_done: float | None, mean_step: float, save_begun: bool, expected: str
+) -> None:
+    clock = d.RunClock((d.Limit(d.HOURS, T0 + 1000, False, "b"),), overrun_s=600).with_job(800, 20)
+    assert clock.decide(now, setup_done_at=setup_done, mean_step_s=mean_step, save_begun=save_begun) == expected
+    legacy = d.RunClock((d.Limit(d.HOURS, T0 + 1000, False, "b"),))
+    # Without a deadline of its own the job is stopped at its next save once the stop is near, as before.
+    assert legacy.decide(T0 + 950, setup_done_at=None, mean_step_s=10.0, save_begun=False) == d.STOP_AT_NEXT_SAVE
+    assert d.RunClock().decide(T0, setup_done_at=None, mean_step_s=None, save_begun=False) == d.GO_ON

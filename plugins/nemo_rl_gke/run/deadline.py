@@ -43,6 +43,13 @@ SETUP_SAMPLES = 5
 # overrun (or the loud loss) covers a setup slower than that.
 MAX_RESERVE_SHARE = 0.5
 
+# "Near the stop": less than one mean step and this margin left (the save at the end of the step needs it).
+NEAR_MARGIN_S = 60.0
+# What the trigger does with a running job (RunClock.decide).
+GO_ON = "go-on"
+STOP = "stop"
+STOP_AT_NEXT_SAVE = "stop-at-next-save"
+
 # The limits' kinds: the conf or deployment parameter each comes from.
 HOURS = "max_run_hours"
 USD = "max_run_usd"
@@ -244,6 +251,20 @@ class RunClock:
         if due is None:
             return deadline.at
         return max(deadline.at, min(due, self.cap))
+
+    def decide(self, now: float, *, setup_done_at: float | None, mean_step_s: float | None, save_begun: bool) -> str:
+        """What the trigger does with the running job now: :data:`STOP` it (the stop has come, and no save it can
+        still wait for has begun), :data:`STOP_AT_NEXT_SAVE` (less than a step and :data:`NEAR_MARGIN_S` are left
+        and the job's own deadline save will not come first), or :data:`GO_ON`."""
+        if self.deadline is None:
+            return GO_ON
+        stop_at = self.stop_at(setup_done_at)
+        if now >= stop_at:
+            return GO_ON if save_begun and now < self.cap else STOP
+        due = self.job_save_due(setup_done_at)
+        if due is not None and due <= stop_at:
+            return GO_ON  # the job's own deadline save comes before the stop: a periodic save would cut it short
+        return STOP_AT_NEXT_SAVE if stop_at - now <= (mean_step_s or 0.0) + NEAR_MARGIN_S else GO_ON
 
     def usd_at(self, moment: float) -> float | None:
         """What the run's GPUs had cost at ``moment`` (None: no price)."""

@@ -50,7 +50,7 @@ from nemo_rl_gke.observe.report import budget_stop_text
 from nemo_rl_gke.observe.step_timing import mean_step_time, progress_mark, stall_after
 from nemo_rl_gke.observe.zero_learning import ZeroLearningVerdict, check_zero_learning
 from nemo_rl_gke.ray.errors import RayJobsApiError, RayJobsTransientError, RayTlsError
-from nemo_rl_gke.run.deadline import Limit, RunClock
+from nemo_rl_gke.run.deadline import STOP, STOP_AT_NEXT_SAVE, Limit, RunClock
 from nemo_rl_gke.triggers.clients import RAY, client_module
 from nemo_rl_gke.triggers.log_position import LogPositions
 from nemo_rl_gke.triggers.operations import backoff_delay
@@ -67,8 +67,6 @@ TAIL_LINE_MAX_BYTES = 300
 MESSAGE_MAX_BYTES = 2500
 STOP_TIMEOUT_S = 30.0
 RAY_TOKEN_ATTEMPTS = 4
-# "Near the budget": less than one mean step and this margin left (the save at the end of the step needs it).
-BUDGET_SAVE_MARGIN_S = 60.0
 # The limit of a trigger serialized before the run's clock: its one budget deadline, whichever limit made it.
 LEGACY_BUDGET = "budget"
 # Between step metrics, where the task log stopped is saved at most this often: what a restarted trigger may repeat.
@@ -611,8 +609,8 @@ class RayJobTrigger(BaseTrigger):
         return None
 
     async def _watch_clock(self, now: float, job_status: str) -> TriggerEvent | None:
-        """Stop the job at its next save once less than a step is left before the clock's stop, at the stop
-        otherwise (after a save already begun, within the overrun)."""
+        """Act on the clock's decision (:meth:`~nemo_rl_gke.run.deadline.RunClock.decide`): stop the job now, or at
+        its next save, or go on."""
         steps = self.follower.metrics.steps
         stop_at = self.clock.stop_at(self._setup_done_at)
         deadline = self.clock.deadline
@@ -623,35 +621,39 @@ class RayJobTrigger(BaseTrigger):
                 "Ray job %s: %s has passed; waiting up to %.0fs more for the job's own deadline save (the "
                 "deployment's budget_overrun_minutes)", self.submission_id, self.clock.limit_text(), stop_at - now,
             )  # fmt: skip
-        left = stop_at - now
-        if left <= 0:
-            if save_in_progress(steps) and now < self.clock.cap:
-                return None  # a save has begun: stopping now would lose it
+        decision = self.clock.decide(
+            now,
+            setup_done_at=self._setup_done_at,
+            mean_step_s=mean_step_time(steps),
+            save_begun=save_in_progress(steps),
+        )
+        if decision == STOP:
             outcome = await self._stop()
             saved = newest_save(steps)
             stop = self._stop_record(now, saved)
             message = f"{self._budget_text(stop)}: the deadline ({self.clock.limit_text()}) is reached; newest saved "
-            message += f"step {saved}. "
-            message += f"Ray job {self.submission_id}: {outcome}."
+            message += f"step {saved}. Ray job {self.submission_id}: {outcome}."
             if stop["lost"]:
                 lost = stop["lost"]
                 message += f" {lost['steps']} step(s) and {lost['gpu_hours']:.2f} GPU-hours were lost: {lost['why']}."
             return await self._event("budget", message, job_status, None, saved, stop=stop)
-        if self._budget_near_index is None and left <= (mean_step_time(steps) or 0.0) + BUDGET_SAVE_MARGIN_S:
+        if decision != STOP_AT_NEXT_SAVE:
+            return None
+        if self._budget_near_index is None:
             self._budget_near_index = max(len(steps) - 1, 0)
             self.log.info(
                 "Ray job %s: %.0fs left before the stop %s sets; stopping it at its next save", self.submission_id,
-                left, self.clock.limit_text(),
+                stop_at - now, self.clock.limit_text(),
             )  # fmt: skip
-        if self._budget_near_index is not None:
-            saved = saved_after(steps, self._budget_near_index)
-            if saved is not None:
-                outcome = await self._stop()
-                stop = self._stop_record(now, saved)
-                message = f"{self._budget_text(stop)}: checkpoint step {saved} is saved. "
-                message += f"Ray job {self.submission_id}: {outcome}."
-                return await self._event("budget", message, job_status, None, saved, stop=stop)
-        return None
+        saved = saved_after(steps, self._budget_near_index)
+        if saved is None:
+            return None
+        outcome = await self._stop()
+        stop = self._stop_record(now, saved)
+        message = (
+            f"{self._budget_text(stop)}: checkpoint step {saved} is saved. Ray job {self.submission_id}: {outcome}."
+        )
+        return await self._event("budget", message, job_status, None, saved, stop=stop)
 
     async def on_kill(self) -> None:
         """The user marked the task failed/success or cleared it: stop the job (cleanup() never does)."""
