@@ -268,6 +268,9 @@ class ResumeOperator(StepOperator):
         return dict(result)
 
     def events(self, context: Context) -> list[Any]:
-        """This DAG's latest export events, oldest first (its lineage, and the setup times they measured)."""
+        """This DAG's latest export events, oldest first (its lineage, and the setup times they measured); none for
+        a step built without the Asset as its inlet."""
+        if not self.inlets:
+            return []
         events = context["inlet_events"][self.inlets[0]].ascending(False).limit(resume_plan.LINEAGE_SHOWN)
         return list(reversed(list(events)))
