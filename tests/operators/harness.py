@@ -12,7 +12,6 @@ import asyncio
 import itertools
 import json
 import os
-from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import SimpleNamespace
@@ -61,23 +60,8 @@ class Run:
         return resources(self.spec, self.owner)
 
     def context(self, task_id: str) -> dict[str, Any]:
-        """The context a task instance of ``task_id`` gets: no Asset has an event yet in these runs."""
-        return {
-            "ti": TaskInstance(self, task_id),
-            "dag": SimpleNamespace(dag_id=DAG_ID),
-            "run_id": self.run_id,
-            "inlet_events": defaultdict(NoAssetEvents),
-        }
-
-
-class NoAssetEvents:
-    """Airflow's accessor of an Asset's events, for an Asset that has none (``ascending``/``limit`` chain)."""
-
-    def ascending(self, _: bool = True) -> NoAssetEvents:
-        return self
-
-    def limit(self, _: int) -> list[Any]:
-        return []
+        """The context a task instance of ``task_id`` gets."""
+        return {"ti": TaskInstance(self, task_id), "dag": SimpleNamespace(dag_id=DAG_ID), "run_id": self.run_id}
 
 
 class TaskInstance:
