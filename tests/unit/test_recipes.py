@@ -156,3 +156,19 @@ def test_gsm8k_preparation_keeps_only_the_final_answer(tmp_path) -> None:
     ]
     with pytest.raises(ValueError, match="without '####'"):
         module.final_answer("no marker")
+
+
+def test_the_effective_config_reads_values_and_interpolations_as_nemo_rl_does() -> None:
+    # OmegaConf's loader (NeMo RL's OmegaConf.load) reads 3e-07 as a float; plain YAML 1.1 kept it a string.
+    recipe = load_recipe("qwen2.5-7b-gsm8k-v0.7.0")
+    spec = RunSpec.from_conf({"recipe": recipe.name, "dtensor_tp": 2, "vllm_tp": 2})
+    config = recipe.effective_config(spec)
+    assert config["policy.optimizer.kwargs.lr"] == pytest.approx(3e-07)
+    assert isinstance(config["policy.optimizer.kwargs.lr"], float)
+    assert config["policy.dynamic_batching.train_mb_tokens"] == 4096
+    # ${mul:${policy.max_total_sequence_length}, ${policy.train_micro_batch_size}} follows an override of either,
+    # with NeMo RL's own "mul" resolver, instead of keeping the base config's value.
+    extra = ["policy.max_total_sequence_length=8192", "policy.train_micro_batch_size=2"]
+    applied = recipe.apply(RunSpec.from_conf({**spec.to_conf(), "extra_overrides": extra}), extra=True).config
+    assert applied["policy.dynamic_batching.train_mb_tokens"] == 16384
+    assert applied["policy.sequence_packing.logprob_mb_tokens"] == 8192 * applied["policy.logprob_batch_size"]

@@ -458,9 +458,13 @@ def _apply_one(cfg: Any, parsed: Override | OverrideError, index: int) -> ApplyF
 
 @cache
 def _base_omegaconf(version: str, base_config: str) -> Any:
-    """The base config as NeMo RL loads it: nested, with the plain ``${other.key}`` aliases re-linked."""
+    """The base config as NeMo RL loads it: nested, with its interpolations (``${other.key}``, ``${mul:...}``)
+    re-linked, so an override of a key they read changes them as it does in NeMo RL."""
     from omegaconf import OmegaConf
 
+    for name, resolver in RESOLVERS.items():
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, resolver)
     values, aliases = _base_config(version, base_config)
     nested: dict[str, Any] = {}
     for key, value in values.items():
@@ -470,7 +474,7 @@ def _base_omegaconf(version: str, base_config: str) -> Any:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise RecipeError(f"{base_config}: {key} is below a leaf value")
-        node[leaf] = "${" + aliases[key] + "}" if key in aliases else _literal_tree(value)
+        node[leaf] = aliases[key] if key in aliases else _literal_tree(value)
     return OmegaConf.create(nested)
 
 
@@ -548,13 +552,26 @@ def _train_examples(value: Any) -> int | str | None:
     return value
 
 
-_ALIAS = re.compile(r"^\(interpolated from \$\{(?P<source>[A-Za-z0-9_.]+)\}\)$")
+# A base value NeMo RL interpolates: a plain ``${other.key}`` alias or a resolver call such as
+# ``${mul:${policy.max_total_sequence_length}, ${policy.train_micro_batch_size}}``.
+_INTERPOLATED = re.compile(r"^\(interpolated from (?P<expression>\$\{.*\})\)$")
+# The resolvers NeMo RL registers before it resolves its config: "mul" in every run_*.py at v0.5.0
+# (examples/run_grpo_math.py:43), "mul", "div" and "max" in nemo_rl/utils/config.py:194-198 at v0.7.0.
+RESOLVERS: dict[str, Any] = {
+    "mul": lambda a, b: a * b,
+    "div": lambda a, b: a / b,
+    "max": max,
+}
 
 
 @cache
 def _base_config(version: str, base_config: str) -> tuple[dict[str, Any], dict[str, str]]:
-    """Leaf values of a base config, and the keys that are plain ``${other.key}`` interpolations."""
+    """Leaf values of a base config, and the keys NeMo RL interpolates, each with its ``${...}`` expression.
+
+    The values are read with OmegaConf's YAML loader, as NeMo RL's ``OmegaConf.load`` reads the recipe: it takes
+    ``3e-07`` for a float, where plain YAML 1.1 keeps it a string."""
     import yaml
+    from omegaconf._utils import get_yaml_loader
 
     if version == LOCAL_VERSION:
         return _flatten(_read_yaml(LOCAL_DIR / base_config)), {}
@@ -567,10 +584,11 @@ def _base_config(version: str, base_config: str) -> tuple[dict[str, Any], dict[s
         if not line.strip():
             continue
         key, raw, *note = line.split("\t")
-        values[key] = yaml.safe_load(raw)
-        alias = _ALIAS.match(note[0].strip()) if note else None
-        if alias:
-            aliases[key] = alias["source"]
+        # OmegaConf's loader is a SafeLoader subclass: plain data only.
+        values[key] = yaml.load(raw, Loader=get_yaml_loader())
+        interpolated = _INTERPOLATED.match(note[0].strip()) if note else None
+        if interpolated:
+            aliases[key] = interpolated["expression"]
     return values, aliases
 
 
