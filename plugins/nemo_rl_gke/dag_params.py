@@ -15,7 +15,7 @@ from typing import Any
 from airflow.sdk import Param
 
 from nemo_rl_gke.run import conf_schema as s
-from nemo_rl_gke.run.conf_schema import param_schema, spec_fields
+from nemo_rl_gke.run.conf_schema import param_schema, recipe_defaulted, spec_fields
 from nemo_rl_gke.run.spec import default_conf
 
 # The one section Airflow 3.3's trigger form opens when it loads (its flexibleFormDefaultSection, not translated).
@@ -91,7 +91,9 @@ def build_params(overrides: dict[str, Any] | None = None) -> dict[str, Param]:
     starts as None: the form then leaves it blank and submits it (a null means the RunSpec default), where an empty
     string or list in a typed field would mark it missing and block Trigger (FACTS §11).
     """
-    defaults = {**default_conf(), **(overrides or {})}
+    # A parameter the recipe gives a value to starts empty (the chosen recipe's), unless the schedule sets it.
+    blank = {name: None for name in recipe_defaulted()}
+    defaults = {**default_conf(), **blank, **(overrides or {})}
     return {f.name: run_param(f.name, defaults[f.name], section=form_section(f)) for f in form_fields()}
 
 

@@ -143,3 +143,29 @@ def test_every_param_of_both_forms_is_checked_in_the_draft_07_dialect_and_still_
         build_params()["max_steps"].resolve(0)
     with pytest.raises(ParamValidationError, match="less than or equal to the minimum"):
         sweeper_params()["warm_ttl_hours"].resolve(0)
+
+
+@pytest.mark.parametrize("recipe", ["gemma3-27b-gsm8k-v0.5.0", "qwen2.5-7b-gsm8k-v0.7.0", "local-cpu-gsm8k"])
+def test_picking_a_recipe_in_the_form_brings_its_own_defaults_so_the_forms_conf_validates(recipe: str) -> None:
+    from nemo_rl_gke.preflight.offline import check_conf
+    from nemo_rl_gke.run.deployment import Deployment
+    from nemo_rl_gke.run.recipes import load_recipe
+
+    conf = {name: param.value for name, param in build_params().items()}
+    assert conf["dtensor_tp"] is None and conf["vllm_tp"] is None  # the form starts them empty
+    conf["recipe"] = recipe
+    if recipe == "local-cpu-gsm8k":
+        conf.update(worker_replicas=1, gpu_pool_max_nodes=1, colocated=True)
+    spec, findings = check_conf(conf, Deployment(gcp_project=conf["project"]))
+    assert findings == [] and spec is not None, findings
+    defaults = load_recipe(recipe).conf_defaults
+    assert (spec.dtensor_tp, spec.vllm_tp) == (defaults["dtensor_tp"], defaults["vllm_tp"])
+
+
+def test_the_tutorials_tensor_parallelism_set_by_hand_is_still_refused_for_qwens_28_heads() -> None:
+    from nemo_rl_gke.preflight.offline import check_conf
+    from nemo_rl_gke.run.deployment import Deployment
+
+    conf = {**{name: param.value for name, param in build_params().items()}, "recipe": "qwen2.5-7b-gsm8k-v0.7.0"}
+    _, findings = check_conf({**conf, "dtensor_tp": 8}, Deployment(gcp_project=conf["project"]))
+    assert [f.rule_id for f in findings] == ["nemo.tp-divides-heads"] and findings[0].params[0] == "dtensor_tp"

@@ -25,7 +25,7 @@ from nemo_rl_gke.run.conf_schema import PARAM_NAMES
 from nemo_rl_gke.run.deployment import Deployment
 from nemo_rl_gke.run.findings import ConfError, Finding
 from nemo_rl_gke.run.hydra_overrides import RecipeError
-from nemo_rl_gke.run.recipes import Recipe, load_recipe
+from nemo_rl_gke.run.recipes import Recipe, load_recipe, with_recipe_defaults
 from nemo_rl_gke.run.spec import RunSpec
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ def check_conf(conf: Any, deployment: Deployment | None = None) -> tuple[RunSpec
     if not isinstance(conf, Mapping):
         return None, shape
     bad = {f.param for f in shape}
-    usable = {k: v for k, v in conf.items() if k in PARAM_NAMES and k not in bad}
+    usable = with_recipe_defaults({k: v for k, v in conf.items() if k in PARAM_NAMES and k not in bad})
     spec = RunSpec.from_conf(usable)
     semantic = [f for f in check_spec(spec, deployment) if not bad.intersection(f.params)]
     findings = shape + semantic

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from nemo_rl_gke.run.paths import recipe_names
@@ -132,12 +132,22 @@ def _json_type(default: Any) -> str:
     return "string"
 
 
-def _param(default: Any, *, section: str, title: str, description: str, **schema: Any) -> Any:
-    """Declare a conf parameter: a dataclass field carrying its JSON schema for the form and the validator."""
+def _param(
+    default: Any, *, section: str, title: str, description: str, recipe_default: bool = False, **schema: Any
+) -> Any:
+    """Declare a conf parameter: a dataclass field carrying its JSON schema for the form and the validator.
+
+    ``recipe_default``: left empty, the parameter takes the recipe's value (its ``conf_defaults``), else ``default``;
+    the form starts it empty."""
     full = {"type": _json_type(default), "title": title, "description": description, **schema}
     if isinstance(default, tuple):
         full.setdefault("items", {"type": "string"})
-    return field(default=default, metadata={"schema": full, "section": section})
+    return field(default=default, metadata={"schema": full, "section": section, "recipe_default": recipe_default})
+
+
+def recipe_defaulted() -> tuple[str, ...]:
+    """The parameters that take the recipe's value when left empty."""
+    return tuple(f.name for f in fields(RunConf) if f.metadata.get("recipe_default"))
 
 
 @dataclass(frozen=True)
@@ -562,17 +572,23 @@ class RunConf:
     )
     dtensor_tp: int = _param(
         8,
+        type=["null", "integer"],
+        recipe_default=True,
         section=SECTION_TRAINING,
         title="DTensor tensor parallel size",
-        description="policy.dtensor_cfg.tensor_parallel_size.",
+        description="policy.dtensor_cfg.tensor_parallel_size; empty: the recipe's (8 for the tutorial's Gemma 3 27B, "
+        "2 for Qwen2.5 7B, whose 28 heads 8 does not divide).",
         minimum=1,
         maximum=TP_MAX,
     )
     vllm_tp: int = _param(
         8,
+        type=["null", "integer"],
+        recipe_default=True,
         section=SECTION_TRAINING,
         title="vLLM tensor parallel size",
-        description="policy.generation.vllm_cfg.tensor_parallel_size.",
+        description="policy.generation.vllm_cfg.tensor_parallel_size; empty: the recipe's (8 for Gemma 3 27B, 2 "
+        "for Qwen2.5 7B).",
         minimum=1,
         maximum=TP_MAX,
     )

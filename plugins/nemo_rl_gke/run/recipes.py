@@ -24,6 +24,7 @@ from functools import cache, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nemo_rl_gke.run.conf_schema import RunConf, recipe_defaulted
 from nemo_rl_gke.run.hydra_overrides import (
     Override,
     OverrideError,
@@ -34,7 +35,7 @@ from nemo_rl_gke.run.hydra_overrides import (
     hydra_value,
     literal_for_omegaconf,
 )
-from nemo_rl_gke.run.paths import RECIPES_DIR
+from nemo_rl_gke.run.paths import RECIPES_DIR, recipe_names
 
 if TYPE_CHECKING:
     from nemo_rl_gke.run.spec import RunSpec
@@ -198,6 +199,8 @@ class Recipe:
     # Seconds from the job's submit to NeMo RL's "SETUP COMPLETE" (model load, vLLM start), reserved up front so the
     # job's deadline save falls before the run's deadline while no earlier run of the recipe has measured it.
     setup_s: float = 600.0
+    # The values of the conf parameters left empty that the recipe decides (conf_schema.recipe_defaulted).
+    conf_defaults: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def version(self) -> NemoVersion:
@@ -531,9 +534,34 @@ def load_recipe(name: str) -> Recipe:
             train_examples=_train_examples((data.get("dataset") or {}).get("train_examples")),
             dataset=str((data.get("dataset") or {}).get("name") or ""),
             setup_s=_setup_s(data.get("setup_s", Recipe.setup_s)),
+            conf_defaults=_conf_defaults(data.get("conf_defaults") or {}),
         )
     except (KeyError, TypeError) as exc:
         raise RecipeError(f"recipe {name}: missing or malformed field {exc}") from exc
+
+
+def _conf_defaults(value: Any) -> dict[str, Any]:
+    """A recipe's ``conf_defaults``: values only for the parameters a recipe decides, each of the parameter's type."""
+    if not isinstance(value, Mapping) or not set(value) <= set(recipe_defaulted()):
+        raise TypeError(f"conf_defaults may set only {', '.join(recipe_defaulted())}, got {value!r}")
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value.values()):
+        raise TypeError(f"conf_defaults values must be positive integers, got {value!r}")
+    return dict(value)
+
+
+def with_recipe_defaults(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """``conf`` with each parameter the recipe decides that it leaves empty (missing or null) set to the recipe's
+    value; unchanged when the recipe is unknown (its finding says so)."""
+    out = dict(conf)
+    name = conf.get("recipe", RunConf.recipe)
+    try:
+        defaults = load_recipe(name).conf_defaults if isinstance(name, str) and name in recipe_names() else {}
+    except RecipeError:
+        defaults = {}
+    for param in recipe_defaulted():
+        if out.get(param) is None and param in defaults:
+            out[param] = defaults[param]
+    return out
 
 
 def _setup_s(value: Any) -> float:
