@@ -254,7 +254,7 @@ def test_good_multi_rank_checkpoint_is_valid(ckpt: Path) -> None:
     assert (record.size, record.sha256) == (meta.stat().st_size, hashlib.sha256(meta.read_bytes()).hexdigest())
     data = json.loads(json.dumps(report.to_dict()))
     assert data["valid"] is True and data["problems"] == [] and data["total_bytes"] == report.total_bytes
-    assert data["expect"] == {**EXPECT, "stopped": False} and data["notes"] == []
+    assert data["expect"] == {**EXPECT, "stopped": False, "layout": {}} and data["notes"] == []
 
 
 @pytest.mark.usefixtures("no_plain_unpickling")

@@ -19,6 +19,8 @@ MAX_TRAINING_INFO_BYTES = 1 << 20
 MAX_TOKENIZER_CONFIG_BYTES = 16 << 20
 # Any other recorded file (gemma-3's tokenizer.json is about 33 MB): hashed in 1 MiB blocks up to this size.
 MAX_HASHED_BYTES = 1 << 30
+# A safetensors file is opened only for its header, whatever its size (a 27B model's rank shard is tens of GB).
+MAX_SAFETENSORS_BYTES = 1 << 44
 # Names read from one directory: a DCP directory holds one shard per training rank plus .metadata.
 MAX_DIR_ENTRIES = 65_536
 # Files and directories walked under policy/tokenizer (save_pretrained writes a handful).

@@ -17,7 +17,21 @@ import yaml
 
 from . import limits
 from .expectation import Expectation
-from .layout import DCP_PARTS, SHARD_RE, STEP_RE, TRAINING_INFO_KEYS, VOCAB_FILES
+from .layout import (
+    CONSOLIDATED_DIR,
+    DCP,
+    DCP_PARTS,
+    HF_METADATA_DIR,
+    HF_METADATA_FILES,
+    SAFETENSORS,
+    SAFETENSORS_INDEX,
+    SHARD_RE,
+    STEP_RE,
+    TRAINING_INFO_KEYS,
+    V2_MODEL_DIR,
+    V2_OPTIM_DIR,
+    VOCAB_FILES,
+)
 from .limits import (
     DIR_FLAGS,
     MAX_CONFIG_BYTES,
@@ -29,9 +43,10 @@ from .limits import (
     MAX_TRAINING_INFO_BYTES,
 )
 from .metadata_shape import Budget, coverage_problem, metadata_problem
-from .reading import CheckpointReader, sha256_of
+from .reading import sha256_of
 from .report import FileRecord, Report
 from .safe_yaml import BoundedSafeLoader, YamlAliasError
+from .safetensors_checks import SafetensorsChecks
 from .unpickler import RefusedPickleError, dcp_globals, load_dcp_metadata
 from .values import MISSING, clip, json_depth, lookup, one_line, same, show
 
@@ -45,7 +60,7 @@ def validate_checkpoint(checkpoint_dir: str | Path, expect: Expectation | Mappin
     return Validator(Path(checkpoint_dir).absolute(), Expectation.from_dict(expect)).run()
 
 
-class Validator(CheckpointReader):
+class Validator(SafetensorsChecks):
     """Runs the checks in order and collects problems; one instance per validation."""
 
     def __init__(self, root: Path, expect: Expectation) -> None:
@@ -71,9 +86,10 @@ class Validator(CheckpointReader):
             self.report.path = str(step_dir)
             self.check_config(step_dir / "config.yaml")
             self.check_training_info(step_dir / "training_info.json")
-            for part in DCP_PARTS:
-                self.check_dcp(part, step_dir / "policy" / part)
-            tokenizer_files = self.check_tokenizer(step_dir / "policy" / "tokenizer")
+            self.check_weights_and_optimizer(step_dir / "policy")
+            tokenizer_files: list[Path] = []
+            if self.expect.has("tokenizer"):
+                tokenizer_files = self.check_tokenizer(step_dir / "policy" / "tokenizer")
             self.check_nonempty_file(
                 "dataloader", step_dir / "train_dataloader.pt", "torch.save(dataloader.state_dict())"
             )
@@ -217,6 +233,23 @@ class Validator(CheckpointReader):
                 f"({key} is {why}, which names the directory)",
             )
 
+    # --- the weights and the optimizer, as the release's save path lays them out -------------------------------
+
+    def check_weights_and_optimizer(self, policy: Path) -> None:
+        """v1: DCP in policy/weights and policy/optimizer. v2: Automodel's policy/weights/model (sharded safetensors,
+        or DCP with torch_save) and DCP in policy/optimizer/optim (absent with save_optimizer=false)."""
+        fmt = self.expect.format
+        if fmt == DCP:
+            self.check_dcp("weights", policy / "weights")
+        elif fmt == SAFETENSORS:
+            self.check_safetensors(
+                policy / "weights" / V2_MODEL_DIR, self.expect.training_ranks, self.expect.has("consolidated")
+            )
+        else:
+            self.check_dcp("weights", policy / "weights" / V2_MODEL_DIR)
+        if self.expect.has("optimizer"):
+            self.check_dcp("optimizer", policy / "optimizer" / (V2_OPTIM_DIR if fmt != DCP else ""))
+
     # --- torch.distributed.checkpoint directories -----------------------------------------------------------
 
     def check_dcp(self, part: str, directory: Path) -> None:
@@ -224,9 +257,9 @@ class Validator(CheckpointReader):
         if self.inside(directory) is None:
             return
         if not directory.is_dir():
-            self.problem(
-                "shards", directory, f"policy/{part} is missing: NeMo RL writes the {part} there with dcp.save"
-            )
+            parts = directory.parts
+            where = "/".join(parts[len(parts) - 1 - parts[::-1].index("policy") :])
+            self.problem("shards", directory, f"{where} is missing: NeMo RL writes the {part} there with dcp.save")
             return
         sizes = self.check_shard_files(part, directory)
         metadata = self.read_metadata(part, directory)
@@ -314,8 +347,8 @@ class Validator(CheckpointReader):
                 )
             if any(p.name.endswith(".safetensors") for p in self.walk_files("metadata", directory)):
                 reason += (
-                    "; this directory holds safetensors (the DTensor v2 worker's model_save_format=safetensors), "
-                    "a layout this validator does not check"
+                    "; this directory holds safetensors: the checkpoint is the v2 worker's model_save_format="
+                    "safetensors layout, not the one the run's config asked for"
                 )
             self.problem("metadata", path, reason)
             return None
@@ -484,7 +517,18 @@ class Validator(CheckpointReader):
             step_dir / "training_info.json": MAX_TRAINING_INFO_BYTES,
             step_dir / "train_dataloader.pt": MAX_HASHED_BYTES,
         }
-        bounds.update({step_dir / "policy" / part / ".metadata": MAX_METADATA_BYTES for part in DCP_PARTS})
+        model = step_dir / "policy" / "weights" / V2_MODEL_DIR
+        if self.expect.format == DCP:
+            bounds.update({step_dir / "policy" / part / ".metadata": MAX_METADATA_BYTES for part in DCP_PARTS})
+        else:
+            bounds[step_dir / "policy" / "optimizer" / V2_OPTIM_DIR / ".metadata"] = MAX_METADATA_BYTES
+            if self.expect.format == SAFETENSORS and self.expect.has("consolidated"):
+                consolidated = model / CONSOLIDATED_DIR
+                bounds.update({consolidated / n: MAX_HASHED_BYTES for n in ("config.json", SAFETENSORS_INDEX)})
+            elif self.expect.format == SAFETENSORS:
+                bounds.update({model / HF_METADATA_DIR / name: MAX_HASHED_BYTES for name in HF_METADATA_FILES})
+            else:
+                bounds[model / ".metadata"] = MAX_METADATA_BYTES
         bounds.update({path: MAX_HASHED_BYTES for path in tokenizer_files})
         for path, limit in bounds.items():
             # Missing, refused and oversized files were reported by their own check.
