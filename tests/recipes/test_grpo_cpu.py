@@ -28,6 +28,8 @@ from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from tests.paths import ROOT
 
 LOCAL = ROOT / "include" / "recipes" / "local"
+# What the recipe ships in the job's working_dir: the trainer, its policy's Hugging Face model, the base config.
+TRAINER_FILES = ("grpo_cpu.py", "modeling_tiny_policy.py", "config.yaml")
 # The overrides the recipe renders for the default local run (cluster 1x8, colocated, 8 prompts x 8 generations).
 DEFAULT_OVERRIDES = [
     "cluster.num_nodes=1",
@@ -49,7 +51,7 @@ def run_trainer(base: Path, *overrides: str) -> subprocess.CompletedProcess[str]
     """Run grpo_cpu.py from a fresh job dir under ``base``, with ``base/data`` standing for /data."""
     job = base / "job"
     job.mkdir(parents=True, exist_ok=True)
-    for name in ("grpo_cpu.py", "config.yaml"):
+    for name in TRAINER_FILES:
         shutil.copy(LOCAL / name, job / name)
     env = {**os.environ, "SANDBOX_DATA_DIR": str(base / "data")}
     return subprocess.run(
@@ -128,7 +130,7 @@ def default_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subproc
 @pytest.fixture(scope="module")
 def trainer() -> Iterator[ModuleType]:
     """The trainer module itself, for its pure helpers (registered while loading: its dataclasses look it up)."""
-    spec = importlib.util.spec_from_file_location("grpo_cpu", LOCAL / "grpo_cpu.py")
+    spec = importlib.util.spec_from_file_location("grpo_cpu", LOCAL / "grpo_cpu.py")  # puts LOCAL on sys.path
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -208,7 +210,7 @@ def test_checkpoints_use_nemo_rl_layout_with_a_shard_per_rank(
         assert config["cluster"]["gpus_per_node"] == 8
         assert torch.load(ckpt / "train_dataloader.pt", weights_only=True)["batches_yielded"] == step
         tokenizer = ckpt / "policy" / "tokenizer"
-        vocab = json.loads((tokenizer / "vocab.json").read_text())
+        vocab = json.loads((tokenizer / "tokenizer.json").read_text())["model"]["vocab"]
         assert {"<eos>", "+", "-", "10"} <= set(vocab)
         assert json.loads((tokenizer / "tokenizer_config.json").read_text())["eos_token"] == "<eos>"
         assert json.loads((tokenizer / "special_tokens_map.json").read_text())["pad_token"] == "<pad>"
@@ -324,7 +326,7 @@ def test_a_far_deadline_changes_nothing_and_a_bad_one_names_the_key(tmp_path: Pa
 def test_hang_after_step_prints_nothing_more_and_never_exits(tmp_path: Path) -> None:
     job = tmp_path / "job"
     job.mkdir()
-    for name in ("grpo_cpu.py", "config.yaml"):
+    for name in TRAINER_FILES:
         shutil.copy(LOCAL / name, job / name)
     overrides = [*DEFAULT_OVERRIDES, "checkpointing.save_period=1", "sandbox.hang_after_step=2"]
     process = subprocess.Popen(

@@ -63,9 +63,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 import yaml
 from torch import nn
+
+# The policy's Hugging Face model sits beside this file in the job's working_dir (the recipe's files).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from modeling_tiny_policy import TinyPolicyConfig, TinyPolicyForCausalLM
 
 PROG = "grpo_cpu.py"
 GROUND_TRUTH_MODES = ("final_answer", "full_solution")
@@ -76,6 +79,9 @@ _OVERRIDE = re.compile(
     r"^(?P<op>\+\+|\+|~)?(?P<key>[A-Za-z_][A-Za-z0-9_\-]*(?:\.[A-Za-z0-9_\-]+)*)(?:=(?P<value>.*))?$"
 )
 _STEP_DIR = re.compile(r"step_(\d+)")
+# NeMo RL's weights_path and optimizer_path under step_N (grpo.py: os.path.join(checkpoint_path, "policy", ...)).
+WEIGHTS = Path("policy") / "weights"
+OPTIMIZER = Path("policy") / "optimizer"
 # Hydra keeps "00:03:45:00" a string; PyYAML (YAML 1.1) would read it as a base-60 integer.
 _COLON_NUMBERS = re.compile(r"\d+(?::\d+)+")
 _MISSING = object()
@@ -227,6 +233,9 @@ class Settings:
     hang_after_step: int | None = None
     step_delay_s: float = 0.0
     setup_delay_s: float = 0.0
+    v2: bool = False
+    model_save_format: str | None = None
+    save_consolidated: bool = False
 
 
 def training_world(config: dict[str, Any]) -> tuple[int, int, int]:
@@ -332,6 +341,9 @@ def read_settings(config: dict[str, Any]) -> Settings:
         hang_after_step=_optional_int(config, "sandbox.hang_after_step", 1),
         step_delay_s=_float(config, "sandbox.step_delay_s", 0.0) if _get(config, "sandbox.step_delay_s") else 0.0,
         setup_delay_s=_float(config, "sandbox.setup_delay_s", 0.0) if _get(config, "sandbox.setup_delay_s") else 0.0,
+        v2=_bool(config, "policy.dtensor_cfg._v2"),
+        model_save_format=_save_format(config),
+        save_consolidated=_bool(config, "checkpointing.save_consolidated"),
     )
     if settings.force_on_policy_ratio and gbs != rollout:
         raise ConfigError(
@@ -339,6 +351,14 @@ def read_settings(config: dict[str, Any]) -> Settings:
             f"num_prompts_per_step x num_generations_per_prompt ({rollout}): one update per rollout"
         )
     return settings
+
+
+def _save_format(config: dict[str, Any]) -> str | None:
+    """``checkpointing.model_save_format``: null, or (the v2 worker's Automodel) safetensors or torch_save."""
+    value = _get(config, "checkpointing.model_save_format")
+    if value not in (None, "safetensors", "torch_save"):
+        raise ConfigError(f"'checkpointing.model_save_format' must be null, safetensors or torch_save, got {value!r}")
+    return value
 
 
 def _duration(config: dict[str, Any], key: str) -> int | None:
@@ -532,12 +552,27 @@ class WordTokenizer:
         return " ".join(words)
 
     def save_pretrained(self, path: Path, name: str) -> None:
-        """Write ``tokenizer_config.json``, ``vocab.json`` and ``special_tokens_map.json`` like a HF tokenizer."""
+        """Write a Hugging Face fast tokenizer that encodes as :meth:`encode` does and appends ``<bos>`` (where the
+        policy's answer starts): ``tokenizer.json`` (the ``tokenizers`` library's), ``tokenizer_config.json`` and
+        ``special_tokens_map.json``; ``AutoTokenizer.from_pretrained`` loads it."""
+        from tokenizers import Regex, Tokenizer, models, pre_tokenizers, processors
+
         path.mkdir(parents=True, exist_ok=True)
+        fast = Tokenizer(models.WordLevel(vocab=self.ids, unk_token="<unk>"))
+        split = pre_tokenizers.Split(Regex(_WORD.pattern), behavior="isolated")
+        fast.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), split])
+        fast.post_processor = processors.TemplateProcessing(single="$A <bos>", special_tokens=[("<bos>", self.bos_id)])
+        fast.add_special_tokens(list(self.SPECIALS))
+        fast.save(str(path / "tokenizer.json"))
         specials = {"pad_token": "<pad>", "unk_token": "<unk>", "bos_token": "<bos>", "eos_token": "<eos>"}
-        config = {"tokenizer_class": "WordLevelTokenizer", "name_or_path": name, "model_max_length": 128, **specials}
+        config = {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "name_or_path": name,
+            "model_max_length": 128,
+            "padding_side": "left",
+            **specials,
+        }
         (path / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
-        (path / "vocab.json").write_text(json.dumps(self.ids, indent=2) + "\n")
         (path / "special_tokens_map.json").write_text(json.dumps(specials, indent=2) + "\n")
 
 
@@ -599,57 +634,18 @@ def encode_prompts(tokenizer: WordTokenizer, problems: list[Problem]) -> Prompts
     return Prompts(padded, lengths, torch.isin(padded, torch.tensor(tokenizer.number_ids)))
 
 
-@dataclass
-class Memory:
-    """What the decoder attends to for each response row: the question's tokens, number mask and encoder states."""
-
-    ids: torch.Tensor
-    numbers: torch.Tensor
-    keys: torch.Tensor
-
-
-class TinyPolicy(nn.Module):
-    """A GRU encoder-decoder that reads the question and writes a calculation token by token.
-
-    Decoding follows the calculation grammar ``number (op number)* <eos>`` (guided decoding, as vLLM can constrain
-    an LLM): at number positions the policy copies a number from the question through a pointer (attention over the
-    question's number tokens, as pointer-generator networks copy), at the other positions it picks ``+``, ``-`` or
-    ``<eos>``. GSM8K's calculator annotation then evaluates what it wrote. What the policy must learn is which numbers
-    the question is about, in which order, and which operation the story describes.
-    """
-
-    def __init__(self, tokenizer: WordTokenizer, hidden_size: int) -> None:
-        super().__init__()
-        vocab_size = len(tokenizer)
-        self.embed = nn.Embedding(vocab_size, hidden_size)
-        self.encoder = nn.GRU(hidden_size, hidden_size, batch_first=True)
-        self.decoder = nn.GRUCell(hidden_size, hidden_size)
-        self.query = nn.Linear(hidden_size, hidden_size)
-        self.lm_head = nn.Linear(hidden_size, vocab_size)
-        closing = torch.ones(vocab_size, dtype=torch.bool)
-        closing[[*tokenizer.operator_ids, tokenizer.eos_id]] = False
-        self.register_buffer("not_closing", closing, persistent=False)
-
-    def encode(self, prompts: Prompts, rows: torch.Tensor) -> tuple[torch.Tensor, Memory]:
-        """The decoder's initial state and memory for response rows answering ``prompts`` (``rows`` maps them)."""
-        outputs, _ = self.encoder(self.embed(prompts.ids))
-        last = outputs[torch.arange(len(outputs)), prompts.lengths - 1]
-        return last[rows], Memory(prompts.ids[rows], prompts.numbers[rows], outputs[rows])
-
-    def step(
-        self, tokens: torch.Tensor, state: torch.Tensor, memory: Memory, position: int
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Feed the previous token; returns log-probabilities over the vocabulary for ``position`` and the new state."""
-        state = self.decoder(self.embed(tokens), state)
-        if position % 2:
-            logits = self.lm_head(state).masked_fill(self.not_closing, float("-inf"))
-            return F.log_softmax(logits, dim=-1), state
-        scores = torch.einsum("blh,bh->bl", memory.keys, self.query(state)).masked_fill(~memory.numbers, float("-inf"))
-        # A number that occurs twice in the question is one token: its probability is the sum over its positions.
-        top = scores.max(dim=1, keepdim=True).values
-        mass = torch.zeros(len(tokens), self.lm_head.out_features).scatter_add(1, memory.ids, (scores - top).exp())
-        logits = torch.where(mass > 0, mass.clamp_min(1e-30).log() + top, float("-inf"))
-        return F.log_softmax(logits, dim=-1), state
+def build_policy(tokenizer: WordTokenizer, hidden_size: int) -> TinyPolicyForCausalLM:
+    """A freshly initialised policy (seeded by the caller) over the tokenizer's vocabulary."""
+    config = TinyPolicyConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        number_token_ids=tokenizer.number_ids,
+        operator_token_ids=tokenizer.operator_ids,
+        pad_token_id=tokenizer.pad_id,
+        bos_token_id=tokenizer.bos_id,
+        eos_token_id=tokenizer.eos_id,
+    )
+    return TinyPolicyForCausalLM(config)
 
 
 @dataclass
@@ -663,7 +659,7 @@ class Rollout:
 
 @torch.no_grad()
 def generate(
-    policy: TinyPolicy,
+    policy: TinyPolicyForCausalLM,
     tokenizer: WordTokenizer,
     prompts: Prompts,
     rows: torch.Tensor,
@@ -672,7 +668,7 @@ def generate(
     generator: torch.Generator | None,
 ) -> Rollout:
     """Sample a response per row (greedy when ``generator`` is None) until ``<eos>`` or the token limit."""
-    state, memory = policy.encode(prompts, rows)
+    state, memory = policy.encode(prompts.ids, prompts.lengths, prompts.numbers, rows)
     tokens = torch.full((len(rows),), tokenizer.bos_id)
     done = torch.zeros(len(rows), dtype=torch.bool)
     out, masks, logps = [], [], []
@@ -692,10 +688,10 @@ def generate(
 
 
 def sequence_logprobs(
-    policy: TinyPolicy, tokenizer: WordTokenizer, prompts: Prompts, rows: torch.Tensor, rollout: Rollout
+    policy: TinyPolicyForCausalLM, tokenizer: WordTokenizer, prompts: Prompts, rows: torch.Tensor, rollout: Rollout
 ) -> torch.Tensor:
     """Per-token log-probabilities of the rollout's responses under ``policy`` (0 where masked), with autograd."""
-    state, memory = policy.encode(prompts, rows)
+    state, memory = policy.encode(prompts.ids, prompts.lengths, prompts.numbers, rows)
     targets = rollout.responses
     inputs = torch.cat([torch.full((len(targets), 1), tokenizer.bos_id), targets[:, :-1]], dim=1)
     columns = []
@@ -798,8 +794,9 @@ def _shard(tree: Any, mesh: Any, world_size: int) -> Any:
     return distribute_tensor(tree, mesh, [placement], src_data_rank=None)
 
 
-def _save_rank(rank: int, world_size: int, port: int, states: dict[str, dict[str, Any]]) -> None:
-    """One training rank: join the gloo group and write its shard of every state with ``dcp.save``."""
+def _save_rank(rank: int, world_size: int, port: int, states: dict[str, dict[str, Any]], hf_paths: set[str]) -> None:
+    """One training rank: join the gloo group and write its shard of every state with ``dcp.save`` (through torch's
+    Hugging Face writer, one sharded safetensors file per rank, for the paths in ``hf_paths``)."""
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
     from torch.distributed.device_mesh import init_device_mesh
@@ -822,25 +819,36 @@ def _save_rank(rank: int, world_size: int, port: int, states: dict[str, dict[str
     try:
         mesh = init_device_mesh("cpu", (world_size,))
         for path, state in states.items():
-            dcp.save(_shard(state, mesh, world_size), checkpoint_id=path)
+            if path in hf_paths:
+                writer = dcp.HuggingFaceStorageWriter(path=path, save_distributed=True)
+                dcp.save(_shard(state, mesh, world_size), storage_writer=writer)
+            else:
+                dcp.save(_shard(state, mesh, world_size), checkpoint_id=path)
     finally:
         dist.destroy_process_group()
 
 
-def save_sharded(states: dict[Path, dict[str, Any]], world_size: int) -> None:
-    """Write each state dict to its directory as ``world_size`` ranks would: ``.metadata`` + ``__{rank}_0.distcp``."""
+def save_sharded(states: dict[Path, dict[str, Any]], world_size: int, hf_paths: tuple[Path, ...] = ()) -> None:
+    """Write each state dict to its directory as ``world_size`` ranks would: ``.metadata`` + ``__{rank}_0.distcp``,
+    or for the paths in ``hf_paths`` one ``shard-{rank+1}-model-00001-of-00001.safetensors`` per rank."""
     # DTensor's first use imports torch._dynamo; importing it once before forking spares every rank that cost.
     importlib.import_module("torch._dynamo")
     torch.multiprocessing.start_processes(
         _save_rank,
-        args=(world_size, _free_port(), {str(path): state for path, state in states.items()}),
+        args=(
+            world_size,
+            _free_port(),
+            {str(path): state for path, state in states.items()},
+            {str(p) for p in hf_paths},
+        ),
         nprocs=world_size,
         start_method="fork",
     )
 
 
-def load_sharded(policy: TinyPolicy, optimizer: torch.optim.Optimizer, weights: Path, optim: Path) -> None:
-    """Load weights and optimizer state from DCP shards (any number of ranks) into this single process."""
+def load_sharded(policy: TinyPolicyForCausalLM, optimizer: torch.optim.Optimizer, checkpoint: Path) -> None:
+    """Load weights and optimizer state from a checkpoint's shards (any number of ranks, either worker's layout:
+    v1's DCP, or v2's ``model/`` safetensors or DCP and ``optim/``) into this single process."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import (
         get_model_state_dict,
@@ -852,9 +860,18 @@ def load_sharded(policy: TinyPolicy, optimizer: torch.optim.Optimizer, weights: 
     with warnings.catch_warnings():
         # DCP warns that no process group exists: reading every rank's shard into one process is the intent here.
         warnings.simplefilter("ignore")
-        model_state = {"model": get_model_state_dict(policy)}
-        dcp.load(model_state, checkpoint_id=weights)
-        set_model_state_dict(policy, model_state["model"])
+        model_dir = checkpoint / WEIGHTS / "model"
+        optim = checkpoint / OPTIMIZER / ("optim" if model_dir.is_dir() else "")
+        if not model_dir.is_dir():
+            model_state = {"model": get_model_state_dict(policy)}
+            dcp.load(model_state, checkpoint_id=checkpoint / WEIGHTS)
+            set_model_state_dict(policy, model_state["model"])
+        else:
+            flat = get_model_state_dict(policy)
+            hf = any(p.suffix == ".safetensors" for p in model_dir.iterdir())
+            reader = dcp.HuggingFaceStorageReader(str(model_dir)) if hf else None
+            dcp.load(flat, checkpoint_id=model_dir, storage_reader=reader)
+            set_model_state_dict(policy, flat)
         optim_state = {"optim": {"optim": get_optimizer_state_dict(policy, optimizer)}}
         dcp.load(optim_state, checkpoint_id=optim)
         set_optimizer_state_dict(policy, optimizer, optim_state["optim"]["optim"])
@@ -963,8 +980,8 @@ class Run:
     settings: Settings
     tokenizer: WordTokenizer
     val_set: list[Problem]
-    policy: TinyPolicy
-    reference: TinyPolicy
+    policy: TinyPolicyForCausalLM
+    reference: TinyPolicyForCausalLM
     optimizer: torch.optim.Optimizer
     loader: PromptLoader
     workers: NodeWorkers
@@ -978,7 +995,7 @@ def build_run(config: dict[str, Any], settings: Settings, checkpoint: Path | Non
     tokenizer = WordTokenizer(settings.max_number)
     train_set = make_dataset(settings.seed, settings.num_train_samples, settings.max_number, settings.distractor_prob)
     val_set = make_dataset(settings.seed + 1, settings.num_val_samples, settings.max_number, settings.distractor_prob)
-    policy = TinyPolicy(tokenizer, settings.hidden_size)
+    policy = build_policy(tokenizer, settings.hidden_size)
     # The reference is the initial policy, rebuilt from the seed on resume just as NeMo RL reloads the base model.
     reference = copy.deepcopy(policy).eval().requires_grad_(False)
     optimizer = torch.optim.Adam(policy.parameters(), lr=settings.lr)
@@ -991,10 +1008,47 @@ def build_run(config: dict[str, Any], settings: Settings, checkpoint: Path | Non
     )
     if checkpoint is not None:
         say(f"Loading weights from {checkpoint / 'policy' / 'weights'}")
-        load_sharded(policy, optimizer, checkpoint / "policy" / "weights", checkpoint / "policy" / "optimizer")
+        load_sharded(policy, optimizer, checkpoint)
         loader.load_state_dict(torch.load(checkpoint / "train_dataloader.pt", weights_only=True))
     workers = NodeWorkers(_int(config, "cluster.num_nodes", 1), _int(config, "cluster.gpus_per_node", 1))
     return Run(config, settings, tokenizer, val_set, policy, reference, optimizer, loader, workers)
+
+
+def save_v2(run: Run, tmp: Path, optimizer: dict[str, Any]) -> None:
+    """The v2 worker's Automodel save: the model's flat Hugging Face state dict in ``policy/weights/model`` (one
+    sharded safetensors file per rank through torch's Hugging Face writer, or DCP with torch_save), the Hugging Face
+    metadata beside it (``.hf_metadata``, rank 0's), the optimizer as DCP in ``policy/optimizer/optim``; with
+    save_consolidated, the whole model as Hugging Face safetensors in ``model/consolidated`` instead of the
+    metadata (Automodel's ConsolidatedHFAddon)."""
+    from safetensors.torch import save_file
+
+    model_dir = tmp / WEIGHTS / "model"
+    flat = {key: value.detach().clone() for key, value in run.policy.state_dict().items()}
+    safetensors = run.settings.model_save_format != "torch_save"
+    save_sharded(
+        {model_dir: flat, tmp / OPTIMIZER / "optim": optimizer},
+        run.settings.training_ranks,
+        hf_paths=(model_dir,) if safetensors else (),
+    )
+    if not safetensors:
+        return
+    config = run.policy.config
+    metadata = model_dir / ".hf_metadata"
+    metadata.mkdir()
+    (metadata / "config.json").write_text(config.to_json_string(use_diff=False))
+    (metadata / "generation_config.json").write_text(run.policy.generation_config.to_json_string())
+    (metadata / "fqn_to_file_index_mapping.json").write_text(json.dumps(dict.fromkeys(flat, 1)))
+    if run.settings.save_consolidated:
+        consolidated = model_dir / "consolidated"
+        consolidated.mkdir()
+        name = "model-00001-of-00001.safetensors"
+        save_file({k: v.contiguous() for k, v in flat.items()}, str(consolidated / name), metadata={"format": "pt"})
+        size = sum(v.numel() * v.element_size() for v in flat.values())
+        index = {"metadata": {"total_size": size}, "weight_map": dict.fromkeys(flat, name)}
+        (consolidated / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+        for item in ("config.json", "generation_config.json"):
+            (metadata / item).rename(consolidated / item)
+        shutil.rmtree(metadata)
 
 
 def save_checkpoint(run: Run, step: int, training_info: dict[str, Any]) -> Path:
@@ -1008,12 +1062,17 @@ def save_checkpoint(run: Run, step: int, training_info: dict[str, Any]) -> Path:
     tmp.mkdir(parents=True)
     (tmp / "training_info.json").write_text(json.dumps(training_info))
     (tmp / "config.yaml").write_text(yaml.safe_dump(run.config, sort_keys=False))
-    # NeMo RL's keys: dcp.save({"model": ModelState}) and dcp.save({"optim": OptimizerState}) whose state is {"optim"}.
-    states = {
-        tmp / "policy" / "weights": {"model": get_model_state_dict(run.policy)},
-        tmp / "policy" / "optimizer": {"optim": {"optim": get_optimizer_state_dict(run.policy, run.optimizer)}},
-    }
-    save_sharded(states, run.settings.training_ranks)
+    settings = run.settings
+    optimizer = {"optim": {"optim": get_optimizer_state_dict(run.policy, run.optimizer)}}
+    if not settings.v2:
+        if settings.model_save_format is not None:
+            # NeMo RL's lm_policy.py refuses it at this point, after the steps before it trained.
+            raise ValueError("model_save_format must be None or omitted if using DTensorPolicyWorker (_v2=False).")
+        # NeMo RL's keys: dcp.save({"model": ModelState}) and dcp.save({"optim": OptimizerState}), state {"optim"}.
+        weights = {"model": get_model_state_dict(run.policy)}
+        save_sharded({tmp / WEIGHTS: weights, tmp / OPTIMIZER: optimizer}, settings.training_ranks)
+    else:
+        save_v2(run, tmp, optimizer)
     run.tokenizer.save_pretrained(tmp / "policy" / "tokenizer", str(_get(run.config, "policy.model_name")))
     torch.save(run.loader.state_dict(), tmp / "train_dataloader.pt")
     final = root / f"step_{step}"

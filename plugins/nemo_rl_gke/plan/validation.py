@@ -11,6 +11,7 @@ import shlex
 from typing import TYPE_CHECKING, Any
 
 from nemo_rl_gke.plan.ray_job import JobRequest
+from nemo_rl_gke.run.checkpoint_layout import layout_of
 from nemo_rl_gke.run.gpu_layout import layout
 from nemo_rl_gke.run.recipes import load_recipe
 
@@ -26,18 +27,24 @@ EXPECTED_CONFIG_KEYS = (
     "policy.dtensor_cfg.tensor_parallel_size",
     "cluster.num_nodes",
     "cluster.gpus_per_node",
+    # Which save path wrote it (run/checkpoint_layout.py): the layout the validator expects.
+    "policy.dtensor_cfg._v2",
+    "checkpointing.model_save_format",
+    "checkpointing.save_consolidated",
 )
 
 
 def expectation(spec: RunSpec, step: int, *, stopped: bool = False) -> dict[str, Any]:
     """What the submitted run must have produced: the checkpoint of ``step``, one shard per training rank, its
     config; ``stopped`` when the job was stopped after that save (it converged)."""
-    config = load_recipe(spec.recipe).effective_config(spec)
+    recipe = load_recipe(spec.recipe)
+    config = recipe.effective_config(spec)
     return {
         "step": step,
         "stopped": stopped,
         "training_ranks": layout(config).train_gpus,
         "config": {k: config[k] for k in EXPECTED_CONFIG_KEYS if k in config},
+        "layout": layout_of(recipe.nemo_rl_version, config).to_dict(),
     }
 
 

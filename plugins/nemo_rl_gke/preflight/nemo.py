@@ -188,6 +188,32 @@ def tp_divides_heads(spec: RunSpec, recipe: Recipe) -> Iterator[Violation]:
 
 
 @rule(
+    "nemo.v1-save-format",
+    NEMO,
+    "The v1 DTensor worker saves with no model_save_format",
+    example={"recipe": "gemma3-27b-gsm8k-v0.5.0", "extra_overrides": ["checkpointing.model_save_format=safetensors"]},
+    counter_example={"recipe": "gemma3-27b-gsm8k-v0.5.0"},
+)
+def v1_save_format(spec: RunSpec, recipe: Recipe) -> Iterator[Violation]:
+    """lm_policy.py raises "model_save_format must be None or omitted if using DTensorPolicyWorker (_v2=False)" at
+    the first checkpoint save (v0.5.0 lines 812-818, v0.7.0 lines 1079-1085): after every step before it trained."""
+    try:
+        cfg = recipe.apply(spec, extra=True).config
+    except RecipeError:
+        return
+    save_format = cfg.get("checkpointing.model_save_format")
+    if cfg.get("policy.dtensor_cfg._v2") is False and save_format is not None:
+        yield Violation(
+            ("extra_overrides",),
+            save_format,
+            f"checkpointing.model_save_format is {clip(repr(save_format))} with policy.dtensor_cfg._v2=false: "
+            "NeMo RL's v1 DTensor worker refuses any model_save_format at the first checkpoint save",
+            "set checkpointing.model_save_format=null, or policy.dtensor_cfg._v2=true for the Automodel "
+            "safetensors layout",
+        )
+
+
+@rule(
     "nemo.batch-multiple",
     NEMO,
     "Prompts x generations is a multiple of train_global_batch_size",
