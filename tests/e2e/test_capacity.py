@@ -48,6 +48,8 @@ def test_a_full_reservation_falls_to_flex_start_which_saves_before_its_nodes_end
         "capacity_ladder": ["reservation:60", "flex_start:120"],
         "flex_start_max_hours": FLEX_HOURS,
         "max_steps": 400,
+        # The test is about the deadline: a fast machine's job that converges first would end the run otherwise.
+        "zero_learning_guard": False,
         # Half a second a step (asleep): 400 steps outlast the 90 s, which local steps alone would not.
         "extra_overrides": [f"checkpointing.save_period={SAVE_PERIOD}", "sandbox.step_delay_s=0.5"],
     }

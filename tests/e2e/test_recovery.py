@@ -107,7 +107,10 @@ def test_a_third_lost_node_with_max_recoveries_2_fails_the_run_with_its_newest_s
 ) -> None:
     # A save every 5 steps and a node lost just after each of saves 5, 10 and 15: three attempts, each cut short.
     losing, armed = _losing(sandbox, (SAVE_PERIOD, 2 * SAVE_PERIOD, 3 * SAVE_PERIOD), 1.0)
-    conf = {"max_steps": 30, "extra_overrides": [f"checkpointing.save_period={SAVE_PERIOD}"], "max_recoveries": 2}
+    # Half a second more a step (asleep): a loaded machine's job must not reach its next save before the lost node
+    # fails it, or one attempt would meet two of the losses.
+    overrides = [f"checkpointing.save_period={SAVE_PERIOD}", "sandbox.step_delay_s=0.5"]
+    conf = {"max_steps": 30, "extra_overrides": overrides, "max_recoveries": 2}
     result = run_logged(dag, conf, capfd)
     losing.join(timeout=5)
     assert result.state == "failed", result.output[-4000:]

@@ -561,10 +561,9 @@ def test_summary() -> None:
         "final_val_accuracy": 0.5011,
         "checkpoints": [2, 4],
         "wandb_url": WANDB_URL,
-        # "SETUP COMPLETE" / "Total setup time: 231.5s": where NeMo RL's checkpoint_must_save_by clock starts.
-        "setup_s": 231.5,
     }
-    assert run.setup_complete
+    # "SETUP COMPLETE" / "Total setup time: 231.5s": where NeMo RL's checkpoint_must_save_by clock starts.
+    assert run.setup_complete and run.setup_s == 231.5
     text = summary_text(run.summary())
     for part in (
         "4 GRPO step(s) completed (last 4/4)",

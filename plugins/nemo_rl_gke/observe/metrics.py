@@ -456,7 +456,6 @@ class RunMetrics:
                 "final_val_accuracy": vals[-1] if vals else self.initial_val_accuracy,
                 "checkpoints": list(self.checkpoints),
                 "wandb_url": self.wandb_url,
-                "setup_s": self.setup_s,
             }
         )
 
