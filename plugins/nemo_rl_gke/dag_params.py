@@ -30,6 +30,7 @@ FORM_SECTION_ORDER: tuple[str, ...] = (
     s.SECTION_TRAINING,
     s.SECTION_LOGGING,
     s.SECTION_TEARDOWN,
+    s.SECTION_MODEL,
     s.SECTION_STORAGE,
     s.SECTION_CLUSTER,
     s.SECTION_NETWORK,
@@ -44,6 +45,7 @@ FORM_LEADS: dict[str, tuple[str, ...]] = {
     s.SECTION_TRAINING: ("max_steps", "num_prompts_per_step", "num_generations_per_prompt", "extra_overrides"),
     s.SECTION_LOGGING: ("wandb_enabled", "wandb_project", "wandb_run_name"),
     s.SECTION_TEARDOWN: ("teardown_policy", "export_bucket", "accept_checkpoint_loss"),
+    s.SECTION_MODEL: ("eval_benchmark", "publish"),
     s.SECTION_STORAGE: ("lustre_capacity_gib", "lustre_throughput"),
     s.SECTION_WAITING: ("poll_interval_s", "job_timeout_s"),
 }

@@ -25,6 +25,7 @@ SECTION_KUBE = "Kubernetes and Ray"
 SECTION_TRAINING = "Training (NeMo RL GRPO)"
 SECTION_LOGGING = "Logging and secrets"
 SECTION_TEARDOWN = "Checkpoint export and teardown"
+SECTION_MODEL = "Evaluation and publishing"
 SECTION_WAITING = "Waiting and timeouts"
 
 # Bounds of the conf's values. Every string and number has one, so nothing unbounded reaches a rule, a template or
@@ -66,6 +67,15 @@ CAPACITIES = (RESERVATION_CAPACITY, FLEX_START, QUEUED, SPOT, ON_DEMAND)
 FLEX_KINDS = (FLEX_START, QUEUED)
 # Flex-start VMs run at most seven days (GKE docs: flex-start, maxRunDuration).
 FLEX_START_MAX_HOURS = 7 * 24
+# What eval_benchmark may name: off, gsm8k (a local_math_dataset file the job writes) and the named eval datasets
+# of nemo_rl/data/datasets/eval_datasets/__init__.py (v0.5.0 and v0.7.0; aime2026 only at v0.7.0). Which of them the
+# recipe's release offers is a preflight rule (eval.benchmark-in-release).
+EVAL_OFF = "off"
+EVAL_BENCHMARKS = (
+    EVAL_OFF, "gsm8k", "math", "math500", "aime2024", "aime2025", "aime2026", "gpqa", "gpqa_diamond", "mmlu",
+    "mmlu_pro",
+)  # fmt: skip
+PUBLISH_POLICIES = ("always", "if_better", "never")
 # A capacity ladder's rung: an option, and optionally how long (s) its nodes may take to come before the next rung.
 LADDER_RUNG_PATTERN = rf"^({'|'.join(CAPACITIES)})(:[1-9][0-9]{{0,5}})?$"
 LADDER_MAX = len(CAPACITIES)
@@ -515,11 +525,12 @@ class RunConf:
         "none",
         section=SECTION_TRAINING,
         title="Resume",
-        description="latest: continue from the newest checkpoint this DAG exported (its lineage): from Lustre when "
-        "it was kept warm, else imported from Cloud Storage into the new Lustre before the job starts; the job refuses "
-        "a checkpoint_dir whose newest step_N is not that one. none: start from step 0; the job refuses a "
-        "checkpoint_dir that already holds a step_N (NeMo RL would resume from it).",
-        enum=["none", "latest"],
+        description="latest: continue from the newest checkpoint this DAG exported (its lineage); promoted: from "
+        "the newest one it published (see publish), so a night whose model was not better is not built on: from "
+        "Lustre when it was kept warm, else imported from Cloud Storage into the new Lustre before the job starts; "
+        "the job refuses a checkpoint_dir whose newest step_N is not that one. none: start from step 0; the job "
+        "refuses a checkpoint_dir that already holds a step_N (NeMo RL would resume from it).",
+        enum=["none", "latest", "promoted"],
     )
     steps_per_run: int = _param(
         0,
@@ -819,6 +830,60 @@ class RunConf:
         "no other run's checkpoint is pending on it.",
         maxLength=500,
         pattern=r"^([A-Za-z0-9_.:+-]{1,250}/[A-Za-z0-9_.:+-]{1,250})?$",
+    )
+    # --- Evaluation and publishing ----------------------------------------------------------------------------
+    eval_benchmark: str = _param(
+        "gsm8k",
+        section=SECTION_MODEL,
+        title="Evaluation benchmark",
+        description="After the Hugging Face export, the pinned NeMo RL release's examples/run_eval.py scores the "
+        "model on this (the release's eval datasets; gsm8k is GSM8K's test split through its local_math_dataset), and "
+        "the base model once for the same settings. off: no evaluation (then publish cannot be if_better).",
+        enum=list(EVAL_BENCHMARKS),
+    )
+    eval_num_tests_per_prompt: int = _param(
+        1,
+        section=SECTION_MODEL,
+        title="Evaluation samples per problem",
+        description="eval.num_tests_per_prompt: answers sampled per problem; the score is pass@1 over them. More "
+        "than 1 needs a temperature above 0 (nemo_rl/evals/eval.py asserts it).",
+        minimum=1,
+        maximum=64,
+    )
+    eval_max_tokens: int = _param(
+        2048,
+        section=SECTION_MODEL,
+        title="Evaluation token limit",
+        description="generation.vllm_cfg.max_model_len of the evaluation: prompt and answer together (eval.yaml's "
+        "default 2048).",
+        minimum=64,
+        maximum=131072,
+    )
+    eval_temperature: float = _param(
+        0.0,
+        section=SECTION_MODEL,
+        title="Evaluation temperature",
+        description="generation.temperature of the evaluation; 0 is greedy (eval.yaml's default).",
+        minimum=0,
+        maximum=2,
+    )
+    publish: str = _param(
+        "if_better",
+        section=SECTION_MODEL,
+        title="Publish the model",
+        description="always: every run's model gets the published-model Asset event; if_better: only one whose score "
+        "is at least the last published model's plus publish_margin (the first one always); never. Every run's "
+        "checkpoint is exported either way. The deployment may allow only some ([nemo_rl_gke] allowed_publish).",
+        enum=["if_better", "always", "never"],
+    )
+    publish_margin: float = _param(
+        0.0,
+        section=SECTION_MODEL,
+        title="Publish margin",
+        description="How much better than the last published model's score (0-1, absolute) a model must score to be "
+        "published with if_better.",
+        minimum=0,
+        maximum=1,
     )
     gpu_hour_price_usd: float = _param(
         0.0,
