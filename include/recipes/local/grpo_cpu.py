@@ -846,32 +846,38 @@ def save_sharded(states: dict[Path, dict[str, Any]], world_size: int, hf_paths: 
     )
 
 
-def load_sharded(policy: TinyPolicyForCausalLM, optimizer: torch.optim.Optimizer, checkpoint: Path) -> None:
-    """Load weights and optimizer state from a checkpoint's shards (any number of ranks, either worker's layout:
-    v1's DCP, or v2's ``model/`` safetensors or DCP and ``optim/``) into this single process."""
+def load_weights(policy: TinyPolicyForCausalLM, weights: Path) -> None:
+    """Load the policy's weights from ``step_N/policy/weights`` (any number of ranks, either worker's layout: v1's
+    DCP there, or v2's ``model/`` of sharded safetensors or DCP) into this single process."""
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import (
-        get_model_state_dict,
-        get_optimizer_state_dict,
-        set_model_state_dict,
-        set_optimizer_state_dict,
-    )
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 
     with warnings.catch_warnings():
         # DCP warns that no process group exists: reading every rank's shard into one process is the intent here.
         warnings.simplefilter("ignore")
-        model_dir = checkpoint / WEIGHTS / "model"
-        optim = checkpoint / OPTIMIZER / ("optim" if model_dir.is_dir() else "")
+        model_dir = weights / "model"
         if not model_dir.is_dir():
             model_state = {"model": get_model_state_dict(policy)}
-            dcp.load(model_state, checkpoint_id=checkpoint / WEIGHTS)
+            dcp.load(model_state, checkpoint_id=weights)
             set_model_state_dict(policy, model_state["model"])
-        else:
-            flat = get_model_state_dict(policy)
-            hf = any(p.suffix == ".safetensors" for p in model_dir.iterdir())
-            reader = dcp.HuggingFaceStorageReader(str(model_dir)) if hf else None
-            dcp.load(flat, checkpoint_id=model_dir, storage_reader=reader)
-            set_model_state_dict(policy, flat)
+            return
+        flat = get_model_state_dict(policy)
+        hf = any(p.suffix == ".safetensors" for p in model_dir.iterdir())
+        reader = dcp.HuggingFaceStorageReader(str(model_dir)) if hf else None
+        dcp.load(flat, checkpoint_id=model_dir, storage_reader=reader)
+        set_model_state_dict(policy, flat)
+
+
+def load_sharded(policy: TinyPolicyForCausalLM, optimizer: torch.optim.Optimizer, checkpoint: Path) -> None:
+    """Load weights and optimizer state of ``checkpoint`` (step_N) into this single process: the optimizer from v1's
+    ``policy/optimizer`` or v2's ``policy/optimizer/optim``."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+
+    load_weights(policy, checkpoint / WEIGHTS)
+    optim = checkpoint / OPTIMIZER / ("optim" if (checkpoint / WEIGHTS / "model").is_dir() else "")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         optim_state = {"optim": {"optim": get_optimizer_state_dict(policy, optimizer)}}
         dcp.load(optim_state, checkpoint_id=optim)
         set_optimizer_state_dict(policy, optimizer, optim_state["optim"]["optim"])

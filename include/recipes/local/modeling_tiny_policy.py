@@ -76,14 +76,25 @@ class TinyPolicyForCausalLM(PreTrainedModel, GenerationMixin):
         self.decoder = nn.GRUCell(hidden, hidden)
         self.query = nn.Linear(hidden, hidden)
         self.lm_head = nn.Linear(hidden, vocab_size)
-        closing = torch.ones(vocab_size, dtype=torch.bool)
-        closing[[*config.operator_token_ids, config.eos_token_id]] = False
-        self.register_buffer("not_closing", closing, persistent=False)
-        self.register_buffer("number_ids", torch.tensor(config.number_token_ids, dtype=torch.long), persistent=False)
+        # The vocabulary's masks, built on first use: from_pretrained runs __init__ on the meta device, where a tensor
+        # made here would hold no values.
+        self._masks: tuple[torch.Tensor, torch.Tensor] | None = None
         self.post_init()
+        # No key-value cache to keep between generate's steps: each one re-reads the whole (short) sequence.
+        self.generation_config.use_cache = False
 
     def _init_weights(self, module: nn.Module) -> None:
         """Keep PyTorch's own initialisation of each layer (what the trainer was tuned with)."""
+
+    @property
+    def masks(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the tokens that cannot follow a number: all but the operators and ``<eos>``, the number tokens' ids)."""
+        if self._masks is None:
+            config = self.config
+            not_closing = torch.ones(config.vocab_size, dtype=torch.bool)
+            not_closing[[*config.operator_token_ids, config.eos_token_id]] = False
+            self._masks = (not_closing, torch.tensor(config.number_token_ids, dtype=torch.long))
+        return self._masks
 
     # --- the trainer's interface ---------------------------------------------------------------------------------
 
@@ -102,7 +113,7 @@ class TinyPolicyForCausalLM(PreTrainedModel, GenerationMixin):
         """Feed the previous token; returns log-probabilities over the vocabulary for ``position`` and the new state."""
         state = self.decoder(self.embed(tokens), state)
         if position % 2:
-            logits = self.lm_head(state).masked_fill(self.not_closing, float("-inf"))
+            logits = self.lm_head(state).masked_fill(self.masks[0], float("-inf"))
             return F.log_softmax(logits, dim=-1), state
         scores = torch.einsum("blh,bh->bl", memory.keys, self.query(state)).masked_fill(~memory.numbers, float("-inf"))
         # A number that occurs twice in the question is one token: its probability is the sum over its positions.
@@ -126,7 +137,7 @@ class TinyPolicyForCausalLM(PreTrainedModel, GenerationMixin):
             split = int(bos[0]) if len(bos) else len(tokens)
             question, answer = tokens[:split], tokens[split + 1 :]
             ids = question[None] if len(question) else torch.full((1, 1), self.config.pad_token_id)
-            numbers = torch.isin(ids, self.number_ids)
+            numbers = torch.isin(ids, self.masks[1])
             state, memory = self.encode(ids, torch.tensor([ids.shape[1]]), numbers, torch.zeros(1, dtype=torch.long))
             fed = torch.cat([torch.tensor([self.config.bos_token_id]), answer])
             for position, token in enumerate(fed.tolist()):
