@@ -202,6 +202,11 @@ def _only_dedup_advice(rest: str) -> bool:
     return advice and not (after.isalnum() or after == "_")
 
 
+def strip_decorations(line: str) -> str:
+    """A log line without its colour codes, Ray's actor prefix and Ray's repeat marker: what the process printed."""
+    return _split_decorations(_strip_ansi(line))[1]
+
+
 def _strip_ansi(text: str) -> str:
     """The text without terminal escape sequences."""
     return _ANSI_RE.sub("", text) if "\x1b" in text else text
