@@ -107,6 +107,8 @@ class NemoVersion:
     # hydra-core and omegaconf in the release's uv.lock: the parser the preflight uses must be the same one.
     hydra: str = ""
     omegaconf: str = ""
+    # What examples/run_eval.py's data.dataset_name may be at this release (gsm8k: its test split as a file).
+    eval_datasets: tuple[str, ...] = ()
 
     @property
     def ray_version(self) -> str:
@@ -497,8 +499,10 @@ def load_version(version: str) -> NemoVersion:
     """Facts about one NeMo RL release; ``local`` is the sandbox trainer in include/recipes/local."""
     if version == LOCAL_VERSION:
         scripts = tuple(sorted(p.name for p in LOCAL_DIR.glob("*.py")))
-        ray = str(_read_yaml(LOCAL_DIR / "version.yaml")["ray"])
-        return NemoVersion(LOCAL_VERSION, ray, scripts, "flat", False)
+        local = _read_yaml(LOCAL_DIR / "version.yaml")
+        return NemoVersion(
+            LOCAL_VERSION, str(local["ray"]), scripts, "flat", False, eval_datasets=tuple(local["eval_datasets"])
+        )
     data = _read_yaml(VERSIONS_DIR / version / "version.yaml")
     return NemoVersion(
         version=str(data["version"]),
@@ -508,6 +512,7 @@ def load_version(version: str) -> NemoVersion:
         tp_accuracy_check=bool(data["tp_accuracy_check"]),
         hydra=str(data.get("hydra_core") or ""),
         omegaconf=str(data.get("omegaconf") or ""),
+        eval_datasets=tuple(data.get("eval_datasets") or ()),
     )
 
 
