@@ -69,6 +69,12 @@ EXPECTED_MESSAGES = {
     "nemo.config-integers": "policy.train_global_batch_size is 0 in the effective config",
     "nemo.entrypoint": "entrypoint examples/run_grpo_math.py does not exist at NeMo RL v0.7.0",
     "nemo.image-version": "recipe gemma3-27b-gsm8k-v0.5.0 is pinned to NeMo RL v0.5.0",
+    "nemo.v1-save-format": "checkpointing.model_save_format is 'safetensors' with policy.dtensor_cfg._v2=false",
+    "eval.benchmark-in-release": "NeMo RL v0.5.0 (recipe gemma3-27b-gsm8k-v0.5.0) has no eval dataset aime2026",
+    "eval.samples-need-temperature": "eval_num_tests_per_prompt=4 samples each problem, but temperature 0 is greedy",
+    "eval.publish-needs-a-score": "publish=if_better compares the model's score with the last published one's",
+    "eval.hf-export": "NeMo RL v0.5.0's convert_dcp_to_hf.py cannot read the v2 worker's torch_save layout",
+    "deployment.publish": "publish=always is outside the deployment's bound [nemo_rl_gke] allowed_publish",
 }
 RULES = {r.rule_id: r for r in rules()}
 # A deployment whose Google connection names my-project: the project these tests' confs use.

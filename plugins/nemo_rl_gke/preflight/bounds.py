@@ -202,6 +202,28 @@ def budget_bounded(spec: RunSpec, _: Recipe, deployment: Deployment) -> Iterator
 
 
 @rule(
+    "deployment.publish",
+    BOUNDS,
+    "The publish policy is one the deployment allows",
+    example={"publish": "always"},
+    counter_example={"publish": "if_better"},
+    uses_deployment=True,
+    example_deployment={"allowed_publish": ("if_better", "never")},
+)
+def publish_allowed(spec: RunSpec, _: Recipe, deployment: Deployment) -> Iterator[Violation]:
+    """A conf cannot publish every night's model where the deployment asks for a better score first."""
+    if spec.publish not in deployment.allowed_publish:
+        allowed = _listed(deployment.allowed_publish)
+        yield Violation(
+            ("publish",),
+            spec.publish,
+            f"publish={spec.publish} is outside the deployment's bound {_setting('allowed_publish')}: it allows "
+            f"{allowed}",
+            f"use {allowed}; only {WHO_CHANGES} can allow another policy",
+        )
+
+
+@rule(
     "deployment.capacity",
     BOUNDS,
     "Every GPU capacity option the run may use is one the deployment allows",

@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from nemo_rl_gke.preflight.registry import Violation, rule
+from nemo_rl_gke.run.checkpoint_layout import TORCH_SAVE, layout_of
+from nemo_rl_gke.run.conf_schema import EVAL_OFF
 from nemo_rl_gke.run.gpu_layout import layout
 from nemo_rl_gke.run.hydra_overrides import RecipeError, clip
 from nemo_rl_gke.run.recipes import CONF_KEYS, accepted
@@ -210,6 +212,90 @@ def v1_save_format(spec: RunSpec, recipe: Recipe) -> Iterator[Violation]:
             "NeMo RL's v1 DTensor worker refuses any model_save_format at the first checkpoint save",
             "set checkpointing.model_save_format=null, or policy.dtensor_cfg._v2=true for the Automodel "
             "safetensors layout",
+        )
+
+
+@rule(
+    "eval.benchmark-in-release",
+    NEMO,
+    "The evaluation benchmark is one the recipe's NeMo RL release offers",
+    example={"recipe": "gemma3-27b-gsm8k-v0.5.0", "eval_benchmark": "aime2026"},
+    counter_example={"recipe": "gemma3-27b-gsm8k-v0.5.0", "eval_benchmark": "math500"},
+)
+def eval_benchmark_in_release(spec: RunSpec, recipe: Recipe) -> Iterator[Violation]:
+    """run_eval.py's load_eval_dataset names its datasets per release (eval_datasets/__init__.py); any other name is
+    read as a local file, which would fail after the model was converted and the GPUs waited."""
+    offered = recipe.version.eval_datasets
+    if spec.eval_benchmark != EVAL_OFF and spec.eval_benchmark not in offered:
+        yield Violation(
+            ("eval_benchmark", "recipe"),
+            spec.eval_benchmark,
+            f"NeMo RL {recipe.nemo_rl_version} (recipe {recipe.name}) has no eval dataset {spec.eval_benchmark}",
+            f"use one of {', '.join(offered)}, or off",
+        )
+
+
+@rule(
+    "eval.samples-need-temperature",
+    NEMO,
+    "More than one evaluation sample per problem needs a temperature above 0",
+    example={"eval_num_tests_per_prompt": 4, "eval_temperature": 0},
+    counter_example={"eval_num_tests_per_prompt": 4, "eval_temperature": 0.6},
+)
+def eval_samples_need_temperature(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
+    """nemo_rl/evals/eval.py asserts temperature > 0 when num_tests_per_prompt > 1 (v0.5.0 lines 108-111, v0.7.0
+    lines 111-114): greedy answers would all be the same."""
+    if spec.eval_benchmark != EVAL_OFF and spec.eval_num_tests_per_prompt > 1 and spec.eval_temperature <= 0:
+        yield Violation(
+            ("eval_temperature", "eval_num_tests_per_prompt"),
+            spec.eval_temperature,
+            f"eval_num_tests_per_prompt={spec.eval_num_tests_per_prompt} samples each problem, but temperature 0 is "
+            "greedy: every sample would be the same answer (eval.py refuses it)",
+            "set eval_temperature above 0 (0.6, say), or eval_num_tests_per_prompt to 1",
+        )
+
+
+@rule(
+    "eval.publish-needs-a-score",
+    NEMO,
+    "Publishing only a better model needs an evaluation",
+    example={"eval_benchmark": "off", "publish": "if_better"},
+    counter_example={"eval_benchmark": "off", "publish": "always"},
+)
+def publish_needs_a_score(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
+    """if_better compares scores: without an evaluation there is nothing to compare."""
+    if spec.publish == "if_better" and spec.eval_benchmark == EVAL_OFF:
+        yield Violation(
+            ("publish", "eval_benchmark"),
+            spec.publish,
+            "publish=if_better compares the model's score with the last published one's, but eval_benchmark is off",
+            "pick an eval_benchmark, or publish always or never",
+        )
+
+
+@rule(
+    "eval.hf-export",
+    NEMO,
+    "The recipe's release can convert the checkpoint layout it writes to Hugging Face",
+    example={"recipe": "gemma3-27b-gsm8k-v0.5.0",
+             "extra_overrides": ["policy.dtensor_cfg._v2=true", "checkpointing.model_save_format=torch_save"]},
+    counter_example={"recipe": "gemma3-27b-gsm8k-v0.5.0"},
+)  # fmt: skip
+def hf_export_supported(spec: RunSpec, recipe: Recipe) -> Iterator[Violation]:
+    """v0.5.0's convert_dcp_to_hf.py reads only a .metadata directly in policy/weights (native_checkpoint.py
+    convert_dcp_to_hf): the v2 worker's torch_save layout keeps it in policy/weights/model."""
+    try:
+        cfg = recipe.apply(spec, extra=True).config
+    except RecipeError:
+        return
+    fmt = layout_of(recipe.nemo_rl_version, cfg).format
+    if recipe.nemo_rl_version == "v0.5.0" and fmt == TORCH_SAVE:
+        yield Violation(
+            ("extra_overrides",),
+            "checkpointing.model_save_format=torch_save",
+            "NeMo RL v0.5.0's convert_dcp_to_hf.py cannot read the v2 worker's torch_save layout, so the run's model "
+            "could not be exported to Hugging Face after training",
+            "use checkpointing.model_save_format=safetensors (the default), or a v0.7.0 recipe",
         )
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 from urllib.parse import SplitResult, parse_qs, urlsplit
 
-from nemo_rl_gke.run.conf_schema import CAPACITIES
+from nemo_rl_gke.run.conf_schema import CAPACITIES, PUBLISH_POLICIES
 
 SECTION = "nemo_rl_gke"
 ENV_PREFIX = f"AIRFLOW__{SECTION.upper()}__"
@@ -192,6 +192,8 @@ class Deployment:
     - ``max_recoveries``: the most node-loss recoveries (resubmissions) a conf's ``max_recoveries`` may ask for.
     - ``allowed_capacity``: the GPU capacity options a conf's ``capacity`` and ``capacity_ladder`` may use;
       ``max_gpu_hour_usd``: the most a GPU-hour of any of them may cost at the price table's estimate. 0: no limit.
+    - ``allowed_publish``: the publish policies a conf may pick (drop ``always`` so that only a model that scores
+      better than the last published one is published).
     - ``gcp_project``: not a ``[nemo_rl_gke]`` setting but the ``project`` extra of the Google connection, read by
       :func:`load_deployment` / :meth:`from_env`; always an allowed project ('' when the connection names none).
     """
@@ -214,6 +216,7 @@ class Deployment:
     max_recoveries: int = DEFAULT_MAX_RECOVERIES
     allowed_capacity: tuple[str, ...] = CAPACITIES
     max_gpu_hour_usd: float = 0.0
+    allowed_publish: tuple[str, ...] = PUBLISH_POLICIES
     gcp_project: str = TUTORIAL_PROJECT
 
     def __post_init__(self) -> None:
@@ -289,6 +292,12 @@ class Deployment:
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= RECOVERIES_CEILING:
             problems.append(
                 f"max_recoveries must be a whole number from 0 to {RECOVERIES_CEILING} (got {str(value)[:40]})"
+            )
+        bad_publish = [e for e in self.allowed_publish if e not in PUBLISH_POLICIES]
+        if bad_publish or not self.allowed_publish:
+            problems.append(
+                f"allowed_publish has {', '.join(repr(str(e)[:80]) for e in bad_publish) or 'nothing'}: it must "
+                f"list at least one of {', '.join(PUBLISH_POLICIES)}"
             )
         bad = [e for e in self.allowed_capacity if e not in CAPACITIES]
         if bad or not self.allowed_capacity:
@@ -581,6 +590,13 @@ BOUND_SETTINGS_DOC: tuple[tuple[str, str, str], ...] = (
         "The most a GPU-hour may cost on any capacity a run may use, at the price table's estimate for the GPU and "
         "the option (run/costs.py; a conf's gpu_hour_price_usd does not count, since the conf writes it). 0: no "
         "limit. For example 6 allows B200 flex-start and Spot but not on-demand or reservation list prices.",
+    ),
+    (
+        "allowed_publish",
+        ",".join(PUBLISH_POLICIES),
+        "The publish policies a conf may pick, comma-separated (always, if_better, never): drop always so that only a "
+        "model that scores at least the last published one's (plus the conf's publish_margin) gets the published-"
+        "model Asset event. Every run's checkpoint is exported whatever the policy.",
     ),
 )
 SETTINGS_DOC = SETTINGS_DOC + BOUND_SETTINGS_DOC
