@@ -19,6 +19,7 @@ from nemo_rl_gke.operators.checkpoint import ExportCheckpointOperator, ResumeOpe
 from nemo_rl_gke.operators.gcp import DeleteGcpResourceOperator, EnsureGcpResourceOperator, ScaleGpuPoolOperator
 from nemo_rl_gke.operators.kube import ApplyKubeObjectsOperator, DeleteKubeObjectsOperator
 from nemo_rl_gke.operators.lease import ReleaseLeaseOperator, TakeLeaseOperator
+from nemo_rl_gke.operators.model_out import ConvertCheckpointOperator, EvaluateModelOperator, PublishModelOperator
 from nemo_rl_gke.operators.preflight import (
     ApplyGateOperator,
     PlanOperator,
@@ -44,7 +45,10 @@ OPERATORS: dict[Op, type[BaseOperator]] = {
     Op.SUBMIT_JOB: SubmitRayJobOperator,
     Op.FOLLOW_JOB: RayJobSensor,
     Op.VALIDATE_CHECKPOINT: ValidateCheckpointOperator,
+    Op.CONVERT_CHECKPOINT: ConvertCheckpointOperator,
+    Op.EVALUATE_MODEL: EvaluateModelOperator,
     Op.EXPORT_CHECKPOINT: ExportCheckpointOperator,
+    Op.PUBLISH_MODEL: PublishModelOperator,
     Op.DELETE_KUBE: DeleteKubeObjectsOperator,
     Op.DELETE_GCP: DeleteGcpResourceOperator,
     Op.SCALE_POOL: ScaleGpuPoolOperator,
@@ -83,6 +87,10 @@ def _step_kwargs(step: topology.Step, dag_id: str, alerts: AlertSettings) -> dic
         # Also after a failed train.wait: a stalled job's newest save is still validated and exported (the operator
         # skips when there is none). A failed setup upstream (validate, the lease, a resource) still makes it
         # upstream_failed: Airflow checks a task's indirect setups before its trigger rule.
+        kwargs["trigger_rule"] = TriggerRule.ALL_DONE
+    if step.op is Op.EXPORT_CHECKPOINT:
+        # Whatever the Hugging Face export did: every run exports the checkpoint it validated (the step skips itself
+        # when the checkpoint did not validate).
         kwargs["trigger_rule"] = TriggerRule.ALL_DONE
     if step in topology.provisioning() and len(step.needs) > 1:
         # As all_success, but a step whose upstreams mix skipped (past stop_after) and failed ones is upstream_failed,

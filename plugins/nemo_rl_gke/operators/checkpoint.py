@@ -26,6 +26,7 @@ from nemo_rl_gke.run.ownership import PendingCheckpoint
 from nemo_rl_gke.run.topology import (
     CHECK_CHECKPOINT,
     CHECKPOINT_REPORT,
+    CONVERT,
     JOB_STALLED,
     JOB_SUMMARY,
     LUSTRE,
@@ -136,6 +137,9 @@ class ExportCheckpointOperator(StepOperator):
         from nemo_rl_gke.triggers.operations import OperationTrigger
 
         spec = self.run_spec(context)
+        if not pull(context, CHECK_CHECKPOINT):
+            # This step runs after the Hugging Face export whatever its end: only a validated checkpoint is exported.
+            raise AirflowSkipException("checkpoint.validate did not succeed: no validated checkpoint to export")
         step = final_step(context, spec)
         request = lustre_export_request(spec, context["dag"].dag_id, context["run_id"], step)
         ref = resources(spec, self.identity(context, spec))[LUSTRE].export_data(self.hook, request)
@@ -185,6 +189,8 @@ class ExportCheckpointOperator(StepOperator):
             "parent": parent.get("uri"),
             "parent_step": parent.get("step"),
             "recipe": spec.recipe,
+            # The Hugging Face export, when the conversion wrote one (it is under the step, so it was copied too).
+            "hf_uri": f"{uri}hf/" if (pull(context, CONVERT) or {}).get("hf_path") else None,
         }
         for outlet in self.outlets:
             context["outlet_events"][outlet].extra = extra
@@ -218,7 +224,10 @@ class ResumeOperator(StepOperator):
         spec = self.run_spec(context)
         events = self.events(context)
         startups = resume_plan.startups_of(events, spec.recipe)
-        if spec.resume != "latest":
+        if spec.resume == "promoted":
+            # The lineage of published models: a night whose model was not promoted is not built on.
+            events = self.events(context, inlet=1)
+        if not spec.resumes:
             return {"action": outcomes.NOT_NEEDED, "resumed_from": None, "max_steps": spec.max_steps,
                     "parent": None, "lineage": [], "startups": startups}  # fmt: skip
         lineage = resume_plan.lineage_of(events)
@@ -267,10 +276,10 @@ class ResumeOperator(StepOperator):
         self.log.info("Imported step %s; training to step %d", result["resumed_from"]["step"], result["max_steps"])
         return dict(result)
 
-    def events(self, context: Context) -> list[Any]:
-        """This DAG's latest export events, oldest first (its lineage, and the setup times they measured); none for
-        a step built without the Asset as its inlet."""
-        if not self.inlets:
+    def events(self, context: Context, inlet: int = 0) -> list[Any]:
+        """This DAG's latest export events (``inlet`` 1: its published-model events), oldest first (its lineage,
+        and the setup times they measured); none for a step built without the Asset as its inlet."""
+        if len(self.inlets) <= inlet:
             return []
-        events = context["inlet_events"][self.inlets[0]].ascending(False).limit(resume_plan.LINEAGE_SHOWN)
+        events = context["inlet_events"][self.inlets[inlet]].ascending(False).limit(resume_plan.LINEAGE_SHOWN)
         return list(reversed(list(events)))

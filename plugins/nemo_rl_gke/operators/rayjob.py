@@ -34,7 +34,7 @@ from nemo_rl_gke.observe.recoveries import (
 )
 from nemo_rl_gke.observe.redaction import StreamRedactor
 from nemo_rl_gke.operators.base import DEFERRAL_BACKSTOP_S, StepOperator, epoch_of, iso_now, iso_of, pull
-from nemo_rl_gke.plan.ray_job import job_request, job_secrets
+from nemo_rl_gke.plan.ray_job import JobRequest, job_request, job_secrets
 from nemo_rl_gke.ray.submit import SecretMissingError, ray_token_source, resolve_secrets
 from nemo_rl_gke.run import capacity
 from nemo_rl_gke.run.budget import run_budget, run_clock
@@ -127,9 +127,6 @@ def submit_grpo_job(
     """Render the run's GRPO job (attempt ``attempt``: 0 is the first submission, a recovery's has its number in
     the submission id), resolve its secrets, and submit or adopt it. Returns ``{"submission_id", "action",
     "status", "dashboard", "submitted_at"}``."""
-    from airflow.sdk import BaseHook
-    from airflow.sdk.log import mask_secret
-
     # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
     from nemo_rl_gke.ray.hooks import RayJobsHook
 
@@ -166,19 +163,7 @@ def submit_grpo_job(
             iso_of(clock.deadline.at) if clock.deadline else "-", save_by.text, save_by.explain(),
         )  # fmt: skip
 
-    def password_of(conn_id: str) -> str | None:
-        try:
-            password = BaseHook.get_connection(conn_id).password
-        except Exception:
-            return None
-        if password:
-            mask_secret(password)
-        return password
-
-    try:
-        secrets = resolve_secrets(request, password_of, operator.deployment)
-    except (SecretMissingError, ConnectionNotAllowedError) as exc:
-        raise AirflowFailException(str(exc)) from exc
+    secrets = job_secret_values(operator, request)
     ray = RayJobsHook.for_run(spec, operator.hook, operator.deployment)
     operator.log.info("Ray dashboard of RayCluster %s via %s", spec.raycluster_name, ray.address.via)
     operator.log.info("Job %s: %s", request.submission_id, request.entrypoint.splitlines()[-1])
@@ -192,6 +177,27 @@ def submit_grpo_job(
         "submitted_at": started,
         "save_by": None if save_by is None else save_by.to_dict(),
     }
+
+
+def job_secret_values(operator: StepOperator, request: JobRequest) -> dict[str, str]:
+    """The values of a job's secrets, read from the connections the deployment allows and masked in every log; fails
+    the task when one is missing or not allowed."""
+    from airflow.sdk import BaseHook
+    from airflow.sdk.log import mask_secret
+
+    def password_of(conn_id: str) -> str | None:
+        try:
+            password = BaseHook.get_connection(conn_id).password
+        except Exception:
+            return None
+        if password:
+            mask_secret(password)
+        return password
+
+    try:
+        return resolve_secrets(request, password_of, operator.deployment)
+    except (SecretMissingError, ConnectionNotAllowedError) as exc:
+        raise AirflowFailException(str(exc)) from exc
 
 
 def mark_checkpoint_pending(operator: StepOperator, context: Context, spec: RunSpec, step: int) -> None:

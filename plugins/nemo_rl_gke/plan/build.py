@@ -225,7 +225,7 @@ def checkpoint_requests(spec: RunSpec, dag_id: str, run_id: str, job: JobRequest
     """
     resume_import = None
     step: int | str = spec.final_step
-    if spec.resume == "latest":
+    if spec.resumes:
         source = f"gs://{spec.export_bucket_name}/{dag_id}/<the lineage's run>/"
         resume_import = lustre_import_request(spec, dag_id, run_id, source, LINEAGE_STEP)
         if spec.steps_per_run:
@@ -294,9 +294,7 @@ def build_plan(
     recipe = load_recipe(spec.recipe)
     manifests = render_manifests(spec, recipe.image_for(spec), owner)
     # With resume=latest the step the job checks for is known only once the resume step read the lineage.
-    job = job_request(
-        spec, recipe, dag_id, run_id, deployment, resumed_step=LINEAGE_STEP if spec.resume == "latest" else None
-    )
+    job = job_request(spec, recipe, dag_id, run_id, deployment, resumed_step=LINEAGE_STEP if spec.resumes else None)
     return Plan(
         spec=spec,
         dag_id=dag_id,

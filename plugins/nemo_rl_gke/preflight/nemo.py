@@ -76,7 +76,7 @@ def dataset_has_a_step(spec: RunSpec, recipe: Recipe) -> Iterator[Violation]:
 )
 def step_budget_fits(spec: RunSpec, recipe: Recipe) -> Iterator[Violation]:
     """NeMo RL stops at the epoch cap whatever max_num_steps says: a budget beyond it would be cut silently."""
-    if spec.steps_per_run and spec.resume != "latest":
+    if spec.steps_per_run and not spec.resumes:
         yield Violation(
             ("steps_per_run", "resume"),
             spec.steps_per_run,

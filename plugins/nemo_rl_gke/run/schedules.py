@@ -141,7 +141,7 @@ def load_schedule(path: Path) -> Schedule:
         cron=_cron(path, data),
         timezone=_timezone(path, data),
         steps_per_run=_number(path, data, "steps_per_run", None, minimum=1, integer=True),
-        resume=_choice(path, data, "resume", "latest", ("latest", "none")),
+        resume=_choice(path, data, "resume", "latest", ("latest", "promoted", "none")),
         on_overlap=_choice(path, data, "on_overlap", "skip", ("skip", "wait")),
         overlap_wait_minutes=_number(path, data, "overlap_wait_minutes", 60, minimum=1, maximum=12 * 60),
         warm_ttl_hours=_number(path, data, "warm_ttl_hours", 24, minimum=0.25, maximum=24 * 30),

@@ -251,6 +251,11 @@ class RunSpec(RunConf):
         return max(self.worker_replicas, self.gpu_pool_max_nodes)
 
     @property
+    def resumes(self) -> bool:
+        """Whether the run continues a lineage: its newest export (``latest``) or its newest published model."""
+        return self.resume in ("latest", "promoted")
+
+    @property
     def dataset_dir(self) -> str:
         """Where recipes prepare datasets: on Lustre, so every Ray node reads the same files."""
         return "/data/datasets"

@@ -30,7 +30,10 @@ class Op(StrEnum):
     SUBMIT_JOB = "submit-job"
     FOLLOW_JOB = "follow-job"
     VALIDATE_CHECKPOINT = "validate-checkpoint"
+    CONVERT_CHECKPOINT = "convert-checkpoint"
+    EVALUATE_MODEL = "evaluate-model"
     EXPORT_CHECKPOINT = "export-checkpoint"
+    PUBLISH_MODEL = "publish-model"
     DELETE_KUBE = "delete-kube"
     DELETE_GCP = "delete-gcp"
     RELEASE_LEASE = "release-lease"
@@ -139,7 +142,10 @@ RESUME = "train.resume"
 SUBMIT = "train.submit"
 WAIT = "train.wait"
 CHECK_CHECKPOINT = "checkpoint.validate"
+CONVERT = "checkpoint.convert"
+EVALUATE = "checkpoint.evaluate"
 EXPORT = "checkpoint.export"
+PUBLISH = "checkpoint.publish"
 
 DELETE_RAYCLUSTER = "teardown.delete-raycluster"
 SCALE_POOL = "teardown.scale-pool"
@@ -164,9 +170,19 @@ RUN_REPORT = "report"
 CHECKPOINT_ASSET = "{dag_id}_checkpoint"
 
 
+# A model the publish policy promoted is an event on this one (its extra: the score, the baseline, the Hugging Face
+# and the checkpoint URIs): what serving, and a resume=promoted night, read.
+PUBLISHED_ASSET = "{dag_id}_published_model"
+
+
 def checkpoint_asset(dag_id: str) -> str:
     """The name of the Asset a DAG's exported checkpoints are published on."""
     return CHECKPOINT_ASSET.format(dag_id=dag_id)
+
+
+def published_asset(dag_id: str) -> str:
+    """The name of the Asset a DAG's promoted models are published on."""
+    return PUBLISHED_ASSET.format(dag_id=dag_id)
 
 
 _RECORDS = (RETURN, STARTED_AT, PENDING, ERROR)
@@ -331,8 +347,9 @@ _STEPS: tuple[Step, ...] = (
     # --- train -----------------------------------------------------------------------------------------------
     # Continual training (resume=latest): the lineage's newest checkpoint, imported from Cloud Storage into a new
     # Lustre before the job starts; it sets this run's max_steps to the resumed step plus the step budget.
-    Step(RESUME, Op.RESUME, TRAIN, (LUSTRE,), retries=1, timeout_param="storage_timeout_s", inlets=(CHECKPOINT_ASSET,),
-         doc="Finds the checkpoint to continue from (resume=latest) and imports it into Lustre if needed."),
+    Step(RESUME, Op.RESUME, TRAIN, (LUSTRE,), retries=1, timeout_param="storage_timeout_s",
+         inlets=(CHECKPOINT_ASSET, PUBLISHED_ASSET),
+         doc="Finds the checkpoint to continue from (resume=latest or promoted) and imports it into Lustre if needed."),
     # The submission id comes from the DAG run, so a retried submit adopts the job instead of starting another.
     # A retry adopts the job its try submitted (its id is the run's), and until one follows it nothing watches it.
     Step(SUBMIT, Op.SUBMIT_JOB, TRAIN, (RAYCLUSTER, RESUME), retry_delay_s=10,
@@ -344,8 +361,18 @@ _STEPS: tuple[Step, ...] = (
     # --- checkpoint: a retry would re-read the same files to the same answer ---------------------------------
     Step(CHECK_CHECKPOINT, Op.VALIDATE_CHECKPOINT, CHECKPOINT, (WAIT,), produces=(*_RECORDS, CHECKPOINT_REPORT),
          retries=0, timeout_param="kube_timeout_s", doc="Validates the final checkpoint where it lives (a Ray job)."),
-    Step(EXPORT, Op.EXPORT_CHECKPOINT, CHECKPOINT, (CHECK_CHECKPOINT,), retries=1, timeout_param="storage_timeout_s",
+    # The Hugging Face export runs on the head (no GPU); the evaluation on the GPU workers, the base model's once.
+    Step(CONVERT, Op.CONVERT_CHECKPOINT, CHECKPOINT, (CHECK_CHECKPOINT,), retries=1, timeout_param="kube_timeout_s",
+         doc="Converts the validated checkpoint to a Hugging Face model in step_N/hf (a Ray job, no GPU)."),
+    Step(EVALUATE, Op.EVALUATE_MODEL, CHECKPOINT, (CONVERT,), retries=0, timeout_param="kube_timeout_s",
+         doc="Scores the Hugging Face model (and the base model once) with NeMo RL's run_eval.py (a Ray job)."),
+    # After the export whatever the conversion did: every run exports what it learned (the step itself skips
+    # unless the checkpoint validated).
+    Step(EXPORT, Op.EXPORT_CHECKPOINT, CHECKPOINT, (CONVERT,), retries=1, timeout_param="storage_timeout_s",
          outlets=(CHECKPOINT_ASSET,), doc="Exports the checkpoint to Cloud Storage and publishes the Asset event."),
+    Step(PUBLISH, Op.PUBLISH_MODEL, CHECKPOINT, (EXPORT, EVALUATE), retries=1, inlets=(PUBLISHED_ASSET,),
+         outlets=(PUBLISHED_ASSET,), holds_lease=False,
+         doc="Publishes the model as the lineage's published one when the publish policy promotes it."),
     # --- teardown (FACTS §4 order, parallel where the APIs allow) -------------------------------------------
     # The RayCluster first (it holds the GPU nodes), then the other objects, then the infrastructure.
     Step(DELETE_RAYCLUSTER, Op.DELETE_KUBE, TEARDOWN, deletes=(RAYCLUSTER,), retries=3, retry_delay_s=5,
