@@ -132,9 +132,13 @@ def test_a_schedule_file_is_a_paused_cron_dag_whose_form_defaults_are_its_conf(d
     defaults = dag.params.dump()
     assert {key: defaults[key] for key in schedule.run_conf} == schedule.run_conf
     assert defaults["resume"] == "latest" and defaults["steps_per_run"] == schedule.steps_per_run
-    # Its checkpoints go on an Asset of its own: the lineage a resumed night reads.
+    # Its checkpoints go on an Asset of its own, its published models on another: the lineages a resumed night reads
+    # (resume latest, or promoted).
     export, resume = dag.get_task(topology.EXPORT), dag.get_task(topology.RESUME)
-    assert [a.name for a in export.outlets] == [a.name for a in resume.inlets] == [topology.checkpoint_asset(dag_id)]
+    publish = dag.get_task(topology.PUBLISH)
+    assert [a.name for a in export.outlets] == [topology.checkpoint_asset(dag_id)]
+    assert [a.name for a in publish.outlets] == [a.name for a in publish.inlets] == [topology.published_asset(dag_id)]
+    assert [a.name for a in resume.inlets] == [topology.checkpoint_asset(dag_id), topology.published_asset(dag_id)]
 
 
 def test_a_bad_schedule_file_is_an_import_error_naming_the_file_the_field_and_the_fix(

@@ -442,7 +442,7 @@ def plan_problems(spec: RunSpec) -> list[str]:
     if not (isinstance(poll, float) and math.isfinite(poll) and POLL_MIN_S <= poll <= 600):
         problems.append(f"poll interval {poll!r}")
     # The job is the lineage guard (checkpoint_dir shell-quoted in it), then exactly what the recipe renders.
-    guard = lineage_guard(spec, "<lineage step>" if spec.resume == "latest" else None)
+    guard = lineage_guard(spec, "<lineage step>" if spec.resumes else None)
     if plan.job.entrypoint != guard + "\n" + recipe.command(spec):
         problems.append("the job's entrypoint is not the lineage guard and what the recipe renders")
     if not _quoted_for_bash(plan.job.shell_entrypoint, plan.job.entrypoint):

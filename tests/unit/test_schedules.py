@@ -50,7 +50,7 @@ def test_the_shipped_example_is_the_tutorials_run_nightly_in_apply_mode_and_vali
         ({"steps_per_run": 0}, "steps_per_run: 0 is out of range", "set steps_per_run at least 1"),
         ({"steps_per_run": 2.5}, "steps_per_run: 2.5 is not a whole number", "a whole number"),
         ({"steps_per_run": True}, "steps_per_run: True is not a whole number", "a whole number"),
-        ({"resume": "yesterday"}, "resume: 'yesterday' is not one of latest, none", "use one of"),
+        ({"resume": "yesterday"}, "resume: 'yesterday' is not one of latest, promoted, none", "use one of"),
         ({"on_overlap": "queue"}, "on_overlap: 'queue' is not one of skip, wait", "use one of"),
         ({"warm_ttl_hours": -1}, "warm_ttl_hours: -1 is out of range", "between 0.25 and 720"),
         ({"alerts": {"connections": "slack"}}, "alerts.connections: 'slack' is not a list", "connection ids"),

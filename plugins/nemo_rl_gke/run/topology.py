@@ -371,7 +371,7 @@ _STEPS: tuple[Step, ...] = (
     Step(EXPORT, Op.EXPORT_CHECKPOINT, CHECKPOINT, (CONVERT,), retries=1, timeout_param="storage_timeout_s",
          outlets=(CHECKPOINT_ASSET,), doc="Exports the checkpoint to Cloud Storage and publishes the Asset event."),
     Step(PUBLISH, Op.PUBLISH_MODEL, CHECKPOINT, (EXPORT, EVALUATE), retries=1, inlets=(PUBLISHED_ASSET,),
-         outlets=(PUBLISHED_ASSET,), holds_lease=False,
+         outlets=(PUBLISHED_ASSET,),
          doc="Publishes the model as the lineage's published one when the publish policy promotes it."),
     # --- teardown (FACTS §4 order, parallel where the APIs allow) -------------------------------------------
     # The RayCluster first (it holds the GPU nodes), then the other objects, then the infrastructure.
