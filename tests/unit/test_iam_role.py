@@ -175,6 +175,8 @@ CALLS: dict[str, tuple[tuple[str, ...], tuple[str, str]]] = {
     "storage.objects.insert": (("storage.objects.create",), ("gcp/pending.py", "storage.objects().insert(")),
     "storage.objects.delete": (("storage.objects.delete",), ("gcp/pending.py", "storage.objects().delete(")),
     "storage.objects.list": (("storage.objects.list",), ("gcp/pending.py", "storage.objects().list(")),
+    # The base model's remembered evaluation score: one object per key in the export bucket (gcp/baselines.py).
+    "storage.objects.get": (("storage.objects.get",), ("gcp/baselines.py", "storage.objects().get(")),
 }
 # The discovery clients' resources: a call is ``resource().method(`` or ``resource.method(`` on a saved one.
 DISCOVERY_RESOURCES = ("projects", "services", "connections", "consumerQuotaMetrics", "buckets", "objects")

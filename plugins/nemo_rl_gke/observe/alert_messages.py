@@ -13,6 +13,7 @@ from urllib.parse import quote
 
 from nemo_rl_gke.observe.report import budget_stop_text, stage_of
 from nemo_rl_gke.run import costs, outcomes, topology
+from nemo_rl_gke.run import publish as publishing
 from nemo_rl_gke.run import task_states as ts
 from nemo_rl_gke.run.spec import RunSpec
 from nemo_rl_gke.run.topology import Cost
@@ -25,6 +26,8 @@ REFUSED = "refused"
 DEADLINE = "deadline"
 # A run its budget stopped: it succeeded with an earlier checkpoint than asked for, which someone should know.
 BUDGET = "budget"
+# A run that succeeded but whose model scored too low to be published: exported, not the lineage's model.
+NOT_PROMOTED = publishing.NOT_PROMOTED
 
 # Airflow's own fallback when [api] base_url is unset (RuntimeTaskInstance.log_url).
 DEFAULT_BASE_URL = "http://localhost:8080/"
@@ -82,7 +85,7 @@ class Alert:
             return f"{run} is not done by its deadline ({self.deadline or 'time unknown'}{hours})"
         if self.kind == REFUSED:
             return f"{run} failed: its conf was refused, nothing was created"
-        if self.kind == BUDGET:
+        if self.kind in (BUDGET, NOT_PROMOTED):
             return f"{run} {self.outcome}"
         return f"{run} failed"
 
@@ -267,6 +270,7 @@ def failure_alert(
     training: Mapping[str, Any] | None = None,
     report: RunReport | None = None,
     url: str | None = None,
+    publish: Mapping[str, Any] | None = None,
 ) -> Alert:
     """The alert of a failed run, from its task states, the recorded errors, the training summary and the report; or
     of a run its budget stopped (nothing failed): a budget alert. A stalled job's message is a line of its own."""
@@ -288,8 +292,16 @@ def failure_alert(
         )
     if report is None:
         notes.append("(the run report could not be built: costs unknown)")
+    kind = BUDGET if budget and not (failed or upstream or stalled) else FAILED
+    if (publish or {}).get("outcome") == publishing.NOT_PROMOTED:
+        # Its checkpoint is exported; the lineage's published model stays the one before.
+        said = f"finished, but its model was not promoted: {publish.get('reason')}"
+        if kind == FAILED and (failed or upstream or stalled):
+            notes.append(said)
+        else:
+            kind, outcome = NOT_PROMOTED, said if not budget else f"{outcome}; {said}"
     return Alert(
-        kind=BUDGET if budget and not (failed or upstream or stalled) else FAILED,
+        kind=kind,
         dag_id=dag_id,
         run_id=run_id,
         url=url or run_url(dag_id, run_id),

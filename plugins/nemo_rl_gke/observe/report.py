@@ -102,6 +102,8 @@ class RunInputs:
     next_run_at: float | None = None  # epoch seconds of the DAG's next scheduled run (None: not scheduled)
     # When the GPU pool came up (its step's ``ready_at``): where the GPU hours start; None: that step's end.
     pool_ready_at: float | None = None
+    # The model out: the Hugging Face export, the evaluation and the publish decision (the steps' results).
+    model_out: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -263,6 +265,7 @@ class RunReport:
     kept: tuple[TeardownItem, ...]  # the action is the reason: kept-by-policy, kept-unowned, ...
     lineage: tuple[dict[str, Any], ...] = ()  # earlier checkpoints of this DAG this run continued, oldest first
     pending_checkpoints: tuple[dict[str, Any], ...] = ()  # what keeps the Lustre instance, any run's
+    model: dict[str, Any] | None = None  # the model out, with the conversion's and the evaluation's GPU cost
 
     def stage(self, name: str) -> StageSummary:
         """The stage called ``name`` (KeyError if the run has no such stage)."""
@@ -292,6 +295,7 @@ class RunReport:
                 },
                 "lineage": list(self.lineage),
                 "pending_checkpoints": list(self.pending_checkpoints),
+                "model": self.model,
             }
         )
 
@@ -303,6 +307,7 @@ class RunReport:
         lines += self._gpu_text()
         lines += self._training_text()
         lines += ["Checkpoint", f"  {self.checkpoint_uri or 'none: not exported'}", ""]
+        lines += model_text(self.model)
         lines += self._pending_text()
         lines += self._lineage_text()
         lines += self._teardown_text()
@@ -580,6 +585,57 @@ def _reward(value: Any) -> str:
     return "-" if not isinstance(value, int | float) else f"{value:.4f}"
 
 
+def model_costs(timings: Iterable[TaskTiming], gpu: GpuUsage, model_out: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The model out with what its steps cost: the GPU pool's hours while the conversion and the evaluation ran
+    (the conversion uses no GPU, but the pool stays up), at the run's one price, apart from training's."""
+    out: dict[str, Any] = dict(model_out or {})
+    by_id = {t.task_id: t for t in timings}
+    gpus = gpu.gpus_per_node * gpu.worker_replicas
+    for key, task_id in (("conversion", topology.CONVERT), ("evaluation", topology.EVALUATE)):
+        timing = by_id.get(task_id)
+        hours = timing.duration_s / 3600.0 * gpus if timing is not None and timing.ran else 0.0
+        price = gpu.price_per_gpu_hour_usd
+        out[f"{key}_gpu_hours"] = round(hours, 4)
+        out[f"{key}_usd"] = None if price is None else round(hours * price, 2)
+    total = gpu.gpu_hours
+    spent = out["conversion_gpu_hours"] + out["evaluation_gpu_hours"]
+    out["share_of_gpu_hours"] = round(spent / total, 4) if total else None
+    return out
+
+
+def model_text(model: Mapping[str, Any] | None) -> list[str]:
+    """The report's Model section: the Hugging Face export, the scores, the decision, and what they cost."""
+    if not model or not (model.get("convert") or model.get("evaluate") or model.get("publish")):
+        return []
+    converted, evaluated, decision = model.get("convert") or {}, model.get("evaluate") or {}, model.get("publish") or {}
+    lines = ["Model"]
+    hf = decision.get("hf_uri") or converted.get("hf_path")
+    lines.append(f"  Hugging Face export    {hf or 'none'}")
+    result = evaluated.get("result") or {}
+    if result:
+        lines.append(
+            f"  evaluation             {result.get('dataset')}: score {_score(result.get('score'))} "
+            f"({result.get('metric')}@{result.get('k')}, {result.get('num_tests_per_prompt')} sample(s) of "
+            f"{result.get('problems')} problems)"
+        )
+        lines.append(f"  base model             {_score(evaluated.get('baseline'))}")
+    if decision:
+        lines.append(f"  last published         {_score(decision.get('published'))}")
+        lines.append(f"  decision               {decision.get('outcome')}: {decision.get('reason')}")
+    for key in ("conversion", "evaluation"):
+        usd = model.get(f"{key}_usd")
+        shown = "" if usd is None else f", {usd:,.2f} USD"
+        lines.append(f"  {key + ' GPU-hours':<22} {model.get(f'{key}_gpu_hours', 0):.3f}{shown}")
+    share = model.get("share_of_gpu_hours")
+    if share is not None:
+        lines.append(f"  share of the run's GPU-hours  {share:.1%}")
+    return [*lines, ""]
+
+
+def _score(value: Any) -> str:
+    return "-" if not isinstance(value, int | float) or isinstance(value, bool) else f"{value:.4f}"
+
+
 def gpu_usage(timings: Iterable[TaskTiming], inputs: RunInputs) -> GpuUsage:
     """GPU pool hours from the end of the node pool step to the end of the cluster's teardown step (or ``now``).
 
@@ -644,6 +700,7 @@ def build_report(timings: Iterable[TaskTiming], upstream: Mapping[str, Sequence[
     run_end = max((t.end for t in timings if t.end is not None), default=None)
     makespan = None if run_start is None or run_end is None else max(0.0, run_end - run_start)
     ratio = makespan / path.total_s if makespan is not None and path.total_s > 0 else None
+    gpu = gpu_usage(timings, inputs)
     deleted, absent, kept = [], [], []
     for task_id, action in sorted(inputs.teardown_actions.items()):
         item = TeardownItem(task_id, action)
@@ -661,7 +718,7 @@ def build_report(timings: Iterable[TaskTiming], upstream: Mapping[str, Sequence[
         run_end=run_end,
         makespan_s=makespan,
         schedule_ratio=ratio,
-        gpu=gpu_usage(timings, inputs),
+        gpu=gpu,
         teardown_policy=inputs.teardown_policy,
         training_summary=None if inputs.training_summary is None else dict(inputs.training_summary),
         checkpoint_uri=inputs.checkpoint_uri or None,
@@ -670,6 +727,7 @@ def build_report(timings: Iterable[TaskTiming], upstream: Mapping[str, Sequence[
         kept=tuple(kept),
         lineage=tuple(dict(item) for item in inputs.lineage),
         pending_checkpoints=tuple(dict(item) for item in inputs.pending_checkpoints),
+        model=model_costs(timings, gpu, inputs.model_out) if inputs.model_out is not None else None,
     )
 
 

@@ -22,6 +22,7 @@ from nemo_rl_gke.observe.report import RunInputs, TaskTiming, build_report
 from nemo_rl_gke.operators.base import StepOperator, epoch_of, pull
 from nemo_rl_gke.run import capacity, topology
 from nemo_rl_gke.run import task_states as ts
+from nemo_rl_gke.run.publish import NOT_PROMOTED
 from nemo_rl_gke.run.spec import RunSpec
 from nemo_rl_gke.run.topology import (
     ERROR,
@@ -116,7 +117,8 @@ class RunReportOperator(StepOperator):
             report = self._report(context, conf, timings)
         finally:
             # Also when the report itself fails: the alert then goes out without costs rather than not at all.
-            if run_failed(states) or waited.get("stopped_at_budget"):
+            publish = pull(context, topology.PUBLISH) or {}
+            if run_failed(states) or waited.get("stopped_at_budget") or publish.get("outcome") == NOT_PROMOTED:
                 self._alert(context, states, report)
         self._fail_with_training(context, states)
         return report.to_dict()
@@ -172,6 +174,11 @@ class RunReportOperator(StepOperator):
                 pending_checkpoints=pending,
                 next_run_at=_next_run_at(dag),
                 pool_ready_at=epoch_of((pull(context, topology.NODE_POOL) or {}).get("ready_at")),
+                model_out={
+                    "convert": pull(context, topology.CONVERT),
+                    "evaluate": pull(context, topology.EVALUATE),
+                    "publish": pull(context, topology.PUBLISH),
+                },
             ),
         )
         text = report.to_text()
@@ -193,6 +200,7 @@ class RunReportOperator(StepOperator):
                 errors=errors,
                 training=_training(context),
                 report=report,
+                publish=pull(context, topology.PUBLISH),
             )
             send(alert, self.alert_connections, context=context)
         except Exception:
