@@ -91,6 +91,7 @@ def read_inputs(session: Session, dag_id: str, run_id: str) -> ViewInputs:
     summary = _xcoms(session, dag_id, run_id, topology.JOB_SUMMARY, topology.WAIT).get(topology.WAIT)
     budget = _xcoms(session, dag_id, run_id, BUDGET_XCOM, topology.WAIT).get(topology.WAIT)
     recoveries = _xcoms(session, dag_id, run_id, topology.JOB_RECOVERIES, topology.WAIT).get(topology.WAIT)
+    history = _publish_history(session, dag_id)
     wait = next((ti for ti in tis if ti.task_id == topology.WAIT), None)
     lines = _log_lines(wait) if wait is not None else []
     conf = results.get(topology.VALIDATE)
@@ -107,7 +108,33 @@ def read_inputs(session: Session, dag_id: str, run_id: str) -> ViewInputs:
         budget=budget if isinstance(budget, dict) else None,
         limits=budget_limits(),
         recoveries=recoveries if isinstance(recoveries, list) else (),
+        history=history,
     )
+
+
+# The runs whose scores the chart shows: a nightly schedule's last two months.
+HISTORY_RUNS = 60
+
+
+def _publish_history(session: Session, dag_id: str) -> list[dict[str, Any]]:
+    """``checkpoint.publish``'s result of this DAG's newest runs, oldest first, each with its run_id."""
+    from airflow.models.dagrun import DagRun
+    from airflow.models.xcom import XComModel
+    from sqlalchemy import select
+
+    rows = session.scalars(
+        select(XComModel)
+        .join(DagRun, (DagRun.dag_id == XComModel.dag_id) & (DagRun.run_id == XComModel.run_id))
+        .where(XComModel.dag_id == dag_id, XComModel.task_id == topology.PUBLISH, XComModel.key == topology.RETURN)
+        .order_by(DagRun.id.desc())
+        .limit(HISTORY_RUNS)
+    ).all()
+    found = []
+    for row in reversed(rows):
+        result = XComModel.deserialize_value(row)
+        if isinstance(result, dict):
+            found.append({**result, "run_id": row.run_id})
+    return found
 
 
 def budget_limits() -> dict[str, Any]:

@@ -74,6 +74,7 @@ class ViewInputs:
     :param limits: the deployment's budget settings (:data:`BUDGET_SETTINGS`) that exist, for a run without a
         published budget.
     :param recoveries: ``train.wait``'s recoveries XCom (one record per node-loss recovery, with ``resumed_from``).
+    :param history: ``checkpoint.publish``'s results of this DAG's runs (``run_id`` added), oldest first.
     """
 
     dag_id: str
@@ -88,6 +89,8 @@ class ViewInputs:
     budget: Mapping[str, Any] | None = None
     limits: Mapping[str, Any] = field(default_factory=dict)
     recoveries: Sequence[Mapping[str, Any]] = ()
+    # This DAG's runs' publish results, oldest first, each with its run_id: the score night by night.
+    history: Sequence[Mapping[str, Any]] = ()
 
 
 def parse_attempts(
@@ -419,7 +422,36 @@ def build_view(inputs: ViewInputs) -> dict[str, Any]:
     view["running_usd_per_hour"] = _round(costs.total_per_hour(running), 2)
     view["banner"] = costs.banner(running)
     view["budget"] = budget(inputs.budget, spec, inputs.limits, view["cost"], view["progress"])
+    view["model"] = model(inputs.results, inputs.history)
     return view
+
+
+def model(results: Mapping[str, Any], history: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The model that came out: its Hugging Face export, its score beside the base model's and the last published
+    one's, the publish decision, and this DAG's score run by run (None before the export step ran)."""
+    converted, evaluated, decided = (
+        results.get(step) if isinstance(results.get(step), Mapping) else {}
+        for step in (topology.CONVERT, topology.EVALUATE, topology.PUBLISH)
+    )
+    if not (converted or evaluated or decided or history):
+        return None
+    result = evaluated.get("result") or {}
+    return {
+        "hf": decided.get("hf_uri") or converted.get("hf_path"),
+        "benchmark": result.get("dataset") or decided.get("benchmark"),
+        "metric": f"{result.get('metric')}@{result.get('k')}" if result else None,
+        "problems": result.get("problems"),
+        "score": _round(evaluated.get("score"), 4),
+        "baseline": _round(evaluated.get("baseline"), 4),
+        "published": _round(decided.get("published"), 4),
+        "decision": decided.get("outcome"),
+        "reason": decided.get("reason"),
+        "history": [
+            {"run_id": h.get("run_id"), "score": _round(h.get("score"), 4), "outcome": h.get("outcome")}
+            for h in history
+            if isinstance(h.get("score"), int | float)
+        ],
+    }
 
 
 def _mappings(results: Mapping[str, Any]) -> dict[str, Mapping[str, Any] | None]:

@@ -200,6 +200,28 @@ function drawPending(list) {
   }
 }
 
+// The model that came out: its score beside the base model's and the last published one's, the decision, and the
+// DAG's score run by run (a nightly schedule's regression shows at a glance).
+function drawModel(model) {
+  const section = document.getElementById("model");
+  section.hidden = !model;
+  if (!model) return;
+  const score = (v) => (v === null || v === undefined ? "-" : Number(v).toFixed(4));
+  setText("model-hf", model.hf || "not exported");
+  setText("model-eval", model.benchmark ? `${model.benchmark}, ${model.metric}, ${model.problems} problems` : "off");
+  setText("model-score", score(model.score));
+  setText("model-baseline", score(model.baseline));
+  setText("model-published", score(model.published));
+  setText("model-reason", model.reason || "-");
+  const decision = document.getElementById("model-decision");
+  decision.textContent = model.decision || "";
+  decision.className = "decision " + (model.decision || "");
+  const runs = model.history.map((h, i) => [i + 1, h.score]);
+  const chart = drawCurve({ key: "score-by-run", title: "Score by run (this DAG's runs, oldest first)", unit: "" },
+    runs, 720, 170);
+  document.getElementById("model-history").replaceChildren(chart);
+}
+
 function render(view) {
   const state = document.getElementById("run-state");
   state.textContent = view.run_state;
@@ -236,6 +258,7 @@ function render(view) {
   wandb.replaceChildren();
   const url = view.wandb_url && safeHttps(view.wandb_url);
   if (url) wandb.appendChild(el("a", { href: url, target: "_blank", rel: "noopener noreferrer" }, "W&B run"));
+  drawModel(view.model);
   drawCheckpoints(view.checkpoints);
   drawPending(view.pending_checkpoints || []);
   setText("updated", view.generated_at);
