@@ -14,12 +14,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from nemo_rl_gke.plan.manifests import TEMPLATES, render_manifests
+from nemo_rl_gke.plan.model_out import conversion_job, evaluation_job
 from nemo_rl_gke.plan.provision import provision_requests
 from nemo_rl_gke.plan.ray_job import RUN_ID_PLACEHOLDER, JobRequest, job_request
 from nemo_rl_gke.plan.transfers import lustre_export_request, lustre_import_request
 from nemo_rl_gke.plan.validation import planned_validation_job
 from nemo_rl_gke.run import capacity, costs, topology
 from nemo_rl_gke.run.budget import run_budget
+from nemo_rl_gke.run.conf_schema import EVAL_OFF
 from nemo_rl_gke.run.deployment import Deployment
 from nemo_rl_gke.run.ownership import PLANNED_RUN, Owner, lease_key
 from nemo_rl_gke.run.recipes import load_recipe
@@ -62,12 +64,17 @@ class CheckpointRequests:
     resume_import: ApiRequest | None
     validation_job: JobRequest
     export: ApiRequest
+    # The Hugging Face export, and (eval_benchmark not off) the evaluations of the base model and of the run's model.
+    conversion_job: JobRequest | None = None
+    evaluation_jobs: tuple[JobRequest, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form for the plan."""
         return {
             "resume_import": self.resume_import.to_dict() if self.resume_import else None,
             "validation_job": self.validation_job.to_dict(),
+            "conversion_job": self.conversion_job.to_dict() if self.conversion_job else None,
+            "evaluation_jobs": [job.to_dict() for job in self.evaluation_jobs],
             "export": self.export.to_dict(),
         }
 
@@ -182,8 +189,10 @@ class Plan:
     def _checkpoint_text(self) -> list[str]:
         """Section 6: the requests of the resume and checkpoint steps (listed after teardown, which they precede)."""
         checkpoint = self.checkpoint
-        job = checkpoint.validation_job.to_dict()
-        out = ["6. Resume and checkpoint steps: Lustre transfers (Lustre v1) and the validation Ray job"]
+        out = [
+            "6. Resume and checkpoint steps: Lustre transfers (Lustre v1), the validation, Hugging Face export and "
+            "evaluation Ray jobs"
+        ]
         if checkpoint.resume_import is not None:
             out += [
                 "   [train.resume, before the job is submitted; only when this run created Lustre and the lineage "
@@ -192,15 +201,35 @@ class Plan:
             ]
         out += [
             "   [checkpoint.validate, after the job: a Ray job on the same cluster, no secrets]",
-            f"   submission_id: {job['submission_id']}",
-            "   entrypoint:",
-            *["     " + line for line in checkpoint.validation_job.entrypoint.splitlines()],
-            "   runtime_env: " + json.dumps(job["runtime_env"]),
-            "   metadata: " + json.dumps(job["metadata"]),
-            "   [checkpoint.export, once the checkpoint is valid]",
+            *_job_text(checkpoint.validation_job),
+        ]
+        if checkpoint.conversion_job is not None:
+            out += [
+                "   [checkpoint.convert, once the checkpoint is valid: the Hugging Face export into step_N/hf, a Ray "
+                "job on the head, no GPU]",
+                *_job_text(checkpoint.conversion_job),
+            ]
+        for evaluation in checkpoint.evaluation_jobs:
+            base = evaluation.submission_id.endswith("-eval-base")
+            what = "the base model, once per release, model, benchmark and settings" if base else "the run's model"
+            out += [f"   [checkpoint.evaluate: {what}, on the GPU workers]", *_job_text(evaluation)]
+        out += [
+            "   [checkpoint.export, once the checkpoint is valid, whatever the conversion did]",
             *_request_text(checkpoint.export),
         ]
         return out
+
+
+def _job_text(request: JobRequest) -> list[str]:
+    """One Ray job as section 6 lists it: id, entrypoint, runtime env (secrets redacted), metadata."""
+    job = request.to_dict()
+    return [
+        f"   submission_id: {job['submission_id']}",
+        "   entrypoint:",
+        *["     " + line for line in request.entrypoint.splitlines()],
+        "   runtime_env: " + json.dumps(job["runtime_env"]),
+        "   metadata: " + json.dumps(job["metadata"]),
+    ]
 
 
 def _request_text(req: ApiRequest) -> list[str]:
@@ -216,7 +245,9 @@ def gcp_requests(spec: RunSpec, owner: Owner) -> list[PlannedRequest]:
     return [PlannedRequest(s.stage, request) for s in provision_requests(spec, owner).values() for request in s.planned]
 
 
-def checkpoint_requests(spec: RunSpec, dag_id: str, run_id: str, job: JobRequest) -> CheckpointRequests:
+def checkpoint_requests(
+    spec: RunSpec, dag_id: str, run_id: str, job: JobRequest, deployment: Deployment | None = None
+) -> CheckpointRequests:
     """The requests of the resume and checkpoint steps of the run whose training job is ``job``.
 
     With ``resume=latest`` the lineage decides the import's source and step, and ``steps_per_run`` the final step:
@@ -233,6 +264,11 @@ def checkpoint_requests(spec: RunSpec, dag_id: str, run_id: str, job: JobRequest
     return CheckpointRequests(
         resume_import=resume_import,
         validation_job=planned_validation_job(spec, dag_id, run_id, job.submission_id, step),
+        conversion_job=conversion_job(spec, dag_id, run_id, job.submission_id, step=step, deployment=deployment),
+        evaluation_jobs=tuple(
+            evaluation_job(spec, dag_id, run_id, job.submission_id, step=at, deployment=deployment)
+            for at in ((None, step) if spec.eval_benchmark != EVAL_OFF else ())
+        ),
         export=lustre_export_request(spec, dag_id, run_id, step),
     )
 
@@ -304,7 +340,7 @@ def build_plan(
         installer_source=spec.nccl_installer_source,
         job=job,
         teardown=tuple(teardown_steps(spec, manifests, owner)),
-        checkpoint=checkpoint_requests(spec, dag_id, run_id, job),
+        checkpoint=checkpoint_requests(spec, dag_id, run_id, job, deployment),
         bounds=plan_bounds(spec, deployment),
     )
 
