@@ -34,7 +34,8 @@ pytestmark = [pytest.mark.airflow, pytest.mark.usefixtures("fresh_sandbox")]
 SPEC = RunSpec()
 
 
-# Learns fast on one-digit sums, reaches reward 1.0 at step 6 and stays there; saves every 5 steps (seed 42).
+# Learns fast on one-digit sums, reaches reward 1.0 at step 6 and stays there; saves every 5 steps (seed 42). It
+# saves as NeMo RL v0.7.0's default v2 worker does (Automodel's sharded safetensors): the other whole runs use v1's DCP.
 CONVERGING = {
     "max_steps": 40,
     "zero_learning_steps": 3,
@@ -43,6 +44,8 @@ CONVERGING = {
         "data.distractor_prob=0",
         "policy.optimizer.lr=0.03",
         "checkpointing.save_period=5",
+        "policy.dtensor_cfg._v2=true",
+        "checkpointing.model_save_format=safetensors",
     ],
 }
 
@@ -62,7 +65,8 @@ def test_the_local_recipe_trains_until_it_converged_validates_exports_and_cleans
     assert {xcom[(k, t.RETURN)]["action"] for k in ensures} == {"created"}
     assert {xcom[(k, t.RETURN)]["action"] for k in deletes} == {"deleted"}
     deferred = set(re.findall(r"Pausing task as DEFERRED\..*?task_id=(\S+)", result.output))
-    waits = {*ensures, *deletes, t.RAYCLUSTER, t.WAIT, t.CHECK_CHECKPOINT, t.EXPORT, t.DELETE_RAYCLUSTER}
+    waits = {*ensures, *deletes, t.RAYCLUSTER, t.WAIT, t.CHECK_CHECKPOINT, t.CONVERT, t.EVALUATE, t.EXPORT}
+    waits.add(t.DELETE_RAYCLUSTER)
     assert deferred == waits
 
     # The reward curve is in XCom, one row per step, and it rises on the fixed seed.
@@ -89,11 +93,13 @@ def test_the_local_recipe_trains_until_it_converged_validates_exports_and_cleans
     assert waited["converged_at"] == "8/40" and 10 <= waited["final_step"] < 40
     assert "converged at step 8/40" in result.output
 
-    # That checkpoint was validated where it lives (8 training ranks -> 8 shards) and exported.
+    # That checkpoint was validated where it lives, in the v2 worker's layout (8 training ranks -> 8 sharded
+    # safetensors files, 8 optimizer DCP shards), and exported.
     report = xcom[(t.CHECK_CHECKPOINT, "report")]
     step = report["step"]
     assert step >= 10 and step % 5 == 0
     assert report["valid"] and report["shards"] == {"weights": 8, "optimizer": 8}
+    assert report["expect"]["layout"]["format"] == "safetensors"
     exported = xcom[(t.EXPORT, "return_value")]
     assert exported["step"] == step and exported["uri"].endswith(f"/step_{step}/")
     assert exported["uri"].startswith(f"gs://{SPEC.export_bucket_name}/nemo_rl_grpo_gke/")
@@ -102,7 +108,28 @@ def test_the_local_recipe_trains_until_it_converged_validates_exports_and_cleans
     assert exported["uri"].endswith(local.checkpoint_lustre_path(step) + "/")
     step_dir = Path(sandbox.state_dir) / "gcs" / exported["uri"].removeprefix("gs://")
     copied = {p.relative_to(step_dir).as_posix() for p in step_dir.rglob("*") if p.is_file()}
-    assert {"config.yaml", "policy/weights/.metadata", "policy/weights/__7_0.distcp"} <= copied
+    v2 = {"policy/weights/model/shard-00008-model-00001-of-00001.safetensors", "policy/optimizer/optim/.metadata"}
+    hf = {"hf/config.json", "hf/model.safetensors", "hf/modeling_tiny_policy.py", "hf/tokenizer.json"}
+    assert {"config.yaml", *v2, *hf} <= copied, sorted(copied)
+
+    # The exported Hugging Face model loads with transformers and answers a problem it never saw.
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(step_dir / "hf", trust_remote_code=True)
+    tokenizer = AutoTokenizer.from_pretrained(step_dir / "hf")
+    inputs = tokenizer(
+        "Weng has 1 apples. Weng buys 0 more apples. How many apples does Weng have now?", return_tensors="pt"
+    )
+    answer = tokenizer.decode(model.generate(**inputs, max_new_tokens=8)[0, inputs["input_ids"].shape[1] :],
+                              skip_special_tokens=True)  # fmt: skip
+    assert re.fullmatch(r"[01]( [+-] [01])*", answer), answer
+
+    # It was evaluated against the untrained base model (measured once, remembered) and published: the first
+    # published model of this DAG.
+    evaluated = xcom[(t.EVALUATE, "return_value")]
+    assert evaluated["score"] > evaluated["baseline"] and evaluated["result"]["model"] == "hf", evaluated
+    decided = xcom[(t.PUBLISH, "return_value")]
+    assert decided["outcome"] == "promoted" and decided["hf_uri"] == exported["uri"] + "hf/", decided
 
     # The Asset event carries the URI, the step, the metrics and the shard count.
     from airflow.models.asset import AssetEvent, AssetModel
@@ -119,7 +146,16 @@ def test_the_local_recipe_trains_until_it_converged_validates_exports_and_cleans
         assert event is not None
         assert event.extra["uri"] == exported["uri"] and event.extra["step"] == step
         assert event.extra["shards"] == {"weights": 8, "optimizer": 8}
-        assert event.extra["metrics"]["steps_completed"] == done
+        assert event.extra["metrics"]["steps_completed"] == done and event.extra["hf_uri"] == exported["uri"] + "hf/"
+        published = (
+            session.query(AssetEvent)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .filter(AssetModel.name == t.published_asset("nemo_rl_grpo_gke"))
+            .order_by(AssetEvent.id.desc())
+            .first()
+        )
+        assert published is not None and published.extra["hf_uri"] == decided["hf_uri"]
+        assert published.extra["score"] == evaluated["score"] and published.extra["uri"] == exported["uri"]
 
     # The report is the last task; teardown left nothing, no Ray process either.
     run_report = xcom[("report", "return_value")]
