@@ -409,3 +409,97 @@ def test_step_delay_is_read_from_the_sandbox_key_and_checked(trainer: ModuleType
     trainer.apply_override(config, "sandbox.step_delay_s=-1")
     with pytest.raises(trainer.ConfigError, match=r"sandbox\.step_delay_s"):
         trainer.read_settings(config)
+
+
+# --- the model that comes out: the Hugging Face export and the evaluation -------------------------------------------
+
+MODEL_OUT_FILES = ("convert_to_hf.py", "run_eval.py", "eval.yaml")
+SCORE = re.compile(r"^score=(\d\.\d{4}) \(([\d.]+)/(\d+)\)$", re.MULTILINE)
+
+
+def _job_dir(base: Path) -> Path:
+    """The working_dir the conversion and evaluation jobs get: the trainer's files and the model-out scripts."""
+    job = base / "job"
+    for name in (*TRAINER_FILES, *MODEL_OUT_FILES):
+        shutil.copy(LOCAL / name, job / name)
+    return job
+
+
+def _run(job: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, *args], cwd=job, capture_output=True, text=True, check=False)
+
+
+def test_the_export_loads_with_transformers_generates_and_scores_above_the_untrained_model(
+    default_run: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    # The default 20-step run's final checkpoint (v1 DCP), converted as the conversion job does it.
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    base, _ = default_run
+    job = _job_dir(base)
+    step = base / "data" / "ckpt" / "step_20"
+    hf = base / "hf-step-20"
+    converted = _run(job, "convert_to_hf.py", "--config", str(step / "config.yaml"), "--dcp-ckpt-path",
+                     str(step / "policy" / "weights"), "--hf-ckpt-path", str(hf))  # fmt: skip
+    assert converted.returncode == 0, converted.stderr
+    assert {"config.json", "model.safetensors", "modeling_tiny_policy.py", "tokenizer.json"} <= {
+        p.name for p in hf.iterdir()
+    }
+    assert _run(job, "convert_to_hf.py", "--config", str(step / "config.yaml"), "--dcp-ckpt-path",
+                str(step / "policy" / "weights"), "--hf-ckpt-path", str(hf)).returncode == 1  # fmt: skip
+
+    # transformers loads it (the model's own code, the fast tokenizer) and it writes a calculation.
+    model = AutoModelForCausalLM.from_pretrained(hf, trust_remote_code=True)
+    tokenizer = AutoTokenizer.from_pretrained(hf)
+    question = "Betty had 9 shells and gave 4 of them to a friend. How many shells does Betty have left?"
+    inputs = tokenizer(question, return_tensors="pt")
+    written = model.generate(**inputs, max_new_tokens=8)[0, inputs["input_ids"].shape[1] :]
+    assert re.fullmatch(r"\d+( [+-] \d+)*", tokenizer.decode(written, skip_special_tokens=True))
+
+    # On held-out problems (none of the training split's), the trained model beats the untrained one it started from.
+    scores = {}
+    for name in (str(hf), "local/tiny-policy"):
+        evaluated = _run(job, "run_eval.py", "--config", "eval.yaml", f"generation.model_name={name}")
+        assert evaluated.returncode == 0, evaluated.stderr
+        found = SCORE.search(evaluated.stdout)
+        assert found is not None, evaluated.stdout
+        scores[name] = float(found.group(1))
+        assert int(found.group(3)) == 256 and "metric=pass@1 num_tests_per_prompt=1" in evaluated.stdout
+    trained, untrained = scores[str(hf)], scores["local/tiny-policy"]
+    assert trained > untrained + 0.2, scores
+    print(f"\nheld-out score: trained {trained:.4f}, untrained {untrained:.4f}")
+
+
+def test_the_v2_layout_validates_resumes_and_converts(tmp_path: Path) -> None:
+    # The v2 worker's Automodel layout (model_save_format=safetensors, consolidated): sharded files with their places
+    # in the model, the HF metadata moved into consolidated/; a later run resumes from it, and the export reads it.
+    from nemo_rl_gke.remote.validator import validate_checkpoint
+
+    v2 = ["policy.dtensor_cfg._v2=true", "checkpointing.model_save_format=safetensors", "checkpointing.save_period=2"]
+    first = run_trainer(tmp_path, *DEFAULT_OVERRIDES[:2], "grpo.max_num_steps=2", *DEFAULT_OVERRIDES[3:], *v2,
+                        "checkpointing.save_consolidated=true")  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    ckpt = tmp_path / "data" / "ckpt"
+    model = ckpt / "step_2" / "policy" / "weights" / "model"
+    assert sorted(p.name for p in model.glob("shard-*")) == [
+        f"shard-{i:05d}-model-00001-of-00001.safetensors" for i in range(1, 9)
+    ]
+    assert {p.name for p in (model / "consolidated").iterdir()} == {
+        "config.json", "generation_config.json", "model-00001-of-00001.safetensors", "model.safetensors.index.json"
+    }  # fmt: skip
+    layout = {"format": "safetensors", "consolidated": True}
+    report = validate_checkpoint(ckpt, {"step": 2, "training_ranks": 8, "layout": layout})
+    assert report.valid, report.to_text()
+    # The v1 expectation (what the validator took every checkpoint for before) refuses the same checkpoint.
+    assert not validate_checkpoint(ckpt, {"step": 2, "training_ranks": 8}).valid
+
+    resumed = run_trainer(tmp_path, *DEFAULT_OVERRIDES[:2], "grpo.max_num_steps=4", *DEFAULT_OVERRIDES[3:], *v2)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "Loading weights from" in resumed.stdout and "Step 3/" in resumed.stdout
+    report = validate_checkpoint(ckpt, {"step": 4, "training_ranks": 8, "layout": {"format": "safetensors"}})
+    assert report.valid, report.to_text()
+    job = _job_dir(tmp_path)
+    step = ckpt / "step_4"
+    converted = _run(job, "convert_to_hf.py", "--config", str(step / "config.yaml"), "--dcp-ckpt-path",
+                     str(step / "policy" / "weights"), "--hf-ckpt-path", str(tmp_path / "hf"))  # fmt: skip
+    assert converted.returncode == 0, converted.stderr
