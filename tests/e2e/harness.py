@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,7 @@ class RunResult:
     tasks: dict[str, str]
     tries: dict[str, int]
     output: str = ""
+    run_id: str = ""
 
     def errors(self, limit: int = 4000) -> str:
         """The output's error lines (failed tasks' exceptions and their messages), for an assertion's message: a
@@ -103,6 +105,7 @@ def _run_from_db(run_id: str, dag_id: str = DAG_ID) -> RunResult:
             str(run.state),
             {ti.task_id: str(ti.state) for ti in tis},
             {ti.task_id: int(ti.try_number or 0) for ti in tis},
+            run_id=run_id,
         )
 
 
@@ -130,7 +133,7 @@ def run_logged(dag: Any, conf: dict[str, Any], capfd: pytest.CaptureFixture[str]
     result = run_in_process(dag, conf)
     captured = capfd.readouterr()
     _keep_output(captured.out + captured.err)
-    return RunResult(result.state, result.tasks, result.tries, captured.out + captured.err)
+    return dataclasses.replace(result, output=captured.out + captured.err)
 
 
 def _keep_output(output: str) -> None:
@@ -159,7 +162,7 @@ def run_cli(conf: dict[str, Any], env: dict[str, str]) -> RunResult:
     match = re.search(r"run_id=(\S+?),", output.split("DagRun Finished", 1)[-1])
     assert match, output[-3000:]
     result = _run_from_db(match.group(1))
-    return RunResult(result.state, result.tasks, result.tries, output)
+    return dataclasses.replace(result, output=output)
 
 
 def load_dag() -> Any:

@@ -1,6 +1,8 @@
 """Three nights of a schedule on the sandbox, through real Airflow (``dag.test`` at each night's logical date) and a
-real Ray: a cold night, a warm night that creates nothing and resumes, and a night after Lustre was deleted that
-imports the last checkpoint from Cloud Storage. Between them, a night that finds the group held touches nothing.
+real Ray: a cold night whose model is published, a warm night that creates nothing, resumes, and is not promoted (a
+successful run, an alert, no published-model event), and a night after Lustre was deleted that resumes from the last
+promoted model (``resume=promoted``), imported from Cloud Storage. Between them, a night that finds the group held
+touches nothing.
 
 The schedule is tests/fixtures/schedules/nightly-local.yaml: the local CPU recipe, 3 more steps a night, the cluster
 and Lustre kept warm (its GPU pool scaled to 0 nodes).
@@ -25,6 +27,7 @@ from nemo_rl_gke.run.schedules import load_schedule
 from nemo_rl_gke.run.spec import RunSpec, default_conf
 from tests.e2e.harness import run_in_process
 from tests.paths import ROOT
+from tests.webhook import Receiver, webhook_receiver
 
 pytestmark = pytest.mark.airflow
 SCHEDULES = ROOT / "tests/fixtures/schedules"
@@ -76,7 +79,8 @@ def _last_seq(sandbox: SandboxProcess) -> int:
     return calls[-1]["seq"] if calls else 0
 
 
-def _checkpoint_events(dag_id: str) -> list[dict[str, Any]]:
+def _checkpoint_events(dag_id: str, asset: str | None = None) -> list[dict[str, Any]]:
+    """The extras of the events on the DAG's checkpoint Asset (or ``asset``), oldest first."""
     from airflow.models.asset import AssetEvent, AssetModel
     from airflow.utils.session import create_session
 
@@ -84,7 +88,7 @@ def _checkpoint_events(dag_id: str) -> list[dict[str, Any]]:
         events = (
             session.query(AssetEvent)
             .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
-            .filter(AssetModel.name == t.checkpoint_asset(dag_id))
+            .filter(AssetModel.name == (asset or t.checkpoint_asset(dag_id)))
             .order_by(AssetEvent.id)
             .all()
         )
@@ -101,7 +105,18 @@ def _delete_lustre(sandbox: SandboxProcess) -> None:
     assert SPEC.lustre_name not in {r["name"] for r in sandbox.inventory()}
 
 
-def test_three_nights_cold_warm_and_imported_continue_one_lineage(sandbox: SandboxProcess, nightly: Any) -> None:
+@pytest.fixture
+def webhook(env: dict[str, str]) -> Iterator[Receiver]:
+    """The deployment's alert connection: a receiver on 127.0.0.1."""
+    with webhook_receiver() as receiver, pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AIRFLOW_CONN_ALERT_WEBHOOK", receiver.connection())
+        patch.setenv("AIRFLOW__NEMO_RL_GKE__ALERT_CONN_IDS", "alert_webhook")
+        yield receiver
+
+
+def test_three_nights_cold_warm_not_promoted_and_resumed_from_the_promoted_model(
+    sandbox: SandboxProcess, nightly: Any, webhook: Receiver
+) -> None:
     sandbox.reset()
     dag_id = SCHEDULE.dag_id
 
@@ -117,6 +132,13 @@ def test_three_nights_cold_warm_and_imported_continue_one_lineage(sandbox: Sandb
     assert gpu["nodes_left_up"] == 0 and gpu["next_run_at"] is not None and gpu["node_hours_to_next_run"] == 0
     kept = {r["name"] for r in sandbox.inventory()}
     assert {SPEC.cluster_name, SPEC.lustre_name, SPEC.network} <= kept
+    # Its model was converted, evaluated beside the base model (measured now, once) and published: the first one.
+    evaluated = first[(t.EVALUATE, t.RETURN)]
+    assert evaluated["baseline_result"]["measured_by"] == f"{dag_id}/{night1.run_id}"
+    assert first[(t.PUBLISH, t.RETURN)]["outcome"] == "promoted"
+    published = _checkpoint_events(dag_id, t.published_asset(dag_id))
+    assert [(e["step"], e["score"]) for e in published] == [(BUDGET, evaluated["score"])]
+    assert published[0]["hf_uri"] == f"{published[0]['uri']}hf/" and webhook.received == []
 
     # A night that starts while another run holds the group (the previous night overran) touches nothing.
     from nemo_rl_gke.gcp.hooks import GcpHook
@@ -130,10 +152,12 @@ def test_three_nights_cold_warm_and_imported_continue_one_lineage(sandbox: Sandb
     assert [c for c in sandbox.calls(since=seq) if c["method"] != "GET"] == []
     release(GcpHook(), SPEC.project, holder, warm=True)
 
-    # Night 2, warm: no create call; it resumes at N on the kept Lustre and ends at 2N.
+    # Night 2, warm: no create call; it resumes at N on the kept Lustre and ends at 2N. Asked for a gain no score
+    # can make, its model is not promoted: the run succeeds, its checkpoint is exported, and the alert says why.
     seq = _last_seq(sandbox)
-    night2 = run_in_process(nightly, None, base=None, logical_date=_night(3))
+    night2 = run_in_process(nightly, {"publish_margin": 1.0}, base=None, logical_date=_night(3))
     assert night2.state == "success", night2.tasks
+    assert night2.tasks[t.PUBLISH] == "skipped" and night2.tasks[t.EXPORT] == "success"
     assert _creates_since(sandbox, seq) == []
     second = _xcom(dag_id)
     assert {second[(k.task_id, t.RETURN)]["action"] for k in t.gcp_resources()} == {outcomes.EXISTS}
@@ -144,22 +168,33 @@ def test_three_nights_cold_warm_and_imported_continue_one_lineage(sandbox: Sandb
         2 * BUDGET,
     )
     assert [s["step"] for s in second[(t.WAIT, "steps")]] == list(range(BUDGET + 1, 2 * BUDGET + 1))
+    # The base model's score was remembered: night 1's, not measured again.
+    assert second[(t.EVALUATE, t.RETURN)]["baseline_result"]["measured_by"] == f"{dag_id}/{night1.run_id}"
+    decision = second[(t.PUBLISH, t.RETURN)]
+    assert decision["outcome"] == "not-promoted" and decision["published"] == published[0]["score"]
+    assert len(_checkpoint_events(dag_id, t.published_asset(dag_id))) == 1
+    [alert] = webhook.wait_for(1)
+    said = alert.json["text"]
+    assert said.startswith(f"[{dag_id}] run {night2.run_id} finished, but its model was not promoted: "), said
+    assert "Model" in second[(t.RUN_REPORT, t.REPORT_TEXT)] and "not-promoted" in second[(t.RUN_REPORT, t.REPORT_TEXT)]
 
-    # Night 3, after Lustre was deleted: a new Lustre, the last export imported into it, resumed at 2N, ends at 3N.
+    # Night 3, after Lustre was deleted, resume=promoted: a new Lustre, the last published model's checkpoint (night
+    # 1's, not night 2's) imported into it, resumed at N, ends at 2N again; night 2's step is set aside, not built on.
     _delete_lustre(sandbox)
-    night3 = run_in_process(nightly, {"teardown_policy": t.DELETE_ALL}, base=None, logical_date=_night(4))
+    conf = {"teardown_policy": t.DELETE_ALL, "resume": "promoted"}
+    night3 = run_in_process(nightly, conf, base=None, logical_date=_night(4))
     assert night3.state == "success", night3.tasks
     third = _xcom(dag_id)
     assert third[(t.LUSTRE, t.RETURN)]["action"] == outcomes.CREATED
     resumed = third[(t.RESUME, t.RETURN)]
-    assert resumed["action"] == outcomes.IMPORTED and resumed["resumed_from"]["step"] == 2 * BUDGET
-    assert resumed["resumed_from"]["source"].endswith(f"/step_{2 * BUDGET}/")
-    assert [s["step"] for s in third[(t.WAIT, "steps")]] == list(range(2 * BUDGET + 1, 3 * BUDGET + 1))
+    assert resumed["action"] == outcomes.IMPORTED and resumed["resumed_from"]["step"] == BUDGET
+    assert resumed["resumed_from"]["source"] == published[0]["uri"] and resumed["set_aside"] == [2 * BUDGET]
+    assert [s["step"] for s in third[(t.WAIT, "steps")]] == list(range(BUDGET + 1, 2 * BUDGET + 1))
 
     # The lineage, night by night, in the Asset events: each names the checkpoint it continued from.
     events = _checkpoint_events(dag_id)
-    assert [e["step"] for e in events] == [BUDGET, 2 * BUDGET, 3 * BUDGET]
-    assert [e["parent"] for e in events] == [None, events[0]["uri"], events[1]["uri"]]
+    assert [e["step"] for e in events] == [BUDGET, 2 * BUDGET, 2 * BUDGET]
+    assert [e["parent"] for e in events] == [None, events[0]["uri"], events[0]["uri"]]
     report = third[(t.RUN_REPORT, t.REPORT_TEXT)]
     assert "Lineage" in report and events[0]["uri"] in report
     print(json.dumps([{k: e[k] for k in ("step", "uri", "parent")} for e in events], indent=2))

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from nemo_rl_gke.plan.build import build_plan
-from nemo_rl_gke.plan.resume import ResumeBudgetError, check_resume_budget, lineage_of, resume_point
+from nemo_rl_gke.plan.resume import ResumeBudgetError, check_resume_budget, lineage_of, resume_point, set_aside
 from nemo_rl_gke.plan.transfers import LayoutError, import_source, lustre_export_request, lustre_import_request
 from nemo_rl_gke.plan.validation import validation_job
 from nemo_rl_gke.run.spec import RunSpec
@@ -45,6 +45,17 @@ def test_the_resume_point_is_the_newest_step_plus_the_budget() -> None:
     assert (point.parent, point.start, point.max_steps) == ({"step": 40, "uri": "gs://b/c/"}, 40, 60)
     no_budget = RunSpec.from_conf({"resume": "latest", "max_steps": 50})
     assert resume_point(no_budget, [{"step": 40, "uri": "u"}]).max_steps == 50
+
+
+def test_a_promoted_resume_sets_aside_only_the_lineages_later_exports() -> None:
+    import dataclasses
+
+    exported = [{"step": 3, "uri": "a"}, {"step": 6, "uri": "b"}, {"step": 9, "uri": "c"}, {"step": 6, "uri": "d"}]
+    promoted = dataclasses.replace(SPEC, resume="promoted")
+    assert set_aside(promoted, exported, 3) == [6, 9]
+    assert set_aside(promoted, exported, 9) == []
+    assert set_aside(promoted, exported, 0) == [3, 6, 9]  # nothing published yet: from scratch
+    assert set_aside(dataclasses.replace(SPEC, resume="latest"), exported, 3) == []
 
 
 def test_the_resume_budget_refuses_a_run_that_trains_nothing_or_that_the_epoch_cap_cuts() -> None:

@@ -73,6 +73,7 @@ EXPECTED_MESSAGES = {
     "eval.benchmark-in-release": "NeMo RL v0.5.0 (recipe gemma3-27b-gsm8k-v0.5.0) has no eval dataset aime2026",
     "eval.samples-need-temperature": "eval_num_tests_per_prompt=4 samples each problem, but temperature 0 is greedy",
     "eval.publish-needs-a-score": "publish=if_better compares the model's score with the last published one's",
+    "eval.promoted-needs-publishing": "resume=promoted continues from the last published model, but publish=never",
     "eval.hf-export": "NeMo RL v0.5.0's convert_dcp_to_hf.py cannot read the v2 worker's torch_save layout",
     "deployment.publish": "publish=always is outside the deployment's bound [nemo_rl_gke] allowed_publish",
 }

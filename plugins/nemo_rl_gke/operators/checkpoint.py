@@ -200,12 +200,15 @@ class ExportCheckpointOperator(StepOperator):
 
 
 class ResumeOperator(StepOperator):
-    """Continual training (``resume=latest``): the checkpoint to continue from, in Lustre before the job starts.
+    """Continual training (``resume=latest`` or ``promoted``): the checkpoint to continue from, in Lustre before the
+    job starts.
 
-    The lineage is this DAG's exported checkpoints (events on its Asset). Lustre kept warm still holds the newest
-    one; a new Lustre gets it imported from Cloud Storage with Lustre's ``importData`` (deferred). ``max_steps``
-    becomes the resumed step plus ``steps_per_run``, refused when the recipe's epoch cap would cut it. Returns
-    ``{"action", "resumed_from", "max_steps", "parent", "lineage", "startups"}``; with ``resume=none`` it changes
+    The lineage is this DAG's exported checkpoints (events on its Asset), or with ``promoted`` its published models
+    (events on the published-model Asset). Lustre kept warm still holds the newest export; a new Lustre, or a
+    promoted resume past nights that were not promoted (``set_aside``, which the job moves out of its way), gets the
+    checkpoint imported from Cloud Storage with Lustre's ``importData`` (deferred). ``max_steps`` becomes the resumed
+    step plus ``steps_per_run``, refused when the recipe's epoch cap would cut it. Returns ``{"action",
+    "resumed_from", "max_steps", "parent", "lineage", "startups", "set_aside"}``; with ``resume=none`` it changes
     nothing, but still reads the setup times earlier exports of the recipe measured (``startups``: the submit reserves
     the job's setup time from them, :func:`nemo_rl_gke.run.deadline.setup_reserve`).
     """
@@ -224,15 +227,19 @@ class ResumeOperator(StepOperator):
         spec = self.run_spec(context)
         events = self.events(context)
         startups = resume_plan.startups_of(events, spec.recipe)
+        exported = resume_plan.lineage_of(events)
         if spec.resume == "promoted":
             # The lineage of published models: a night whose model was not promoted is not built on.
             events = self.events(context, inlet=1)
         if not spec.resumes:
             return {"action": outcomes.NOT_NEEDED, "resumed_from": None, "max_steps": spec.max_steps,
-                    "parent": None, "lineage": [], "startups": startups}  # fmt: skip
+                    "parent": None, "lineage": [], "startups": startups, "set_aside": []}  # fmt: skip
         lineage = resume_plan.lineage_of(events)
         point = resume_plan.resume_point(spec, lineage)
         parent, start, max_steps = point.parent, point.start, point.max_steps
+        set_aside = resume_plan.set_aside(spec, exported, start)
+        if set_aside:
+            self.log.info("Not promoted, set aside by the job before it trains: steps %s", set_aside)
         try:
             self.log.info("Step budget: %s", resume_plan.check_resume_budget(spec, start, max_steps))
         except resume_plan.ResumeBudgetError as exc:
@@ -243,13 +250,15 @@ class ResumeOperator(StepOperator):
             "parent": parent,
             "lineage": lineage,
             "startups": startups,
+            "set_aside": set_aside,
         }
         if parent is None:
             self.log.info("No checkpoint in this DAG's lineage yet: training from scratch to step %d", max_steps)
             return {**result, "action": outcomes.NOT_NEEDED}
         lustre_action = (pull(context, LUSTRE) or {}).get("action")
-        if lustre_action != outcomes.CREATED:
+        if lustre_action != outcomes.CREATED and not set_aside:
             # Kept warm (exists) or adopted: the lineage's newest checkpoint is still on it, where NeMo RL resumes.
+            # (With steps set aside the published one is imported again: keep_top_k may have pruned it.)
             self.log.info("Resuming from step %d on the warm Lustre, training to step %d", start, max_steps)
             return {**result, "action": "warm", "resumed_from": {"step": start, "source": "lustre"}}
         try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -117,15 +118,22 @@ class SubmitRayJobOperator(StepOperator):
         """Render the job, resolve its secrets, submit or adopt it."""
         spec = self.run_spec(context)
         # The job refuses to train unless checkpoint_dir holds exactly the step it starts from (rayjobs).
-        resumed = (pull(context, RESUME) or {}).get("resumed_from") or {}
-        return submit_grpo_job(self, context, spec, resumed.get("step"))
+        resume = pull(context, RESUME) or {}
+        resumed = resume.get("resumed_from") or {}
+        return submit_grpo_job(self, context, spec, resumed.get("step"), set_aside=resume.get("set_aside") or ())
 
 
 def submit_grpo_job(
-    operator: StepOperator, context: Context, spec: RunSpec, resumed_step: int | None, attempt: int = 0
+    operator: StepOperator,
+    context: Context,
+    spec: RunSpec,
+    resumed_step: int | None,
+    attempt: int = 0,
+    set_aside: Sequence[int] = (),
 ) -> dict[str, Any]:
     """Render the run's GRPO job (attempt ``attempt``: 0 is the first submission, a recovery's has its number in
-    the submission id), resolve its secrets, and submit or adopt it. Returns ``{"submission_id", "action",
+    the submission id; ``set_aside``: the steps a ``resume=promoted`` job moves out of its way), resolve its
+    secrets, and submit or adopt it. Returns ``{"submission_id", "action",
     "status", "dashboard", "submitted_at"}``."""
     # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
     from nemo_rl_gke.ray.hooks import RayJobsHook
@@ -145,6 +153,7 @@ def submit_grpo_job(
             context["run_id"],
             deployment=operator.deployment,
             resumed_step=resumed_step,
+            set_aside=set_aside,
             must_save_by=None if save_by is None else save_by.text,
         )
     except ConnectionNotAllowedError as exc:

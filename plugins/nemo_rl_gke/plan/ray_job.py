@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -94,13 +95,18 @@ def allowed_secret_conn_ids(deployment: Deployment) -> dict[str, tuple[str, ...]
 LINEAGE_EXIT = 3
 
 
-def lineage_guard(spec: RunSpec, resumed_step: int | str | None) -> str:
+def lineage_guard(spec: RunSpec, resumed_step: int | str | None, set_aside: Sequence[int] = ()) -> str:
     """Shell lines that stop the job before it trains unless ``checkpoint_dir`` holds exactly what this run means
     to start from. NeMo RL resumes from the highest ``step_N`` it finds there, whoever wrote it: with ``resume=none``
     (or ``latest`` with no lineage yet) it must hold none, so the run starts from step 0; with ``latest`` its highest
     must be the lineage's ``resumed_step``, so the run continues its own lineage and nobody else's. The directory is
-    read where the job runs (``/data`` is the Lustre mount; the sandbox's Ray sets ``SANDBOX_DATA_DIR``)."""
+    read where the job runs (``/data`` is the Lustre mount; the sandbox's Ray sets ``SANDBOX_DATA_DIR``).
+
+    ``set_aside`` (``resume=promoted``) are the lineage's own exported steps past the published one: moved first into
+    ``checkpoint_dir/not_promoted/`` (kept, never deleted; each is also in Cloud Storage), so NeMo RL resumes from the
+    published step and not from a night that was not promoted."""
     rest = shlex.quote(spec.checkpoint_dir.removeprefix("/data"))
+    aside = [int(step) for step in set_aside]  # ints only: they reach the shell
     expected = "none" if resumed_step is None else str(resumed_step)
     if resumed_step is None:
         why = (
@@ -110,15 +116,28 @@ def lineage_guard(spec: RunSpec, resumed_step: int | str | None) -> str:
         )
     else:
         why = (
-            f"resume=latest continues this DAG's lineage from step {resumed_step}, but the newest checkpoint in "
+            f"resume={spec.resume} continues this DAG's lineage from step {resumed_step}, but the newest checkpoint in "
             f"checkpoint_dir {spec.checkpoint_dir} is step_$newest, which this lineage did not export (another DAG's, "
             "or a failed run's). Fix: a checkpoint_dir of its own for this DAG, or resume=none with an empty one."
         )
     # The message names the step found: $newest is left outside the single quotes, so the shell expands it.
     message = shlex.quote("nemo-rl-gke: not started: " + why).replace("$newest", "'$newest'")
+    moves = []
+    if aside:
+        # A stamp per move: a step set aside on an earlier night keeps its copy.
+        moves = [
+            f"for step in {' '.join(str(step) for step in aside)}; do",
+            '  if [ -d "$ckpt_dir/step_$step" ]; then',
+            '    mkdir -p "$ckpt_dir/not_promoted"',
+            '    mv -T "$ckpt_dir/step_$step" "$ckpt_dir/not_promoted/step_$step.$(date -u +%Y%m%dT%H%M%SZ)"',
+            '    echo "nemo-rl-gke: set aside step_$step (not promoted) in $ckpt_dir/not_promoted/"',
+            "  fi",
+            "done",
+        ]
     return "\n".join(
         [
             f'ckpt_dir="${{SANDBOX_DATA_DIR:-/data}}"{rest}',
+            *moves,
             "newest=$(find \"$ckpt_dir\" -mindepth 1 -maxdepth 1 -type d -name 'step_*' -printf '%f\\n' "
             "2>/dev/null | sed -n 's/^step_\\([0-9][0-9]*\\)$/\\1/p' | sort -n | tail -n 1 || true)",
             f'if [ "${{newest:-none}}" != {shlex.quote(expected)} ]; then',
@@ -138,9 +157,11 @@ def job_request(
     *,
     resumed_step: int | str | None = None,
     must_save_by: str | None = None,
+    set_aside: Sequence[int] = (),
 ) -> JobRequest:
     """The GRPO job of one DAG run; the submission id is stable across retries of the same run. ``resumed_step`` is
-    the lineage's step the resume step chose (None: the run starts from step 0), which the job checks first.
+    the lineage's step the resume step chose (None: the run starts from step 0), which the job checks first, after
+    setting aside ``set_aside`` (:func:`lineage_guard`).
     ``must_save_by`` ("DD:HH:MM:SS", from the budget left at submit) becomes NeMo RL's
     ``checkpointing.checkpoint_must_save_by``, the last override (a key no conf override may touch)."""
     known = run_id != RUN_ID_PLACEHOLDER
@@ -153,7 +174,7 @@ def job_request(
         submission_id=spec.submission_id(dag_id, run_id)
         if known
         else "<derived from the DAG run: nemo-rl-<run id>-<hash>>",
-        entrypoint=lineage_guard(spec, resumed_step) + "\n" + command,
+        entrypoint=lineage_guard(spec, resumed_step, set_aside) + "\n" + command,
         env_vars=dict(recipe.env),
         secrets=job_secrets(spec, deployment),
         working_dir_files=recipe.files,

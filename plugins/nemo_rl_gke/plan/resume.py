@@ -1,4 +1,4 @@
-"""Continual training (``resume=latest``): the lineage read from the DAG's Asset events, the step the run continues
+"""Continual training (``resume=latest`` or ``promoted``): the lineage read from the DAG's Asset events, the step the run continues
 from and how far it trains. Pure functions; the resume step (:class:`~nemo_rl_gke.operators.checkpoint.ResumeOperator`)
 reads the events and sends the import."""
 
@@ -73,6 +73,15 @@ def resume_point(spec: RunSpec, lineage: list[dict[str, Any]]) -> ResumePoint:
     start = int(parent["step"]) if parent else 0
     max_steps = start + spec.steps_per_run if spec.steps_per_run else spec.max_steps
     return ResumePoint(parent, start, max_steps)
+
+
+def set_aside(spec: RunSpec, exported: list[dict[str, Any]], start: int) -> list[int]:
+    """The steps a ``resume=promoted`` job moves out of ``checkpoint_dir`` before it trains: this DAG's exported
+    checkpoints past the published one it starts from (nights that were not promoted; NeMo RL would resume from the
+    highest). Only steps this lineage exported: anything else there still stops the job (the lineage guard)."""
+    if spec.resume != "promoted":
+        return []
+    return sorted({int(e["step"]) for e in exported if int(e["step"]) > start})
 
 
 def check_resume_budget(spec: RunSpec, start: int, max_steps: int) -> str:

@@ -274,6 +274,26 @@ def publish_needs_a_score(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
 
 
 @rule(
+    "eval.promoted-needs-publishing",
+    NEMO,
+    "Resuming from the promoted model needs a publish policy that can promote one",
+    example={"resume": "promoted", "publish": "never"},
+    counter_example={"resume": "promoted", "publish": "if_better"},
+)
+def promoted_needs_publishing(spec: RunSpec, _: Recipe) -> Iterator[Violation]:
+    """With publish=never no model is ever promoted, so every resume=promoted run would start from step 0 and set
+    aside what the last one trained."""
+    if spec.resume == "promoted" and spec.publish == "never":
+        yield Violation(
+            ("resume", "publish"),
+            spec.resume,
+            "resume=promoted continues from the last published model, but publish=never publishes none: every run "
+            "would train from step 0",
+            "publish if_better (or always), or resume latest",
+        )
+
+
+@rule(
     "eval.hf-export",
     NEMO,
     "The recipe's release can convert the checkpoint layout it writes to Hugging Face",
