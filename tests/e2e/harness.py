@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import re
 import subprocess
 import sys
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any

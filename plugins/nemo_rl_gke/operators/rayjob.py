@@ -128,6 +128,7 @@ def submit_grpo_job(
     context: Context,
     spec: RunSpec,
     resumed_step: int | None,
+    *,
     attempt: int = 0,
     set_aside: Sequence[int] = (),
 ) -> dict[str, Any]:

@@ -1,6 +1,6 @@
-"""Continual training (``resume=latest`` or ``promoted``): the lineage read from the DAG's Asset events, the step the run continues
-from and how far it trains. Pure functions; the resume step (:class:`~nemo_rl_gke.operators.checkpoint.ResumeOperator`)
-reads the events and sends the import."""
+"""Continual training (``resume=latest`` or ``promoted``): the lineage read from the DAG's Asset events, the step
+the run continues from, how far it trains and what it sets aside. Pure functions; the resume step
+(:class:`~nemo_rl_gke.operators.checkpoint.ResumeOperator`) reads the events and sends the import."""
 
 from __future__ import annotations
 
