@@ -22,6 +22,7 @@ from tests.browser.stack import (
     DAG_ID,
     HF_TOKEN,
     LOCAL_CONF,
+    SCREENSHOTS,
     Stack,
     extra_links,
     grid_task_states,
@@ -312,6 +313,14 @@ def _check_what_teardown_kept(airflow: Any, run_id: str, view: Any, page: Any) -
     line = view.locator("#free summary").text_content() or ""
     assert line.startswith(f"{len(free)} free resources: ") and "kept (" in line, line
     screenshot(view, "training-view-kept-resources")
+    # The model card: the run's score beside the base model's (the untrained policy), and the publish decision.
+    view.locator("#model-history svg").wait_for()
+    score, base = (view.locator(f"#model-{k}").text_content() or "" for k in ("score", "baseline"))
+    assert re.fullmatch(r"0\.\d{4}", score) and re.fullmatch(r"0\.\d{4}", base), (score, base)
+    assert float(score) > float(base)
+    assert view.locator("#model-decision").text_content() in ("promoted", "not-promoted")
+    assert (view.locator("#model-hf").text_content() or "").endswith("/hf/")
+    view.locator("#model").screenshot(path=str(SCREENSHOTS / "training-view-model.png"))
     page.goto(run_url(airflow, run_id))
     page.get_by_text(topology.DELETE_LUSTRE.rpartition(".")[2]).first.wait_for()
     screenshot(page, "grid-kept-resources")

@@ -146,3 +146,32 @@ def test_the_budget_train_wait_published_is_what_the_view_shows(client: Any, tok
     assert budget["source"] == "train.wait" and budget["stopped_at_budget"] is True
     assert (budget["hours"]["limit"], budget["usd"]["limit"], budget["gpu_nodes"]["limit"]) == (6.0, 900.0, 4)
     assert budget["gpu_nodes"]["left"] == 2 and budget["stopped_line"].startswith("stopped at budget: ")
+
+
+def test_the_model_card_shows_the_scores_the_decision_and_the_score_run_by_run(
+    client: Any, token: str, run_id: str
+) -> None:
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    decision = {"outcome": "not-promoted", "reason": "score 0.5000 is below the published model's 0.6000 + margin 0",
+                "score": 0.5, "baseline": 0.01, "published": 0.6, "hf_uri": "gs://b/d/r/step_3/hf/",
+                "benchmark": "gsm8k"}  # fmt: skip
+    evaluated = {"score": 0.5, "baseline": 0.01,
+                 "result": {"dataset": "gsm8k", "metric": "pass", "k": 1, "problems": 256, "score": 0.5}}  # fmt: skip
+    rows = [(topology.PUBLISH, decision), (topology.EVALUATE, evaluated), (topology.CONVERT, {"hf_path": "/x/hf"})]
+    with create_session() as session:
+        for task_id, value in rows:
+            XComModel.set(topology.RETURN, value, dag_id=DAG_ID, task_id=task_id, run_id=run_id, session=session)
+    try:
+        view = client.get(_paths(run_id)[1], headers={"Authorization": f"Bearer {token}"}).json()
+    finally:
+        with create_session() as session:
+            for task_id, _ in rows:
+                XComModel.clear(dag_id=DAG_ID, task_id=task_id, run_id=run_id, session=session)
+    model = view["model"]
+    assert (model["score"], model["baseline"], model["published"]) == (0.5, 0.01, 0.6)
+    assert model["decision"] == "not-promoted" and model["reason"].startswith("score 0.5000 is below")
+    assert model["hf"] == "gs://b/d/r/step_3/hf/" and (model["benchmark"], model["metric"]) == ("gsm8k", "pass@1")
+    # The DAG's runs, read from their publish results: this one is the newest.
+    assert model["history"][-1] == {"run_id": run_id, "score": 0.5, "outcome": "not-promoted"}

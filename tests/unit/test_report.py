@@ -599,3 +599,52 @@ def test_a_budget_stop_and_a_stall_are_said_in_the_training_section() -> None:
     stalled = {**TRAINING, "stalled": "stalled at step 3/20: no new step\nLast lines of the driver log:\n..."}
     text = build_report(timings(), UPSTREAM, inputs(training_summary=stalled)).to_text()
     assert "  stalled at step 3/20: no new step" in text.splitlines() and "Last lines" not in text
+
+
+MODEL_OUT = {
+    "convert": {"hf_path": "/data/ckpt/step_40/hf"},
+    "evaluate": {
+        "score": 0.61,
+        "baseline": 0.48,
+        "result": {
+            "dataset": "gsm8k",
+            "score": 0.61,
+            "metric": "pass",
+            "k": 1,
+            "num_tests_per_prompt": 1,
+            "problems": 1319,
+        },
+    },
+    "publish": {
+        "outcome": "not-promoted",
+        "reason": "score 0.6100 is below the published model's 0.6500 + margin 0",
+        "published": 0.65,
+        "hf_uri": "gs://b/d/r/data/ckpt/step_40/hf/",
+    },
+}
+
+
+def test_the_conversion_and_the_evaluation_are_priced_apart_from_training() -> None:
+    # Conversion 120 s and evaluation 600 s after the export, the pool (2 nodes x 8 GPUs) up meanwhile.
+    schedule = {**SCHEDULE, t.CONVERT: (4916, 5036), t.EVALUATE: (5036, 5636)}
+    built = build_report(timings(schedule), UPSTREAM, inputs(model_out=MODEL_OUT))
+    model, gpu = built.model, built.gpu
+    assert model is not None
+    assert model["conversion_gpu_hours"] == pytest.approx(120 / 3600 * 16, abs=1e-4)
+    assert model["evaluation_gpu_hours"] == pytest.approx(600 / 3600 * 16, abs=1e-4)
+    price = DEFAULT_GPU_HOUR_PRICES_USD["b200"]
+    assert model["evaluation_usd"] == pytest.approx(600 / 3600 * 16 * price, abs=0.01)
+    share = (120 + 600) * 16 / 3600 / gpu.gpu_hours
+    assert model["share_of_gpu_hours"] == pytest.approx(share, abs=1e-4)
+    text = built.to_text()
+    assert "Model\n  Hugging Face export    gs://b/d/r/data/ckpt/step_40/hf/\n" in text
+    assert "  evaluation             gsm8k: score 0.6100 (pass@1, 1 sample(s) of 1319 problems)\n" in text
+    assert "  base model             0.4800\n  last published         0.6500\n" in text
+    assert "  decision               not-promoted: score 0.6100 is below the published model's 0.6500" in text
+    assert f"  share of the run's GPU-hours  {share:.1%}" in text
+    assert json.loads(json.dumps(built.to_dict()))["model"]["evaluate"]["score"] == 0.61
+
+
+def test_a_run_without_the_model_steps_has_no_model_section() -> None:
+    built = build_report(timings(), UPSTREAM, inputs())
+    assert built.model is None and "Model\n" not in built.to_text()
