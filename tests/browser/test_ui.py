@@ -187,11 +187,12 @@ def test_the_training_view_follows_the_job_the_links_lead_out_and_what_teardown_
 
     run = wait_run(airflow, run_id, RUN_TIMEOUT_S)
     assert run["state"] == "success"
-    # Exactly one training job across the kill and the restarts: train.submit's first try's and checkpoint.validate's
-    # are the only submissions. The retry adopted the job, and its clock is Ray's start of it (before the kill), not
-    # the adoption a retry delay later.
+    # Exactly one training job across the kill and the restarts: train.submit's first try's, checkpoint.validate's and
+    # the model out's (the conversion, the base model's evaluation, this stack's first, and the run's) are the only
+    # submissions. The retry adopted the job, and its clock is Ray's start of it (before the kill), not the adoption a
+    # retry delay later.
     submitted = [c for c in stack.sandbox.calls() if c["method"] == "POST" and c["path"].endswith("/api/jobs/")]
-    assert len(submitted) == 2 and submitted[0]["seq"] == reached["seq"], submitted
+    assert len(submitted) == 5 and submitted[0]["seq"] == reached["seq"], submitted
     [submit] = [t for t in task_instances(airflow, run_id) if t["task_id"] == topology.SUBMIT]
     adopted = xcom_value(airflow, run_id, topology.SUBMIT)
     assert (submit["try_number"], adopted["action"]) == (2, "adopted"), (submit, adopted)

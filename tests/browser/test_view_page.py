@@ -91,3 +91,39 @@ def test_a_ladder_run_shows_the_capacity_that_served_it_and_how_each_rung_ended(
     page.reload()
     page.locator("#price").filter(has_text="USD per GPU-hour").wait_for()
     assert page.locator("#capacity").text_content() == ""
+
+
+def test_the_model_card_shows_the_decision_and_a_score_per_run_on_a_zero_to_one_scale(
+    served: tuple[Any, dict[str, Any]],
+) -> None:
+    page, snapshot = served
+    decided = {
+        "outcome": "not-promoted",
+        "reason": "score 0.5273 is below the published model's 0.6133 + margin 0",
+        "published": 0.6133,
+        "hf_uri": "gs://b/d/night-4/data/ckpt/step_12/hf/",
+        "benchmark": "gsm8k",
+    }
+    result = {"dataset": "gsm8k", "metric": "pass", "k": 1, "problems": 256}
+    evaluated = {"score": 0.5273, "baseline": 0.0078, "result": result}
+    nights = [(0.3086, "promoted"), (0.6133, "promoted"), (0.59, "not-promoted"), (0.5273, "not-promoted")]
+    history = [{"run_id": f"night-{i}", "score": s, "outcome": o} for i, (s, o) in enumerate(nights, start=1)]
+    results = {
+        topology.CONVERT: {"hf_path": "/data/ckpt/step_12/hf"},
+        topology.EVALUATE: evaluated,
+        topology.PUBLISH: decided,
+    }
+    snapshot["view"] = build_view(
+        ViewInputs("d", "night-4", "success", NOW, task_states(), results, default_conf(), history=history)
+    )
+    page.goto(f"{ORIGIN}{URL_PREFIX}/training?dag_id=d&run_id=night-4&poll=60")
+    card = page.locator("#model")
+    card.locator("svg[data-curve='score-by-run']").wait_for()
+    assert page.locator("#model-decision").text_content() == "not-promoted"
+    cells = {k: page.locator(f"#model-{k}").text_content() for k in ("score", "baseline", "published")}
+    assert cells == {"score": "0.5273", "baseline": "0.0078", "published": "0.6133"}
+    chart = card.locator("svg[data-curve='score-by-run']")
+    assert chart.locator("circle.pt").count() == 4
+    assert [chart.locator("text").nth(i).text_content() for i in range(4)] == ["1", "0", "run 1", "run 4"]
+    assert chart.locator("circle.pt title").last.text_content() == "night-4: 0.5273 (not-promoted)"
+    card.screenshot(path=str(ROOT / ".airflow/screenshots/training-view-model-nights.png"))

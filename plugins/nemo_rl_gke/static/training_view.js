@@ -53,20 +53,23 @@ function drawCurve(curve, points, width = 360, height = 170, attempts = []) {
     const xs = points.map((p) => p[0]), ys = points.map((p) => p[1]);
     const x0 = Math.min(...xs), x1 = Math.max(...xs, x0 + 1);
     let y0 = Math.min(...ys), y1 = Math.max(...ys);
+    // A bounded quantity (a score) keeps its whole range, so one run's dot sits where it is, not mid-chart.
+    if (curve.range) { y0 = Math.min(y0, curve.range[0]); y1 = Math.max(y1, curve.range[1]); }
     if (y1 - y0 < 1e-9) { y0 -= 0.5; y1 += 0.5; }
+    const xLabel = curve.xLabel || "step";
     const sx = (x) => left + ((x - x0) / (x1 - x0)) * (width - left - right);
     const sy = (y) => top + (1 - (y - y0) / (y1 - y0)) * (height - top - bottom);
     drawAttempts(svg, attempts, sx, x0, x1, top, height - bottom);
     svg.appendChild(el("svg:polyline", { points: points.map((p) => `${sx(p[0]).toFixed(1)},${sy(p[1]).toFixed(1)}`).join(" "), fill: "none", stroke: "#3182ce", "stroke-width": 1.5 }));
     for (const p of points) {
       const dot = el("svg:circle", { class: "pt", cx: sx(p[0]).toFixed(1), cy: sy(p[1]).toFixed(1), r: 2, fill: "#2b6cb0" });
-      dot.appendChild(el("svg:title", {}, `step ${p[0]}: ${p[1]}`));
+      dot.appendChild(el("svg:title", {}, p[2] || `${xLabel} ${p[0]}: ${p[1]}`));
       svg.appendChild(dot);
     }
     svg.appendChild(el("svg:text", { x: 2, y: top + 8 }, Number(y1.toPrecision(4))));
     svg.appendChild(el("svg:text", { x: 2, y: height - bottom }, Number(y0.toPrecision(4))));
-    svg.appendChild(el("svg:text", { x: left, y: height - 6 }, `step ${x0}`));
-    svg.appendChild(el("svg:text", { x: width - right - 50, y: height - 6 }, `step ${x1}`));
+    svg.appendChild(el("svg:text", { x: left, y: height - 6 }, `${xLabel} ${x0}`));
+    svg.appendChild(el("svg:text", { x: width - right - 50, y: height - 6 }, `${xLabel} ${x1}`));
   } else {
     svg.appendChild(el("svg:text", { x: left + 10, y: height / 2 }, "no points yet"));
   }
@@ -216,9 +219,10 @@ function drawModel(model) {
   const decision = document.getElementById("model-decision");
   decision.textContent = model.decision || "";
   decision.className = "decision " + (model.decision || "");
-  const runs = model.history.map((h, i) => [i + 1, h.score]);
-  const chart = drawCurve({ key: "score-by-run", title: "Score by run (this DAG's runs, oldest first)", unit: "" },
-    runs, 720, 170);
+  const runs = model.history.map((h, i) => [i + 1, h.score, `${h.run_id}: ${score(h.score)} (${h.outcome || "-"})`]);
+  const curve = { key: "score-by-run", title: "Score by run (this DAG's runs, oldest first)", unit: "", xLabel: "run",
+    range: [0, 1] };
+  const chart = drawCurve(curve, runs, 720, 170);
   document.getElementById("model-history").replaceChildren(chart);
 }
 
