@@ -103,6 +103,13 @@ def _what_it_did(result: Any) -> str:
         return f"{result.get('status')}, {result['steps_completed']} steps"
     if "valid" in result:
         return f"valid, shards {result.get('shards')}"
+    if "outcome" in result:  # checkpoint.publish
+        return str(result["outcome"])
+    if "score" in result:  # checkpoint.evaluate
+        base = result.get("baseline")
+        return f"score {result['score']:.4f} (base model {'-' if base is None else f'{base:.4f}'})"
+    if "hf_path" in result:  # checkpoint.convert
+        return f"{len(result.get('files') or ())} files in {result['hf_path'].rsplit('/', 2)[-2]}/hf"
     return str(result.get("action", ""))
 
 
