@@ -466,18 +466,26 @@ class RunMetrics:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form of everything parsed so far (for a trigger event or XCom)."""
+        return {"steps": [s.to_dict() for s in self.steps], **self.run_state()}
+
+    def run_state(self) -> dict[str, Any]:
+        """:meth:`to_dict` without the steps: the run-level figures and the parse state."""
         return {
-            "steps": [s.to_dict() for s in self.steps],
             "wandb_url": self.wandb_url,
             "checkpoints": list(self.checkpoints),
             "initial_val_accuracy": self.initial_val_accuracy,
             "setup_complete": self.setup_complete,
             "setup_s": self.setup_s,
+            "timeout_reached": self.timeout_reached,
+            # The epoch the next step header belongs to: all the parse state there is between two steps (a step
+            # header closes every section).
+            "epoch": self._epoch,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunMetrics:
-        """Rebuild from :meth:`to_dict` output (parse state such as the open section is not kept)."""
+        """Rebuild from :meth:`to_dict` output (the open section is not kept: taken between two steps, there is
+        none)."""
         run = cls()
         run.steps = [StepMetrics.from_dict(s) for s in data.get("steps", [])]
         run.wandb_url = data.get("wandb_url")
@@ -485,6 +493,9 @@ class RunMetrics:
         run.initial_val_accuracy = data.get("initial_val_accuracy")
         run.setup_complete = bool(data.get("setup_complete"))
         run.setup_s = data.get("setup_s")
+        run.timeout_reached = bool(data.get("timeout_reached"))
+        epoch = data.get("epoch")
+        run._epoch = epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
         return run
 
 
@@ -642,6 +653,26 @@ class LogFollower:
         """
         self.offset = 0
         self.feed_full_log(full_text[:offset])
+
+    @property
+    def at_line_start(self) -> bool:
+        """Whether everything fed was a whole line and has been parsed: no unterminated line, nothing held back by
+        the redactor. The metrics are then all the parse state there is (between two steps)."""
+        held = self._redactor is not None and self._redactor.holding
+        return not self._partial and self._at_line_start and not held
+
+    def resume(self, metrics: RunMetrics, offset: int, lines_emitted: int, tail: Sequence[str]) -> None:
+        """Go on from a store's snapshot, taken at a line start (:attr:`at_line_start`): its metrics, where in the log
+        it was taken and what had been shown. The next read starts at ``offset``; a progress bar still running there is
+        not known (it shows up once it finishes)."""
+        self.metrics = metrics
+        self.offset = offset
+        self.lines_emitted = lines_emitted
+        self._tail.clear()
+        self._tail.extend(tail)
+        self._partial, self._at_line_start, self._line_prefix = "", True, ""
+        self._bars.clear()
+        self._finished.clear()
 
     def flush(self) -> list[str]:
         """End of the log: the unterminated last line and the last state of every unfinished bar."""

@@ -152,6 +152,11 @@ class StreamRedactor:
         """Whether there is anything to mask."""
         return self._full is not None
 
+    @property
+    def holding(self) -> bool:
+        """Whether text fed is held back (it could start a secret): the stream is not at a clean point."""
+        return bool(self._held)
+
     # --- streaming ------------------------------------------------------------------------------------------------
     def feed(self, text: str) -> str:
         """The next piece of the stream; returns the text now safe to pass on (possibly less than was fed)."""

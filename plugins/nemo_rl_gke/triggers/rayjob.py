@@ -43,6 +43,7 @@ from airflow.providers.common.compat.connection import get_async_connection
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from nemo_rl_gke.kube.errors import KubeApiError, is_kube_transient
+from nemo_rl_gke.observe import step_store
 from nemo_rl_gke.observe.metrics import LogFollower, newest_save, save_in_progress, saved_after
 from nemo_rl_gke.observe.recoveries import FOLLOWING, RESUMED_AT
 from nemo_rl_gke.observe.redaction import StreamRedactor
@@ -53,6 +54,7 @@ from nemo_rl_gke.ray.errors import RayJobsApiError, RayJobsTransientError, RayTl
 from nemo_rl_gke.run.deadline import STOP, STOP_AT_NEXT_SAVE, Limit, RunClock
 from nemo_rl_gke.triggers.clients import RAY, client_module
 from nemo_rl_gke.triggers.log_position import LogPositions
+from nemo_rl_gke.triggers.metrics_store import MetricsStore
 from nemo_rl_gke.triggers.operations import backoff_delay
 
 if TYPE_CHECKING:
@@ -174,6 +176,10 @@ class RayJobTrigger(BaseTrigger):
         self._progress_at = self.attempt_started_at or self.started_at
         self.task_key = dict(task_key) if task_key else None
         self._positions = LogPositions(self.task_key) if self.task_key else None
+        # The step store (observe/step_store.py): the rows saved so far, so each save writes only the newest chunk.
+        self._store = MetricsStore(self.task_key) if self.task_key else None
+        self._store_rows = 0
+        self._store_saved = (0, -1)
         # The log characters a trigger before this one had written into the task log (read, not logged again), and
         # what the last saved position was taken at.
         self._logged_until = 0
@@ -295,10 +301,12 @@ class RayJobTrigger(BaseTrigger):
         lines are redacted already (the follower redacts before it splits).
         """
         if text is not None:
-            for lines, end in self._pieces(text, start):
+            for lines, end, at_step in self._pieces(text, start):
                 if end > self._logged_until:
                     self._log_lines(lines)
                     self._save_position()
+                if at_step:
+                    self._save_store()
         if self.zero_learning_steps <= 0:
             return None, None
         steps = self.follower.metrics.steps
@@ -307,9 +315,9 @@ class RayJobTrigger(BaseTrigger):
             return verdict, None
         return verdict, saved_after(steps, verdict.decided_index)
 
-    def _pieces(self, text: str, start: int | None) -> Iterator[tuple[list[str], int]]:
-        """Feed a read to the follower in pieces; yield each piece's lines and where in the log it ends, before the
-        next piece is fed (the follower's offset is then the piece's end).
+    def _pieces(self, text: str, start: int | None) -> Iterator[tuple[list[str], int, bool]]:
+        """Feed a read to the follower in pieces; yield each piece's lines, where in the log it ends and whether a
+        step header comes next, before the next piece is fed (the follower's offset is then the piece's end).
 
         The pieces end before each step's header and at :attr:`_logged_until` (what a trigger before this one had
         logged: read for the metrics and the guards, never logged again), so a piece's lines are all on one side of
@@ -319,7 +327,8 @@ class RayJobTrigger(BaseTrigger):
         # A replaced (shorter) whole log is read whole again: feed_full_log resets on its first, shorter, piece.
         replaced = start is None and len(text) < self.follower.offset
         skip = 0 if replaced else max(0, self.follower.offset - base)
-        cuts = {m.start() for m in _STEP_LINE_RE.finditer(text, skip)} | {len(text)}
+        headers = {m.start() for m in _STEP_LINE_RE.finditer(text, skip)}
+        cuts = headers | {len(text)}
         if skip < self._logged_until - base < len(text):
             cuts.add(self._logged_until - base)
         previous = skip
@@ -328,7 +337,7 @@ class RayJobTrigger(BaseTrigger):
                 lines = self.follower.feed_full_log(text[:cut])
             else:
                 lines = self.follower.feed_at(text[previous:cut], start + previous)
-            yield lines, base + cut
+            yield lines, base + cut, cut in headers
             previous = cut
 
     def _save_position(self) -> None:
@@ -347,6 +356,29 @@ class RayJobTrigger(BaseTrigger):
         self._positions.save(self.submission_id, self.follower.offset, step, self.follower.lines_emitted)
         self._saved = (self.follower.offset, moved, now)
 
+    def _save_store(self, *, final: bool = False) -> None:
+        """Save the step rows parsed since the last save, and the head that commits them, at a step boundary (the
+        next step's header is next, nothing is half parsed) or at the log's end (``final``). A blocking SDK call:
+        this runs in the worker thread that parsed them."""
+        follower = self.follower
+        if self._store is None or not (final or follower.at_line_start):
+            return
+        metrics = follower.metrics
+        mark = (len(metrics.steps), len(metrics.completed_steps) if final else -1)
+        if mark == self._store_saved or (not final and len(metrics.steps) <= self._store_rows):
+            return
+        head, chunks = step_store.snapshot(
+            metrics,
+            submission_id=self.submission_id,
+            offset=follower.offset,
+            lines=follower.lines_emitted,
+            tail=follower.tail(step_store.TAIL_LINES),
+            saved_rows=self._store_rows,
+            extra={"setup_done_at": self._setup_done_at, "final": final},
+        )
+        if self._store.save(head, chunks):
+            self._store_rows, self._store_saved = len(metrics.steps), mark
+
     def _log_lines(self, lines: list[str]) -> None:
         """Write driver-log lines into the task log. Runs in a worker thread (they can be many): asyncio.to_thread
         copies the context the triggerer binds the task's log to."""
@@ -354,8 +386,10 @@ class RayJobTrigger(BaseTrigger):
             self.log.info("[ray job] %s", line)
 
     def _flush_logs(self) -> None:
-        """End of the log: the held-back text, the unterminated line and unfinished bars. Runs in a worker thread."""
+        """End of the log: the held-back text, the unterminated line and unfinished bars, and the step store's last
+        save. Runs in a worker thread."""
         self._log_lines(self.follower.flush())
+        self._save_store(final=True)
 
     async def _stop(self) -> str:
         try:
@@ -444,9 +478,19 @@ class RayJobTrigger(BaseTrigger):
         yield event
 
     async def _start_following(self) -> None:
-        """Log the line the job's lines follow, after reading where a trigger before this one left the task log."""
+        """Log the line the job's lines follow, after reading where a trigger before this one left the task log and
+        its step store: the metrics it saved are taken as they are, and the log is read on from where they end."""
+        if self._store is not None:
+            loaded = await asyncio.to_thread(self._store.load, self.submission_id)
+            if loaded is not None:
+                head, metrics = loaded
+                self.follower.resume(metrics, head["offset"], int(head.get("lines") or 0), head.get("tail") or ())
+                self._store_rows, self._store_saved = len(metrics.steps), (len(metrics.steps), -1)
+                done_at = head.get("setup_done_at")
+                self._setup_done_at = float(done_at) if isinstance(done_at, int | float) else None
         if self._positions is not None:
             self._logged_until = await asyncio.to_thread(self._positions.load, self.submission_id)
+        self._logged_until = max(self._logged_until, self.follower.offset)
         if self._logged_until:
             # The view reads this job's lines on from here, instead of starting them again (observe/training_view.py).
             self.log.info("%s%s%s%d", FOLLOWING, self.submission_id, RESUMED_AT, self._logged_until)
