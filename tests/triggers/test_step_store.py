@@ -139,8 +139,17 @@ def test_a_save_cut_between_its_chunks_and_its_head_keeps_the_last_committed_sta
 
 
 def test_rows_keep_every_field_and_non_finite_numbers_through_json() -> None:
-    step = StepMetrics(step=3, total_steps=10, epoch=2, loss=math.nan, avg_reward=0.25, kl_error=math.inf,
-                       phase_times_s={"generation": 1.5}, group_tokens_per_s={"E2E": -math.inf}, checkpoint_step=23)  # fmt: skip
+    step = StepMetrics(
+        step=3,
+        total_steps=10,
+        epoch=2,
+        loss=math.nan,
+        avg_reward=0.25,
+        kl_error=math.inf,
+        phase_times_s={"generation": 1.5},
+        group_tokens_per_s={"E2E": -math.inf},
+        checkpoint_step=23,
+    )
     row = json.loads(json.dumps(step_store.encode_step(step), allow_nan=False))
     back = step_store.decode_step(row)
     assert math.isnan(back.loss) and back.kl_error == math.inf and back.group_tokens_per_s == {"E2E": -math.inf}
