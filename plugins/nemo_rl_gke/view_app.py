@@ -8,15 +8,19 @@ snapshot the page polls (``/training/data``). Plugin apps get no authentication 
 route depends on Airflow's own access checks: a Bearer token or the UI's ``_token`` cookie, and read access to the
 DAG's task instances (the data also needs its XComs and task logs). Without them: 401 (or 403).
 
-It reads only what Airflow has, through the API server's own session: the run's task instances, their XComs and the
-``train.wait`` task log (``TaskLogReader``). It holds no Google credentials and starts nothing: the page is static,
-the data is built per request by :func:`nemo_rl_gke.observe.training_view.build_view`, and the job's secrets (the
-passwords of the connections the deployment allows for them) are masked in every answer.
+It reads only what Airflow has, through the API server's own session: the run's task instances and their XComs,
+the job's step metrics among them (the step store the trigger keeps, :mod:`nemo_rl_gke.observe.step_store`: a poll
+reads its heads and only the chunks it has not cached, so it costs the same at step 10,000 as at step 10). A run
+followed before the store existed is read from the ``train.wait`` task log (``TaskLogReader``). It holds no Google
+credentials and starts nothing: the page is static, the data is built per request by
+:func:`nemo_rl_gke.observe.training_view.build_view`, and the job's secrets (the passwords of the connections the
+deployment allows for them) are masked in every answer.
 """
 
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +29,8 @@ from airflow.api_fastapi.common.db.common import SessionDep
 from fastapi import Depends, FastAPI, HTTPException, Query
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 
+from nemo_rl_gke.observe import step_store
+from nemo_rl_gke.observe.metrics import RunMetrics, StepMetrics
 from nemo_rl_gke.observe.redaction import StreamRedactor
 from nemo_rl_gke.observe.training_view import BUDGET_SETTINGS, BUDGET_XCOM, TaskState, ViewInputs, build_view
 from nemo_rl_gke.run import topology
@@ -49,6 +55,68 @@ def _xcoms(session: Session, dag_id: str, run_id: str, key: str, task_ids: Any =
 
     query = XComModel.get_many(run_id=run_id, key=key, dag_ids=dag_id, task_ids=task_ids, map_indexes=-1)
     return {row.task_id: XComModel.deserialize_value(row) for row in session.scalars(query)}
+
+
+class StoreCache:
+    """The step store's chunks the view has read, by run, job and chunk: a chunk with one after it is never written
+    again (observe/step_store.py), so a poll reads only the heads and the newest chunk of each attempt. Bounded to the
+    runs polled last. ``fetched`` counts the chunks read from the database (what the tests count)."""
+
+    def __init__(self, runs: int = 32) -> None:
+        self._runs: OrderedDict[tuple[str, str], dict[tuple[str, int], list[StepMetrics]]] = OrderedDict()
+        self._limit = runs
+        self.fetched = 0
+
+    def attempts(self, session: Session, dag_id: str, run_id: str) -> list[RunMetrics]:
+        """Each attempt's metrics, oldest first; empty when the run has no store (followed before it existed)."""
+        from airflow.models.xcom import XComModel
+        from sqlalchemy import select
+
+        where = (
+            XComModel.dag_id == dag_id,
+            XComModel.run_id == run_id,
+            XComModel.task_id == topology.WAIT,
+            XComModel.map_index == -1,
+        )
+        rows = session.scalars(select(XComModel).where(*where, XComModel.key.startswith(step_store.HEAD_PREFIX)))
+        heads = sorted(
+            (h for h in (XComModel.deserialize_value(r) for r in rows) if step_store.valid_head(h)),
+            key=lambda h: h["attempt"],
+        )
+        if not heads:
+            return []
+        cached = self._runs.pop((dag_id, run_id), {})
+        self._runs[(dag_id, run_id)] = cached
+        while len(self._runs) > self._limit:
+            self._runs.popitem(last=False)
+        wanted = {}
+        for head in heads:
+            for index, key in enumerate(step_store.chunk_keys(head)):
+                if (head["submission_id"], index) not in cached:
+                    wanted[key] = (head["submission_id"], index, index < head["chunks"] - 1)
+        fresh: dict[tuple[str, int], list[StepMetrics]] = {}
+        if wanted:
+            for row in session.scalars(select(XComModel).where(*where, XComModel.key.in_(list(wanted)))):
+                submission, index, closed = wanted[row.key]
+                steps = step_store.decode_chunk(XComModel.deserialize_value(row))
+                self.fetched += 1
+                if steps is not None:
+                    fresh[(submission, index)] = steps
+                    if closed:
+                        cached[(submission, index)] = steps
+        out = []
+        for head in heads:
+            steps: list[StepMetrics] = []
+            for index in range(head["chunks"]):
+                chunk = cached.get((head["submission_id"], index)) or fresh.get((head["submission_id"], index))
+                if chunk is None:
+                    break  # a save still being written: the head before it is what the next poll shows
+                steps += chunk
+            out.append(step_store.from_steps(head, steps))
+        return out
+
+
+STORE_CACHE = StoreCache()
 
 
 def _log_lines(ti: Any) -> list[str]:
@@ -93,7 +161,9 @@ def read_inputs(session: Session, dag_id: str, run_id: str) -> ViewInputs:
     recoveries = _xcoms(session, dag_id, run_id, topology.JOB_RECOVERIES, topology.WAIT).get(topology.WAIT)
     history = _publish_history(session, dag_id)
     wait = next((ti for ti in tis if ti.task_id == topology.WAIT), None)
-    lines = _log_lines(wait) if wait is not None else []
+    attempts = STORE_CACHE.attempts(session, dag_id, run_id)
+    # Only a run followed before the step store existed is read from its task log.
+    lines = _log_lines(wait) if wait is not None and not attempts else []
     conf = results.get(topology.VALIDATE)
     return ViewInputs(
         dag_id=dag_id,
@@ -105,6 +175,7 @@ def read_inputs(session: Session, dag_id: str, run_id: str) -> ViewInputs:
         conf=conf if isinstance(conf, dict) else None,
         job_summary=summary if isinstance(summary, dict) else None,
         log_lines=lines,
+        attempts=attempts,
         budget=budget if isinstance(budget, dict) else None,
         limits=budget_limits(),
         recoveries=recoveries if isinstance(recoveries, list) else (),

@@ -40,7 +40,8 @@ def test_progress_and_eta_while_the_job_runs() -> None:
     # Cut the log after step 2's results: step 3 of 4 has started.
     cut = next(n for n, line in enumerate(lines) if "Step 3/4" in line) + 1
     tasks = task_states(**{topology.WAIT: "deferred"})
-    view = build_view(ViewInputs("d", "r", "running", NOW, tasks, conf=default_conf(), log_lines=lines[:cut]))
+    conf = {**default_conf(), "max_steps": 4}
+    view = build_view(ViewInputs("d", "r", "running", NOW, tasks, conf=conf, log_lines=lines[:cut]))
     p = view["progress"]
     assert (p["step"], p["total_steps"], p["completed"], p["state"]) == (3, 4, 2, "deferred")
     steps = parse_attempts(lines[:cut])[0].completed_steps
@@ -213,7 +214,7 @@ def test_a_budget_stop_is_said_plainly() -> None:
     budget = view["budget"]
     usd = view["cost"]["estimated_cost_usd"]
     assert budget["stopped_at_budget"] is True
-    assert budget["stopped_line"] == f"stopped at budget: 4 of 4 steps, {usd} USD"
+    assert budget["stopped_line"] == f"stopped at budget: 4 of 10 steps, {usd} USD"  # the conf's max_steps
     assert budget["hours"]["limit"] is None and budget["hours"]["left"] is None  # "no limit set"
     assert budget["gpu_nodes"]["limit"] is None and budget["gpu_nodes"]["used"] == 2
 
@@ -290,3 +291,50 @@ def test_a_restarted_trigger_that_goes_on_where_the_one_before_stopped_continues
     again = [line.split(RESUMED_AT)[0] if RESUMED_AT in line else line for line in lines]
     restarted = build_view(ViewInputs("d", "r", "running", NOW, task_states(), conf=default_conf(), log_lines=again))
     assert [loss for _, loss in restarted["series"]["loss"]] == [round(step / 100, 6) for step in range(8, 13)]
+
+
+def _epochs_log(epochs: int, per_epoch: int, last: int) -> list[str]:
+    """Steps over NeMo RL's epochs: each epoch's ``Step k/K`` starts again at 1 (K the steps per epoch)."""
+    lines = []
+    for epoch in range(1, epochs + 1):
+        lines.append(f"{'=' * 25} Epoch {epoch}/{epochs} {'=' * 25}")
+        for k in range(1, (per_epoch if epoch < epochs else last) + 1):
+            lines += [f"{'=' * 25} Step {k}/{per_epoch} {'=' * 25}", "📊 Training Results:", "  • Loss: 0.1",
+                      f"  • Avg Reward: {k / per_epoch}", "⏱️  Timing:", "  • Total step time: 2.00s"]  # fmt: skip
+    # The next step has started.
+    lines.append(f"{'=' * 25} Step {last + 1}/{per_epoch} {'=' * 25}")
+    return [f"{RAY_JOB_PREFIX}{line}" for line in lines]
+
+
+def test_a_run_longer_than_an_epoch_counts_its_steps_against_max_steps() -> None:
+    # 200 steps over 128-step epochs: 72 steps into the second epoch, 200 done is 100 %, not "72 of 128, 156 %".
+    tasks = task_states(**{topology.WAIT: "deferred"})
+    conf = {**default_conf(), "max_steps": 250}
+    view = build_view(ViewInputs("d", "r", "running", NOW, tasks, conf=conf, log_lines=_epochs_log(2, 128, 72)))
+    p = view["progress"]
+    assert (p["step"], p["total_steps"], p["completed"], p["percent"], p["epoch"]) == (201, 250, 200, 80.0, 2)
+    assert p["eta_s"] == 2.0 * 50
+    # A continued lineage counts from the step it resumed at: steps 101..200 of max_steps 250.
+    resume = {topology.RESUME: {"resumed_from": {"step": 100}, "max_steps": 250}}
+    view = build_view(ViewInputs("d", "r", "running", NOW, tasks, resume, conf, log_lines=_epochs_log(1, 128, 100)))
+    p = view["progress"]
+    assert (p["step"], p["total_steps"], p["completed"], p["percent"]) == (201, 250, 200, 80.0)
+
+
+def test_curves_are_bounded_and_keep_every_peak() -> None:
+    from nemo_rl_gke.observe.metrics import RunMetrics, StepMetrics
+    from nemo_rl_gke.observe.training_view import MAX_POINTS, bounded
+
+    metrics = RunMetrics()
+    for n in range(1, 10_001):
+        # A noisy reward with one spike and one dip far from the bucket edges.
+        reward = 1.0 if n == 4321 else (-1.0 if n == 8765 else (n % 7) / 10)
+        metrics.steps.append(StepMetrics(step=n, total_steps=10_000, loss=0.1, avg_reward=reward))
+    view = build_view(ViewInputs("d", "r", "running", NOW, task_states(), conf=default_conf(), attempts=[metrics]))
+    reward = view["series"]["reward"]
+    assert len(reward) <= MAX_POINTS and view["points"] == 10_000 and view["shown"]["reward"] == len(reward)
+    assert [4321, 1.0] in reward and [8765, -1.0] in reward
+    assert reward[0] == [1, 0.1] and reward[-1][0] == 10_000
+    assert [p[0] for p in reward] == sorted(p[0] for p in reward)
+    short = [[n, float(n)] for n in range(10)]
+    assert bounded(short) == short

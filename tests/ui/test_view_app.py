@@ -175,3 +175,53 @@ def test_the_model_card_shows_the_scores_the_decision_and_the_score_run_by_run(
     assert model["hf"] == "gs://b/d/r/step_3/hf/" and (model["benchmark"], model["metric"]) == ("gsm8k", "pass@1")
     # The DAG's runs, read from their publish results: this one is the newest.
     assert model["history"][-1] == {"run_id": run_id, "score": 0.5, "outcome": "not-promoted"}
+
+
+def test_a_poll_at_step_10000_reads_the_store_and_only_the_chunks_it_has_not_read(
+    client: Any, token: str, run_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    from nemo_rl_gke import view_app
+    from nemo_rl_gke.observe import step_store
+    from nemo_rl_gke.observe.metrics import RunMetrics, StepMetrics
+
+    def no_log(ti: Any) -> list[str]:
+        raise AssertionError("a run with a step store is never read from its task log")
+
+    monkeypatch.setattr(view_app, "_log_lines", no_log)
+    monkeypatch.setattr(view_app, "STORE_CACHE", view_app.StoreCache())
+    where = {"dag_id": DAG_ID, "task_id": topology.WAIT, "run_id": run_id}
+    metrics = RunMetrics()
+
+    def save(steps: int, saved: int) -> None:
+        while len(metrics.steps) < steps:
+            n = len(metrics.steps) + 1
+            metrics.steps.append(StepMetrics(step=n, total_steps=20_000, loss=0.5, avg_reward=(n % 10) / 10))
+        head, chunks = step_store.snapshot(
+            metrics, submission_id="nemo-rl-job", offset=steps * 400, lines=steps * 6, tail=[], saved_rows=saved
+        )
+        with create_session() as session:
+            for key, rows in chunks.items():
+                XComModel.set(key, rows, **where, session=session)
+            XComModel.set(step_store.head_key(0), head, **where, session=session)
+
+    def poll() -> dict[str, Any]:
+        return client.get(_paths(run_id)[1], headers={"Authorization": f"Bearer {token}"}).json()
+
+    try:
+        save(10_000, 0)
+        first = poll()
+        assert first["points"] == 10_000 and len(first["series"]["reward"]) <= 2000
+        assert view_app.STORE_CACHE.fetched == 100  # every chunk once
+        # Two more steps: the next poll reads only the newest chunk (and the head), not the 99 closed ones.
+        save(10_002, 10_000)
+        second = poll()
+        assert second["points"] == 10_002 and view_app.STORE_CACHE.fetched == 100 + 2
+        assert second["progress"]["completed"] == 10_002
+    finally:
+        with create_session() as session:
+            session.query(XComModel).filter(
+                XComModel.dag_id == DAG_ID, XComModel.run_id == run_id, XComModel.key.like("metrics_%")
+            ).delete(synchronize_session=False)

@@ -1,14 +1,15 @@
 """The training view's data: one JSON snapshot of a run, from what Airflow already has.
 
 Inputs are the run's task-instance states and times, its tasks' XComs (the validated conf, the job's submission and
-summary, the budget, the export, every teardown action) and the ``[ray job] ...`` lines the RayJobTrigger wrote into the
-``train.wait`` task log. The per-step metrics come from those lines, parsed by the same
-:class:`~nemo_rl_gke.observe.metrics.RunMetrics` the trigger uses, so the curves show every step the log has so far,
-also while the task is deferred and its XCom is still empty.
+summary, the budget, the export, every teardown action) and the job's step metrics per attempt, from the step store
+the RayJobTrigger keeps in ``train.wait``'s XCom (:mod:`nemo_rl_gke.observe.step_store`), so the curves show every
+step so far (at most one behind the log), also while the task is deferred. A run followed before the store existed
+is read from the ``[ray job] ...`` lines of its task log, parsed by the same
+:class:`~nemo_rl_gke.observe.metrics.RunMetrics` the trigger uses. Each curve sends at most :data:`MAX_POINTS`.
 
 Pure and stdlib-only (the API server builds it on each poll of the page): :mod:`nemo_rl_gke.view_app` reads the
-inputs from the metadata DB and the task log; this module only computes. Nothing here reads a credential, and the
-app masks the job's secrets in the finished snapshot once more.
+inputs from the metadata DB; this module only computes. Nothing here reads a credential, and the app masks the job's
+secrets in the finished snapshot once more.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from nemo_rl_gke.run.spec import RunSpec
 RAY_JOB_PREFIX = "[ray job] "
 # ETA from the mean of the last steps: early steps (compilation, warm-up) say little about the rest.
 ETA_WINDOW = 10
+# The most points a curve sends to the page: a week-long run's poll costs what an hour's does.
+MAX_POINTS = 2000
 # The curves the page draws: (key, title, unit).
 CURVES: tuple[tuple[str, str, str], ...] = (
     ("reward", "Average reward", ""),
@@ -69,7 +72,9 @@ class ViewInputs:
     :param results: each task's return-value XCom, by task id.
     :param conf: the conf ``validate`` accepted (its return value), None before it ran or when it refused.
     :param job_summary: ``train.wait``'s summary XCom (set when the job ended).
-    :param log_lines: the ``train.wait`` task log's messages, in order (only ``[ray job] `` lines are read).
+    :param log_lines: the ``train.wait`` task log's messages, in order (only ``[ray job] `` lines are read): only
+        for a run without a step store (followed before it existed).
+    :param attempts: the job's metrics per attempt from the step store, oldest first.
     :param budget: ``train.wait``'s budget XCom (:data:`BUDGET_XCOM`), None until it published one.
     :param limits: the deployment's budget settings (:data:`BUDGET_SETTINGS`) that exist, for a run without a
         published budget.
@@ -91,6 +96,8 @@ class ViewInputs:
     recoveries: Sequence[Mapping[str, Any]] = ()
     # This DAG's runs' publish results, oldest first, each with its run_id: the score night by night.
     history: Sequence[Mapping[str, Any]] = ()
+    # The job's attempts from the step store (observe/step_store.py), oldest first; empty: read ``log_lines``.
+    attempts: Sequence[RunMetrics] = ()
 
 
 def parse_attempts(
@@ -122,6 +129,15 @@ def parse_attempts(
             elif current is not None:
                 attempts.append(RunMetrics())
             current = submission
+    return merge_attempt_metrics(attempts, recoveries)
+
+
+def merge_attempt_metrics(
+    attempts: Sequence[RunMetrics], recoveries: Sequence[Mapping[str, Any]] = ()
+) -> tuple[RunMetrics, list[dict[str, Any]]]:
+    """The job's metrics across its attempts (oldest first: from the step store, or parsed from the task log) and
+    the marks where each attempt after the first starts (:func:`parse_attempts`)."""
+    attempts = list(attempts) or [RunMetrics()]
     if len(attempts) == 1:
         return attempts[0], []
     records = {r.get("attempt"): r for r in recoveries if isinstance(r, Mapping)}
@@ -163,9 +179,30 @@ def _throughput(step: StepMetrics) -> float | None:
     return step.group_tokens_per_s.get("E2E")
 
 
-def series(metrics: RunMetrics) -> dict[str, list[list[float]]]:
+def bounded(points: list[list[float]], limit: int = MAX_POINTS) -> list[list[float]]:
+    """At most ``limit`` of ``points`` (``[x, y]`` in x order): each of ``limit // 2`` equal runs of them keeps its
+    lowest and its highest point, in x order, so no peak or dip of the curve is lost; the first and the last point
+    are always kept."""
+    if len(points) <= limit:
+        return points
+    buckets = max(1, limit // 2 - 1)
+    size = (len(points) - 2) / buckets
+    kept = [points[0]]
+    for b in range(buckets):
+        run = points[1 + int(b * size) : 1 + int((b + 1) * size)]
+        if not run:
+            continue
+        low = min(range(len(run)), key=lambda i: run[i][1])
+        high = max(range(len(run)), key=lambda i: run[i][1])
+        kept += [run[i] for i in sorted({low, high})]
+    kept.append(points[-1])
+    return kept
+
+
+def series(metrics: RunMetrics, limit: int = MAX_POINTS) -> dict[str, list[list[float]]]:
     """The curves: ``[[n, value], ...]`` per metric, ``n`` counting completed steps from 1 (NeMo RL's own step
-    number restarts each epoch). Validation points sit at the step they were printed in."""
+    number restarts each epoch), each at most ``limit`` points (:func:`bounded`). Validation points sit at the step
+    they were printed in."""
     out: dict[str, list[list[float]]] = {key: [] for key, _, _ in CURVES}
     values = {"reward": lambda s: s.avg_reward, "loss": lambda s: s.loss, "throughput": _throughput}
     n = 0
@@ -178,25 +215,33 @@ def series(metrics: RunMetrics) -> dict[str, list[list[float]]]:
                     out[key].append([n, value])
         if step.val_accuracy is not None:
             out["validation"].append([n, _round(step.val_accuracy, 6) or 0.0])
-    return out
+    return {key: bounded(points, limit) for key, points in out.items()}
 
 
-def progress(metrics: RunMetrics, wait: TaskState | None, now: float) -> dict[str, Any]:
-    """Step N of M, the mean step time of the last steps and the ETA they give."""
+def progress(
+    metrics: RunMetrics, wait: TaskState | None, now: float, max_steps: int | None = None, resumed_from: int = 0
+) -> dict[str, Any]:
+    """Step N of M (the run's own count, across NeMo RL's epochs, whose ``Step k/K`` restarts each epoch), the mean
+    step time of the last steps and the ETA they give. ``max_steps`` is the step the job trains to and
+    ``resumed_from`` the step it started at (a continued lineage); without ``max_steps``, the header's ``K``."""
     done = metrics.completed_steps
     current = metrics.current
-    total = current.total_steps if current else None
+    finished = resumed_from + len(done)
+    total = max_steps if max_steps else (current.total_steps if current else None)
     recent = [s.total_step_time_s for s in done[-ETA_WINDOW:] if s.total_step_time_s is not None]
     mean = sum(recent) / len(recent) if recent else None
     running = wait is not None and wait.state not in ts.ENDED
-    remaining = max(0, total - len(done)) if total else None
+    remaining = max(0, total - finished) if total else None
     eta = mean * remaining if running and mean is not None and remaining is not None else None
+    in_flight = current is not None and not current.completed
+    step = (finished + 1 if in_flight else finished) if max_steps else (current.step if current else None)
     return {
         "state": wait.state if wait else "none",
-        "step": current.step if current else None,
+        "step": step if current else None,
         "total_steps": total,
-        "completed": len(done),
-        "percent": _round(100.0 * len(done) / total, 1) if total else None,
+        "completed": finished,
+        "epoch": current.epoch if current else None,
+        "percent": _round(min(100.0, 100.0 * finished / total), 1) if total else None,
         "mean_step_time_s": _round(mean, 2),
         "eta_s": _round(eta, 0),
         "eta_at": _iso(now + eta) if eta is not None else None,
@@ -379,7 +424,11 @@ def budget(
 def build_view(inputs: ViewInputs) -> dict[str, Any]:
     """The snapshot the page draws: stages, progress, curves, cost and budget, checkpoints and what is still running
     (``banner``: the costly resources one by one, the free ones folded into one line)."""
-    metrics, attempts = parse_attempts(inputs.log_lines, inputs.recoveries)
+    if inputs.attempts:
+        metrics, attempts = merge_attempt_metrics(inputs.attempts, inputs.recoveries)
+    else:
+        # A run followed before the step store: its task log's lines.
+        metrics, attempts = parse_attempts(inputs.log_lines, inputs.recoveries)
     if not metrics.steps and inputs.job_summary:
         metrics.checkpoints = list(inputs.job_summary.get("checkpoints") or [])
     wait = inputs.tasks.get(topology.WAIT)
@@ -389,7 +438,7 @@ def build_view(inputs: ViewInputs) -> dict[str, Any]:
         "run_state": inputs.run_state,
         "generated_at": _iso(inputs.now),
         "stages": stages(inputs.tasks, inputs.now),
-        "progress": progress(metrics, wait, inputs.now),
+        "progress": progress(metrics, wait, inputs.now, *_step_range(inputs)),
         "series": series(metrics),
         "attempts": attempts,
         "curves": [{"key": key, "title": title, "unit": unit} for key, title, unit in CURVES],
@@ -403,7 +452,8 @@ def build_view(inputs: ViewInputs) -> dict[str, Any]:
         "running_usd_per_hour": 0.0,
         "banner": costs.banner([]),
     }
-    view["points"] = len(view["series"]["reward"])
+    view["points"] = sum(1 for s in metrics.steps if s.completed and s.avg_reward is not None)
+    view["shown"] = {key: len(points) for key, points in view["series"].items()}
     if not inputs.conf:
         return view  # validate has not accepted a conf (yet): nothing was created, nothing costs
     spec = RunSpec.from_conf(inputs.conf)
@@ -424,6 +474,16 @@ def build_view(inputs: ViewInputs) -> dict[str, Any]:
     view["budget"] = budget(inputs.budget, spec, inputs.limits, view["cost"], view["progress"])
     view["model"] = model(inputs.results, inputs.history)
     return view
+
+
+def _step_range(inputs: ViewInputs) -> tuple[int | None, int]:
+    """The step the job trains to and the one it started at: the resume step's (a continued lineage), else the
+    conf's ``max_steps`` from 0."""
+    resume = inputs.results.get(topology.RESUME)
+    resume = resume if isinstance(resume, Mapping) else {}
+    start = _int_or_none((resume.get("resumed_from") or {}).get("step")) or 0
+    target = _int_or_none(resume.get("max_steps")) or _int_or_none((inputs.conf or {}).get("max_steps"))
+    return target, start
 
 
 def model(results: Mapping[str, Any], history: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
