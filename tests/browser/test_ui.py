@@ -204,6 +204,14 @@ def test_the_training_view_follows_the_job_the_links_lead_out_and_what_teardown_
         print(f"train.submit's worker killed: the retry adopted the job {adopted_at - reached['time']:.1f} s later")
     # The trigger the restarted triggerer ran went on where the killed one had stopped: each step's reward line is
     # in train.wait's log once (both triggers' logs, as the API server serves them).
+    # The triggerer writes its file as the lines reach it: on a loaded machine the last steps land after the run
+    # ended, so wait for every step to be there, then require each exactly once.
+    wait_for(
+        "every step's reward line in train.wait's log",
+        lambda: len(airflow_restart.step_counts(task_log(airflow, run_id, topology.WAIT))) >= WATCH_STEPS,
+        60,
+        1.0,
+    )
     wait_log = task_log(airflow, run_id, topology.WAIT)
     counts = airflow_restart.step_counts(wait_log)
     followed = [line for line in wait_log.splitlines() if FOLLOWING in line or "task log stopped" in line]

@@ -24,7 +24,12 @@ DAG_ID = "nemo_rl_grpo_gke"
 # Fast waits: the sandbox's operations are instant at latency scale 0.
 # The local CPU recipe (include/conf/local.json) with two steps: a run that trains trains for real, briefly.
 LOCAL_CONF = json.loads((ROOT / "include" / "conf" / "local.json").read_text())
-APPLY = {**LOCAL_CONF, "mode": "apply", "poll_interval_s": 0.05, "max_steps": 2}
+# The model out's evaluation is off unless a test is about it (test_train's main run, the nights, the browser): each
+# one is two evaluation jobs, and the CI budget is whole-DAG runs. The conversion and the export still run.
+APPLY = {**LOCAL_CONF, "mode": "apply", "poll_interval_s": 0.05, "max_steps": 2, "eval_benchmark": "off",
+         "publish": "always"}  # fmt: skip
+# What a test about the model out lays over APPLY: the conf's defaults again.
+MODEL_OUT = {"eval_benchmark": "gsm8k", "publish": "if_better"}
 # Most scenarios are about the infrastructure: they stop after it (no RayCluster, no training), teardown as always.
 INFRA_ONLY = {"stop_after": t.CLUSTER}
 # Lustre and what it needs: the peering, its range, the firewall rule for Lustre traffic, the main network. What

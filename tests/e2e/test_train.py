@@ -22,6 +22,7 @@ from tests.e2e.harness import (
     HF_TEST_TOKEN,
     INFRA_ONLY,
     LUSTRE_CHAIN,
+    MODEL_OUT,
     WANDB_TEST_KEY,
     latest_xcom,
     run_cli,
@@ -37,6 +38,7 @@ SPEC = RunSpec()
 # Learns fast on one-digit sums, reaches reward 1.0 at step 6 and stays there; saves every 5 steps (seed 42). It
 # saves as NeMo RL v0.7.0's default v2 worker does (Automodel's sharded safetensors): the other whole runs use v1's DCP.
 CONVERGING = {
+    **MODEL_OUT,
     "max_steps": 40,
     "zero_learning_steps": 3,
     "extra_overrides": [

@@ -113,6 +113,7 @@ def test_resume_on_a_new_lustre_imports_into_root_and_waits_out_a_running_transf
     (step_dir / "training_info.json").write_text('{"current_step": 4}')
     (sandbox.state_dir / "gcs" / spec.export_bucket_name).mkdir(parents=True, exist_ok=True)
     first.xcom[(t.WAIT, t.RETURN)] = {"final_step": 4}
+    first.xcom[(t.CHECK_CHECKPOINT, t.RETURN)] = {"valid": True, "step": 4}  # only a validated step is exported
     exported, _ = run_step(first, t.EXPORT)
     assert exported["uri"].endswith(f"{spec.checkpoint_lustre_path(4)}/"), exported
     run_step(first, t.DELETE_LUSTRE)

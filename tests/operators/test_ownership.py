@@ -232,6 +232,7 @@ def _submit(sandbox: SandboxProcess, run: Run, step: int) -> None:
 def _export(run: Run, step: int) -> dict[str, Any]:
     """The real export step (Lustre exportData, deferred), after a job that ended at ``step``."""
     run.xcom[(t.WAIT, t.RETURN)] = {"final_step": step, "converged_at": None}
+    run.xcom[(t.CHECK_CHECKPOINT, t.RETURN)] = {"valid": True, "step": step}  # only a validated step is exported
     result, deferred = run_step(run, t.EXPORT)
     assert deferred is not None and result["action"] == outcomes.EXPORTED, result
     return result
