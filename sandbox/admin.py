@@ -42,6 +42,7 @@ from sandbox.faults import FaultSpecError
 from sandbox.http import Call, Reply, Router, reply
 from sandbox.kuberay import PREEMPTION_NOTICE_S
 from sandbox.operations import LatencyModel
+from sandbox.quotas import RateLimiter
 from sandbox.store import Resource
 
 if TYPE_CHECKING:
@@ -294,11 +295,12 @@ async def get_capacity(sb: Sandbox, call: Call) -> Reply:
 
 
 async def reset(sb: Sandbox, call: Call) -> Reply:
-    """Forget every resource, operation, fault and call; keep the seeded config."""
+    """Forget every resource, operation, fault, call and rate quota count; keep the seeded config."""
     sb.store.reset()
     sb.faults.clear()
     sb.calls.clear()
     sb.kuberay.losses.clear()
+    sb.rates = RateLimiter()
     return reply({})
 
 

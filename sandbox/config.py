@@ -15,7 +15,8 @@ is JSON (every key optional)::
      "iam_denied": {"p": ["compute.projects.setCommonInstanceMetadata"]},
      "kuberay_conditions": false,
      "capacity": {"flex_start_delay_s": 2.0, "spot_stockout": false, "on_demand_stockout": false},
-     "gke_default_version": "1.33.5-gke.1201000"}
+     "gke_default_version": "1.33.5-gke.1201000",
+     "rate_quotas": {"compute.read": 1500, "compute.default": 1500, "container.requests": 5000}}
 
 ``quotas`` are the regional quota limits every region reports (``regions.get``), merged into the defaults.
 ``gpu_family_quotas`` are the ``compute.googleapis.com/gpus_per_gpu_family`` limits per ``gpu_family`` in every
@@ -29,6 +30,8 @@ makes the KubeRay stand-in behave like KubeRay 1.2 without its feature gate: no 
 ``capacity`` sets the GPU capacity model (:mod:`sandbox.capacity`): how long flex-start's queue takes (null: no nodes
 at all) and whether Spot or on-demand VMs are stocked out. ``gke_default_version`` is the version GKE gives a
 cluster that asks for none (``getServerConfig``'s ``defaultClusterVersion``), one of the versions it offers.
+``rate_quotas`` sets the per-project request limits of the rate quota groups (:mod:`sandbox.quotas`; a group left out
+keeps Google's default), per interval.
 """
 
 from __future__ import annotations
@@ -83,6 +86,7 @@ SEED_KEYS = {
     "kuberay_conditions",
     "capacity",
     "gke_default_version",
+    "rate_quotas",
 }
 # The capacity model's settings (sandbox/capacity.py): flex-start's queue delay (None: never) and the stock-outs.
 DEFAULT_CAPACITY: dict[str, Any] = {"flex_start_delay_s": 2.0, "spot_stockout": False, "on_demand_stockout": False}
@@ -225,6 +229,8 @@ class Config:
     kuberay_conditions: bool = True
     capacity: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_CAPACITY))
     gke_default_version: str = ""
+    # Requests per interval of each rate quota group the seed changed (sandbox/quotas.py; the rest: Google's).
+    rate_quotas: dict[str, int] = field(default_factory=dict)
     # Service Networking names networks by project number; these are the project IDs it can map back to.
     known_projects: list[str] = field(default_factory=list)
 
@@ -266,6 +272,14 @@ class Config:
         """The GPU capacity model's settings and GKE's default version."""
         if "capacity" in seed:
             self.capacity = {**self.capacity, **_capacity_settings(seed["capacity"])}
+        for name, limit in seed.get("rate_quotas", {}).items():
+            from sandbox.quotas import QUOTAS_BY_NAME  # lazy: quotas imports the API error types
+
+            if name not in QUOTAS_BY_NAME or isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+                raise SeedError(
+                    f"rate_quotas: {name!r}: {limit!r}; give requests >= 1 for one of {sorted(QUOTAS_BY_NAME)}"
+                )
+            self.rate_quotas[name] = limit
         if "gke_default_version" in seed:
             from sandbox.apis.container import VALID_VERSIONS  # lazy: the API modules import this one
 

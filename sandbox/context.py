@@ -14,6 +14,7 @@ from sandbox.http import Call
 from sandbox.kube import KubeApi
 from sandbox.kuberay import KubeRay
 from sandbox.operations import Effect, LatencyModel, Operation, new_operation_id
+from sandbox.quotas import RateLimiter
 from sandbox.store import Resource, Store
 
 
@@ -28,6 +29,7 @@ class Sandbox:
         # The key, the tokens and the bearer check: ``sandbox.auth.verify(authorization_header)``.
         self.auth = Auth(state_dir, token_lifetime_s)
         self.faults = Faults()
+        self.rates = RateLimiter()
         self.calls = CallLog()
         self.latency_scale = latency_scale
         self.started = formats.now()

@@ -2,7 +2,8 @@
 
 Every call outside ``/sandbox/`` and the token endpoint is authenticated first (:mod:`sandbox.auth`): without a valid
 bearer token it gets Google's 401 (the Kubernetes API: its ``Unauthorized`` Status) and goes no further.
-For an API call: settle the operations that are due, match the route, apply a status fault (the call then never
+For an API call: settle the operations that are due, match the route, count it against its project's rate quota
+(:mod:`sandbox.quotas`: past it, Google's quota error), apply a status fault (the call then never
 reaches the API) or note an operation fault, run the handler, save the state if it changed, log the call. Handlers
 run on one event loop, so a request sees and leaves the store consistent; only ``operations.wait`` awaits.
 """
@@ -115,6 +116,10 @@ class SandboxServer:
         try:
             route, call.params = self.api_routes.match(call.method, call.path)
             call.service = route.service
+            if "project" in call.params:
+                # Counted like Google counts: every authenticated call, refused or not by what follows.
+                limits = sb.store.config.rate_quotas
+                sb.rates.charge(call.params["project"], route.service, call.method, limits, sb.now())
             fault = sb.faults.call_fault(call.method, call.path, call.query_string, call.text)
             if fault is not None:
                 fault_id = fault.id

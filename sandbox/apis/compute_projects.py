@@ -73,13 +73,23 @@ def _check_items(items: Any) -> list[dict[str, str]]:
             raise invalid(f"metadata.items[{n}].key: {key!r} must match [a-zA-Z0-9_-]{{1,128}}")
         if key in seen:
             raise invalid(f"metadata.items[{n}].key: duplicate key {key!r}")
-        if not isinstance(value, str) or len(value.encode()) > MAX_VALUE_BYTES:
-            raise invalid(f"metadata.items[{n}].value: a string of at most {MAX_VALUE_BYTES} bytes")
+        if not isinstance(value, str):
+            raise invalid(f"Invalid value for field 'metadata.items[{n}].value': a string is required.")
+        if len(value.encode()) > MAX_VALUE_BYTES:
+            raise invalid(
+                f"Value for field 'metadata.items[{n}].value' is too large: maximum size {MAX_VALUE_BYTES} "
+                f"byte(s); actual size {len(value.encode())}."
+            )
         seen.add(key)
-        total += len(key) + len(value.encode())
+        total += len(key.encode()) + len(value.encode())
         checked.append({"key": key, "value": value})
     if total > MAX_TOTAL_BYTES:
-        raise invalid(f"metadata is {total} bytes; the limit is {MAX_TOTAL_BYTES}")
+        # The limit is compute v1's Metadata reference (FACTS §21); the wording is the sandbox's (docs/fidelity.md).
+        raise invalid(
+            f"Metadata size exceeds the limit: the total size of all keys and values is {total} bytes; the maximum "
+            f"is {MAX_TOTAL_BYTES} bytes.",
+            reason="invalid",
+        )
     return checked
 
 

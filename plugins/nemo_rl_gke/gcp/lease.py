@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 MAX_ROUNDS = 20
 # A write's operation is short (seconds); it is waited for so a read right after sees what was written.
 WRITE_WAIT_S = 60.0
+# Compute's limit on a project's common instance metadata: every key and value together (FACTS §21), shared with
+# ssh-keys, OS Login and whatever else the project keeps there.
+METADATA_LIMIT_BYTES = 512 * 1024
 
 
 class LeaseError(RuntimeError):
@@ -66,6 +69,30 @@ class GpuNodesBoundError(LeaseError):
             f"({holders}) would pass the deployment's max_gpu_nodes_total of {bound}"
         )
         self.used = used
+
+
+class MetadataFullError(LeaseError):
+    """The project's common instance metadata has no room for the lease: retrying cannot help, cleaning can."""
+
+    def __init__(self, project: str, group: str, items: Mapping[str, str], size: int) -> None:
+        records = leases_in(dict(items))
+        free = [lease for lease in records if lease.state == FREE]
+        largest = sorted(items, key=lambda k: len(k) + len(items[k].encode()), reverse=True)[:5]
+        shown = ", ".join(f"{k} ({len(k) + len(items[k].encode()):,} B)" for k in largest)
+        super().__init__(
+            f"project {project}'s common instance metadata would be {size:,} bytes with the lease of group {group}, "
+            f"over Compute's limit of {METADATA_LIMIT_BYTES:,} bytes for every key and value together, so the lease "
+            f"cannot be written and nothing was started. It holds {len(items)} keys, {len(records)} of them run "
+            f"leases ({len(free)} released); the largest: {shown}. Fix: run the nemo_rl_gke_sweeper DAG, which "
+            "removes the lease records of groups with nothing left, or remove keys nobody uses: gcloud compute "
+            f"project-info remove-metadata --project {project} --keys=KEY,..."
+        )
+        self.size = size
+
+
+def metadata_bytes(items: Mapping[str, str]) -> int:
+    """What Compute counts against the metadata limit: every key and value, in bytes."""
+    return sum(len(key.encode()) + len(value.encode()) for key, value in items.items())
 
 
 class LeaseLostError(LeaseError):
@@ -107,9 +134,13 @@ def _update(
         after = change(before, leases_in(items))
         if after == before:
             return before, after
+        read = items
         items = {k: v for k, v in items.items() if k != key}
         if after is not None:
             items[key] = after.to_value()
+            size = metadata_bytes(items)
+            if size > METADATA_LIMIT_BYTES and size > metadata_bytes(read):
+                raise MetadataFullError(project, group, read, size)
         metadata = compute_v1.Metadata(
             fingerprint=fingerprint, items=[compute_v1.Items(key=k, value=v) for k, v in items.items()]
         )
@@ -123,6 +154,9 @@ def _update(
         except Exception as exc:
             if http_status(exc) == 412:
                 continue  # someone wrote since we read: read again and decide again
+            if http_status(exc) == 400 and "metadata" in str(exc).lower() and "size" in str(exc).lower():
+                # Another writer filled it between our read and our write: say what to clean all the same.
+                raise MetadataFullError(project, group, read, metadata_bytes(items)) from exc
             raise
         _wait(hook, project, operation.name)
         return before, after
