@@ -11,9 +11,8 @@ from datetime import UTC, datetime, timedelta
 from airflow.sdk import DAG
 
 from nemo_rl_gke.dag_params import sweeper_params
-from nemo_rl_gke.docs import SWEEPER_DESCRIPTION, SWEEPER_DOC_MD
+from nemo_rl_gke.docs import SWEEPER_DAG_ID, SWEEPER_DESCRIPTION, SWEEPER_DOC_MD
 from nemo_rl_gke.operators.sweeper import SweepOperator
-from nemo_rl_gke.sweeper import SWEEPER_DAG_ID
 
 with DAG(
     SWEEPER_DAG_ID,

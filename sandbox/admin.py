@@ -42,7 +42,7 @@ from sandbox.faults import FaultSpecError
 from sandbox.http import Call, Reply, Router, reply
 from sandbox.kuberay import PREEMPTION_NOTICE_S
 from sandbox.operations import LatencyModel
-from sandbox.quotas import RateLimiter
+from sandbox.quotas import RATE_QUOTAS, RateLimiter
 from sandbox.store import Resource
 
 if TYPE_CHECKING:
@@ -304,6 +304,16 @@ async def reset(sb: Sandbox, call: Call) -> Reply:
     return reply({})
 
 
+async def rates(sb: Sandbox, call: Call) -> Reply:
+    """The rate quota groups (``sandbox.quotas``): each one's limit and interval, and the calls refused per project."""
+    groups = {
+        q.name: {"limit": int(sb.store.config.rate_quotas.get(q.name, q.default_limit)), "interval_s": q.interval_s}
+        for q in RATE_QUOTAS
+    }
+    refused = [{"project": p, "group": g, "refused": n} for (p, g), n in sorted(sb.rates.refused.items())]
+    return reply({"groups": groups, "refused": refused})
+
+
 def router() -> Router:
     """The admin routes."""
     routes = Router()
@@ -315,6 +325,7 @@ def router() -> Router:
     add("DELETE", "/sandbox/faults/{fault}", SERVICE, delete_fault)
     add("GET", "/sandbox/inventory", SERVICE, inventory)
     add("GET", "/sandbox/calls", SERVICE, list_calls)
+    add("GET", "/sandbox/rates", SERVICE, rates)
     add("DELETE", "/sandbox/calls", SERVICE, clear_calls)
     add("GET", "/sandbox/operations", SERVICE, list_operations)
     add("POST", "/sandbox/seed", SERVICE, seed)

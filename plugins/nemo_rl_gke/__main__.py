@@ -1,4 +1,4 @@
-"""Command line: ``python -m nemo_rl_gke {validate,plan,params,rules,settings} ...`` (no Airflow, no cloud access).
+"""Command line: ``python -m nemo_rl_gke {validate,plan,params,rules,settings,docs} ...`` (no Airflow, no cloud).
 
 ``validate`` and ``plan`` are the same code the DAG's ``validate`` and ``plan`` tasks run, so a conf can be
 checked and reviewed on a laptop before it is triggered. The deployment's settings come from the same environment
@@ -13,13 +13,97 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nemo_rl_gke.docs import params_markdown, refresh_docs, rules_markdown
-from nemo_rl_gke.preflight.offline import check_conf
-from nemo_rl_gke.run.conf_schema import spec_fields
+from nemo_rl_gke.preflight.offline import check_conf, rules
+from nemo_rl_gke.run.conf_schema import default_conf, spec_fields
 from nemo_rl_gke.run.deployment import SETTINGS_DOC, Deployment, settings_markdown
 from nemo_rl_gke.run.findings import format_findings
 from nemo_rl_gke.run.recipes import notices_of
-from nemo_rl_gke.run.spec import default_conf
+
+
+def param_rows() -> list[dict[str, Any]]:
+    """Every conf parameter as a row: name, form section, default and its JSON schema (type, bounds, meaning)."""
+    defaults = default_conf()
+    return [
+        {"name": f.name, "section": f.metadata["section"], "default": defaults[f.name], **f.metadata["schema"]}
+        for f in spec_fields()
+    ]
+
+
+def rules_markdown() -> str:
+    """The preflight rules as a Markdown table: id, what it checks, and a conf that trips it."""
+    lines = [
+        "| rule | category | checks | a conf that trips it |",
+        "| --- | --- | --- | --- |",
+    ]
+    for rule in rules():
+        example = json.dumps(rule.example)
+        if rule.example_recipe:
+            example += f" with the recipe patched to {json.dumps(rule.example_recipe)}"
+        lines.append(f"| `{rule.rule_id}` | {rule.category} | {rule.title} | `{example}` |")
+    return "\n".join(lines) + "\n"
+
+
+def _kind(row: dict[str, Any]) -> str:
+    kinds = row["type"] if isinstance(row["type"], list) else [row["type"]]
+    kind = " or ".join(kinds)
+    if "enum" in row:
+        return kind + " (" + ", ".join(str(v) for v in row["enum"]) + ")"
+    bounds = [f"{row[k]:,}" if isinstance(row[k], int) else str(row[k]) for k in ("minimum", "maximum") if k in row]
+    if len(bounds) == 2:
+        kind += f", {bounds[0]}..{bounds[1]}"
+    if "maxLength" in row:
+        kind += f", at most {row['maxLength']} characters"
+    if "maxItems" in row:
+        kind += f", at most {row['maxItems']} items"
+    return kind
+
+
+def params_markdown(rows: list[dict[str, Any]]) -> str:
+    """The conf parameters as Markdown, one table per form section: name, type, default, meaning."""
+    out: list[str] = []
+    section = None
+    for row in rows:
+        if row["section"] != section:
+            section = row["section"]
+            out += ["", f"## {section}", "", "| parameter | type | default | meaning |", "| --- | --- | --- | --- |"]
+        kind = _kind(row)
+        meaning = str(row["description"]).replace("|", "\\|")
+        out.append(f"| `{row['name']}` | {kind} | `{json.dumps(row['default'])}` | {meaning} |")
+    return "\n".join(out).lstrip("\n") + "\n"
+
+
+# Generated blocks of the docs: (file under docs/, the block's first line, the line after the block or "" for the
+# end of the file). `python -m nemo_rl_gke docs` rewrites them; the tests fail when one is out of date.
+GENERATED_BLOCKS: tuple[tuple[str, str, str], ...] = (
+    ("preflight-rules.md", "| rule | category |", "## Troubleshooting by rule"),
+    ("conf-reference.md", "## Run\n", "## Deployment settings"),
+    ("conf-reference.md", "| setting | environment variable |", ""),
+)
+
+
+def generated_block(start: str) -> str:
+    """The current text of the generated block that begins with ``start``."""
+    if start.startswith("| rule"):
+        return rules_markdown()
+    if start.startswith("## Run"):
+        return params_markdown(param_rows())
+    return settings_markdown()
+
+
+def refresh_docs(docs_dir: Path) -> list[str]:
+    """Rewrite every generated block under ``docs_dir``; returns the files that changed."""
+    changed = []
+    for name, start, end in GENERATED_BLOCKS:
+        path = docs_dir / name
+        text = path.read_text()
+        head = text.index(start)
+        tail = text.index(end, head) if end else len(text)
+        block = generated_block(start).rstrip("\n") + ("\n\n" if end else "\n")
+        updated = text[:head] + block + text[tail:]
+        if updated != text:
+            path.write_text(updated)
+            changed.append(name)
+    return changed
 
 
 def _load_conf(path: str) -> dict[str, Any]:
@@ -60,11 +144,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_params(args: argparse.Namespace) -> int:
-    defaults = default_conf()
-    rows = [
-        {"name": f.name, "section": f.metadata["section"], "default": defaults[f.name], **f.metadata["schema"]}
-        for f in spec_fields()
-    ]
+    rows = param_rows()
     if args.format == "json":
         print(json.dumps(rows, indent=2))
         return 0

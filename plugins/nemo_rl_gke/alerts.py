@@ -22,8 +22,9 @@ Targets are Airflow connection ids: the deployment's ``[nemo_rl_gke] alert_conn_
 -> ``SmtpNotifier``; a provider that is not installed or any other type is a logged warning. Without targets the
 alert is only logged. A delivery problem is logged, never raised: an alert never changes a run's outcome.
 
-Imported while Airflow parses DAG files: stdlib and the package's pure modules at module level; Airflow's
-hooks, notifiers and config are imported when an alert is built or sent.
+Imported while Airflow parses DAG files: stdlib and the package's settings and topology at module level; the
+messages (:mod:`nemo_rl_gke.observe.alert_messages`) and Airflow's hooks, notifiers and config are imported when an
+alert is built or sent.
 """
 
 from __future__ import annotations
@@ -38,14 +39,6 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseNotifier
 
-from nemo_rl_gke.observe.alert_messages import (
-    REFUSED,
-    Alert,
-    FailedTask,
-    LiveFacts,
-    deadline_alert,
-    run_url,
-)
 from nemo_rl_gke.run import task_states as ts
 from nemo_rl_gke.run import topology
 from nemo_rl_gke.run.alert_settings import AlertSettings
@@ -54,6 +47,7 @@ from nemo_rl_gke.run.deployment import ENV_PREFIX, SECTION, is_loopback_url, loa
 if TYPE_CHECKING:
     from airflow.sdk import Connection, Context, DeadlineAlert
 
+    from nemo_rl_gke.observe.alert_messages import Alert, LiveFacts
     from nemo_rl_gke.run.deployment import Deployment
 
 log = logging.getLogger(__name__)
@@ -314,6 +308,9 @@ class RunAlertNotifier(BaseNotifier):
 
     def notify(self, context: Context) -> None:
         """Send the refused-conf alert of this task's run."""
+        # lazy: execution-only, kept out of DAG parsing
+        from nemo_rl_gke.observe.alert_messages import REFUSED, Alert, FailedTask, run_url
+
         dag_id, run_id = context["dag"].dag_id, context["run_id"]
         task_id = context["ti"].task_id
         alert = Alert(
@@ -329,6 +326,9 @@ class RunAlertNotifier(BaseNotifier):
 def _live_facts(dag_id: str, run_id: str) -> LiveFacts:
     """The run's task states, accepted conf and training summary, through the triggerer's link to the API server;
     empty where there is none (the alert then says so)."""
+    # lazy: execution-only, kept out of DAG parsing
+    from nemo_rl_gke.observe.alert_messages import LiveFacts
+
     try:
         from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
         from airflow.sdk.execution_time.xcom import XCom
@@ -374,6 +374,9 @@ async def notify_deadline(
     run_id = str(dag_run.get("dag_run_id") or dag_run.get("run_id") or "unknown-run")
 
     def build() -> Alert:
+        # lazy: execution-only, kept out of DAG parsing
+        from nemo_rl_gke.observe.alert_messages import deadline_alert
+
         # Sync reads (the run's states through the triggerer's supervisor, the config): off the triggerer's loop.
         deadline = (context.get("deadline") or {}).get("deadline_time")
         facts = _live_facts(dag_id, run_id)

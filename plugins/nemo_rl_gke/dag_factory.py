@@ -30,7 +30,7 @@ from nemo_rl_gke.operators.rayjob import RayJobSensor, SubmitRayJobOperator
 from nemo_rl_gke.operators.report import RunReportOperator
 from nemo_rl_gke.run import topology
 from nemo_rl_gke.run.alert_settings import AlertSettings
-from nemo_rl_gke.run.schedules import load_schedules
+from nemo_rl_gke.run.deployment import max_active_runs
 from nemo_rl_gke.run.topology import Op
 
 OPERATORS: dict[Op, type[BaseOperator]] = {
@@ -105,10 +105,6 @@ def _group(name: str) -> TaskGroup:
     return TaskGroup(name, tooltip=tooltip, doc_md=doc)
 
 
-# How many runs of one DAG may be active at once (each holds a lease on its own run group, and its GPUs).
-MAX_ACTIVE_RUNS = 4
-
-
 def build_dag(
     dag_id: str,
     *,
@@ -133,7 +129,8 @@ def build_dag(
         dag_kwargs["deadline"] = deadline
     # Runs of one run group queue on its lease (on the cloud side, so across Airflows too); runs of different
     # groups go side by side, up to this many at once per DAG.
-    dag_kwargs.setdefault("max_active_runs", MAX_ACTIVE_RUNS)
+    # How many runs at once: the deployment's setting (each holds a lease on its own run group, and its GPUs).
+    dag_kwargs.setdefault("max_active_runs", max_active_runs())
     with DAG(
         dag_id=dag_id,
         description=description,
@@ -178,6 +175,9 @@ def build_scheduled_dags(directory: Path | None = None) -> dict[str, DAG]:
 
     # lazy: read at call time, so tests and deployments can re-point the paths
     from nemo_rl_gke.run.paths import SCHEDULES_DIR
+
+    # lazy: only the schedules' DAG file builds them; the manual one does not load the schedule checks
+    from nemo_rl_gke.run.schedules import load_schedules
 
     dags = {}
     for schedule in load_schedules(directory or SCHEDULES_DIR):

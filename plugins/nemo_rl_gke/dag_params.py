@@ -15,8 +15,7 @@ from typing import Any
 from airflow.sdk import Param
 
 from nemo_rl_gke.run import conf_schema as s
-from nemo_rl_gke.run.conf_schema import param_schema, recipe_defaulted, spec_fields
-from nemo_rl_gke.run.spec import default_conf
+from nemo_rl_gke.run.conf_schema import default_conf, param_schema, recipe_defaulted, spec_fields
 
 # The one section Airflow 3.3's trigger form opens when it loads (its flexibleFormDefaultSection, not translated).
 FORM_OPEN_SECTION = "Run Parameters"

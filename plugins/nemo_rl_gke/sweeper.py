@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from nemo_rl_gke.docs import SWEEPER_DAG_ID
 from nemo_rl_gke.observe.sweep_report import GroupReport, Kept, SweepReport, iso
 from nemo_rl_gke.preflight.bounds import BOUND_RULES
 from nemo_rl_gke.preflight.offline import check_conf
@@ -49,7 +50,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SWEEPER_DAG_ID = "nemo_rl_gke_sweeper"
 HOUR_S = 3600.0
 # A resource's state within a sweep, beyond the outcomes words: its delete is under way, or it did not go.
 DELETING = "deleting"

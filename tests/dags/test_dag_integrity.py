@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from nemo_rl_gke.dag_factory import MAX_ACTIVE_RUNS
 from nemo_rl_gke.dag_params import FORM_OPEN_SECTION, PARAM_SCHEMA_DIALECT, form_fields, form_section
 from nemo_rl_gke.preflight.offline import check_conf
 from nemo_rl_gke.run import topology
 from nemo_rl_gke.run.conf_schema import param_schema, recipe_defaulted, spec_fields
+from nemo_rl_gke.run.deployment import DEFAULT_MAX_ACTIVE_RUNS
 from nemo_rl_gke.run.paths import SCHEDULES_DIR
 from nemo_rl_gke.run.recipes import with_recipe_defaults
 from nemo_rl_gke.run.schedules import load_schedules
@@ -50,7 +50,7 @@ def test_tags_retries_docs_and_concurrency(dagbag, dag_id: str) -> None:
     assert {"nemo-rl", "grpo", "gke"} <= set(dag.tags)
     assert dag.doc_md and "NeMo RL GRPO on GKE" in dag.doc_md
     # Runs of different groups go side by side; a schedule's nights are one group, so one at a time.
-    assert dag.max_active_runs == (1 if dag_id in SCHEDULES else MAX_ACTIVE_RUNS) and dag.catchup is False
+    assert dag.max_active_runs == (1 if dag_id in SCHEDULES else DEFAULT_MAX_ACTIVE_RUNS) and dag.catchup is False
     assert dag.default_args["retries"] >= 1
     # Validation is deterministic: retrying a bad conf cannot help.
     assert dag.get_task(topology.VALIDATE).retries == 0

@@ -510,3 +510,13 @@ def test_two_runs_racing_for_the_gpu_total_cannot_both_take_their_lease(sandbox:
     assert sorted(outcomes_seen) == ["acquired", "refused"]
     held = [read_lease(_hook(), project, run.owner.group) for run in runs]
     assert sum(1 for lease in held if lease is not None and lease.held_at(time.time())) == 1
+
+
+def test_a_teardown_that_left_nothing_removes_the_groups_lease_record(sandbox: SandboxProcess, project: str) -> None:
+    # Leases of groups that no longer exist would fill the project's metadata (512 KB, shared with everything).
+    run = start_run(project)
+    assert _steps(run, [t.NET]) == {t.NET: outcomes.CREATED}
+    deletes = [s.task_id for s in t.teardown_steps() if s.op is t.Op.DELETE_GCP]
+    done = _steps(run, [*deletes, t.RELEASE_LEASE])
+    assert {done[d] for d in deletes} <= set(outcomes.GONE) and done[t.RELEASE_LEASE] == "removed"
+    assert read_lease(_hook(), project, run.owner.group) is None

@@ -248,20 +248,29 @@ def renew(hook: GcpHook, project: str, owner: Owner, until: float, *, ahead_s: f
     return after
 
 
-def release(hook: GcpHook, project: str, owner: Owner, *, warm: bool, now: float | None = None) -> Lease | None:
-    """Free the group's lease if this run holds it, recording whether the group's resources were kept (``warm``).
+def release(
+    hook: GcpHook, project: str, owner: Owner, *, warm: bool, gone: bool = False, now: float | None = None
+) -> Lease | None:
+    """Free the group's lease if this run holds it, recording whether the group's resources were kept (``warm``);
+    with ``gone`` (teardown deleted every resource of the group) the record itself is removed, so a project's
+    metadata does not fill with the leases of groups that no longer exist.
 
-    Returns the freed record, or None when this run did not hold it (then nothing is written).
+    Returns the freed record (with ``gone``: the record as it was), or None when this run did not hold it (then
+    nothing is written).
     """
     at = time.time() if now is None else now
 
     def free(lease: Lease | None, _: list[Lease]) -> Lease | None:
         if lease is None or not lease.holds(owner):
             return lease
+        if gone:
+            return None
         return replace(lease, state=FREE, released_at=at, expires_at=at, warm=warm)
 
     before, after = _update(hook, project, owner.group, free)
-    return after if before is not None and before.holds(owner) else None
+    if before is None or not before.holds(owner):
+        return None
+    return before if gone else after
 
 
 def forget(

@@ -17,12 +17,8 @@ from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from nemo_rl_gke.links import RunLink
-from nemo_rl_gke.observe.report import epoch_of_iso as epoch_of  # noqa: F401 - the operators' name for it
-from nemo_rl_gke.run import capacity, topology
+from nemo_rl_gke.run import topology
 from nemo_rl_gke.run.deployment import load_deployment
-from nemo_rl_gke.run.outcomes import KEPT_LEASE_LOST
-from nemo_rl_gke.run.ownership import Owner
-from nemo_rl_gke.run.spec import RunSpec
 from nemo_rl_gke.run.topology import PENDING, RETURN, STARTED_AT, VALIDATE, Step
 
 if TYPE_CHECKING:
@@ -30,6 +26,8 @@ if TYPE_CHECKING:
 
     from nemo_rl_gke.gcp.hooks import GcpHook
     from nemo_rl_gke.run.deployment import Deployment
+    from nemo_rl_gke.run.ownership import Owner
+    from nemo_rl_gke.run.spec import RunSpec
 
 DEFAULT_GCP_CONN_ID = "google_cloud_default"
 # The trigger enforces the wait's timeout and says what timed out; Airflow's own deferral timeout is only a backstop
@@ -52,6 +50,17 @@ def iso_now() -> str:
 def iso_of(epoch: float) -> str:
     """Epoch seconds as an ISO-8601 UTC time, the form every time in XCom takes."""
     return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds")
+
+
+def epoch_of(value: Any) -> float | None:
+    """Epoch seconds of an ISO-8601 time from XCom (None for a missing or unreadable one): the inverse of
+    :func:`iso_of`."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value).timestamp()
+    except ValueError:
+        return None
 
 
 def pull(context: Context, task_id: str, key: str = RETURN) -> Any:
@@ -103,6 +112,10 @@ class StepOperator(BaseOperator):
         """The RunSpec the validate task accepted: the one source of names. From the training on, ``max_steps`` is
         the one the resume step set (resumed step + budget), when it set one; after the RayCluster's wait,
         ``capacity`` is the ladder's rung that served the run."""
+        # lazy: execution-only, kept out of DAG parsing
+        from nemo_rl_gke.run import capacity
+        from nemo_rl_gke.run.spec import RunSpec
+
         # A try's id is new on every retry or clear, and what validate and the resume step pushed stays as it was
         # for as long as this try (its deferrals included) runs.
         try_id = str(getattr(context["ti"], "id", "") or "")
@@ -123,6 +136,9 @@ class StepOperator(BaseOperator):
 
     def identity(self, context: Context, spec: RunSpec) -> Owner:
         """This run's identity: the deployment, the run group of the spec's names, and ``dag_id/run_id``."""
+        # lazy: execution-only, kept out of DAG parsing
+        from nemo_rl_gke.run.ownership import Owner
+
         return Owner(self.deployment.deployment_id, spec.group_id, f"{context['dag'].dag_id}/{context['run_id']}")
 
     def timeout_s(self, spec: RunSpec) -> float:
@@ -164,8 +180,9 @@ class StepOperator(BaseOperator):
 
     def hold_lease(self, context: Context) -> None:
         """Push the lease's expiry past this step's longest wait; a run that lost it acts on nothing more."""
-        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
+        # lazy: execution-only (the cloud clients among them), kept out of DAG parsing
         from nemo_rl_gke.gcp.lease import LeaseLostError, renew
+        from nemo_rl_gke.run.outcomes import KEPT_LEASE_LOST
 
         spec = self.run_spec(context)
         timeout = self.timeout_s(spec) if self.step.wait_timeout_param else 0.0

@@ -17,12 +17,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from nemo_rl_gke.links import EXPORT_LINKS
 from nemo_rl_gke.operators.base import StepOperator, pull
-from nemo_rl_gke.plan import resume as resume_plan
-from nemo_rl_gke.plan.validation import expectation, validation_job
-from nemo_rl_gke.ray.submit import ray_token_source
-from nemo_rl_gke.remote.report import find_report
 from nemo_rl_gke.run import outcomes
-from nemo_rl_gke.run.ownership import PendingCheckpoint
 from nemo_rl_gke.run.topology import (
     CHECK_CHECKPOINT,
     CHECKPOINT_REPORT,
@@ -57,8 +52,10 @@ class ValidateCheckpointOperator(StepOperator):
 
     def execute(self, context: Context) -> None:
         """Submit the validation job (exactly once per run) and defer until it ends."""
-        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
+        # lazy: execution-only (the cloud clients among them), kept out of DAG parsing
+        from nemo_rl_gke.plan.validation import expectation, validation_job
         from nemo_rl_gke.ray.hooks import RayJobsHook
+        from nemo_rl_gke.ray.submit import ray_token_source
         from nemo_rl_gke.triggers.rayjob import RayJobTrigger
 
         spec = self.run_spec(context)
@@ -91,8 +88,9 @@ class ValidateCheckpointOperator(StepOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Read the report from the job log; fail with every problem it lists."""
-        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
+        # lazy: execution-only (the cloud clients among them), kept out of DAG parsing
         from nemo_rl_gke.ray.hooks import RayJobsHook
+        from nemo_rl_gke.remote.report import find_report
 
         spec = self.run_spec(context)
         logs = RayJobsHook.for_run(spec, self.hook, self.deployment).logs(event["submission_id"])
@@ -149,9 +147,10 @@ class ExportCheckpointOperator(StepOperator):
 
     def unmark(self, context: Context, spec: RunSpec, step: int, uri: str) -> None:
         """The checkpoint has a copy now: this run's record becomes a receipt naming it (other runs' records stay)."""
-        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
+        # lazy: execution-only (the cloud clients among them), kept out of DAG parsing
         from nemo_rl_gke.gcp.pending import CheckpointRecords
         from nemo_rl_gke.gcp.resources import resources
+        from nemo_rl_gke.run.ownership import PendingCheckpoint
 
         owner = self.identity(context, spec)
         lustre = resources(spec, owner)[LUSTRE]
@@ -220,7 +219,8 @@ class ResumeOperator(StepOperator):
         # Here, not at module level: google.cloud (the request's message type) must not load while DAGs are parsed.
         from nemo_rl_gke.gcp.resources import resources
 
-        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
+        # lazy: execution-only (the cloud clients among them), kept out of DAG parsing
+        from nemo_rl_gke.plan import resume as resume_plan
         from nemo_rl_gke.plan.transfers import LayoutError, import_source, lustre_import_request
         from nemo_rl_gke.triggers.operations import OperationTrigger
 
@@ -288,6 +288,9 @@ class ResumeOperator(StepOperator):
     def events(self, context: Context, inlet: int = 0) -> list[Any]:
         """This DAG's latest export events (``inlet`` 1: its published-model events), oldest first (its lineage,
         and the setup times they measured); none for a step built without the Asset as its inlet."""
+        # lazy: execution-only, kept out of DAG parsing
+        from nemo_rl_gke.plan import resume as resume_plan
+
         if len(self.inlets) <= inlet:
             return []
         events = context["inlet_events"][self.inlets[inlet]].ascending(False).limit(resume_plan.LINEAGE_SHOWN)

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from nemo_rl_gke.kube.access import ClusterUnreachableError
 from nemo_rl_gke.operators.base import StepOperator
 from nemo_rl_gke.operators.capacity import CapacityLadder
 from nemo_rl_gke.run import outcomes, topology
@@ -116,6 +115,7 @@ class DeleteKubeObjectsOperator(_KubeStep):
     def execute(self, context: Context) -> dict[str, Any]:
         """Delete each group's objects in reverse apply order."""
         # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
+        from nemo_rl_gke.kube.access import ClusterUnreachableError
         from nemo_rl_gke.kube.objects import delete_objects, group_objects
 
         spec = self.run_spec(context)

@@ -119,9 +119,16 @@ class ReleaseLeaseOperator(StepOperator):
             for s in topology.teardown_steps()
             if s.task_id != self.step_id and (pull(context, s.task_id) or {}).get("action") in outcomes.KEPT
         ]
-        freed = release(self.hook, spec.project, owner, warm=bool(kept))
+        # Every resource of the group deleted (or never there): its lease record goes too, so the project's
+        # metadata does not keep one record per group ever made (docs/request-budget.md).
+        deletes = [s.task_id for s in topology.teardown_steps() if s.op is topology.Op.DELETE_GCP]
+        gone = not kept and all((pull(context, d) or {}).get("action") in outcomes.GONE for d in deletes)
+        freed = release(self.hook, spec.project, owner, warm=bool(kept), gone=gone)
         if freed is None:
             self.log.warning("Run %s did not hold the lease of group %s: nothing released", owner.run, owner.group)
             return {"group": owner.group, "action": "not-held"}
+        if gone:
+            self.log.info("Lease record of group %s removed: nothing of the group is left", owner.group)
+            return {"group": owner.group, "action": "removed", "warm": False}
         self.log.info("Lease of group %s released%s", owner.group, f"; kept: {', '.join(kept)}" if kept else "")
         return {"group": owner.group, "action": "released", "warm": bool(kept)}

@@ -14,13 +14,9 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from nemo_rl_gke.observe.eval_result import parse_eval_result
 from nemo_rl_gke.operators.base import StepOperator, iso_now, pull
 from nemo_rl_gke.operators.checkpoint import final_step
 from nemo_rl_gke.operators.rayjob import job_secret_values
-from nemo_rl_gke.plan.model_out import baseline_key, conversion_job, evaluation_job, hf_path
-from nemo_rl_gke.ray.submit import ray_token_source
-from nemo_rl_gke.run import publish as publishing
 from nemo_rl_gke.run.conf_schema import EVAL_OFF
 from nemo_rl_gke.run.topology import CHECK_CHECKPOINT, CONVERT, EVALUATE, EXPORT, SUBMIT
 
@@ -41,8 +37,9 @@ class _RayJobStep(StepOperator):
         self, context: Context, spec: RunSpec, request: JobRequest, what: str, pending: dict[str, Any]
     ) -> NoReturn:
         """Submit ``request`` with its secrets and hand the wait to the triggerer; ``job_done`` resumes."""
-        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
+        # lazy: execution-only (the cloud clients among them), kept out of DAG parsing
         from nemo_rl_gke.ray.hooks import RayJobsHook
+        from nemo_rl_gke.ray.submit import ray_token_source
         from nemo_rl_gke.triggers.rayjob import RayJobTrigger
 
         ray = RayJobsHook.for_run(spec, self.hook, self.deployment)
@@ -81,6 +78,9 @@ class ConvertCheckpointOperator(_RayJobStep):
 
     def execute(self, context: Context) -> None:
         """Submit the conversion job and defer."""
+        # lazy: execution-only, kept out of DAG parsing
+        from nemo_rl_gke.plan.model_out import conversion_job
+
         spec = self.run_spec(context)
         step = final_step(context, spec)
         submitted = pull(context, SUBMIT)
@@ -92,6 +92,9 @@ class ConvertCheckpointOperator(_RayJobStep):
 
     def job_done(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Read what the export wrote from the job's log."""
+        # lazy: execution-only, kept out of DAG parsing
+        from nemo_rl_gke.plan.model_out import hf_path
+
         spec = self.run_spec(context)
         pending = self.pending(context)
         log = self.job_log(spec, event)
@@ -111,8 +114,9 @@ class EvaluateModelOperator(_RayJobStep):
 
     def execute(self, context: Context) -> None:
         """Defer on the base model's evaluation when it was never measured, else on the model's."""
-        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
+        # lazy: execution-only (the cloud clients among them), kept out of DAG parsing
         from nemo_rl_gke.gcp.baselines import Baselines
+        from nemo_rl_gke.plan.model_out import baseline_key
 
         spec = self.run_spec(context)
         if spec.eval_benchmark == EVAL_OFF:
@@ -127,6 +131,9 @@ class EvaluateModelOperator(_RayJobStep):
         self._evaluate(context, spec, final_step(context, spec), {"baseline": baseline})
 
     def _evaluate(self, context: Context, spec: RunSpec, step: int | None, pending: dict[str, Any]) -> NoReturn:
+        # lazy: execution-only, kept out of DAG parsing
+        from nemo_rl_gke.plan.model_out import evaluation_job
+
         submitted = pull(context, SUBMIT)
         request = evaluation_job(
             spec, context["dag"].dag_id, context["run_id"], submitted["submission_id"], step=step,
@@ -137,8 +144,10 @@ class EvaluateModelOperator(_RayJobStep):
 
     def job_done(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Read the score; after the base model's, remember it and evaluate the run's model."""
-        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
+        # lazy: execution-only (the cloud clients among them), kept out of DAG parsing
         from nemo_rl_gke.gcp.baselines import Baselines
+        from nemo_rl_gke.observe.eval_result import parse_eval_result
+        from nemo_rl_gke.plan.model_out import baseline_key
 
         spec = self.run_spec(context)
         pending = self.pending(context)
@@ -179,6 +188,9 @@ class PublishModelOperator(StepOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Decide; publish the event or skip."""
+        # lazy: execution-only, kept out of DAG parsing
+        from nemo_rl_gke.run import publish as publishing
+
         spec = self.run_spec(context)
         exported = pull(context, EXPORT) or {}
         evaluated = pull(context, EVALUATE) or {}

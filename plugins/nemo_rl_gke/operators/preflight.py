@@ -8,16 +8,11 @@ from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from nemo_rl_gke.operators.base import StepOperator
-from nemo_rl_gke.plan.ray_job import job_secrets
-from nemo_rl_gke.preflight.offline import check_conf
-from nemo_rl_gke.run.conf_checks import SECRET_KEY
-from nemo_rl_gke.run.findings import Finding, format_findings
-from nemo_rl_gke.run.recipes import load_recipe, notices_of
-from nemo_rl_gke.run.steps import step_budget
 from nemo_rl_gke.run.topology import FINDINGS, PLAN_TEXT
 
 if TYPE_CHECKING:
     from nemo_rl_gke.run.deployment import Deployment
+    from nemo_rl_gke.run.findings import Finding
     from nemo_rl_gke.run.spec import RunSpec
 
 
@@ -28,6 +23,9 @@ def run_conf(context: Context) -> dict[str, Any]:
     validator then rejects those keys instead of silently ignoring a typo.
     """
     from airflow.sdk.log import mask_secret
+
+    # lazy: execution-only, kept out of DAG parsing
+    from nemo_rl_gke.run.conf_checks import SECRET_KEY
 
     conf = dict(context["params"])
     dag_run = context.get("dag_run")
@@ -48,6 +46,12 @@ class ValidateConfOperator(StepOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Validate the run's conf; return the full spec as a JSON conf."""
+        # lazy: execution-only, kept out of DAG parsing
+        from nemo_rl_gke.preflight.offline import check_conf
+        from nemo_rl_gke.run.findings import format_findings
+        from nemo_rl_gke.run.recipes import load_recipe, notices_of
+        from nemo_rl_gke.run.steps import step_budget
+
         spec, findings = check_conf(run_conf(context), self.deployment)
         if spec is None:
             for finding in findings:
@@ -114,6 +118,10 @@ def secret_findings(spec: RunSpec, deployment: Deployment) -> list[Finding]:
     """The job's secrets exist now (connection with a password), before anything is created."""
     from airflow.sdk import BaseHook
 
+    # lazy: execution-only, kept out of DAG parsing
+    from nemo_rl_gke.plan.ray_job import job_secrets
+    from nemo_rl_gke.run.findings import Finding
+
     findings = []
     for secret in job_secrets(spec, deployment):
         param = "hf_conn_id" if secret.name == "HF_TOKEN" else "wandb_conn_id"
@@ -147,8 +155,9 @@ class PreflightLiveOperator(StepOperator):
 
     def execute(self, context: Context) -> None:
         """Run the live checks of the validated spec; fail with all findings."""
-        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
+        # lazy: execution-only (the cloud clients among them), kept out of DAG parsing
         from nemo_rl_gke.gcp.live_checks import live_findings
+        from nemo_rl_gke.run.findings import format_findings
 
         spec = self.run_spec(context)
         findings = [*live_findings(spec, self.hook), *secret_findings(spec, self.deployment)]

@@ -18,32 +18,8 @@ from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 
 from nemo_rl_gke.links import JOB_LINKS, WAIT_LINKS
-from nemo_rl_gke.observe.metrics import (
-    LogFollower,
-    RunMetrics,
-    StepMetrics,
-    last_finished_save,
-    newest_save,
-    summary_text,
-)
-from nemo_rl_gke.observe.recoveries import (
-    attempt_id,
-    merge_attempts,
-    recoveries_text,
-    recovery_record,
-    resubmitted,
-)
-from nemo_rl_gke.observe.redaction import StreamRedactor
 from nemo_rl_gke.operators.base import DEFERRAL_BACKSTOP_S, StepOperator, epoch_of, iso_now, iso_of, pull
-from nemo_rl_gke.plan.ray_job import JobRequest, job_request, job_secrets
-from nemo_rl_gke.ray.submit import SecretMissingError, ray_token_source, resolve_secrets
-from nemo_rl_gke.run import capacity
-from nemo_rl_gke.run.budget import run_budget, run_clock
-from nemo_rl_gke.run.deadline import BudgetSpentError, RunClock, setup_reserve
 from nemo_rl_gke.run.deployment import ConnectionNotAllowedError
-from nemo_rl_gke.run.ownership import PendingCheckpoint
-from nemo_rl_gke.run.recipes import load_recipe
-from nemo_rl_gke.run.recovery_rules import classify
 from nemo_rl_gke.run.topology import (
     JOB_BUDGET,
     JOB_RECOVERIES,
@@ -69,7 +45,10 @@ CLOCK_SLACK_S = 300.0
 TERMINAL_JOB_STATUSES = ("SUCCEEDED", "FAILED", "STOPPED")
 
 if TYPE_CHECKING:
+    from nemo_rl_gke.observe.metrics import RunMetrics
+    from nemo_rl_gke.plan.ray_job import JobRequest
     from nemo_rl_gke.ray.hooks import RayJobsHook
+    from nemo_rl_gke.run.deadline import RunClock
     from nemo_rl_gke.run.spec import RunSpec
 
 
@@ -85,6 +64,10 @@ def run_started_at(context: Context) -> float:
 def clock_of(operator: StepOperator, context: Context, spec: RunSpec, submitted_at: float | None) -> RunClock:
     """The run's clock from what its steps recorded: its start, when the GPU pool came up, when the served rung's
     wait began, and the job's first submission (None: not submitted yet)."""
+    # lazy: execution-only, kept out of DAG parsing
+    from nemo_rl_gke.run import capacity
+    from nemo_rl_gke.run.budget import run_clock
+
     served = capacity.served_row(pull(context, RAYCLUSTER))
     return run_clock(
         spec,
@@ -136,8 +119,12 @@ def submit_grpo_job(
     the submission id; ``set_aside``: the steps a ``resume=promoted`` job moves out of its way), resolve its
     secrets, and submit or adopt it. Returns ``{"submission_id", "action",
     "status", "dashboard", "submitted_at"}``."""
-    # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
+    # lazy: execution-only (the cloud clients among them), kept out of DAG parsing
+    from nemo_rl_gke.observe.recoveries import attempt_id
+    from nemo_rl_gke.plan.ray_job import job_request
     from nemo_rl_gke.ray.hooks import RayJobsHook
+    from nemo_rl_gke.run.deadline import BudgetSpentError, setup_reserve
+    from nemo_rl_gke.run.recipes import load_recipe
 
     recipe = load_recipe(spec.recipe)
     now = time.time()
@@ -195,6 +182,9 @@ def job_secret_values(operator: StepOperator, request: JobRequest) -> dict[str, 
     from airflow.sdk import BaseHook
     from airflow.sdk.log import mask_secret
 
+    # lazy: execution-only, kept out of DAG parsing
+    from nemo_rl_gke.ray.submit import SecretMissingError, resolve_secrets
+
     def password_of(conn_id: str) -> str | None:
         try:
             password = BaseHook.get_connection(conn_id).password
@@ -215,9 +205,10 @@ def mark_checkpoint_pending(operator: StepOperator, context: Context, spec: RunS
     it, every later run's teardown and the sweeper keep the instance. The record is this run's own object in the
     bucket the instance names (:mod:`nemo_rl_gke.gcp.pending`): one request, done when it returns, so the submit waits
     on no long-running operation."""
-    # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
+    # lazy: execution-only (the cloud clients among them), kept out of DAG parsing
     from nemo_rl_gke.gcp.pending import CheckpointRecords
     from nemo_rl_gke.gcp.resources import resources
+    from nemo_rl_gke.run.ownership import PendingCheckpoint
 
     owner = operator.identity(context, spec)
     lustre = resources(spec, owner)[LUSTRE]
@@ -258,7 +249,8 @@ class RayJobSensor(StepOperator):
 
     def execute(self, context: Context) -> None:
         """Defer to the trigger that follows the job (its newest attempt, when a recovery resubmitted it)."""
-        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
+        # lazy: execution-only (the cloud clients among them), kept out of DAG parsing
+        from nemo_rl_gke.observe.recoveries import attempt_id
         from nemo_rl_gke.ray.hooks import RayJobsHook
 
         spec = self.run_spec(context)
@@ -292,8 +284,10 @@ class RayJobSensor(StepOperator):
         attempt_started_at: float,
         save_by: dict[str, Any] | None,
     ) -> NoReturn:
-        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
+        # lazy: execution-only (the cloud clients among them), kept out of DAG parsing
+        from nemo_rl_gke.plan.ray_job import job_secrets
         from nemo_rl_gke.ray.hooks import RayJobsHook
+        from nemo_rl_gke.ray.submit import ray_token_source
         from nemo_rl_gke.triggers.log_position import task_key
         from nemo_rl_gke.triggers.rayjob import RayJobTrigger
 
@@ -328,6 +322,10 @@ class RayJobSensor(StepOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Push the per-step table and the summary; succeed (converged or done) or fail with the full story."""
+        # lazy: execution-only, kept out of DAG parsing
+        from nemo_rl_gke.observe.metrics import last_finished_save, summary_text
+        from nemo_rl_gke.run.budget import run_budget
+
         spec = self.run_spec(context)
         if event.get("wait_for") == "workers":
             return self._resubmit(context, spec, event)
@@ -406,8 +404,11 @@ class RayJobSensor(StepOperator):
         """A failed job: defer to wait for the replacement when a recovery rule says it was a lost node and
         attempts are left; fail with the newest checkpoint exported when they ran out; return (the caller fails
         the run as before) when no rule recovers it. The verdict is logged either way."""
-        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
+        # lazy: execution-only (the cloud clients among them), kept out of DAG parsing
+        from nemo_rl_gke.observe.metrics import newest_save
+        from nemo_rl_gke.observe.recoveries import recovery_record
         from nemo_rl_gke.ray.hooks import RayJobsHook
+        from nemo_rl_gke.run.recovery_rules import classify
         from nemo_rl_gke.triggers.raycluster import RayClusterTrigger
 
         submission_id = str(event.get("submission_id"))
@@ -473,7 +474,8 @@ class RayJobSensor(StepOperator):
 
     def _resubmit(self, context: Context, spec: RunSpec, event: dict[str, Any]) -> NoReturn:
         """The replacement is ready (or did not come): fence the failed attempt, submit the next, follow it."""
-        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
+        # lazy: execution-only (the cloud clients among them), kept out of DAG parsing
+        from nemo_rl_gke.observe.recoveries import recoveries_text, resubmitted
         from nemo_rl_gke.ray.hooks import RayJobsHook
 
         recoveries = self._recoveries(context)
@@ -520,6 +522,10 @@ class RayJobSensor(StepOperator):
     ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """The per-step table and the summary: of the job, or of all its attempts after a recovery (each row marked
         with its attempt, the lost steps left out)."""
+        # lazy: execution-only, kept out of DAG parsing
+        from nemo_rl_gke.observe.metrics import RunMetrics, StepMetrics
+        from nemo_rl_gke.observe.recoveries import merge_attempts
+
         last = [s for s in log.completed_steps] if log is not None else []
         if not recoveries:
             # The trigger's summary is of the log at the stop; the job trains on until the stop lands, and the table
@@ -544,7 +550,10 @@ class RayJobSensor(StepOperator):
         the job's length); None, with a warning, when the log cannot be read."""
         from airflow.sdk import BaseHook
 
-        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
+        # lazy: execution-only (the cloud clients among them), kept out of DAG parsing
+        from nemo_rl_gke.observe.metrics import LogFollower
+        from nemo_rl_gke.observe.redaction import StreamRedactor
+        from nemo_rl_gke.plan.ray_job import job_secrets
         from nemo_rl_gke.ray.hooks import RayJobsHook
 
         try:

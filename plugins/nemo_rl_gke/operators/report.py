@@ -17,13 +17,9 @@ from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 
 from nemo_rl_gke.alerts import send
-from nemo_rl_gke.observe.alert_messages import failure_alert, run_failed
-from nemo_rl_gke.observe.report import RunInputs, TaskTiming, build_report
 from nemo_rl_gke.operators.base import StepOperator, epoch_of, pull
-from nemo_rl_gke.run import capacity, topology
 from nemo_rl_gke.run import task_states as ts
-from nemo_rl_gke.run.publish import NOT_PROMOTED
-from nemo_rl_gke.run.spec import RunSpec
+from nemo_rl_gke.run import topology
 from nemo_rl_gke.run.topology import (
     ERROR,
     EXPORT,
@@ -95,6 +91,11 @@ class RunReportOperator(StepOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Collect timings and results, log the table, return the JSON; alert when the run failed."""
+        # lazy: execution-only, kept out of DAG parsing
+        from nemo_rl_gke.observe.alert_messages import run_failed
+        from nemo_rl_gke.observe.report import TaskTiming
+        from nemo_rl_gke.run.publish import NOT_PROMOTED
+
         ti = context["ti"]
         conf = pull(context, VALIDATE)
         if not conf:
@@ -140,6 +141,11 @@ class RunReportOperator(StepOperator):
         raise AirflowFailException(f"the run fails: {', '.join(failed) or WAIT} failed{detail}")
 
     def _report(self, context: Context, conf: dict[str, Any], timings: list[Any]) -> RunReport:
+        # lazy: execution-only, kept out of DAG parsing
+        from nemo_rl_gke.observe.report import RunInputs, build_report
+        from nemo_rl_gke.run import capacity
+        from nemo_rl_gke.run.spec import RunSpec
+
         spec = RunSpec.from_conf(conf)
         rayclusters = pull(context, topology.RAYCLUSTER) or {}
         served = capacity.served_capacity(rayclusters)
@@ -188,6 +194,9 @@ class RunReportOperator(StepOperator):
 
     def _alert(self, context: Context, states: dict[str, str], report: RunReport | None) -> None:
         """Send the failed run's alert; a problem is logged, never raised (an alert never changes the run)."""
+        # lazy: execution-only, kept out of DAG parsing
+        from nemo_rl_gke.observe.alert_messages import failure_alert
+
         try:
             errors = {}
             for task_id, state in states.items():

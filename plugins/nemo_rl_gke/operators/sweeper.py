@@ -18,16 +18,13 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from nemo_rl_gke.dag_params import WARM_TTL_MAX_HOURS
 from nemo_rl_gke.operators.base import DEFAULT_GCP_CONN_ID, DEFERRAL_BACKSTOP_S, LEASE_MARGIN_S
-from nemo_rl_gke.preflight.offline import check_conf
 from nemo_rl_gke.run.deployment import load_deployment
-from nemo_rl_gke.run.schedules import ScheduleError, warm_ttls
-from nemo_rl_gke.sweeper import Sweep
 
 if TYPE_CHECKING:
     from nemo_rl_gke.gcp.hooks import GcpHook
     from nemo_rl_gke.gcp.operations import OperationRef
     from nemo_rl_gke.run.deployment import Deployment
-    from nemo_rl_gke.sweeper import RunState
+    from nemo_rl_gke.sweeper import RunState, Sweep
 
 # The sweeper DAG's params (:func:`nemo_rl_gke.dag_params.sweeper_params`), the only keys its conf may hold.
 SWEEP_PARAMS = ("project", "dry_run", "warm_ttl_hours")
@@ -84,6 +81,9 @@ class SweepOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Judge every lease record of the project, look at the groups to sweep, and start deleting."""
+        # lazy: execution-only, kept out of DAG parsing
+        from nemo_rl_gke.sweeper import Sweep
+
         deployment = load_deployment(self.gcp_conn_id)
         project, dry_run, warm_ttl_hours = sweep_params(context["params"], deployment)
         sweep = Sweep.start(
@@ -104,6 +104,9 @@ class SweepOperator(BaseOperator):
         TTL (logged: a sweeper that stops sweeping would leak GPUs)."""
         # lazy: read at call time, so tests and deployments can re-point the paths
         from nemo_rl_gke.run.paths import SCHEDULES_DIR
+
+        # lazy: execution-only, kept out of DAG parsing
+        from nemo_rl_gke.run.schedules import ScheduleError, warm_ttls
 
         try:
             return warm_ttls(SCHEDULES_DIR)
@@ -165,8 +168,9 @@ class SweepOperator(BaseOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Resume after one operation: wait for the next of the wave, or make the next pass."""
-        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
+        # lazy: execution-only (the cloud clients among them), kept out of DAG parsing
         from nemo_rl_gke.gcp.operations import OperationRef
+        from nemo_rl_gke.sweeper import Sweep
 
         state = context["ti"].xcom_pull(task_ids=self.task_id, key=STATE_KEY)
         if not state:
@@ -196,6 +200,9 @@ def sweep_params(params: Any, deployment: Deployment | None = None) -> tuple[str
     """The DAG params ``project``, ``dry_run`` and ``warm_ttl_hours``, checked (a bad one fails the task, not
     retried: the same params would fail again). The project must be one ``deployment`` allows (None: the
     defaults), as a run's must."""
+    # lazy: execution-only, kept out of DAG parsing
+    from nemo_rl_gke.preflight.offline import check_conf
+
     unknown = sorted(set(params) - set(SWEEP_PARAMS))
     if unknown:
         # A typo such as "dry-run" must not turn a dry run into a real sweep.

@@ -271,7 +271,3 @@ def _coerce(conf: Mapping[str, Any]) -> dict[str, Any]:
         kinds = _types(FIELDS[key].metadata["schema"])
         out[key] = tuple(value) if "array" in kinds else float(value) if "number" in kinds else value
     return out
-
-
-def _to_json(value: Any) -> Any:
-    return list(value) if isinstance(value, tuple) else value

@@ -914,5 +914,16 @@ def param_schema(name: str) -> dict[str, Any]:
     return dict(FIELDS[name].metadata["schema"])
 
 
+def to_json(value: Any) -> Any:
+    """A field's value as JSON: a tuple (an array field) becomes a list."""
+    return list(value) if isinstance(value, tuple) else value
+
+
+def default_conf() -> dict[str, Any]:
+    """Every parameter at its default, as JSON values (``RunSpec().to_conf()``, without building a RunSpec)."""
+    defaults = RunConf()
+    return {f.name: to_json(getattr(defaults, f.name)) for f in dataclasses.fields(defaults)}
+
+
 FIELDS = {f.name: f for f in dataclasses.fields(RunConf)}
 PARAM_NAMES = frozenset(FIELDS)

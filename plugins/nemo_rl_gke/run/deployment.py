@@ -60,6 +60,9 @@ GPU_NODES_CEILING = 1024
 # Node-loss recoveries: how many one run may make (a conf's max_recoveries may only be lower), and the ceiling.
 DEFAULT_MAX_RECOVERIES = 5
 RECOVERIES_CEILING = 20
+# Runs of the manual DAG at once: each its own run group, lease and GPU pool (bench/many_runs.py measures 20).
+DEFAULT_MAX_ACTIVE_RUNS = 4
+MAX_ACTIVE_RUNS_CEILING = 64
 BUCKET_ENTRY = re.compile(r"[a-z0-9._-]+\*?")
 PROJECT_ENTRY = re.compile(r"[a-z][a-z0-9-]{4,28}[a-z0-9]")
 REGION_ENTRY = re.compile(r"[a-z]+-[a-z]+[0-9]+")
@@ -192,6 +195,8 @@ class Deployment:
     - ``max_recoveries``: the most node-loss recoveries (resubmissions) a conf's ``max_recoveries`` may ask for.
     - ``allowed_capacity``: the GPU capacity options a conf's ``capacity`` and ``capacity_ladder`` may use;
       ``max_gpu_hour_usd``: the most a GPU-hour of any of them may cost at the price table's estimate. 0: no limit.
+    - ``max_active_runs``: how many runs of the manual DAG may be active at once (read when the DAG file is
+      parsed: :func:`max_active_runs`).
     - ``allowed_publish``: the publish policies a conf may pick (drop ``always`` so that only a model that scores
       better than the last published one is published).
     - ``gcp_project``: not a ``[nemo_rl_gke]`` setting but the ``project`` extra of the Google connection, read by
@@ -217,6 +222,7 @@ class Deployment:
     allowed_capacity: tuple[str, ...] = CAPACITIES
     max_gpu_hour_usd: float = 0.0
     allowed_publish: tuple[str, ...] = PUBLISH_POLICIES
+    max_active_runs: int = DEFAULT_MAX_ACTIVE_RUNS
     gcp_project: str = TUTORIAL_PROJECT
 
     def __post_init__(self) -> None:
@@ -288,6 +294,11 @@ class Deployment:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= GPU_NODES_CEILING:
                 problems.append(f"{name} must be a whole number from 1 to {GPU_NODES_CEILING} (got {str(value)[:40]})")
+        value = self.max_active_runs
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ACTIVE_RUNS_CEILING:
+            problems.append(
+                f"max_active_runs must be a whole number from 1 to {MAX_ACTIVE_RUNS_CEILING} (got {str(value)[:40]})"
+            )
         value = self.max_recoveries
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= RECOVERIES_CEILING:
             problems.append(
@@ -447,6 +458,21 @@ def _number(raw: str) -> float | str:
         return raw.strip()
 
 
+def max_active_runs() -> int:
+    """``[nemo_rl_gke] max_active_runs``, read while a DAG file is parsed: one config lookup, no connection (the
+    rest of the deployment is read at run time, :func:`load_deployment`). A bad value is the DAG file's import
+    error, naming the setting and the fix."""
+    try:
+        from airflow.configuration import conf  # lazy: only inside Airflow
+    except ImportError:
+        raw = os.environ.get(ENV_PREFIX + "MAX_ACTIVE_RUNS")
+    else:
+        raw = conf.get(SECTION, "max_active_runs", fallback=None)
+    if raw is None or not str(raw).strip():
+        return DEFAULT_MAX_ACTIVE_RUNS
+    return Deployment(max_active_runs=_int(str(raw), "max_active_runs")).max_active_runs
+
+
 def load_deployment(gcp_conn_id: str = DEFAULT_GCP_CONN_ID) -> Deployment:
     """The deployment's settings, read now from the Airflow config (``[nemo_rl_gke]``, env included), and the
     project of the Google connection ``gcp_conn_id`` through Airflow's connection API (no call to Google).
@@ -590,6 +616,13 @@ BOUND_SETTINGS_DOC: tuple[tuple[str, str, str], ...] = (
         "The most a GPU-hour may cost on any capacity a run may use, at the price table's estimate for the GPU and "
         "the option (run/costs.py; a conf's gpu_hour_price_usd does not count, since the conf writes it). 0: no "
         "limit. For example 6 allows B200 flex-start and Spot but not on-demand or reservation list prices.",
+    ),
+    (
+        "max_active_runs",
+        str(DEFAULT_MAX_ACTIVE_RUNS),
+        f"How many runs of the manual DAG may be active at once (each its own run group, lease and GPU pool; a "
+        f"scheduled DAG runs one at a time). Read when the DAG file is parsed. From 1 to {MAX_ACTIVE_RUNS_CEILING}; "
+        "docs/request-budget.md says what a project's default quotas carry.",
     ),
     (
         "allowed_publish",

@@ -31,7 +31,6 @@ from typing import Any
 
 from nemo_rl_gke.run.alert_settings import AlertSettings, AlertSettingsError
 from nemo_rl_gke.run.conf_checks import conf_findings
-from nemo_rl_gke.run.spec import RunSpec
 
 DAG_PREFIX = "nemo_rl_grpo_gke__"
 # A schedule's name becomes part of a DAG id: lowercase letters, digits, '-' and '_'.
@@ -101,6 +100,9 @@ class Schedule:
     @property
     def group_id(self) -> str:
         """The run group the schedule's runs use (what the sweeper finds their warm resources under)."""
+        # lazy: only the sweeper asks, so the RunSpec stays out of DAG parsing
+        from nemo_rl_gke.run.spec import RunSpec
+
         return RunSpec.from_conf(self.run_conf).group_id
 
 

@@ -4,7 +4,7 @@ The conf's parameters are its fields (declared in :mod:`nemo_rl_gke.run.conf_sch
 :mod:`nemo_rl_gke.run.conf_checks`). Every GCP resource name, Kubernetes object name, label and path is derived here,
 so that teardown deletes exactly what setup created.
 
-This module is pure: it is imported while the DAG file is parsed, so it must stay cheap (no google/kubernetes/ray).
+This module is pure (no google/kubernetes/ray): `validate`, `plan` and the CLI use it without any client installed.
 """
 
 from __future__ import annotations
@@ -17,8 +17,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from nemo_rl_gke.run.budget import run_budget
-from nemo_rl_gke.run.conf_checks import _coerce, _to_json, conf_findings
-from nemo_rl_gke.run.conf_schema import GPU_PROFILES, GROUP_NAME_PARAMS, RESERVATION, GpuProfile, RunConf
+from nemo_rl_gke.run.conf_checks import _coerce, conf_findings
+from nemo_rl_gke.run.conf_schema import (
+    GPU_PROFILES,
+    GROUP_NAME_PARAMS,
+    RESERVATION,
+    GpuProfile,
+    RunConf,
+    default_conf,  # noqa: F401 - re-exported: its many callers import it from here
+    to_json,
+)
 from nemo_rl_gke.run.deployment import load_deployment
 from nemo_rl_gke.run.findings import ConfError
 from nemo_rl_gke.run.recipes import load_recipe
@@ -44,7 +52,7 @@ class RunSpec(RunConf):
 
     def to_conf(self) -> dict[str, Any]:
         """The full conf, defaults included, as JSON values (the inverse of :meth:`from_conf`)."""
-        return {f.name: _to_json(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        return {f.name: to_json(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
     # --- GPU -------------------------------------------------------------------------------------------------
     @property
@@ -316,8 +324,3 @@ class RunSpec(RunConf):
         digest = hashlib.sha256(f"{dag_id}\0{run_id}".encode()).hexdigest()[:12]
         readable = re.sub(r"[^a-zA-Z0-9_-]+", "-", run_id).strip("-")[:40]
         return f"nemo-rl-{readable}-{digest}"
-
-
-def default_conf() -> dict[str, Any]:
-    """Every parameter at its default, as JSON values."""
-    return RunSpec().to_conf()

@@ -32,6 +32,11 @@ UNKNOWN_STATE = "UNKNOWN"
 BACKOFF_INITIAL_S = 1.0
 BACKOFF_FACTOR = 2.0
 BACKOFF_CAP_POLLS = 4.0
+# A long wait polls less and less: the interval doubles every LONG_WAIT_DOUBLING_S of waiting, up to LONG_WAIT_CAP_S.
+# A Lustre create (minutes) polls as before; a wait of days (flex-start's queue, a week-long job) costs a few times
+# what an hour's does, not a hundred times (docs/request-budget.md).
+LONG_WAIT_DOUBLING_S = 1800.0
+LONG_WAIT_CAP_S = 900.0
 
 
 def backoff_delay(failures: int, poll_interval: float, rng: random.Random | None = None) -> float:
@@ -42,6 +47,15 @@ def backoff_delay(failures: int, poll_interval: float, rng: random.Random | None
     cap = max(poll_interval * BACKOFF_CAP_POLLS, 0.0)
     delay = min(min(BACKOFF_INITIAL_S, poll_interval) * BACKOFF_FACTOR ** max(failures - 1, 0), cap)
     return delay / 2 + (rng or random).uniform(0, delay / 2)
+
+
+def long_wait_delay(poll_interval: float, waited_s: float) -> float:
+    """Seconds to the next poll of a wait that has lasted ``waited_s``: ``poll_interval`` at first, doubling every
+    :data:`LONG_WAIT_DOUBLING_S`, never above :data:`LONG_WAIT_CAP_S` (nor below ``poll_interval``)."""
+    if poll_interval >= LONG_WAIT_CAP_S:
+        return poll_interval
+    factor = 2.0 ** (max(0.0, waited_s) / LONG_WAIT_DOUBLING_S)
+    return min(poll_interval * factor, LONG_WAIT_CAP_S)
 
 
 class OperationTrigger(BaseTrigger):
@@ -143,7 +157,7 @@ class OperationTrigger(BaseTrigger):
                         return self._event(ERROR, f"{self._what()} failed: {status.error}")
                     if status.done:
                         return self._event(SUCCESS, f"{self._what()} finished")
-                    delay = self.poll_interval
+                    delay = long_wait_delay(self.poll_interval, time.time() - self.started_at)
                 remaining = self.deadline - time.time()
                 if remaining <= 0:
                     message = (

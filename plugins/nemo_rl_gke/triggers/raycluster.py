@@ -40,7 +40,7 @@ from nemo_rl_gke.kube.raycluster import (
     reports_conditions,
 )
 from nemo_rl_gke.triggers.clients import GCP, KUBE, client_module
-from nemo_rl_gke.triggers.operations import ERROR, SUCCESS, TIMEOUT, backoff_delay
+from nemo_rl_gke.triggers.operations import ERROR, SUCCESS, TIMEOUT, backoff_delay, long_wait_delay
 
 if TYPE_CHECKING:
     from nemo_rl_gke.kube.async_client import AsyncKubeHook
@@ -137,7 +137,8 @@ class RayClusterTrigger(BaseTrigger):
             if self.node_pool_path:
                 gcp = await stack.enter_async_context((await client_module(GCP)).GcpAsyncHook(self.gcp_conn_id))
             while True:
-                delay = self.poll_interval
+                # A capacity wait can last days: it polls the cluster and the node pool less as it goes on.
+                delay = long_wait_delay(self.poll_interval, time.time() - self.started_at)
                 try:
                     obj = await kube.get(path)
                     # Without conditions (KubeRay 1.2, no feature gate) the pods say whether it is ready.

@@ -55,7 +55,7 @@ from nemo_rl_gke.run.deadline import STOP, STOP_AT_NEXT_SAVE, Limit, RunClock
 from nemo_rl_gke.triggers.clients import RAY, client_module
 from nemo_rl_gke.triggers.log_position import LogPositions
 from nemo_rl_gke.triggers.metrics_store import MetricsStore
-from nemo_rl_gke.triggers.operations import backoff_delay
+from nemo_rl_gke.triggers.operations import backoff_delay, long_wait_delay
 
 if TYPE_CHECKING:
     from nemo_rl_gke.ray.async_hooks import RayJobsAsyncHook
@@ -503,7 +503,7 @@ class RayJobTrigger(BaseTrigger):
         await self._start_following()
         async with self._ray:
             while True:
-                delay = self.poll_interval
+                delay = self._poll_delay(time.time())
                 try:
                     info = await self._ray.status(self.submission_id)
                     if info is None:
@@ -563,6 +563,21 @@ class RayJobTrigger(BaseTrigger):
                     message = f"Ray job {self.submission_id} ran past the {self.timeout:.0f}s job timeout; {outcome}"
                     return await self._event("timeout", message, job_status)
                 await asyncio.sleep(min(delay, remaining))
+
+    def _poll_delay(self, now: float) -> float:
+        """Seconds to the next poll: the poll interval, stretched as the job runs on (a week-long job polls a few
+        times as often as an hour's, :func:`~nemo_rl_gke.triggers.operations.long_wait_delay`), but never so long
+        that a stop comes late: at the poll interval while a save is awaited, and at most half the time left before
+        the run's deadline or the job timeout, and a quarter of the stall bound."""
+        delay = long_wait_delay(self.poll_interval, now - (self.attempt_started_at or self.started_at))
+        if delay <= self.poll_interval or self._converged_logged or self._budget_near_index is not None:
+            return min(delay, self.poll_interval)
+        ends = [self.started_at + self.timeout]
+        if self.clock.deadline is not None:
+            ends.append(self.clock.deadline.at)
+        soonest = min(ends) - now
+        bound = stall_after(self.follower.metrics.steps, self.stall_after_s)
+        return max(self.poll_interval, min(delay, soonest / 2, bound / 4))
 
     # --- the run's clock and the stall rule ------------------------------------------------------------------------
     def _budget_text(self, stop: Mapping[str, Any]) -> str:
