@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import sys
 import threading
 import time
@@ -73,7 +74,7 @@ def names(n: int) -> dict[str, str]:
 
 def confs(provision: int, train: int, poll: float) -> list[tuple[str, dict[str, Any]]]:
     """The runs: each one's label and conf."""
-    local = __import__("json").loads((ROOT / "include/conf/local.json").read_text())
+    local = json.loads((ROOT / "include/conf/local.json").read_text())
     out = []
     for n in range(provision):
         conf = {"mode": "apply", "stop_after": t.CLUSTER, "teardown_policy": t.DELETE_ALL, "poll_interval_s": poll}
@@ -150,12 +151,31 @@ def peak_per_minute(calls: list[dict[str, Any]]) -> dict[str, int]:
     return peaks
 
 
-def owner_of(path: str, labels: dict[str, str]) -> str:
-    """The run whose group a call's path names (longest suffix first, so -m1 never takes -m10's), or "shared"."""
-    for suffix, label in sorted(labels.items(), key=lambda kv: -len(kv[0])):
-        if suffix in path:
-            return label
+def owner_of(text: str, labels: dict[str, str]) -> str:
+    """The run whose group ``text`` names (suffixes end at a non-digit, so -m01 never takes -m010's), or "shared"."""
+    for suffix, label in labels.items():
+        at = text.find(suffix)
+        while at >= 0:
+            end = at + len(suffix)
+            if end == len(text) or not text[end].isdigit():
+                return label
+            at = text.find(suffix, end)
     return "shared"
+
+
+def attribute(calls: list[dict[str, Any]], labels: dict[str, str]) -> list[str]:
+    """The run each call served: the group its path or body names, or, for a call on an operation, the run whose
+    call started that operation. Project-level calls (the leases, regions, quotas) stay "shared"."""
+    by_operation: dict[str, str] = {}
+    owners = []
+    for call in calls:
+        owner = owner_of(call["path"] + " " + json.dumps(call.get("body")), labels)
+        if owner == "shared":
+            owner = next((by_operation[op] for op in by_operation if op in call["path"]), "shared")
+        for op in call.get("operations") or ():
+            by_operation[op.rsplit("/", 1)[-1]] = owner
+        owners.append(owner)
+    return owners
 
 
 def measure(args: argparse.Namespace, workdir: Path, running: dict[str, Any]) -> bool:
@@ -204,8 +224,8 @@ def judge(
     _, rates = http_json(f"{sandbox_url}/sandbox/rates")
     labels = {f"-m{n:02d}": label for n, (label, _) in enumerate(runs)}
     per_run: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
-    for call in calls:
-        per_run[owner_of(call["path"], labels)][f"{call['service']} {call['method']}"] += 1
+    for call, owner in zip(calls, attribute(calls, labels), strict=True):
+        per_run[owner][f"{call['service']} {call['method']}"] += 1
     ok, deferred_s = print_runs(airflow, ids, per_run, started, ended)
     writes = [c for c in calls if c["path"].endswith(LEASE_WRITE)]
     conflicts = sum(1 for c in writes if c["status"] == 412)
@@ -261,12 +281,17 @@ def print_runs(
             bad = {ti["task_id"]: ti["state"] for ti in tis if ti["state"] not in ("success", "skipped")}
             print(f"    not successful: {bad}")
             continue
-        ran = {ti["task_id"] for ti in tis}
-        # Its own group: every resource it made, it created itself (another run's would be "exists" or adopted).
+        tries = {ti["task_id"]: int(ti.get("try_number") or 1) for ti in tis}
+        retried = sorted(task for task, n in tries.items() if n > 1)
+        if retried:
+            print(f"    retried: {', '.join(f'{task} ({tries[task]} tries)' for task in retried)}")
+        # Its own group: every resource it made, it created itself. Another run's would be adopted, or "exists" (the
+        # group's marker) on a first try; a retry finds what its first try created.
         for step in t.gcp_resources():
-            result = xcom_value(airflow, rid, step.task_id) if step.task_id in ran else None
-            if result and result.get("action") != outcomes.CREATED:
-                print(f"    {step.task_id}: {result.get('action')} (expected created)")
+            result = xcom_value(airflow, rid, step.task_id) if step.task_id in tries else None
+            action = result.get("action") if result else None
+            if action == outcomes.ADOPTED or (action == outcomes.EXISTS and tries[step.task_id] == 1):
+                print(f"    {step.task_id}: {action} on its first try (expected created)")
                 ok = False
     shared = per_run.get("shared", collections.Counter())
     print(f"  shared (project-level: leases, regions, operations by id): {sum(shared.values())} requests "

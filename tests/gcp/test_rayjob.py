@@ -41,6 +41,7 @@ from nemo_rl_gke.ray.submit import (
 from nemo_rl_gke.run import topology as t
 from nemo_rl_gke.run.deployment import Deployment
 from nemo_rl_gke.run.spec import RunSpec
+from nemo_rl_gke.triggers.operations import LONG_WAIT_CAP_S
 from nemo_rl_gke.triggers.rayjob import CLASSPATH, RayJobTrigger
 from tests.gcp.conftest import FAST_RETRY, ZONE, ensure_cluster_with_gpu_pool, first_event, raycluster_trigger
 from tests.owners import owner_of
@@ -346,6 +347,44 @@ def test_step_lines_reach_the_task_log_while_the_job_runs(ray_spec: RunSpec, ray
     assert any("Step 2/2" in line for line in shown_later), opener.lines
     summary = event["summary"]
     assert (summary["steps_completed"], summary["first_reward"], summary["last_reward"]) == (2, 0.25, 0.5)
+
+
+def test_a_job_days_old_is_followed_through_its_stream_and_its_status_asked_only_at_the_ends(
+    ray_spec: RunSpec, ray_hook: GcpHook, tmp_path: Any
+) -> None:
+    # Three days into a long job the status poll has backed off to LONG_WAIT_CAP_S, but the log still arrives as it
+    # comes (step 2 waits for the trigger to show step 1) and the stream's end brings the status at once.
+    ray = _ray(ray_spec, ray_hook)
+    gate = tmp_path / "step-1-was-shown"
+    ray.submit(_request("nemo-rl-days-1", f"python -c {_quoted(GATED_SCRIPT)} {_quoted(str(gate))}"), {})
+    days_ago = time.time() - 3 * 24 * 3600
+    trigger = _trigger(
+        ray.address, "nemo-rl-days-1", started_at=days_ago, timeout=30 * 24 * 3600.0, stall_after_s=4 * 24 * 3600.0
+    )
+    assert trigger._poll_delay(time.time()) == LONG_WAIT_CAP_S
+    opener = _GateOpener(gate)
+    trigger._log = opener
+    asked: list[str] = []
+
+    async def follow() -> dict[str, Any]:
+        hook = await trigger._ray_hook()
+        status = hook.status
+
+        async def counted(submission_id: str) -> dict[str, Any] | None:
+            found = await status(submission_id)
+            asked.append(str((found or {}).get("status")))
+            return found
+
+        hook.status = counted  # type: ignore[method-assign]
+        # Bounded: a trigger that slept through LONG_WAIT_CAP_S would fail here, not hang the suite.
+        return await asyncio.wait_for(first_event(trigger), 120)
+
+    event = asyncio.run(follow())
+    assert event["status"] == "success", event
+    assert opener.opened_after is not None, opener.lines
+    assert any("Step 2/2" in line for line in opener.lines[opener.opened_after :]), opener.lines
+    # Asked when it began, then after Ray closed the stream (once more if Ray had not yet called the job done).
+    assert asked[0] in ("PENDING", "RUNNING") and asked[-1] == "SUCCEEDED" and len(asked) <= 3, asked
 
 
 def test_a_failing_job_reports_ray_message_exit_code_and_last_lines(ray_spec: RunSpec, ray_hook: GcpHook) -> None:

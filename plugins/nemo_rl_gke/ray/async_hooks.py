@@ -227,6 +227,15 @@ class RayJobsAsyncHook(BaseHook):
         fallback, self._fallback = self._fallback, ""
         return LogText(read.text, read.start, fallback)
 
+    def stream_state(self, submission_id: str) -> str:
+        """The job's tail websocket: ``"live"`` (open and reading: the log arrives without requests, and Ray closes it
+        when the job is terminal), ``"closed"`` (it ended or broke: the job may have ended) or ``"none"`` (not opened,
+        or logs are downloaded)."""
+        tail = self._tails.get(submission_id)
+        if not self.log_stream or tail is None:
+            return "none"
+        return "live" if tail.live else "closed"
+
     async def _download(self, submission_id: str, offset: int) -> LogText:
         status, body = await self._request("GET", f"/api/jobs/{submission_id}/logs")
         self._download_bytes += len(body)

@@ -125,6 +125,11 @@ class TailStream:
             with contextlib.suppress(Exception):
                 await ws.close()
 
+    @property
+    def live(self) -> bool:
+        """The connection is open and being read (not ended, not broken)."""
+        return self._task is not None and not self._task.done()
+
     def take(self) -> tuple[str, int]:
         """The text received since the last call and the character of the log it starts at."""
         text = "".join(self._chunks)

@@ -172,6 +172,9 @@ class RayJobTrigger(BaseTrigger):
         # The step the budget came near in (its save is awaited), and when the log last showed progress.
         self._budget_near_index: int | None = None
         self._progress = (0, 0, 0)
+        # When the job's status is next asked of Ray, and its details as last answered (_status_when_due).
+        self._status_due = 0.0
+        self._status_info: dict[str, Any] = {}
         self.attempt_started_at = float(attempt_started_at)
         self._progress_at = self.attempt_started_at or self.started_at
         self.task_key = dict(task_key) if task_key else None
@@ -503,9 +506,8 @@ class RayJobTrigger(BaseTrigger):
         await self._start_following()
         async with self._ray:
             while True:
-                delay = self._poll_delay(time.time())
                 try:
-                    info = await self._ray.status(self.submission_id)
+                    info = await self._status_when_due(time.time())
                     if info is None:
                         return await self._event("error", f"Ray job {self.submission_id} does not exist", job_status)
                     job_status = str(info.get("status", "UNKNOWN"))
@@ -519,7 +521,7 @@ class RayJobTrigger(BaseTrigger):
                     return await self._event("error", str(exc), job_status)
                 except RayJobsTransientError as exc:
                     failures += 1
-                    delay = backoff_delay(failures, self.poll_interval)
+                    self._status_due = time.time() + backoff_delay(failures, self.poll_interval)
                     self.log.warning(
                         "Transient error %d polling Ray job %s: %s",
                         failures,
@@ -562,7 +564,23 @@ class RayJobTrigger(BaseTrigger):
                     outcome = await self._stop()
                     message = f"Ray job {self.submission_id} ran past the {self.timeout:.0f}s job timeout; {outcome}"
                     return await self._event("timeout", message, job_status)
-                await asyncio.sleep(min(delay, remaining))
+                wait = self._status_due - time.time()
+                if self._ray.stream_state(self.submission_id) == "live":
+                    wait = min(wait, self.poll_interval)  # the pushed log is read at the poll interval
+                await asyncio.sleep(max(0.0, min(wait, remaining)))
+
+    async def _status_when_due(self, now: float) -> dict[str, Any] | None:
+        """The job's details (None: Ray has no such job), asked of Ray only when due. The log is pushed, and Ray
+        closes its stream when the job is terminal: while the stream is live the status is asked on the long-wait
+        schedule (:meth:`_poll_delay`), once it closed at every poll, and without a stream at every log download."""
+        stream = self._ray.stream_state(self.submission_id)
+        if now < self._status_due and stream == "live":
+            return self._status_info
+        self._status_due = now + (self.poll_interval if stream == "closed" else self._poll_delay(now))
+        found = await self._ray.status(self.submission_id)
+        if found is not None:
+            self._status_info = found
+        return found
 
     def _poll_delay(self, now: float) -> float:
         """Seconds to the next poll: the poll interval, stretched as the job runs on (a week-long job polls a few
