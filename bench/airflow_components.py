@@ -432,7 +432,8 @@ def signals_as_interrupt() -> Iterator[None]:
 
 def run_bench(prefix: str, keep: bool, measure: Callable[[Path, dict[str, Any]], bool]) -> int:
     """Run ``measure(workdir, running)`` in a fresh temp dir and return the exit status: 0 when it passes, 1 when it
-    misses, 2 when the bench failed. What it records in ``running`` (``"airflow"``, ``"sandbox"``) is stopped and the
+    misses, 2 when the bench failed. What it records in ``running`` (``"airflow"``, ``"sandbox"``, ``"postgres"``) is
+    stopped and the
     temp dir removed (unless ``keep``) on every way out, Ctrl-C and failure included."""
     import shutil
     import tempfile
@@ -456,6 +457,8 @@ def run_bench(prefix: str, keep: bool, measure: Callable[[Path, dict[str, Any]],
                 stop_airflow(running["airflow"])
             if "sandbox" in running:
                 running["sandbox"].stop()
+            if "postgres" in running:
+                running["postgres"].stop()
         finally:
             if keep:
                 print(f"kept {workdir}", file=sys.stderr)

@@ -178,13 +178,60 @@ def attribute(calls: list[dict[str, Any]], labels: dict[str, str]) -> list[str]:
     return owners
 
 
+class Postgres:
+    """A private PostgreSQL server for the bench's metadata DB, on 127.0.0.1 and a free port, with its data in the
+    bench's temp dir. SQLite locks under twenty runs' schedulers, triggerers and task runners (a deployment runs
+    PostgreSQL: docker-compose.yaml). Run as the ``postgres`` user when the bench runs as root (initdb refuses root).
+    Needs Debian's postgresql and the psycopg2 driver (requirements-dev.txt)."""
+
+    def __init__(self, workdir: Path) -> None:
+        import os
+        import pwd
+        import shutil
+        import subprocess
+
+        from sandbox.ports import free_port
+
+        found = shutil.which("pg_ctl") or next(iter(sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))), None)
+        if found is None:
+            raise OSError("PostgreSQL's pg_ctl is not installed (apt-get install postgresql)")
+        self.bin = Path(found).resolve().parent
+        self.data = workdir / "pgdata"
+        self.data.mkdir()
+        self.port = free_port()
+        self._as: list[str] = []
+        if os.geteuid() == 0:
+            user = pwd.getpwnam("postgres")
+            workdir.chmod(0o711)  # mkdtemp's 0700 would keep the postgres user out
+            os.chown(self.data, user.pw_uid, user.pw_gid)
+            self._as = ["runuser", "-u", "postgres", "--"]
+        self._run = subprocess.run
+        self._pg(["initdb", "-D", str(self.data), "-A", "trust", "-U", "airflow", "--no-sync"])
+        settings = f"-c listen_addresses=127.0.0.1 -c port={self.port} -c unix_socket_directories={self.data} "
+        settings += "-c max_connections=300 -c fsync=off"
+        self._pg(["pg_ctl", "-D", str(self.data), "-l", str(self.data / "server.log"), "-w", "-o", settings, "start"])
+        self._pg(["createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "airflow", "airflow"])
+        self.url = f"postgresql+psycopg2://airflow@127.0.0.1:{self.port}/airflow"
+
+    def _pg(self, command: list[str]) -> None:
+        done = self._run([*self._as, str(self.bin / command[0]), *command[1:]], capture_output=True, text=True)
+        if done.returncode:
+            raise OSError(f"{command[0]} failed: {done.stderr.strip()[-500:]}")
+
+    def stop(self) -> None:
+        """Stop the server (its data goes with the temp dir)."""
+        self._pg(["pg_ctl", "-D", str(self.data), "-m", "fast", "stop"])
+
+
 def measure(args: argparse.Namespace, workdir: Path, running: dict[str, Any]) -> bool:
     """Start everything, run the runs at once, print the figures and the verdicts."""
     seed = {**SEED, "reservations": [{**SEED["reservations"][0], "count": 4 * (args.provision + args.train)}]}
     sandbox = running["sandbox"] = start_sandbox(workdir / "sandbox", latency_scale=args.scale, seed=seed)
     total = args.provision + args.train
     # One deployment: every run may be active at once, and the GPU bound leaves room for all of them.
+    postgres = running["postgres"] = Postgres(workdir)
     extra = {
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": postgres.url,
         "AIRFLOW__NEMO_RL_GKE__MAX_ACTIVE_RUNS": str(total),
         "AIRFLOW__NEMO_RL_GKE__MAX_GPU_NODES_TOTAL": str(8 * total),
         "AIRFLOW__CORE__PARALLELISM": "32",

@@ -30,6 +30,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 
 from nemo_rl_gke.observe import step_store
+from nemo_rl_gke.observe.curves import CurveCache
 from nemo_rl_gke.observe.metrics import RunMetrics, StepMetrics
 from nemo_rl_gke.observe.redaction import StreamRedactor
 from nemo_rl_gke.observe.training_view import BUDGET_SETTINGS, BUDGET_XCOM, TaskState, ViewInputs, build_view
@@ -117,6 +118,8 @@ class StoreCache:
 
 
 STORE_CACHE = StoreCache()
+# Each run's curves as of its last poll (observe/curves.py): a poll computes only its newest steps.
+CURVE_CACHE = CurveCache()
 
 
 def _log_lines(ti: Any) -> list[str]:
@@ -263,9 +266,14 @@ def create_app() -> FastAPI:
         return FileResponse(STATIC / name, media_type=ASSETS[name], headers={"Cache-Control": "no-cache"})
 
     @app.get("/training/data", dependencies=can_read_data)
-    def data(session: SessionDep, dag_id: str = Query(), run_id: str = Query()) -> JSONResponse:
-        """One snapshot of the run (see :func:`nemo_rl_gke.observe.training_view.build_view`)."""
-        view = build_view(read_inputs(session, dag_id, run_id))
+    def data(
+        session: SessionDep, dag_id: str = Query(), run_id: str = Query(), since: str = Query("", max_length=64)
+    ) -> JSONResponse:
+        """One snapshot of the run (see :func:`nemo_rl_gke.observe.training_view.build_view`); ``since``: the token
+        of the curves the page holds, so only what changed is sent."""
+        curves = CURVE_CACHE.get(dag_id, run_id)
+        with curves.lock:
+            view = build_view(read_inputs(session, dag_id, run_id), curves, since)
         return JSONResponse(masked(view), headers={"Cache-Control": "no-store"})
 
     return app

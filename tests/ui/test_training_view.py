@@ -319,22 +319,3 @@ def test_a_run_longer_than_an_epoch_counts_its_steps_against_max_steps() -> None
     view = build_view(ViewInputs("d", "r", "running", NOW, tasks, resume, conf, log_lines=_epochs_log(1, 128, 100)))
     p = view["progress"]
     assert (p["step"], p["total_steps"], p["completed"], p["percent"]) == (201, 250, 200, 80.0)
-
-
-def test_curves_are_bounded_and_keep_every_peak() -> None:
-    from nemo_rl_gke.observe.metrics import RunMetrics, StepMetrics
-    from nemo_rl_gke.observe.training_view import MAX_POINTS, bounded
-
-    metrics = RunMetrics()
-    for n in range(1, 10_001):
-        # A noisy reward with one spike and one dip far from the bucket edges.
-        reward = 1.0 if n == 4321 else (-1.0 if n == 8765 else (n % 7) / 10)
-        metrics.steps.append(StepMetrics(step=n, total_steps=10_000, loss=0.1, avg_reward=reward))
-    view = build_view(ViewInputs("d", "r", "running", NOW, task_states(), conf=default_conf(), attempts=[metrics]))
-    reward = view["series"]["reward"]
-    assert len(reward) <= MAX_POINTS and view["points"] == 10_000 and view["shown"]["reward"] == len(reward)
-    assert [4321, 1.0] in reward and [8765, -1.0] in reward
-    assert reward[0] == [1, 0.1] and reward[-1][0] == 10_000
-    assert [p[0] for p in reward] == sorted(p[0] for p in reward)
-    short = [[n, float(n)] for n in range(10)]
-    assert bounded(short) == short

@@ -5,7 +5,8 @@ summary, the budget, the export, every teardown action) and the job's step metri
 the RayJobTrigger keeps in ``train.wait``'s XCom (:mod:`nemo_rl_gke.observe.step_store`), so the curves show every
 step so far (at most one behind the log), also while the task is deferred. A run followed before the store existed
 is read from the ``[ray job] ...`` lines of its task log, parsed by the same
-:class:`~nemo_rl_gke.observe.metrics.RunMetrics` the trigger uses. Each curve sends at most :data:`MAX_POINTS`.
+:class:`~nemo_rl_gke.observe.metrics.RunMetrics` the trigger uses. The curves are bounded and sent as what changed
+(:mod:`nemo_rl_gke.observe.curves`).
 
 Pure and stdlib-only (the API server builds it on each poll of the page): :mod:`nemo_rl_gke.view_app` reads the
 inputs from the metadata DB; this module only computes. Nothing here reads a credential, and the app masks the job's
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from nemo_rl_gke.observe.curves import CURVES, RunCurves
 from nemo_rl_gke.observe.metrics import RunMetrics, StepMetrics
 from nemo_rl_gke.observe.recoveries import FOLLOWING, RESUMED_AT, merge_attempts
 from nemo_rl_gke.observe.report import (
@@ -38,15 +40,6 @@ from nemo_rl_gke.run.spec import RunSpec
 RAY_JOB_PREFIX = "[ray job] "
 # ETA from the mean of the last steps: early steps (compilation, warm-up) say little about the rest.
 ETA_WINDOW = 10
-# The most points a curve sends to the page: a week-long run's poll costs what an hour's does.
-MAX_POINTS = 2000
-# The curves the page draws: (key, title, unit).
-CURVES: tuple[tuple[str, str, str], ...] = (
-    ("reward", "Average reward", ""),
-    ("loss", "Loss", ""),
-    ("throughput", "E2E throughput", "tokens/s/GPU"),
-    ("validation", "Validation accuracy", ""),
-)
 # The XCom train.wait publishes its budget under: {"hours_limit", "usd_limit", "gpu_nodes", "gpu_nodes_limit",
 # "stopped_at_budget"}.
 BUDGET_XCOM = "budget"
@@ -171,51 +164,6 @@ def _round(value: float | None, digits: int = 4) -> float | None:
     if value is None or math.isnan(value):  # JSON has no NaN, and a curve cannot draw it
         return None
     return round(float(value), digits)
-
-
-def _throughput(step: StepMetrics) -> float | None:
-    if step.e2e_tokens_per_s_per_gpu is not None:
-        return step.e2e_tokens_per_s_per_gpu
-    return step.group_tokens_per_s.get("E2E")
-
-
-def bounded(points: list[list[float]], limit: int = MAX_POINTS) -> list[list[float]]:
-    """At most ``limit`` of ``points`` (``[x, y]`` in x order): each of ``limit // 2`` equal runs of them keeps its
-    lowest and its highest point, in x order, so no peak or dip of the curve is lost; the first and the last point
-    are always kept."""
-    if len(points) <= limit:
-        return points
-    buckets = max(1, limit // 2 - 1)
-    size = (len(points) - 2) / buckets
-    kept = [points[0]]
-    for b in range(buckets):
-        run = points[1 + int(b * size) : 1 + int((b + 1) * size)]
-        if not run:
-            continue
-        low = min(range(len(run)), key=lambda i: run[i][1])
-        high = max(range(len(run)), key=lambda i: run[i][1])
-        kept += [run[i] for i in sorted({low, high})]
-    kept.append(points[-1])
-    return kept
-
-
-def series(metrics: RunMetrics, limit: int = MAX_POINTS) -> dict[str, list[list[float]]]:
-    """The curves: ``[[n, value], ...]`` per metric, ``n`` counting completed steps from 1 (NeMo RL's own step
-    number restarts each epoch), each at most ``limit`` points (:func:`bounded`). Validation points sit at the step
-    they were printed in."""
-    out: dict[str, list[list[float]]] = {key: [] for key, _, _ in CURVES}
-    values = {"reward": lambda s: s.avg_reward, "loss": lambda s: s.loss, "throughput": _throughput}
-    n = 0
-    for step in metrics.steps:
-        if step.completed:
-            n += 1
-            for key, get in values.items():
-                value = _round(get(step), 6)
-                if value is not None:
-                    out[key].append([n, value])
-        if step.val_accuracy is not None:
-            out["validation"].append([n, _round(step.val_accuracy, 6) or 0.0])
-    return {key: bounded(points, limit) for key, points in out.items()}
 
 
 def progress(
@@ -421,14 +369,21 @@ def budget(
     return out
 
 
-def build_view(inputs: ViewInputs) -> dict[str, Any]:
+def build_view(inputs: ViewInputs, curves: RunCurves | None = None, since: str = "") -> dict[str, Any]:
     """The snapshot the page draws: stages, progress, curves, cost and budget, checkpoints and what is still running
-    (``banner``: the costly resources one by one, the free ones folded into one line)."""
+    (``banner``: the costly resources one by one, the free ones folded into one line).
+
+    ``curves``: the run's curves kept from its last poll (:class:`~nemo_rl_gke.observe.curves.RunCurves`; a new one
+    when None); ``since``: the token the page got with the curves it holds, so only what changed is sent
+    (``series_window``)."""
     if inputs.attempts:
         metrics, attempts = merge_attempt_metrics(inputs.attempts, inputs.recoveries)
     else:
         # A run followed before the step store: its task log's lines.
         metrics, attempts = parse_attempts(inputs.log_lines, inputs.recoveries)
+    curves = curves if curves is not None else RunCurves()
+    completed, tentative = curves.update(metrics, (len(attempts) + 1, tuple(m.get("at") for m in attempts)))
+    series, window = curves.window(completed, tentative, since)
     if not metrics.steps and inputs.job_summary:
         metrics.checkpoints = list(inputs.job_summary.get("checkpoints") or [])
     wait = inputs.tasks.get(topology.WAIT)
@@ -439,7 +394,8 @@ def build_view(inputs: ViewInputs) -> dict[str, Any]:
         "generated_at": _iso(inputs.now),
         "stages": stages(inputs.tasks, inputs.now),
         "progress": progress(metrics, wait, inputs.now, *_step_range(inputs)),
-        "series": series(metrics),
+        "series": series,
+        "series_window": {"from": window["from"], "token": window["token"]},
         "attempts": attempts,
         "curves": [{"key": key, "title": title, "unit": unit} for key, title, unit in CURVES],
         "wandb_url": metrics.wandb_url or (inputs.job_summary or {}).get("wandb_url"),
@@ -452,8 +408,8 @@ def build_view(inputs: ViewInputs) -> dict[str, Any]:
         "running_usd_per_hour": 0.0,
         "banner": costs.banner([]),
     }
-    view["points"] = sum(1 for s in metrics.steps if s.completed and s.avg_reward is not None)
-    view["shown"] = {key: len(points) for key, points in view["series"].items()}
+    view["points"] = len(curves.points["reward"]) + len(tentative["reward"])
+    view["shown"] = window["shown"]
     if not inputs.conf:
         return view  # validate has not accepted a conf (yet): nothing was created, nothing costs
     spec = RunSpec.from_conf(inputs.conf)

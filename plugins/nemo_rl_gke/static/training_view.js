@@ -271,11 +271,27 @@ function render(view) {
   document.body.setAttribute("data-wait-state", p.state);
 }
 
+// The curves held from the polls so far, and the token the server gave with them: it then sends only the points
+// after the step the token names (series_window.from), and every point when "from" is 0.
+let held = { series: {}, token: "" };
+
+function withHeldSeries(view) {
+  const window_ = view.series_window || { from: 0, token: "" };
+  const series = {};
+  for (const [key, points] of Object.entries(view.series || {})) {
+    const before = window_.from > 0 ? (held.series[key] || []).filter((p) => p[0] <= window_.from) : [];
+    series[key] = before.concat(points);
+  }
+  held = { series, token: window_.token || "" };
+  return { ...view, series };
+}
+
 async function poll() {
   try {
-    const response = await fetch(DATA_URL, { credentials: "same-origin", cache: "no-store" });
-    if (!response.ok) throw new Error(`HTTP ${response.status} from ${DATA_URL}`);
-    render(await response.json());
+    const url = held.token ? `${DATA_URL}&${new URLSearchParams({ since: held.token })}` : DATA_URL;
+    const response = await fetch(url, { credentials: "same-origin", cache: "no-store" });
+    if (!response.ok) throw new Error(`HTTP ${response.status} from ${url}`);
+    render(withHeldSeries(await response.json()));
     setText("error", "");
     delete document.body.dataset.error;
   } catch (error) {
