@@ -32,13 +32,14 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "plugins"))
 
 from bench.airflow_components import (  # noqa: E402
-    DAG_ID,
     Airflow,
     component_pids,
     http_json,
     run_bench,
+    run_path,
     start_airflow,
     task_instances,
+    trigger,
     wait_for,
     wait_ready,
     xcom_value,
@@ -125,14 +126,9 @@ class Sampler:
         self._thread.join(timeout=5)
 
 
-def trigger(airflow: Airflow, conf: dict[str, Any]) -> str:
-    """Trigger one run; its run id."""
-    run = airflow.api("POST", f"/api/v2/dags/{DAG_ID}/dagRuns", {"logical_date": None, "conf": conf})
-    return str(run["dag_run_id"])
-
-
-def peak_per_minute(calls: list[dict[str, Any]]) -> dict[str, int]:
-    """The most calls any 60 s window saw, per quota group the sandbox models (compute reads and mutations, GKE)."""
+def peak_per_minute(calls: list[dict[str, Any]], window_s: float = 60.0) -> dict[str, int]:
+    """The most calls any ``window_s`` window saw (a minute, or a scaled run's minute), per quota group the sandbox
+    models (compute reads and mutations, GKE)."""
     groups: dict[str, list[float]] = collections.defaultdict(list)
     for call in calls:
         if call["service"] == "compute":
@@ -144,7 +140,7 @@ def peak_per_minute(calls: list[dict[str, Any]]) -> dict[str, int]:
         times.sort()
         best, first = 0, 0
         for last, at in enumerate(times):
-            while at - times[first] > 60.0:
+            while at - times[first] > window_s:
                 first += 1
             best = max(best, last - first + 1)
         peaks[group] = best
@@ -247,7 +243,7 @@ def measure(args: argparse.Namespace, workdir: Path, running: dict[str, Any]) ->
         ids = {label: trigger(airflow, conf) for label, conf in runs}
 
         def all_done() -> bool:
-            states = [airflow.api("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{rid}")["state"] for rid in ids.values()]
+            states = [airflow.api("GET", run_path(rid))["state"] for rid in ids.values()]
             return all(state in ("success", "failed") for state in states)
 
         wait_for("every run to finish", all_done, args.timeout, 5.0)
@@ -316,7 +312,7 @@ def print_runs(
     ok, deferred_s = True, 0.0
     print("\nper run: state, wall time, Google API requests by API and method (calls naming its group)")
     for label, rid in ids.items():
-        run = airflow.api("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{rid}")
+        run = airflow.api("GET", run_path(rid))
         tis = task_instances(airflow, rid)
         deferred_s += sum(float(ti.get("duration") or 0) for ti in tis if ti["task_id"] in DEFERRING)
         counts = per_run.get(label, collections.Counter())
