@@ -165,7 +165,9 @@ def attribute(calls: list[dict[str, Any]], labels: dict[str, str]) -> list[str]:
     by_operation: dict[str, str] = {}
     owners = []
     for call in calls:
-        owner = owner_of(call["path"] + " " + json.dumps(call.get("body")), labels)
+        # A lease write carries every group's lease: it is the project's, not a run's.
+        text = call["path"] if call["path"].endswith(LEASE_WRITE) else call["path"] + " " + json.dumps(call.get("body"))
+        owner = owner_of(text, labels)
         if owner == "shared":
             owner = next((by_operation[op] for op in by_operation if op in call["path"]), "shared")
         for op in call.get("operations") or ():
@@ -337,7 +339,8 @@ def print_runs(
                 print(f"    {step.task_id}: {action} on its first try (expected created)")
                 ok = False
     shared = per_run.get("shared", collections.Counter())
-    print(f"  shared (project-level: leases, regions, operations by id): {sum(shared.values())} requests "
+    print(f"  shared (the project's: lease reads and writes, regions, quotas; each cluster's Kubernetes API, whose "
+          f"paths name no group): {sum(shared.values())} requests "
           f"({', '.join(f'{k} {v}' for k, v in sorted(shared.items()))})")  # fmt: skip
     return ok, deferred_s
 
