@@ -7,13 +7,18 @@ would drown a few percent. Bytecode is cached under the run's own temporary dire
 when the environment says ``PYTHONDONTWRITEBYTECODE``), filled by a warm-up run of each file, so no sample pays for
 compiling a module whose ``.pyc`` is missing or stale. Target: ratio <= 1.03 for every file.
 
-    .venv/bin/python bench/parse_time.py [--runs 7]
+On a loaded machine the CPU time of the same file still varies by several percent from run to run. ``--instructions``
+counts the instructions each file executes under valgrind's callgrind instead (hash seed fixed): the same count for
+the same code, whatever the load, at about 50 s a file.
+
+    .venv/bin/python bench/parse_time.py [--runs 7] [--instructions]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -49,10 +54,24 @@ def sample(path: Path, env: dict[str, str]) -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
+def instructions(path: Path, env: dict[str, str]) -> int:
+    """Instructions one fresh interpreter executes to import and run the DAG file, counted by valgrind's callgrind
+    (the same for the same inputs, whatever else the machine does; about 50 s a sample)."""
+    command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c", TIMER, str(path)]
+    out = subprocess.run(command, env={**env, "PYTHONHASHSEED": "0"}, capture_output=True, text=True, check=True)
+    found = re.search(r"Collected : (\d+)", out.stderr)
+    if found is None:
+        raise SystemExit(f"callgrind printed no count: {out.stderr[-500:]}")
+    return int(found.group(1))
+
+
 def main() -> int:
     """Print both medians and their ratio; exit 1 if the ratio misses the target."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument(
+        "--instructions", action="store_true", help="count instructions under valgrind instead of timing (one run)"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         minimal = Path(tmp) / "minimal_dag.py"
@@ -67,6 +86,8 @@ def main() -> int:
         ours = sorted((ROOT / "dags").glob("*.py"))
         for path in (minimal, *ours):
             sample(path, env)  # warm-up: writes airflow.cfg, compiles every module it imports, fills the page cache
+        if args.instructions:
+            return report_instructions(minimal, ours, env)
         base: list[float] = []
         times: dict[Path, list[float]] = {path: [] for path in ours}
         for _ in range(args.runs):
@@ -84,6 +105,20 @@ def main() -> int:
             f"dags/{path.name}: median {d:.3f}s ({min(samples):.3f}-{max(samples):.3f}), ratio {ratio:.3f} "
             f"(target <= {TARGET:.2f}): {'OK' if ratio <= TARGET else 'MISSED'}"
         )
+    return 1 if missed else 0
+
+
+def report_instructions(minimal: Path, ours: list[Path], env: dict[str, str]) -> int:
+    """Each file's instruction count over the minimal DAG's; exit status 1 if a ratio misses the target."""
+    base = instructions(minimal, env)
+    print(f"minimal airflow.sdk DAG: {base:,} instructions")
+    missed = 0
+    for path in ours:
+        count = instructions(path, env)
+        ratio = count / base
+        missed += ratio > TARGET
+        print(f"dags/{path.name}: {count:,} instructions, ratio {ratio:.3f} (target <= {TARGET:.2f}): "
+              f"{'OK' if ratio <= TARGET else 'MISSED'}")  # fmt: skip
     return 1 if missed else 0
 
 

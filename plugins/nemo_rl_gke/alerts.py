@@ -41,8 +41,8 @@ from airflow.sdk import BaseNotifier
 
 from nemo_rl_gke.run import task_states as ts
 from nemo_rl_gke.run import topology
+from nemo_rl_gke.run.airflow_settings import ENV_PREFIX, SECTION
 from nemo_rl_gke.run.alert_settings import AlertSettings
-from nemo_rl_gke.run.deployment import ENV_PREFIX, SECTION, is_loopback_url, load_deployment
 
 if TYPE_CHECKING:
     from airflow.sdk import Connection, Context, DeadlineAlert
@@ -143,6 +143,8 @@ def http_problem(conn: Connection) -> str:
     scheme, _, rest = url.partition("://")
     if not re.match(r"[^/?#\s]", rest):
         return "it has no host"
+    from nemo_rl_gke.run.deployment import is_loopback_url  # lazy: the deployment's rules load when an alert is sent
+
     if scheme.lower() == "https" or (scheme.lower() == "http" and is_loopback_url(url)):
         return ""
     return f"it is {scheme.lower() or 'no'} scheme to a non-loopback host: use https (plain http only to loopback)"
@@ -222,6 +224,9 @@ def _safe_error(exc: BaseException) -> str:
 def _targets(requested: Sequence[str], deployment: Deployment | None) -> list[str]:
     """The targets, with the deployment's settings read now unless given (tests pass their own)."""
     if deployment is None:
+        # lazy: the deployment's settings load when an alert is sent, not while the DAG file is parsed
+        from nemo_rl_gke.run.deployment import load_deployment
+
         deployment = load_deployment()
     return resolve_targets(requested, deployment)
 

@@ -29,8 +29,8 @@ from nemo_rl_gke.operators.preflight import (
 from nemo_rl_gke.operators.rayjob import RayJobSensor, SubmitRayJobOperator
 from nemo_rl_gke.operators.report import RunReportOperator
 from nemo_rl_gke.run import topology
+from nemo_rl_gke.run.airflow_settings import max_active_runs
 from nemo_rl_gke.run.alert_settings import AlertSettings
-from nemo_rl_gke.run.deployment import max_active_runs
 from nemo_rl_gke.run.topology import Op
 
 OPERATORS: dict[Op, type[BaseOperator]] = {

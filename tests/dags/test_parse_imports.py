@@ -28,8 +28,9 @@ print("\\n".join(sorted(m for m in sys.modules if m.split(".")[0] == "nemo_rl_gk
 
 # The manual run DAG: the factory, its operator classes, their extra links, the alert callbacks, the trigger form's
 # Params and the docs. The rest are what those name at module level: the topology, the RunConf fields behind the
-# Params (conf_schema, which reads the recipe names from paths), the alert settings and the deployment's settings
-# they read, and three small pure modules of names and rules (outcomes, task_states, capacity).
+# Params (conf_schema, which reads the recipe names from paths), the alert settings, the deployment's config section
+# with max_active_runs (airflow_settings), and three small pure modules of names and rules (outcomes, task_states,
+# capacity).
 RUN_DAG = frozenset(
     {
         "nemo_rl_gke",
@@ -50,10 +51,10 @@ RUN_DAG = frozenset(
         "nemo_rl_gke.operators.rayjob",
         "nemo_rl_gke.operators.report",
         "nemo_rl_gke.run",
+        "nemo_rl_gke.run.airflow_settings",
         "nemo_rl_gke.run.alert_settings",
         "nemo_rl_gke.run.capacity",
         "nemo_rl_gke.run.conf_schema",
-        "nemo_rl_gke.run.deployment",
         "nemo_rl_gke.run.outcomes",
         "nemo_rl_gke.run.paths",
         "nemo_rl_gke.run.task_states",
@@ -78,6 +79,7 @@ ALLOWED: dict[str, frozenset[str]] = {
             "nemo_rl_gke.operators.base",
             "nemo_rl_gke.operators.sweeper",
             "nemo_rl_gke.run",
+            "nemo_rl_gke.run.airflow_settings",
             "nemo_rl_gke.run.conf_schema",
             "nemo_rl_gke.run.deployment",
             "nemo_rl_gke.run.paths",

@@ -18,7 +18,6 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from nemo_rl_gke.links import RunLink
 from nemo_rl_gke.run import topology
-from nemo_rl_gke.run.deployment import load_deployment
 from nemo_rl_gke.run.topology import PENDING, RETURN, STARTED_AT, VALIDATE, Step
 
 if TYPE_CHECKING:
@@ -106,6 +105,9 @@ class StepOperator(BaseOperator):
     @cached_property
     def deployment(self) -> Deployment:
         """The deployment's settings (secret connections, dashboard, installer allowlist), read at run time."""
+        # lazy: execution-only, kept out of DAG parsing
+        from nemo_rl_gke.run.deployment import load_deployment
+
         return load_deployment()
 
     def run_spec(self, context: Context) -> RunSpec:

@@ -19,7 +19,6 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from nemo_rl_gke.links import JOB_LINKS, WAIT_LINKS
 from nemo_rl_gke.operators.base import DEFERRAL_BACKSTOP_S, StepOperator, epoch_of, iso_now, iso_of, pull
-from nemo_rl_gke.run.deployment import ConnectionNotAllowedError
 from nemo_rl_gke.run.topology import (
     JOB_BUDGET,
     JOB_RECOVERIES,
@@ -124,6 +123,7 @@ def submit_grpo_job(
     from nemo_rl_gke.plan.ray_job import job_request
     from nemo_rl_gke.ray.hooks import RayJobsHook
     from nemo_rl_gke.run.deadline import BudgetSpentError, setup_reserve
+    from nemo_rl_gke.run.deployment import ConnectionNotAllowedError
     from nemo_rl_gke.run.recipes import load_recipe
 
     recipe = load_recipe(spec.recipe)
@@ -184,6 +184,7 @@ def job_secret_values(operator: StepOperator, request: JobRequest) -> dict[str, 
 
     # lazy: execution-only, kept out of DAG parsing
     from nemo_rl_gke.ray.submit import SecretMissingError, resolve_secrets
+    from nemo_rl_gke.run.deployment import ConnectionNotAllowedError
 
     def password_of(conn_id: str) -> str | None:
         try:

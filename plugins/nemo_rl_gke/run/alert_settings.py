@@ -9,7 +9,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from nemo_rl_gke.run.deployment import CONN_ID, SECTION
+from nemo_rl_gke.run.airflow_settings import CONN_ID, SECTION
 
 
 class AlertSettingsError(ValueError):

@@ -27,10 +27,18 @@ from dataclasses import dataclass, fields
 from typing import Any
 from urllib.parse import SplitResult, parse_qs, urlsplit
 
+from nemo_rl_gke.run.airflow_settings import (
+    CONN_ID,
+    DEFAULT_MAX_ACTIVE_RUNS,
+    ENV_PREFIX,
+    MAX_ACTIVE_RUNS_CEILING,
+    SECTION,
+    DeploymentError,
+    max_active_runs_problem,
+    whole_number,
+)
 from nemo_rl_gke.run.conf_schema import CAPACITIES, PUBLISH_POLICIES
 
-SECTION = "nemo_rl_gke"
-ENV_PREFIX = f"AIRFLOW__{SECTION.upper()}__"
 DEFAULT_DEPLOYMENT_ID = "default"
 DEFAULT_HF_CONN_IDS = ("huggingface_default",)
 DEFAULT_WANDB_CONN_IDS = ("wandb_default",)
@@ -41,7 +49,6 @@ TUTORIAL_INSTALLER_URLS = (
     "https://raw.githubusercontent.com/GoogleCloudPlatform/container-engine-accelerators/refs/heads/master/"
     "gpudirect-rdma/nccl-rdma-installer.yaml",
 )
-CONN_ID = re.compile(r"[A-Za-z0-9_.-]{1,250}")
 # Ownership stamps it on labels, whose values are at most 63 lowercase letters, digits, '_' and '-' (FACTS §15).
 DEPLOYMENT_ID = re.compile(r"[a-z][a-z0-9_-]{0,62}")
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
@@ -61,8 +68,6 @@ GPU_NODES_CEILING = 1024
 DEFAULT_MAX_RECOVERIES = 5
 RECOVERIES_CEILING = 20
 # Runs of the manual DAG at once: each its own run group, lease and GPU pool (bench/many_runs.py measures 20).
-DEFAULT_MAX_ACTIVE_RUNS = 4
-MAX_ACTIVE_RUNS_CEILING = 64
 BUCKET_ENTRY = re.compile(r"[a-z0-9._-]+\*?")
 PROJECT_ENTRY = re.compile(r"[a-z][a-z0-9-]{4,28}[a-z0-9]")
 REGION_ENTRY = re.compile(r"[a-z]+-[a-z]+[0-9]+")
@@ -74,10 +79,6 @@ DEFAULT_MAX_RUN_HOURS = 24.0
 DEFAULT_MAX_RUN_SPEND = 5000.0  # USD
 # How far past a budget or the job timeout a run may go to finish NeMo RL's deadline save (a day at most).
 MAX_OVERRUN_MINUTES = 24 * 60
-
-
-class DeploymentError(ValueError):
-    """The deployment's settings are malformed: an admin must fix the Airflow config, not the run conf."""
 
 
 class EndpointNotAllowedError(ValueError):
@@ -196,7 +197,7 @@ class Deployment:
     - ``allowed_capacity``: the GPU capacity options a conf's ``capacity`` and ``capacity_ladder`` may use;
       ``max_gpu_hour_usd``: the most a GPU-hour of any of them may cost at the price table's estimate. 0: no limit.
     - ``max_active_runs``: how many runs of the manual DAG may be active at once (read when the DAG file is
-      parsed: :func:`max_active_runs`).
+      parsed: :func:`nemo_rl_gke.run.airflow_settings.max_active_runs`).
     - ``allowed_publish``: the publish policies a conf may pick (drop ``always`` so that only a model that scores
       better than the last published one is published).
     - ``gcp_project``: not a ``[nemo_rl_gke]`` setting but the ``project`` extra of the Google connection, read by
@@ -294,11 +295,9 @@ class Deployment:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= GPU_NODES_CEILING:
                 problems.append(f"{name} must be a whole number from 1 to {GPU_NODES_CEILING} (got {str(value)[:40]})")
-        value = self.max_active_runs
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ACTIVE_RUNS_CEILING:
-            problems.append(
-                f"max_active_runs must be a whole number from 1 to {MAX_ACTIVE_RUNS_CEILING} (got {str(value)[:40]})"
-            )
+        problem = max_active_runs_problem(self.max_active_runs)
+        if problem:
+            problems.append(problem)
         value = self.max_recoveries
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= RECOVERIES_CEILING:
             problems.append(
@@ -372,7 +371,7 @@ class Deployment:
             elif isinstance(f.default, float):
                 values[f.name] = _number(raw)
             elif isinstance(f.default, int):
-                values[f.name] = _int(raw, f.name)
+                values[f.name] = whole_number(raw, f.name)
             else:
                 values[f.name] = raw.strip()
         return cls(**values)
@@ -398,16 +397,6 @@ def _allowed(requested: str, allowed: tuple[str, ...], param: str) -> str:
     raise ConnectionNotAllowedError(
         f"{param}: the deployment allows only {', '.join(allowed)} for this secret; no other connection is read"
     )
-
-
-def _int(raw: str, name: str) -> int:
-    try:
-        return int(raw.strip())
-    except ValueError:
-        raise DeploymentError(
-            f"[{SECTION}] {name} must be a whole number (got {raw.strip()[:40]!r}). Fix it in airflow.cfg or "
-            f"{ENV_PREFIX}{name.upper()}"
-        ) from None
 
 
 def connection_project(value: str | None) -> str:
@@ -456,21 +445,6 @@ def _number(raw: str) -> float | str:
         return float(raw.strip())
     except ValueError:
         return raw.strip()
-
-
-def max_active_runs() -> int:
-    """``[nemo_rl_gke] max_active_runs``, read while a DAG file is parsed: one config lookup, no connection (the
-    rest of the deployment is read at run time, :func:`load_deployment`). A bad value is the DAG file's import
-    error, naming the setting and the fix."""
-    try:
-        from airflow.configuration import conf  # lazy: only inside Airflow
-    except ImportError:
-        raw = os.environ.get(ENV_PREFIX + "MAX_ACTIVE_RUNS")
-    else:
-        raw = conf.get(SECTION, "max_active_runs", fallback=None)
-    if raw is None or not str(raw).strip():
-        return DEFAULT_MAX_ACTIVE_RUNS
-    return Deployment(max_active_runs=_int(str(raw), "max_active_runs")).max_active_runs
 
 
 def load_deployment(gcp_conn_id: str = DEFAULT_GCP_CONN_ID) -> Deployment:
