@@ -7,7 +7,8 @@ cluster's own CA (:mod:`sandbox.tls`). The cluster reports ``endpoint`` ``127.0.
 Served:
 
 - discovery (``/api``, ``/api/v1``, ``/apis``, ``/apis/{group}/{version}``) for the kinds in :data:`RESOURCES`;
-- get, list (``labelSelector``, ``fieldSelector`` on ``metadata.name`` / ``involvedObject.name``), create (409 when it
+- get, list (``labelSelector`` in the full grammar, ``fieldSelector`` on the field labels each kind supports:
+  :mod:`sandbox.kube_selectors`), create (409 when it
   exists), server-side apply (``PATCH`` with ``application/apply-patch+yaml`` and a ``fieldManager``), delete (404
   when it does not exist), for namespaced and cluster-scoped objects, with a per-cluster ``resourceVersion``;
 - the service proxy ``/api/v1/namespaces/{ns}/services/{name}:{port}/proxy/...``, forwarded to the local Ray dashboard
@@ -36,6 +37,7 @@ from aiohttp import web
 from sandbox import formats
 from sandbox.auth import KUBE_UNAUTHORIZED, Verdict
 from sandbox.kube_cluster import KubeCluster, server_metadata
+from sandbox.kube_selectors import SelectorError, field_selector, label_selector
 from sandbox.tls import HOST, ClusterTls, new_cluster_tls
 
 if TYPE_CHECKING:
@@ -49,6 +51,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("sandbox.kube")
 # Which cluster a listener serves: every request on it is for that cluster's API.
 CLUSTER_ID = web.AppKey("cluster_id", str)
+# The GKE version the cluster runs (its currentMasterVersion), for ``/version``.
+CLUSTER_VERSION = web.AppKey("cluster_version", str)
 # A deleted cluster's listener waits this long for requests in flight (a proxied job log) before it closes them.
 LISTENER_SHUTDOWN_S = 2.0
 APPLY_PATCH = "application/apply-patch+yaml"
@@ -191,22 +195,25 @@ def resolve(segments: list[str]) -> Target | dict[str, Any]:
 VERBS = ["create", "delete", "get", "list", "patch"]
 
 
-def _selector(text: str) -> dict[str, str]:
-    pairs = [p for p in text.split(",") if p]
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise KubeError(400, "BadRequest", f"unable to parse requirement: {pair!r} (only key=value is served)")
-        out[key.strip()] = value.lstrip("=").strip()
-    return out
-
-
-def _field(obj: dict[str, Any], dotted: str) -> Any:
-    value: Any = obj
-    for part in dotted.split("."):
-        value = value.get(part) if isinstance(value, dict) else None
-    return value
+def version_info(gke_version: str) -> dict[str, Any] | None:
+    """``GET /version`` as GKE's API server answers it (``k8s.io/apimachinery/pkg/version.Info``), for the cluster's
+    GKE version (``1.32.4-gke.1106006``); None when the cluster reports none."""
+    if not gke_version:
+        return None
+    major, minor = gke_version.split(".")[:2]
+    return {
+        "major": major,
+        "minor": minor,
+        "emulationMajor": major,
+        "emulationMinor": minor,
+        "gitVersion": f"v{gke_version}",
+        "gitCommit": "0000000000000000000000000000000000000000",
+        "gitTreeState": "clean",
+        "buildDate": "2026-01-01T00:00:00Z",
+        "goVersion": "go1.24.0 X:boringcrypto",
+        "compiler": "gc",
+        "platform": "linux/amd64",
+    }
 
 
 def _merge(base: Any, applied: Any) -> Any:
@@ -323,6 +330,7 @@ class KubeApi:
         sock = _bind(int(resource.extra.get("kube_port", 0)))
         application = web.Application(client_max_size=16 * 1024 * 1024)
         application[CLUSTER_ID] = str(resource.body["id"])
+        application[CLUSTER_VERSION] = str(resource.body.get("currentMasterVersion") or "")
         application.router.add_route("*", "/{tail:.*}", self._on_listener)
         runner = web.AppRunner(application, access_log=None, handle_signals=False, shutdown_timeout=LISTENER_SHUTDOWN_S)
         listener = Listener(sock, runner)
@@ -401,7 +409,8 @@ class KubeApi:
                 fault_id = fault.id
                 raise KubeError(fault.status or 500, "InternalError", fault.message or f"Injected fault {fault.id}")
             cluster = self.cluster_for(request.app[CLUSTER_ID])
-            target = resolve(parse_path(request.path))
+            target = version_info(request.app[CLUSTER_VERSION]) if request.path == "/version" else None
+            target = target or resolve(parse_path(request.path))
             if isinstance(target, dict):
                 response = web.json_response(target)
             elif target.plural == "services" and target.sub[:1] == ("proxy",):
@@ -439,6 +448,13 @@ class KubeApi:
         self, request: web.Request, cluster: KubeCluster, target: Target, text: str, fault: Any
     ) -> tuple[int, dict[str, Any]]:
         method = request.method
+        dry = request.query.getall("dryRun", [])
+        if any(value != "All" for value in dry):
+            bad = next(value for value in dry if value != "All")
+            raise KubeError(400, "BadRequest", f'dryRun: Unsupported value: "{bad}": supported values: "All"')
+        dry_run = bool(dry)
+        if dry_run and method == "GET":
+            raise KubeError(400, "BadRequest", "dryRun is not supported on a read")
         if target.sub:
             raise KubeError(404, "NotFound", f"subresource {'/'.join(target.sub)} is not served")
         if target.namespace is not None and cluster.get("v1", "namespaces", None, target.namespace) is None:
@@ -451,15 +467,16 @@ class KubeApi:
                 raise not_found(target.plural, target.name or "", target.group)
             return 200, obj
         if method == "POST" and target.name is None:
-            return 201, self._create(cluster, target, self._body(text, "application/json"))
+            return 201, self._create(cluster, target, self._body(text, "application/json"), dry_run)
         if method == "PATCH" and target.name is not None:
             if request.content_type != APPLY_PATCH:
                 raise KubeError(415, "UnsupportedMediaType", f"the sandbox serves only {APPLY_PATCH} patches")
             if not request.query.get("fieldManager"):
                 raise KubeError(400, "BadRequest", "PATCH with apply-patch needs the fieldManager query parameter")
-            return self._apply(cluster, target, self._body(text, APPLY_PATCH), request.query["fieldManager"], fault)
+            body = self._body(text, APPLY_PATCH)
+            return self._apply(cluster, target, body, request.query["fieldManager"], fault, dry_run=dry_run)
         if method == "DELETE" and target.name is not None:
-            return 200, self._delete(cluster, target)
+            return 200, self._delete(cluster, target, dry_run)
         raise KubeError(405, "MethodNotAllowed", f"{method} is not served on this path")
 
     @staticmethod
@@ -494,7 +511,7 @@ class KubeApi:
             raise KubeError(400, "BadRequest", f"{target.kind} is cluster-scoped; metadata.namespace must be unset")
         return body
 
-    def _create(self, cluster: KubeCluster, target: Target, body: dict[str, Any]) -> dict[str, Any]:
+    def _create(self, cluster: KubeCluster, target: Target, body: dict[str, Any], dry_run: bool) -> dict[str, Any]:
         body = self._check_body(target, copy.deepcopy(body), None)
         name = body["metadata"]["name"]
         if cluster.get(target.group_version, target.plural, target.namespace, name) is not None:
@@ -507,14 +524,17 @@ class KubeApi:
         body.pop("status", None)
         body["metadata"] = {k: v for k, v in body["metadata"].items() if k not in SERVER_METADATA}
         server_metadata(body["metadata"])
+        if dry_run:
+            return body  # validated and defaulted as if stored, but nothing is stored and no controller sees it
         obj = cluster.put(target.group_version, target.plural, body)
         self._created(cluster, target, obj, None)
         return obj
 
     def _apply(
-        self, cluster: KubeCluster, target: Target, body: dict[str, Any], manager: str, fault: Any
+        self, cluster: KubeCluster, target: Target, body: dict[str, Any], manager: str, fault: Any, *, dry_run: bool
     ) -> tuple[int, dict[str, Any]]:
-        """Server-side apply: create the object, or merge the applied fields into it; unchanged keeps its version."""
+        """Server-side apply: create the object, or merge the applied fields into it; unchanged keeps its version.
+        A dry run answers the same and stores nothing."""
         body = self._check_body(target, copy.deepcopy(body), target.name)
         body.pop("status", None)
         applied_meta = {k: v for k, v in body["metadata"].items() if k not in SERVER_METADATA}
@@ -524,6 +544,8 @@ class KubeApi:
             obj = {**body, "metadata": applied_meta}
             server_metadata(obj["metadata"])
             obj["metadata"]["managedFields"] = managed
+            if dry_run:
+                return 201, obj
             obj = cluster.put(target.group_version, target.plural, obj)
             self._created(cluster, target, obj, fault)
             return 201, obj
@@ -537,6 +559,11 @@ class KubeApi:
         spec_changed = merged.get("spec") != existing.get("spec")
         obj["metadata"]["generation"] = existing["metadata"].get("generation", 1) + int(spec_changed)
         obj["metadata"]["managedFields"] = managed
+        if dry_run:
+            return 200, {
+                **obj,
+                "metadata": {**obj["metadata"], "resourceVersion": existing["metadata"]["resourceVersion"]},
+            }
         return 200, cluster.put(target.group_version, target.plural, obj)
 
     def _created(self, cluster: KubeCluster, target: Target, obj: dict[str, Any], fault: Any) -> None:
@@ -551,11 +578,13 @@ class KubeApi:
             hang = fault is not None and getattr(fault, "operation", None) == "hang"
             self.kuberay.created(cluster, obj, stuck_message=(fault.message or "") if hang else None)
 
-    def _delete(self, cluster: KubeCluster, target: Target) -> dict[str, Any]:
+    def _delete(self, cluster: KubeCluster, target: Target, dry_run: bool) -> dict[str, Any]:
         name = target.name or ""
         obj = cluster.get(target.group_version, target.plural, target.namespace, name)
         if obj is None:
             raise not_found(target.plural, name, target.group)
+        if dry_run:
+            return obj
         if target.plural == "rayclusters":
             # KubeRay's finalizer keeps the object until its pods are gone: here, until its Ray has stopped.
             if not obj["metadata"].get("deletionTimestamp"):
@@ -573,16 +602,16 @@ class KubeApi:
         }
 
     def _list(self, cluster: KubeCluster, target: Target, request: web.Request) -> dict[str, Any]:
-        labels = _selector(request.query.get("labelSelector", ""))
-        fields = _selector(request.query.get("fieldSelector", ""))
-        items = []
-        for obj in cluster.of(target.group_version, target.plural, target.namespace):
-            obj_labels = obj["metadata"].get("labels") or {}
-            if any(obj_labels.get(k) != v for k, v in labels.items()):
-                continue
-            if any(str(_field(obj, k)) != v for k, v in fields.items()):
-                continue
-            items.append(obj)
+        try:
+            labels = label_selector(request.query.get("labelSelector", ""))
+            fields = field_selector(request.query.get("fieldSelector", ""), target.plural)
+        except SelectorError as exc:
+            raise KubeError(400, "BadRequest", str(exc)) from exc
+        items = [
+            obj
+            for obj in cluster.of(target.group_version, target.plural, target.namespace)
+            if labels(obj["metadata"].get("labels") or {}) and fields(obj)
+        ]
         return {
             "kind": f"{target.kind}List",
             "apiVersion": target.group_version,
