@@ -60,12 +60,13 @@ def latest_run(dag_id: str) -> dict[str, Any]:
         }
 
 
-def start_demo_sandbox(home: Path, conf: dict[str, Any]) -> tuple[Any, dict[str, str]]:
-    """The local GCP sandbox, seeded with the conf's reservation and export bucket, and the connection env for it."""
+def demo_seed(conf: dict[str, Any]) -> dict[str, Any]:
+    """What the sandbox needs for ``conf`` to run: its reservation and its export bucket (``include/conf/
+    sandbox-seed.json`` is this for ``include/conf/local.json``, for a sandbox started by hand)."""
     from nemo_rl_gke.run.spec import RunSpec
 
     spec = RunSpec.from_conf(conf)
-    seed = {
+    return {
         "reservations": [
             {
                 "project": spec.project,
@@ -80,6 +81,14 @@ def start_demo_sandbox(home: Path, conf: dict[str, Any]) -> tuple[Any, dict[str,
             {"project": spec.project, "name": spec.export_bucket_name, "lustre_agent_role": "roles/storage.objectUser"}
         ],
     }
+
+
+def start_demo_sandbox(home: Path, conf: dict[str, Any]) -> tuple[Any, dict[str, str]]:
+    """The local GCP sandbox, seeded with the conf's reservation and export bucket, and the connection env for it."""
+    from nemo_rl_gke.run.spec import RunSpec
+
+    spec = RunSpec.from_conf(conf)
+    seed = demo_seed(conf)
     # Operations take a few hundred milliseconds, so the waits really are deferrals.
     sandbox = start_sandbox(home / f"sandbox-{time.strftime('%Y%m%d-%H%M%S')}", latency_scale=0.002, seed=seed)
     # The sandbox's service-account key: google-auth's real JWT grant and refresh, as with a key file on GCP.
