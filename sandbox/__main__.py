@@ -94,7 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     # Imported after parsing: a usage error answers at once, without loading the Google client libraries.
     from sandbox.server import serve
 
-    asyncio.run(serve(args.port, args.state, args.latency_scale, args.seed, args.token_lifetime))
+    # Absolute: Lustre's directories live under the state dir and the Ray jobs run in working dirs of their own, so a
+    # relative --state (the README's `.sandbox`) would name another place in every job.
+    asyncio.run(serve(args.port, args.state.resolve(), args.latency_scale, args.seed, args.token_lifetime))
     return 0
 
 

@@ -29,3 +29,34 @@ def test_a_sandbox_started_with_it_has_the_reservation_and_the_bucket(tmp_path: 
         assert bucket["name"] == "nemo-rl-demo-nemo-rl-checkpoints"
     finally:
         sandbox.stop()
+
+
+def test_a_relative_state_dir_is_taken_as_an_absolute_one(tmp_path: Path) -> None:
+    # The guide's `--state .sandbox`: Lustre's directories live under it, and each Ray job runs in a working dir of
+    # its own, so a relative path would name a different place in every job (validation found no checkpoint).
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from sandbox.ports import free_port
+
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "sandbox", "serve", "--port", str(port), "--state", ".sandbox",
+               "--seed", str(SEED), "--latency-scale", "0"]  # fmt: skip
+    process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                health = request_json(f"http://127.0.0.1:{port}/sandbox/health", timeout=2)
+                break
+            except OSError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise
+                time.sleep(0.2)
+        assert health["state_dir"] == str(tmp_path / ".sandbox")
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
