@@ -34,7 +34,7 @@ import aiohttp
 import yaml
 from aiohttp import web
 
-from sandbox import formats
+from sandbox import formats, kube_volumes
 from sandbox.auth import KUBE_UNAUTHORIZED, Verdict
 from sandbox.kube_cluster import KubeCluster, server_metadata
 from sandbox.kube_selectors import SelectorError, field_selector, label_selector
@@ -567,13 +567,12 @@ class KubeApi:
         return 200, cluster.put(target.group_version, target.plural, obj)
 
     def _created(self, cluster: KubeCluster, target: Target, obj: dict[str, Any], fault: Any) -> None:
-        """What controllers do with a new object: bind a PVC to its PV, start KubeRay on a RayCluster."""
+        """What controllers do with a new object: bind a PVC and its PV (:mod:`sandbox.kube_volumes`), start KubeRay
+        on a RayCluster."""
         if target.plural == "persistentvolumeclaims":
-            volume = (obj.get("spec") or {}).get("volumeName")
-            bound = volume and cluster.get("v1", "persistentvolumes", None, volume) is not None
-            obj["status"] = {"phase": "Bound" if bound else "Pending"}
+            kube_volumes.claim_created(cluster, obj)
         elif target.plural == "persistentvolumes":
-            obj["status"] = {"phase": "Available"}
+            kube_volumes.volume_created(cluster, obj)
         elif target.plural == "rayclusters":
             hang = fault is not None and getattr(fault, "operation", None) == "hang"
             self.kuberay.created(cluster, obj, stuck_message=(fault.message or "") if hang else None)
@@ -593,6 +592,10 @@ class KubeApi:
                 self.kuberay.deleting(cluster, obj)
             return obj
         cluster.remove(target.group_version, target.plural, target.namespace, name)
+        if target.plural == "persistentvolumeclaims":
+            kube_volumes.claim_deleted(cluster, obj)
+        elif target.plural == "persistentvolumes":
+            kube_volumes.volume_deleted(cluster, obj)
         return {
             "kind": "Status",
             "apiVersion": "v1",

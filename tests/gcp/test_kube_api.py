@@ -102,3 +102,53 @@ def test_a_server_side_dry_run_answers_as_the_real_call_and_stores_nothing(kube:
     with pytest.raises(KubeApiError) as refused:
         kube.request("POST", path, body=body, query={"dryRun": "Some"})
     assert refused.value.status == 400 and 'supported values: "All"' in str(refused.value)
+
+
+def _volume(name: str, claim: str | None, policy: str = "Retain") -> dict[str, Any]:
+    spec: dict[str, Any] = {"capacity": {"storage": "18000Gi"}, "accessModes": ["ReadWriteMany"],
+                            "persistentVolumeReclaimPolicy": policy, "csi": {"driver": "lustre.csi.storage.gke.io",
+                                                                             "volumeHandle": name}}  # fmt: skip
+    if claim:
+        spec["claimRef"] = {"namespace": "default", "name": claim}
+    return {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name}, "spec": spec}
+
+
+def _claim(name: str, volume: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": "default"},
+        "spec": {"accessModes": ["ReadWriteMany"], "volumeName": volume, "resources": {"requests": {"storage": "1Gi"}}},
+    }  # fmt: skip
+
+
+def _phase(kube: KubeHook, kind: str, name: str) -> str:
+    found = kube.get(ObjectRef("v1", kind, name, "default" if kind == "PersistentVolumeClaim" else None))
+    return str(((found or {}).get("status") or {}).get("phase"))
+
+
+def test_a_pre_bound_volume_and_its_claim_bind_whichever_comes_first_and_a_deleted_claim_releases_it(
+    kube: KubeHook,
+) -> None:
+    # As the run applies them (the PV first, pre-bound to its claim), and the other way round.
+    kube.apply(_volume("pv-a", "claim-a"))
+    assert _phase(kube, "PersistentVolume", "pv-a") == "Available"
+    kube.apply(_claim("claim-a", "pv-a"))
+    kube.apply(_claim("claim-b", "pv-b"))
+    assert _phase(kube, "PersistentVolumeClaim", "claim-b") == "Pending"
+    kube.apply(_volume("pv-b", None))
+    for volume, claim in (("pv-a", "claim-a"), ("pv-b", "claim-b")):
+        assert (_phase(kube, "PersistentVolume", volume), _phase(kube, "PersistentVolumeClaim", claim)) == (
+            "Bound",
+            "Bound",
+        )
+        pv = kube.get(ObjectRef("v1", "PersistentVolume", volume, None)) or {}
+        pvc = kube.get(ObjectRef("v1", "PersistentVolumeClaim", claim, "default")) or {}
+        assert pv["spec"]["claimRef"]["uid"] == pvc["metadata"]["uid"]
+    # A volume reserved for another claim is not taken.
+    kube.apply(_volume("pv-c", "someone-else"))
+    kube.apply(_claim("claim-c", "pv-c"))
+    assert _phase(kube, "PersistentVolumeClaim", "claim-c") == "Pending"
+    # Deleting a bound claim releases a Retain volume; deleting a bound volume loses its claim.
+    kube.delete(ObjectRef("v1", "PersistentVolumeClaim", "claim-a", "default"))
+    assert _phase(kube, "PersistentVolume", "pv-a") == "Released"
+    kube.delete(ObjectRef("v1", "PersistentVolume", "pv-b", None))
+    assert _phase(kube, "PersistentVolumeClaim", "claim-b") == "Lost"
