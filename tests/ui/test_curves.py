@@ -102,5 +102,6 @@ def test_a_token_that_no_longer_holds_gets_every_point() -> None:
     answer = kept.window(*kept.update(metrics, layout=(2, (11,))), window["token"])
     assert answer[1]["from"] == 0 and answer[0] == series(metrics)
     # A token of another width, a made-up one, one too long: every point.
-    for token in (window["token"].replace(".1.", ".2."), "x", "1.1." + "9" * 80):
+    prefix = window["token"].rsplit(".", 1)[0]
+    for token in (window["token"].replace(".1.", ".2."), "x", "1.1." + "9" * 80, prefix + ".\u00b2", prefix + ".-1"):
         assert kept.window(*kept.update(metrics, layout=(2, (11,))), token)[1]["from"] == 0

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 import threading
 from bisect import bisect_right
 from collections import OrderedDict
@@ -187,7 +188,8 @@ class RunCurves:
 
 def _upto(since: str, prefix: str) -> int | None:
     """The step in a token of ``prefix`` (this run's version and width), or None for any other token."""
-    if not since.startswith(prefix) or not since[len(prefix) :].isdigit() or len(since) > 64:
+    # The page's token is untrusted input: ASCII digits only (str.isdigit would take '²', which int() refuses).
+    if len(since) > 64 or not since.startswith(prefix) or not re.fullmatch(r"[0-9]{1,18}", since[len(prefix) :]):
         return None
     return int(since[len(prefix) :])
 
