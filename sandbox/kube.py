@@ -76,6 +76,19 @@ RESOURCES: dict[str, tuple[tuple[str, str, bool], ...]] = {
     "networking.gke.io/v1": (("gkenetworkparamsets", "GKENetworkParamSet", False), ("networks", "Network", False)),
     "ray.io/v1": (("rayclusters", "RayCluster", True), ("rayjobs", "RayJob", True)),
 }
+# The short names the API server's discovery gives (kubectl resolves `kubectl get ns` through them): the core and apps
+# kinds' registries (pkg/registry/*/storage), for the kinds served here.
+SHORT_NAMES: dict[str, list[str]] = {
+    "namespaces": ["ns"],
+    "serviceaccounts": ["sa"],
+    "persistentvolumes": ["pv"],
+    "persistentvolumeclaims": ["pvc"],
+    "services": ["svc"],
+    "pods": ["po"],
+    "events": ["ev"],
+    "configmaps": ["cm"],
+    "daemonsets": ["ds"],
+}
 BUILTIN_NAMESPACES = ("default", "kube-system", "kube-public")
 # Fields the server owns: never taken from an applied object, never compared to decide whether apply changed it.
 SERVER_METADATA = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields", "deletionTimestamp")
@@ -176,7 +189,14 @@ def resolve(segments: list[str]) -> Target | dict[str, Any]:
             "apiVersion": "v1",
             "groupVersion": gv,
             "resources": [
-                {"name": plural, "singularName": kind.lower(), "namespaced": ns, "kind": kind, "verbs": VERBS}
+                {
+                    "name": plural,
+                    "singularName": kind.lower(),
+                    "namespaced": ns,
+                    "kind": kind,
+                    "verbs": VERBS,
+                    **({"shortNames": SHORT_NAMES[plural]} if plural in SHORT_NAMES else {}),
+                }
                 for plural, kind, ns in RESOURCES[gv]
             ],
         }

@@ -43,6 +43,15 @@ def test_version_is_the_clusters_gke_version(kube: KubeHook, hook: GcpHook, spec
     assert (version["major"], version["minor"]) == tuple(cluster["currentMasterVersion"].split(".")[:2])
 
 
+def test_discovery_gives_the_short_names_kubectl_resolves(kube: KubeHook) -> None:
+    core = {r["name"]: r.get("shortNames") for r in kube.request("GET", "/api/v1")["resources"]}
+    assert (core["namespaces"], core["pods"], core["persistentvolumeclaims"], core["secrets"]) == (
+        ["ns"], ["po"], ["pvc"], None,
+    )  # fmt: skip
+    apps = {r["name"]: r.get("shortNames") for r in kube.request("GET", "/apis/apps/v1")["resources"]}
+    assert apps["daemonsets"] == ["ds"]
+
+
 def test_label_selectors_take_the_full_grammar_and_refuse_what_the_api_server_refuses(kube: KubeHook) -> None:
     pods = {
         "head": {"ray.io/cluster": "rc", "ray.io/node-type": "head"},
