@@ -97,6 +97,9 @@ def test_a_token_that_no_longer_holds_gets_every_point() -> None:
     assert window["from"] == 0 and window["token"].endswith(".1.498")
     # The same run: only what follows its closed buckets.
     assert kept.window(*kept.update(metrics), window["token"])[1]["from"] == 498
+    # Another API server worker's (or a restarted one's) curves of the same run never take this token.
+    other = RunCurves()
+    assert other.window(*other.update(metrics), window["token"])[1]["from"] == 0
     # The steps were re-read differently (a recovery merged another attempt in): the buckets start over.
     metrics.steps[10] = _step(9999)
     answer = kept.window(*kept.update(metrics, layout=(2, (11,))), window["token"])

@@ -21,6 +21,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
+import secrets
 import threading
 from bisect import bisect_right
 from collections import OrderedDict
@@ -45,6 +46,8 @@ CURVES: tuple[tuple[str, str, str], ...] = (
 )
 KEYS = tuple(key for key, _, _ in CURVES)
 Points = list[list[float]]
+# A token names this process too: another API server worker, or this one restarted, holds other curves.
+_PROCESS = secrets.token_hex(4)
 _VERSIONS = itertools.count(1)
 
 
@@ -128,7 +131,7 @@ class RunCurves:
     kept: dict[str, Points] = field(default_factory=lambda: {key: [] for key in KEYS})
     closed_x: int = 0  # the buckets up to this step are in ``kept``
     # Changes whenever the kept buckets start over, so a page's token from before never matches.
-    version: int = field(default_factory=lambda: next(_VERSIONS))
+    version: str = field(default_factory=lambda: f"{_PROCESS}-{next(_VERSIONS)}")
     # Held while a poll updates and reads them (the API server answers polls in a thread pool).
     lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
