@@ -58,6 +58,7 @@ RUN_DAG = frozenset(
         "nemo_rl_gke.run.outcomes",
         "nemo_rl_gke.run.paths",
         "nemo_rl_gke.run.task_states",
+        "nemo_rl_gke.run.times",
         "nemo_rl_gke.run.topology",
     }
 )

@@ -18,11 +18,11 @@ import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 from sandbox.testing import SandboxProcess, request_json, start_sandbox
 
-from nemo_rl_gke.observe.report import epoch_of_iso
 from nemo_rl_gke.operators.base import DEFERRAL_BACKSTOP_S, LEASE_MARGIN_S, LEASE_RENEW_AHEAD_S
 from nemo_rl_gke.run import outcomes
 from nemo_rl_gke.run import topology as t
 from nemo_rl_gke.run.spec import RunSpec
+from nemo_rl_gke.run.times import epoch_of
 from nemo_rl_gke.triggers.operations import OperationTrigger
 from tests.operators.harness import (
     POLL,
@@ -117,7 +117,7 @@ def test_ensure_creates_every_operation_shape_then_finds_them(sandbox: SandboxPr
             "name": result["name"],
             "action": outcomes.CREATED,
         }
-        assert epoch_of_iso(result["ready_at"]) is not None
+        assert epoch_of(result["ready_at"]) is not None
         assert deferred.trigger.timeout == timeout
     assert {"nemo-rl-net", "nemo-rl-lustre-range", "nemo-rl-lustre", "nemo-rl-cluster"} <= set(live(sandbox, project))
 

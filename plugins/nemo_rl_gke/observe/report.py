@@ -32,6 +32,7 @@ from typing import Any
 from nemo_rl_gke.observe.recoveries import recoveries_text
 from nemo_rl_gke.run import costs, outcomes, topology
 from nemo_rl_gke.run import task_states as ts
+from nemo_rl_gke.run.times import epoch_of
 
 # What train.wait says about how training ended: shown as sentences, not in the summary's table.
 _TRAINING_OUTCOME_KEYS = (
@@ -759,23 +760,13 @@ def _rung_lines(rungs: Sequence[Mapping[str, Any]]) -> list[str]:
     """One line per capacity rung tried: its option, how it ended and after how long (of the wait it had)."""
     lines = []
     for number, rung in enumerate(rungs, 1):
-        started, ended = epoch_of_iso(rung.get("started_at")), epoch_of_iso(rung.get("ended_at"))
+        started, ended = epoch_of(rung.get("started_at")), epoch_of(rung.get("ended_at"))
         took = "-" if started is None or ended is None else f"{max(0.0, ended - started):.1f} s"
         name = f"rung {number} {rung.get('capacity')}"
         lines.append(
             f"  {name:<23} {rung.get('outcome')} after {took} (waits up to {float(rung.get('wait_s', 0)):.0f} s)"
         )
     return lines
-
-
-def epoch_of_iso(value: Any) -> float | None:
-    """Epoch seconds of an ISO-8601 time (None for a missing or unreadable one)."""
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value).timestamp()
-    except ValueError:
-        return None
 
 
 def _iso(at: float | None) -> str:

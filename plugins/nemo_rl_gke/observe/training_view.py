@@ -28,13 +28,13 @@ from nemo_rl_gke.observe.report import (
     RunInputs,
     TaskTiming,
     budget_stop_text,
-    epoch_of_iso,
     gpu_usage,
     summarize_stages,
 )
 from nemo_rl_gke.run import capacity, costs, topology
 from nemo_rl_gke.run import task_states as ts
 from nemo_rl_gke.run.spec import RunSpec
+from nemo_rl_gke.run.times import epoch_of
 
 # The trigger logs every driver-log line with this prefix (RayJobTrigger._log_lines).
 RAY_JOB_PREFIX = "[ray job] "
@@ -275,7 +275,7 @@ def cost(spec: Any, tasks: Mapping[str, TaskState], results: Mapping[str, Any], 
             capacity=served,
             teardown_policy=spec.teardown_policy,
             teardown_actions=_teardown_actions(results),
-            pool_ready_at=epoch_of_iso(_ready_at(results.get(topology.NODE_POOL))),
+            pool_ready_at=epoch_of(_ready_at(results.get(topology.NODE_POOL))),
         ),
     )
     return {

@@ -51,17 +51,6 @@ def iso_of(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds")
 
 
-def epoch_of(value: Any) -> float | None:
-    """Epoch seconds of an ISO-8601 time from XCom (None for a missing or unreadable one): the inverse of
-    :func:`iso_of`."""
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value).timestamp()
-    except ValueError:
-        return None
-
-
 def pull(context: Context, task_id: str, key: str = RETURN) -> Any:
     """An XCom of another step of this run, refused when the topology does not declare that the step produces it."""
     if key not in topology.step(task_id).produces:

@@ -17,9 +17,10 @@ from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 
 from nemo_rl_gke.alerts import send
-from nemo_rl_gke.operators.base import StepOperator, epoch_of, pull
+from nemo_rl_gke.operators.base import StepOperator, pull
 from nemo_rl_gke.run import task_states as ts
 from nemo_rl_gke.run import topology
+from nemo_rl_gke.run.times import epoch_of
 from nemo_rl_gke.run.topology import (
     ERROR,
     EXPORT,
