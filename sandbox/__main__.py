@@ -1,5 +1,7 @@
 """``python -m sandbox serve --port N --state DIR [--latency-scale F] [--seed FILE] [--token-lifetime S]``, and
-``python -m sandbox credentials --url URL [--out FILE] [--project P]``.
+``python -m sandbox credentials --url URL [--out FILE] [--project P]``,
+``python -m sandbox get-credentials CLUSTER --location L --project P --url URL [--key FILE] [--kubeconfig FILE]``
+and ``python -m sandbox auth-plugin --key FILE`` (the kubeconfig's exec plugin).
 
 It binds 127.0.0.1 only: there is deliberately no option to listen anywhere else. ``credentials`` writes the running
 sandbox's service-account key file and prints the ``AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT`` value that reaches it.
@@ -50,7 +52,46 @@ def parser() -> argparse.ArgumentParser:
         "--out", type=Path, default=Path(".airflow/sandbox-key.json"), help="where to write the JSON key file"
     )
     creds.add_argument("--project", default="nemo-rl-demo", help="the connection's project extra")
+    kube = commands.add_parser(
+        "get-credentials", help="add a running sandbox GKE cluster to the kubeconfig, as gcloud container clusters does"
+    )
+    kube.add_argument("cluster", help="the GKE cluster's name")
+    kube.add_argument("--location", required=True, help="the cluster's location (region or zone)")
+    kube.add_argument("--project", required=True, help="the cluster's project")
+    kube.add_argument("--url", required=True, help="the sandbox, e.g. http://127.0.0.1:8931")
+    kube.add_argument(
+        "--key", type=Path, default=Path(".airflow/sandbox-key.json"), help="the key file `credentials` wrote"
+    )
+    kube.add_argument(
+        "--kubeconfig",
+        type=Path,
+        default=Path(os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or Path.home() / ".kube" / "config"),
+        help="the kubeconfig to add it to (default: $KUBECONFIG, else ~/.kube/config)",
+    )
+    plugin = commands.add_parser("auth-plugin", help="print an ExecCredential with a sandbox access token (kubectl)")
+    plugin.add_argument("--key", type=Path, required=True, help="the sandbox's key file")
     return root
+
+
+def get_credentials(args: argparse.Namespace) -> int:
+    """Write the cluster's kubeconfig entry and say so as gcloud does."""
+    from sandbox import kubeconfig
+    from sandbox.testing import SandboxError, request_json
+
+    if not args.key.exists():
+        print(f"--key {args.key}: no key file; write it first with python -m sandbox credentials", file=sys.stderr)
+        return 2
+    path = f"{args.url.rstrip('/')}/v1/projects/{args.project}/locations/{args.location}/clusters/{args.cluster}"
+    try:
+        cluster = request_json(path)
+        entry = kubeconfig.entry(cluster, args.project, args.location, args.key)
+    except (OSError, SandboxError, ValueError) as exc:
+        print(f"cannot get the credentials of cluster {args.cluster}: {exc}", file=sys.stderr)
+        return 1
+    kubeconfig.write(args.kubeconfig, entry)
+    print("Fetching cluster endpoint and auth data.", file=sys.stderr)
+    print(f"kubeconfig entry generated for {args.cluster}.", file=sys.stderr)
+    return 0
 
 
 def credentials(url: str, out: Path, project: str) -> int:
@@ -78,6 +119,13 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if args.command == "credentials":
         return credentials(args.url, args.out, args.project)
+    if args.command == "get-credentials":
+        return get_credentials(args)
+    if args.command == "auth-plugin":
+        from sandbox.kubeconfig import exec_credential
+
+        print(json.dumps(exec_credential(args.key)))
+        return 0
     if args.token_lifetime <= 0:
         print("--token-lifetime must be > 0", file=sys.stderr)
         return 2

@@ -34,9 +34,12 @@ import aiohttp
 import yaml
 from aiohttp import web
 
-from sandbox import formats, kube_volumes
+from sandbox import formats, kube_authz, kube_nodes, kube_openapi, kube_podlog, kube_table, kube_volumes, kube_watch
 from sandbox.auth import KUBE_UNAUTHORIZED, Verdict
 from sandbox.kube_cluster import KubeCluster, server_metadata
+from sandbox.kube_fields import ApplyConflict, Managed, Shape, manager_for, record_update
+from sandbox.kube_fields import apply as server_side_apply
+from sandbox.kube_patch import PatchError, apply_patch, check_content_type
 from sandbox.kube_selectors import SelectorError, field_selector, label_selector
 from sandbox.tls import HOST, ClusterTls, new_cluster_tls
 
@@ -65,6 +68,7 @@ RESOURCES: dict[str, tuple[tuple[str, str, bool], ...]] = {
         ("persistentvolumeclaims", "PersistentVolumeClaim", True),
         ("services", "Service", True),
         ("pods", "Pod", True),
+        ("nodes", "Node", False),
         ("events", "Event", True),
         ("configmaps", "ConfigMap", True),
         ("secrets", "Secret", True),
@@ -75,6 +79,8 @@ RESOURCES: dict[str, tuple[tuple[str, str, bool], ...]] = {
     "apps/v1": (("daemonsets", "DaemonSet", True),),
     "networking.gke.io/v1": (("gkenetworkparamsets", "GKENetworkParamSet", False), ("networks", "Network", False)),
     "ray.io/v1": (("rayclusters", "RayCluster", True), ("rayjobs", "RayJob", True)),
+    # kubectl auth can-i (sandbox/kube_authz.py).
+    "authorization.k8s.io/v1": (("selfsubjectaccessreviews", "SelfSubjectAccessReview", False),),
 }
 # The short names the API server's discovery gives (kubectl resolves `kubectl get ns` through them): the core and apps
 # kinds' registries (pkg/registry/*/storage), for the kinds served here.
@@ -85,10 +91,15 @@ SHORT_NAMES: dict[str, list[str]] = {
     "persistentvolumeclaims": ["pvc"],
     "services": ["svc"],
     "pods": ["po"],
+    "nodes": ["no"],
     "events": ["ev"],
     "configmaps": ["cm"],
     "daemonsets": ["ds"],
 }
+# Kinds served with other verbs than VERBS: nodes read-only (sandbox/kube_nodes.py), reviews create-only.
+RESOURCE_VERBS: dict[str, list[str]] = {"nodes": ["get", "list", "watch"], "selfsubjectaccessreviews": ["create"]}
+# Subresources discovery lists (name, kind, namespaced, verbs), as the API server's APIResourceList does.
+SUBRESOURCES: dict[str, tuple[tuple[str, str, bool, list[str]], ...]] = {"v1": (("pods/log", "Pod", True, ["get"]),)}
 BUILTIN_NAMESPACES = ("default", "kube-system", "kube-public")
 # Fields the server owns: never taken from an applied object, never compared to decide whether apply changed it.
 SERVER_METADATA = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields", "deletionTimestamp")
@@ -194,10 +205,14 @@ def resolve(segments: list[str]) -> Target | dict[str, Any]:
                     "singularName": kind.lower(),
                     "namespaced": ns,
                     "kind": kind,
-                    "verbs": VERBS,
+                    "verbs": RESOURCE_VERBS.get(plural, VERBS),
                     **({"shortNames": SHORT_NAMES[plural]} if plural in SHORT_NAMES else {}),
                 }
                 for plural, kind, ns in RESOURCES[gv]
+            ]
+            + [
+                {"name": name, "singularName": "", "namespaced": ns, "kind": kind, "verbs": verbs}
+                for name, kind, ns, verbs in SUBRESOURCES.get(gv, ())
             ],
         }
     namespace = None
@@ -212,7 +227,7 @@ def resolve(segments: list[str]) -> Target | dict[str, Any]:
     return Target(gv, plural, kind, namespaced, namespace, name, sub)
 
 
-VERBS = ["create", "delete", "get", "list", "patch"]
+VERBS = ["create", "delete", "get", "list", "patch", "watch"]
 
 
 def version_info(gke_version: str) -> dict[str, Any] | None:
@@ -236,21 +251,44 @@ def version_info(gke_version: str) -> dict[str, Any] | None:
     }
 
 
-def _merge(base: Any, applied: Any) -> Any:
-    """Apply ``applied`` over ``base``: maps merge key by key, anything else (lists included) is replaced."""
-    if isinstance(base, dict) and isinstance(applied, dict):
-        out = dict(base)
-        for key, value in applied.items():
-            out[key] = _merge(base.get(key), value)
-        return out
-    return copy.deepcopy(applied)
-
-
 def _user_view(obj: dict[str, Any]) -> dict[str, Any]:
     """The object without status and server-owned metadata: what an apply can change."""
     view = {k: v for k, v in obj.items() if k != "status"}
     view["metadata"] = {k: v for k, v in obj.get("metadata", {}).items() if k not in SERVER_METADATA}
     return view
+
+
+def _patch_options(request: web.Request, target: Target) -> tuple[str, bool]:
+    """The patch type (415 when this resource does not take it) and ``force``, with PatchOptions validated as
+    ValidatePatchOptions does (apimachinery pkg/apis/meta/v1/validation/validation.go:190-207)."""
+    try:
+        patch_type = check_content_type(request.headers.get("Content-Type", ""), target.group_version)
+    except PatchError as exc:
+        raise KubeError(exc.code, exc.reason, exc.message) from exc
+    force = request.query.get("force")
+    causes = []
+    if patch_type == APPLY_PATCH and not request.query.get("fieldManager"):
+        causes.append(("FieldValueRequired", "Required value: is required for apply patch", "fieldManager"))
+    if patch_type != APPLY_PATCH and force is not None:
+        causes.append(("FieldValueForbidden", "Forbidden: may not be specified for non-apply patch", "force"))
+    if causes:
+        errors = [f"{where}: {message}" for _, message, where in causes]
+        # errors.NewInvalid: one error as it is, several as Go prints an aggregate ("[a, b]").
+        listed = errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
+        raise KubeError(
+            422,
+            "Invalid",
+            f'PatchOptions.meta.k8s.io "" is invalid: {listed}',
+            {
+                "group": "meta.k8s.io",
+                "kind": "PatchOptions",
+                "causes": [{"reason": r, "message": m, "field": f} for r, m, f in causes],
+            },
+        )
+    if force not in (None, "true", "false", "1", "0", "t", "f", "True", "False", "TRUE", "FALSE", "T", "F"):
+        # metav1.PatchOptions is decoded with strconv.ParseBool.
+        raise KubeError(400, "BadRequest", f'strconv.ParseBool: parsing "{force}": invalid syntax')
+    return patch_type, force in ("true", "1", "t", "True", "TRUE", "T")
 
 
 @dataclass
@@ -429,19 +467,30 @@ class KubeApi:
                 fault_id = fault.id
                 raise KubeError(fault.status or 500, "InternalError", fault.message or f"Injected fault {fault.id}")
             cluster = self.cluster_for(request.app[CLUSTER_ID])
+            kube_nodes.sync(cluster, self.store, self.kuberay.capacity)
             target = version_info(request.app[CLUSTER_VERSION]) if request.path == "/version" else None
-            target = target or resolve(parse_path(request.path))
-            if isinstance(target, dict):
+            if target is None and request.path.startswith("/openapi/"):
+                accept = request.headers.get("Accept", "")
+                target = kube_openapi.response(request.path, request.query, accept, RESOURCES)
+            target = target if target is not None else resolve(parse_path(request.path))
+            if isinstance(target, web.Response):
+                response = target  # /openapi/...: kube-openapi's handlers (sandbox.kube_openapi)
+            elif isinstance(target, dict):
                 response = web.json_response(target)
             elif target.plural == "services" and target.sub[:1] == ("proxy",):
                 response = await self._proxy(request, cluster, target, raw)
+            elif (view := await self._view(request, cluster, target, text)) is not None:
+                response = view  # pods/log, reviews, read-only nodes
+            elif request.method == "GET" and request.query.get("watch") in ("1", "true") and not target.sub:
+                response = await self._watch(request, cluster, target)
             else:
                 fault = self.faults.operation_fault(request.method, request.path, request.query_string, text)
                 status, body = self._dispatch(request, cluster, target, text, fault)
                 if fault is not None:
                     self.faults.operation_started(request.method, request.path, request.query_string, fault, text)
                     fault_id = fault.id
-                response = web.json_response(body, status=status)
+                response = kube_table.respond(request, target.group_version, target.plural, body, status)
+                kube_openapi.add_warnings(request, response)
             held = self.faults.delay_fault(request.method, request.path, request.query_string, text)
         except KubeError as exc:
             response = web.json_response(exc.status(), status=exc.code)
@@ -487,14 +536,19 @@ class KubeApi:
                 raise not_found(target.plural, target.name or "", target.group)
             return 200, obj
         if method == "POST" and target.name is None:
-            return 201, self._create(cluster, target, self._body(text, "application/json"), dry_run)
+            body = self._body(text, "application/json")
+            body = kube_openapi.check_fields(request, target.group_version, target.kind, body)
+            manager = manager_for(request.query.get("fieldManager", ""), request.headers.get("User-Agent", ""))
+            return 201, self._create(cluster, target, body, dry_run, manager)
         if method == "PATCH" and target.name is not None:
-            if request.content_type != APPLY_PATCH:
-                raise KubeError(415, "UnsupportedMediaType", f"the sandbox serves only {APPLY_PATCH} patches")
-            if not request.query.get("fieldManager"):
-                raise KubeError(400, "BadRequest", "PATCH with apply-patch needs the fieldManager query parameter")
+            patch_type, force = _patch_options(request, target)
+            if patch_type != APPLY_PATCH:
+                manager = manager_for(request.query.get("fieldManager", ""), request.headers.get("User-Agent", ""))
+                return 200, self._patch(cluster, target, patch_type, text, manager=manager, dry_run=dry_run)
             body = self._body(text, APPLY_PATCH)
-            return self._apply(cluster, target, body, request.query["fieldManager"], fault, dry_run=dry_run)
+            body = kube_openapi.check_fields(request, target.group_version, target.kind, body, apply=True)
+            manager = request.query["fieldManager"]
+            return self._apply(cluster, target, body, manager, fault, dry_run=dry_run, force=force)
         if method == "DELETE" and target.name is not None:
             return 200, self._delete(cluster, target, dry_run)
         raise KubeError(405, "MethodNotAllowed", f"{method} is not served on this path")
@@ -531,7 +585,10 @@ class KubeApi:
             raise KubeError(400, "BadRequest", f"{target.kind} is cluster-scoped; metadata.namespace must be unset")
         return body
 
-    def _create(self, cluster: KubeCluster, target: Target, body: dict[str, Any], dry_run: bool) -> dict[str, Any]:
+    def _create(
+        self, cluster: KubeCluster, target: Target, body: dict[str, Any], dry_run: bool, manager: str = ""
+    ) -> dict[str, Any]:
+        """POST: store a new object, its fields recorded as an Update by ``manager`` (:mod:`sandbox.kube_fields`)."""
         body = self._check_body(target, copy.deepcopy(body), None)
         name = body["metadata"]["name"]
         if cluster.get(target.group_version, target.plural, target.namespace, name) is not None:
@@ -543,7 +600,10 @@ class KubeApi:
             )
         body.pop("status", None)
         body["metadata"] = {k: v for k, v in body["metadata"].items() if k not in SERVER_METADATA}
+        managed = record_update(None, _user_view(body), Managed(), manager, Shape(target.group_version, target.kind))
         server_metadata(body["metadata"])
+        if managed.owners:
+            body["metadata"]["managedFields"] = managed.encode()
         if dry_run:
             return body  # validated and defaulted as if stored, but nothing is stored and no controller sees it
         obj = cluster.put(target.group_version, target.plural, body)
@@ -551,40 +611,101 @@ class KubeApi:
         return obj
 
     def _apply(
-        self, cluster: KubeCluster, target: Target, body: dict[str, Any], manager: str, fault: Any, *, dry_run: bool
+        self,
+        cluster: KubeCluster,
+        target: Target,
+        body: dict[str, Any],
+        manager: str,
+        fault: Any,
+        *,
+        dry_run: bool,
+        force: bool = False,
     ) -> tuple[int, dict[str, Any]]:
-        """Server-side apply: create the object, or merge the applied fields into it; unchanged keeps its version.
-        A dry run answers the same and stores nothing."""
+        """Server-side apply: create the object, or merge the applied fields into it as structured-merge-diff does
+        (:mod:`sandbox.kube_fields`): 409 on a field another manager owns with another value unless ``force``;
+        unchanged (object and owners) keeps its version. A dry run answers the same and stores nothing."""
         body = self._check_body(target, copy.deepcopy(body), target.name)
         body.pop("status", None)
         applied_meta = {k: v for k, v in body["metadata"].items() if k not in SERVER_METADATA}
         existing = cluster.get(target.group_version, target.plural, target.namespace, target.name or "")
-        managed = [{"manager": manager, "operation": "Apply", "apiVersion": target.group_version}]
+        if existing is not None and existing["metadata"].get("deletionTimestamp"):
+            raise KubeError(409, "Conflict", f'{target.plural} "{target.name}" is being deleted')
+        managed = Managed.decode(existing["metadata"].get("managedFields") if existing else None)
+        live = _user_view(existing) if existing is not None else None
+        try:
+            merged = server_side_apply(
+                live, {**body, "metadata": applied_meta}, managed, manager, Shape(target.group_version, target.kind),
+                force=force,
+            )  # fmt: skip
+        except ApplyConflict as exc:
+            # errors.NewApplyConflict (apimachinery pkg/api/errors/errors.go:247-258): details carry only causes.
+            raise KubeError(409, "Conflict", exc.message(), {"causes": exc.causes()}) from exc
         if existing is None:
-            obj = {**body, "metadata": applied_meta}
+            obj = merged
             server_metadata(obj["metadata"])
-            obj["metadata"]["managedFields"] = managed
+            obj["metadata"]["managedFields"] = managed.encode()
             if dry_run:
                 return 201, obj
             obj = cluster.put(target.group_version, target.plural, obj)
             self._created(cluster, target, obj, fault)
             return 201, obj
-        if existing["metadata"].get("deletionTimestamp"):
-            raise KubeError(409, "Conflict", f'{target.plural} "{target.name}" is being deleted')
-        merged = _merge(_user_view(existing), {**body, "metadata": applied_meta})
-        if merged == _user_view(existing):
-            return 200, existing
-        obj = {**merged, "status": existing.get("status", {})}
-        obj["metadata"] = {**merged["metadata"], **{k: existing["metadata"][k] for k in SERVER_METADATA[:3]}}
-        spec_changed = merged.get("spec") != existing.get("spec")
+        return 200, self._updated(cluster, target, existing, merged, managed, dry_run=dry_run)
+
+    def _patch(
+        self, cluster: KubeCluster, target: Target, patch_type: str, text: str, *, manager: str, dry_run: bool
+    ) -> dict[str, Any]:
+        """A JSON, merge or strategic merge patch (:mod:`sandbox.kube_patch`) of an existing object, recorded as an
+        Update by ``manager``. Status and the server's metadata stay the server's; a ``metadata.resourceVersion``
+        the patch leaves in place is a precondition, as on an update."""
+        existing = cluster.get(target.group_version, target.plural, target.namespace, target.name or "")
+        if existing is None:
+            raise not_found(target.plural, target.name or "", target.group)  # jsonPatcher.createNewObject
+        try:
+            patched = apply_patch(patch_type, existing, text, target.group_version, target.kind)
+        except PatchError as exc:
+            raise KubeError(exc.code, exc.reason, exc.message) from exc
+        patched = self._check_body(target, patched, target.name)
+        version = patched["metadata"].get("resourceVersion")
+        if version and version != existing["metadata"]["resourceVersion"]:
+            resource = f"{target.plural}.{target.group}" if target.group else target.plural
+            raise KubeError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on {resource} "{target.name}": the object has been modified; please '
+                "apply your changes to the latest version and try again",
+                {"name": target.name, "group": target.group, "kind": target.plural},
+            )
+        new = _user_view(patched)
+        managed = Managed.decode(existing["metadata"].get("managedFields"))
+        record_update(_user_view(existing), new, managed, manager, Shape(target.group_version, target.kind))
+        return self._updated(cluster, target, existing, new, managed, dry_run=dry_run)
+
+    def _updated(
+        self,
+        cluster: KubeCluster,
+        target: Target,
+        existing: dict[str, Any],
+        new: dict[str, Any],
+        managed: Managed,
+        *,
+        dry_run: bool,
+    ) -> dict[str, Any]:
+        """Store ``new`` (a user view) over ``existing`` with the server's metadata and status kept, generation
+        bumped on a spec change; nothing changed (owners included) keeps the object and its resourceVersion."""
+        fields = managed.encode()
+        if new == _user_view(existing) and fields == (existing["metadata"].get("managedFields") or []):
+            return existing
+        obj = {**new, "status": existing.get("status", {})}
+        kept = {k: existing["metadata"][k] for k in SERVER_METADATA if k in existing["metadata"]}
+        obj["metadata"] = {**new["metadata"], **kept}
+        spec_changed = new.get("spec") != existing.get("spec")
         obj["metadata"]["generation"] = existing["metadata"].get("generation", 1) + int(spec_changed)
-        obj["metadata"]["managedFields"] = managed
+        obj["metadata"]["managedFields"] = fields
+        if not fields:
+            del obj["metadata"]["managedFields"]
         if dry_run:
-            return 200, {
-                **obj,
-                "metadata": {**obj["metadata"], "resourceVersion": existing["metadata"]["resourceVersion"]},
-            }
-        return 200, cluster.put(target.group_version, target.plural, obj)
+            return obj  # the stored resourceVersion: nothing was written
+        return cluster.put(target.group_version, target.plural, obj)
 
     def _created(self, cluster: KubeCluster, target: Target, obj: dict[str, Any], fault: Any) -> None:
         """What controllers do with a new object: bind a PVC and its PV (:mod:`sandbox.kube_volumes`), start KubeRay
@@ -641,6 +762,88 @@ class KubeApi:
             "metadata": {"resourceVersion": str(cluster.revision)},
             "items": items,
         }
+
+    # --- watch ------------------------------------------------------------------------------------------------
+    async def _watch(self, request: web.Request, cluster: KubeCluster, target: Target) -> web.StreamResponse:
+        """``?watch=true`` on a list (or, deprecated but served, on one object): a stream of JSON watch events, one
+        per line, until ``timeoutSeconds`` (:mod:`sandbox.kube_watch`)."""
+        if target.namespace is not None and cluster.get("v1", "namespaces", None, target.namespace) is None:
+            raise not_found("namespaces", target.namespace)
+        query = request.query
+        try:
+            labels = label_selector(query.get("labelSelector", ""))
+            fields = field_selector(query.get("fieldSelector", ""), target.plural)
+        except SelectorError as exc:
+            raise KubeError(400, "BadRequest", str(exc)) from exc
+        name = target.name
+
+        def matches(obj: dict[str, Any]) -> bool:
+            meta = obj.get("metadata") or {}
+            return (name is None or meta.get("name") == name) and labels(meta.get("labels") or {}) and fields(obj)
+
+        try:
+            wanted = kube_watch.WatchRequest.parse(query)
+        except kube_watch.InvalidWatchError as exc:
+            raise KubeError(400, "BadRequest", str(exc)) from exc
+        scope = kube_watch.Scope(target.group_version, target.plural, target.namespace, matches)
+        history = cluster.history
+        queue = history.subscribe()
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        try:
+            objects = cluster.of(target.group_version, target.plural, target.namespace)
+            events = wanted.opening(scope, objects, history, cluster.revision, target.kind)
+            # What the opening covers is not sent again from the queue (nothing awaits in between, but say so).
+            seen = cluster.revision
+            response.enable_chunked_encoding()
+            await response.prepare(request)
+            for event in events:
+                await response.write(json.dumps(event).encode() + b"\n")
+            if events and events[-1]["type"] == "ERROR":  # an expired version: the client lists again
+                await response.write_eof()
+                return response
+            deadline = time.monotonic() + wanted.timeout_s
+            while (left := deadline - time.monotonic()) > 0:
+                try:
+                    change = await asyncio.wait_for(queue.get(), left)
+                except TimeoutError:
+                    break
+                event = scope.event(change) if change.revision > seen else None
+                if event is not None:
+                    await response.write(json.dumps(event).encode() + b"\n")
+            if wanted.bookmarks:
+                bookmark = kube_watch.bookmark(target.kind, target.group_version, cluster.revision)
+                await response.write(json.dumps(bookmark).encode() + b"\n")
+            await response.write_eof()
+            return response
+        except ConnectionResetError:  # the client went away: nothing more to send
+            return response
+        finally:
+            history.unsubscribe(queue)
+
+    # --- views: the pod log, access reviews, nodes ---------------------------------------------------------------
+    async def _view(
+        self, request: web.Request, cluster: KubeCluster, target: Target, text: str
+    ) -> web.StreamResponse | None:
+        """The paths not served by the generic object store: ``pods/{name}/log`` (:mod:`sandbox.kube_podlog`),
+        ``selfsubjectaccessreviews`` (:mod:`sandbox.kube_authz`), and a write to a node (the sandbox's nodes are the
+        node pools', :mod:`sandbox.kube_nodes`). None: the request goes on to the object store."""
+        try:
+            if target.plural == "pods" and target.sub == ("log",):
+                if request.method != "GET":
+                    raise KubeError(405, "MethodNotAllowed", f"{request.method} is not served on pods/log")
+                pod = cluster.get("v1", "pods", target.namespace, target.name or "")
+                if pod is None:
+                    raise not_found("pods", target.name or "")
+                return await kube_podlog.pod_log(request, cluster, pod, self.kuberay)
+            if target.plural == "selfsubjectaccessreviews":
+                if request.method != "POST" or target.name is not None:
+                    raise KubeError(405, "MethodNotAllowed", f"{request.method} is not served on {target.plural}")
+                return web.json_response(kube_authz.review(self._body(text, "application/json")), status=201)
+        except (kube_podlog.LogError, kube_authz.ReviewError) as exc:
+            raise KubeError(exc.code, exc.reason, exc.message) from exc
+        if target.plural == "nodes" and request.method not in ("GET", "HEAD"):
+            raise KubeError(405, "MethodNotAllowed", "the sandbox's nodes are its node pools': they are read-only")
+        return None
 
     # --- service proxy -----------------------------------------------------------------------------------------
     async def _proxy(

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandbox import formats
+from sandbox.kube_watch import History
 
 
 @dataclass
@@ -19,6 +20,8 @@ class KubeCluster:
     cluster_key: str
     objects: dict[tuple[str, str, str, str], dict[str, Any]] = field(default_factory=dict)
     revision: int = 0
+    # What changed lately, for watches (:mod:`sandbox.kube_watch`).
+    history: History = field(default_factory=History, repr=False)
 
     def next_version(self) -> str:
         """A new resourceVersion (one counter per cluster, as etcd's revision)."""
@@ -33,12 +36,18 @@ class KubeCluster:
         """Store ``obj`` (a new or changed object) with a fresh resourceVersion."""
         meta = obj["metadata"]
         meta["resourceVersion"] = self.next_version()
-        self.objects[(gv, plural, meta.get("namespace", ""), meta["name"])] = obj
+        key = (gv, plural, meta.get("namespace", ""), meta["name"])
+        self.objects[key] = obj
+        self.history.record(self.revision, key, obj)
         return obj
 
     def remove(self, gv: str, plural: str, namespace: str | None, name: str) -> dict[str, Any] | None:
-        """Drop one object; returns it, or None if it was not there."""
-        return self.objects.pop((gv, plural, namespace or "", name), None)
+        """Drop one object; returns it, or None if it was not there. The delete takes a resourceVersion of its own."""
+        key = (gv, plural, namespace or "", name)
+        obj = self.objects.pop(key, None)
+        if obj is not None:
+            self.history.record(int(self.next_version()), key, None)
+        return obj
 
     def of(self, gv: str, plural: str, namespace: str | None = None) -> Iterator[dict[str, Any]]:
         """Objects of one type, in one namespace or all of them."""

@@ -37,9 +37,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import copy
 import dataclasses
+import functools
 import logging
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -47,13 +50,14 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from decimal import ROUND_CEILING, Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import psutil
 
-from sandbox import formats
+from sandbox import formats, kube_nodes
 from sandbox.capacity import CONSUME_ANNOTATION, QUEUED_TAINT, CapacityModel, Claim
 from sandbox.ports import free_ports
 
@@ -168,6 +172,8 @@ class RayHead:
     cluster: KubeCluster | None = field(default=None, repr=False)
     # The first worker group's pod template: what a queued pool's autoscaler reads off each worker pod.
     worker_template: dict[str, Any] = field(default_factory=dict, repr=False)
+    # Each worker pod's group (groupName): its pod template, and its replacement's after a node loss.
+    groups: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def pid(self) -> int | None:
@@ -220,11 +226,12 @@ class KubeRay:
         meta = obj["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         suffix = secrets.token_hex(3)[:5]
-        workers = []
+        workers, groups = [], {}
         for group in (obj.get("spec") or {}).get("workerGroupSpecs") or []:
             for n in range(int(group.get("replicas") or 0)):
                 workers.append(f"{name}-{group.get('groupName', 'workers')}-worker-{suffix}{n}")
-        head = RayHead(cluster.cluster_id, namespace, name, f"{name}-head-{suffix}", workers)
+                groups[workers[-1]] = str(group.get("groupName", "workers"))
+        head = RayHead(cluster.cluster_id, namespace, name, f"{name}-head-{suffix}", workers, groups=groups)
         head.gpus_per_worker = _worker_gpus(obj)
         head.worker_template = next(
             (g.get("template") or {} for g in (obj.get("spec") or {}).get("workerGroupSpecs") or []), {}
@@ -285,6 +292,21 @@ class KubeRay:
             ):
                 return f"http://{HOST}:{head.dashboard_port}"
         return None
+
+    def ray_log(self, cluster: KubeCluster, namespace: str, pod: str) -> tuple[Path | None, Callable[[], bool]]:
+        """What the pod's Ray container writes to its stdout: the output of its ``ray start --block`` (the head's for
+        the head pod, the worker node's for a worker pod: what KubeRay's generated container command prints), and a
+        check that says whether that container still runs (a followed log ends when it stops). (None, ...) when no
+        Ray process was started for the pod (yet)."""
+        for head in self.heads.values():
+            if head.cluster_id != cluster.cluster_id or head.namespace != namespace:
+                continue
+            if pod == head.head_pod and head.log_path:
+                return Path(head.log_path), functools.partial(_runs, head, None)
+            worker = head.workers.get(pod)
+            if worker is not None and worker.log_path:
+                return Path(worker.log_path), functools.partial(_runs, head, worker)
+        return None, lambda: False
 
     def inventory(self) -> list[dict[str, Any]]:
         """Every Ray head the sandbox runs (or is stopping)."""
@@ -582,6 +604,7 @@ class KubeRay:
             replacement = f"{pod.rsplit('-', 1)[0]}-{secrets.token_hex(3)[:5]}"
             loss.replacement_pod = replacement
             head.worker_pods[head.worker_pods.index(pod)] = replacement
+            head.groups[replacement] = head.groups.get(pod, "")
             cluster.remove("v1", "pods", head.namespace, pod)
             self._new_pod(cluster, head, replacement, "worker")
             self._pending_pod(cluster, head, replacement, "Unschedulable", NODE_LOST_MESSAGE)
@@ -603,7 +626,7 @@ class KubeRay:
     def _worker_crashed(self, cluster: KubeCluster, head: RayHead, pod: str, message: str) -> None:
         obj = cluster.get("v1", "pods", head.namespace, pod)
         if obj is not None:
-            obj["status"] = _crash_status(message)
+            obj["status"] = _crash_status(message, obj)
             cluster.put("v1", "pods", obj)
         self._set_conditions(cluster, head, head_ready=head.ready, reason=_head_reason(head))
 
@@ -611,29 +634,85 @@ class KubeRay:
     def _new_pod(
         self, cluster: KubeCluster, head: RayHead, pod: str, role: str, labels: dict[str, str] | None = None
     ) -> None:
-        """A pod of the RayCluster, Pending, labelled as KubeRay labels it (and with the RayCluster's own labels)."""
+        """A pod of the RayCluster, Pending, made from its group's pod template (its containers, a sidecar too, and
+        the rest of its spec), labelled as KubeRay's ``labelPod`` labels it: its own labels, the template's and (the
+        sandbox's addition, which the run's ownership checks read) the RayCluster's, never overriding the cluster,
+        node-type and group labels (kuberay v1.5.1 ``ray-operator/controllers/ray/common/pod.go:677-701``)."""
+        obj = cluster.get("ray.io/v1", "rayclusters", head.namespace, head.name) or {"metadata": {}}
         if labels is None:
-            obj = cluster.get("ray.io/v1", "rayclusters", head.namespace, head.name) or {"metadata": {}}
             labels = obj["metadata"].get("labels") or {}
-        labels = {"ray.io/cluster": head.name, "ray.io/node-type": role, **labels}
-        body = {"metadata": {"labels": labels}, "spec": {}, "status": _pending_status("ContainerCreating", "")}
+        group = "headgroup" if role == "head" else head.groups.get(pod, "")
+        template = _pod_template(obj, None if role == "head" else group)
+        fixed = {"ray.io/cluster": head.name, "ray.io/node-type": role, "ray.io/group": group}
+        overrides = {**((template.get("metadata") or {}).get("labels") or {}), **labels}
+        pod_labels = {
+            "ray.io/is-ray-node": "yes",
+            "ray.io/identifier": f"{head.name}-{role}"[-63:],
+            "app.kubernetes.io/name": "kuberay",
+            "app.kubernetes.io/created-by": "kuberay-operator",
+            **{k: str(v) for k, v in overrides.items() if k not in fixed},
+            **fixed,
+        }
+        spec = copy.deepcopy(template.get("spec") or {})
+        if not spec.get("containers"):
+            # A template without containers (KubeRay's webhook refuses one): the pod still has its Ray container.
+            spec["containers"] = [{"name": RAY_CONTAINER}]
+        body = {
+            "metadata": {
+                "labels": pod_labels,
+                "annotations": dict((template.get("metadata") or {}).get("annotations") or {}),
+                "ownerReferences": [
+                    {
+                        "apiVersion": "ray.io/v1",
+                        "kind": "RayCluster",
+                        "name": head.name,
+                        "uid": obj["metadata"].get("uid", ""),
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            },
+            "spec": spec,
+        }
+        body["status"] = _pending_status("ContainerCreating", "", body)
         cluster.put("v1", "pods", cluster.new_object("v1", "Pod", pod, head.namespace, body))
 
     def _pending_pod(self, cluster: KubeCluster, head: RayHead, pod: str, reason: str, message: str) -> None:
         obj = cluster.get("v1", "pods", head.namespace, pod)
         if obj is not None:
-            obj["status"] = _pending_status(reason, message)
+            obj["status"] = _pending_status(reason, message, obj)
             cluster.put("v1", "pods", obj)
             self._event(cluster, head, "FailedScheduling" if reason == "Unschedulable" else reason, message, pod)
 
     def _pod_running(self, cluster: KubeCluster, head: RayHead, pod_name: str) -> None:
+        """The pod is on its node (the one :mod:`sandbox.kube_nodes` lists for it) with every container running."""
         pod = cluster.get("v1", "pods", head.namespace, pod_name)
         if pod is not None:
+            node = kube_nodes.pod_node(self.store, self.capacity, cluster.cluster_key, pod_name)
+            if node:
+                pod.setdefault("spec", {})["nodeName"] = node
+            started = formats.rfc3339(time.time())
             pod["status"] = {
                 "phase": "Running",
+                "hostIP": kube_nodes.NODE_IP,
                 "podIP": HOST,
-                "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}],
-                "containerStatuses": [{"name": "ray", "ready": True, "state": {"running": {}}}],
+                "podIPs": [{"ip": HOST}],
+                "startTime": pod["metadata"].get("creationTimestamp", started),
+                "conditions": [
+                    {"type": kind, "status": "True"}
+                    for kind in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled")
+                ],
+                "containerStatuses": [
+                    {
+                        "name": name,
+                        "ready": True,
+                        "started": True,
+                        "restartCount": 0,
+                        "image": image,
+                        "state": {"running": {"startedAt": started}},
+                    }
+                    for name, image in _containers(pod)
+                ],
             }
             cluster.put("v1", "pods", pod)
 
@@ -641,7 +720,7 @@ class KubeRay:
         pod = cluster.get("v1", "pods", head.namespace, head.head_pod)
         if pod is None:
             return
-        status = _pending_status(reason, message)
+        status = _pending_status(reason, message, pod)
         if pod.get("status") != status:
             pod["status"] = status
             cluster.put("v1", "pods", pod)
@@ -675,9 +754,10 @@ class KubeRay:
         head.problem = message
         pod = cluster.get("v1", "pods", head.namespace, head.head_pod)
         if pod is not None:
-            pod["status"] = _crash_status(message)
+            pod["status"] = _crash_status(message, pod)
             cluster.put("v1", "pods", pod)
-            self._event(cluster, head, "BackOff", f"Back-off restarting failed container ray: {message}")
+            ray = _containers(pod)[0][0]
+            self._event(cluster, head, "BackOff", f"Back-off restarting failed container {ray}: {message}")
         self._set_conditions(cluster, head, head_ready=False, reason="HeadPodNotReady")
 
     def _set_conditions(self, cluster: KubeCluster, head: RayHead, *, head_ready: bool, reason: str) -> None:
@@ -689,13 +769,20 @@ class KubeRay:
         was_provisioned = head.provisioned
         all_ready = head_ready and head.ready_workers == len(head.worker_pods)
         head.provisioned = was_provisioned or all_ready
+        desired = desired_resources(obj)
         obj["status"] = {
-            # state is deprecated (kuberay #2188) but kept, as KubeRay still sets it.
-            "state": "ready" if all_ready else "",
+            # state is deprecated (kuberay #2188) but kept, as KubeRay still sets it; omitempty drops it until ready.
+            **({"state": "ready"} if all_ready else {}),
             "desiredWorkerReplicas": len(head.worker_pods),
             "readyWorkerReplicas": head.ready_workers,
             "availableWorkerReplicas": head.ready_workers,
-            "head": {"podName": head.head_pod, "podIP": HOST if head_ready else "", "serviceIP": HOST},
+            # KubeRay's CalculateDesiredResources (raycluster_controller.go:1510-1514): resource.Quantity fields
+            # have no omitempty effect, so a zero sum is "0".
+            "desiredCPU": desired.get("cpu", "0"),
+            "desiredMemory": desired.get("memory", "0"),
+            "desiredGPU": desired.get("gpu", "0"),
+            "desiredTPU": desired.get("google.com/tpu", "0"),
+            "head": {"podName": head.head_pod, **({"podIP": HOST} if head_ready else {}), "serviceIP": HOST},
             "conditions": [
                 {"type": "HeadPodReady", "status": status, "reason": reason, "lastTransitionTime": now},
                 {
@@ -747,6 +834,13 @@ class KubeRay:
             if task is not asyncio.current_task() and not task.done():
                 task.cancel()
         self.heads.pop(key, None)
+
+
+def _runs(head: RayHead, worker: WorkerNode | None) -> bool:
+    """Whether the head's (``worker`` None) or the worker node's ``ray start --block`` still runs."""
+    node = head if worker is None else worker
+    lost = worker is not None and bool(worker.lost)
+    return not head.stopping and not lost and node.process is not None and node.process.returncode is None
 
 
 async def _stop(head: RayHead) -> None:
@@ -864,19 +958,123 @@ def _head_reason(head: RayHead) -> str:
     return "HeadPodRunningAndReady" if head.ready else "HeadPodNotReady"
 
 
-def _crash_status(message: str) -> dict[str, Any]:
+def _crash_status(message: str, pod: dict[str, Any]) -> dict[str, Any]:
+    """A pod whose Ray container keeps failing (CrashLoopBackOff); its other containers still run."""
+    (ray, ray_image), *others = _containers(pod)
+    status = copy.deepcopy(pod.get("status") or {})
     return {
         "phase": "Running",
+        **{k: status[k] for k in ("hostIP", "podIP", "podIPs", "startTime") if k in status},
         "conditions": [{"type": "Ready", "status": "False", "reason": "ContainersNotReady"}],
         "containerStatuses": [
             {
-                "name": "ray",
+                "name": ray,
                 "ready": False,
+                "started": False,
                 "restartCount": 1,
+                "image": ray_image,
                 "state": {"waiting": {"reason": "CrashLoopBackOff", "message": message}},
-            }
+            },
+            *(
+                {"name": name, "ready": True, "started": True, "restartCount": 0, "image": image,
+                 "state": {"running": {}}}
+                for name, image in others
+            ),
         ],
-    }
+    }  # fmt: skip
+
+
+RAY_CONTAINER = "ray"
+
+
+def _pod_template(raycluster: dict[str, Any], group: str | None) -> dict[str, Any]:
+    """The head group's pod template (``group`` None), or that worker group's."""
+    spec = raycluster.get("spec") or {}
+    if group is None:
+        return (spec.get("headGroupSpec") or {}).get("template") or {}
+    for worker_group in spec.get("workerGroupSpecs") or []:
+        if str(worker_group.get("groupName", "workers")) == group:
+            return worker_group.get("template") or {}
+    return {}
+
+
+def _containers(pod: dict[str, Any]) -> list[tuple[str, str]]:
+    """(name, image) of each container of a pod, Ray's first (KubeRay's ``RayContainerIndex`` 0)."""
+    found = [(str(c.get("name", "")), str(c.get("image", ""))) for c in (pod.get("spec") or {}).get("containers") or []]
+    return found or [(RAY_CONTAINER, "")]
+
+
+def container_names(pod: dict[str, Any]) -> list[str]:
+    """The names of a pod's containers, in spec order (Ray's first)."""
+    return [name for name, _ in _containers(pod)]
+
+
+QUANTITY = re.compile(r"^([+-]?[0-9.]+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$")
+BINARY = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
+DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+
+
+def parse_quantity(text: Any) -> tuple[Decimal, str]:
+    """A ``resource.Quantity`` string as (value, format: ``binary`` / ``decimal`` / ``exponent``); ValueError if it is
+    not one."""
+    found = QUANTITY.match(str(text).strip())
+    if found is None:
+        raise ValueError(f"quantities must match the regular expression of resource.Quantity: {text!r}")
+    number, suffix = Decimal(found.group(1)), found.group(2) or ""
+    if suffix in BINARY:
+        return number * (2 ** BINARY[suffix]), "binary"
+    if suffix in DECIMAL:
+        return number * Decimal(10) ** DECIMAL[suffix], "decimal"
+    return number * Decimal(10) ** int(suffix[1:]), "exponent"
+
+
+def format_quantity(value: Decimal, kind: str) -> str:
+    """apimachinery ``Quantity.String`` (canonical form): a binary value below 1024 or with a fraction is written in
+    decimal SI; otherwise the largest suffix that leaves an integer (``16``, ``1500m``, ``96Gi``)."""
+    # Quantities keep at most nanounits: anything finer rounds up, as Quantity.RoundUp(Nano) does.
+    value = (value * 10**9).to_integral_value(rounding=ROUND_CEILING) / Decimal(10**9)
+    if value == 0:
+        return "0"
+    if kind == "binary" and abs(value) >= 1024 and value == value.to_integral_value():
+        for suffix, power in sorted(BINARY.items(), key=lambda item: -item[1]):
+            if value % (2**power) == 0:
+                return f"{int(value / 2**power)}{suffix}"
+        return str(int(value))
+    for suffix, power in sorted(DECIMAL.items(), key=lambda item: -item[1]):
+        scaled = value / Decimal(10) ** power
+        if scaled == scaled.to_integral_value():
+            return f"{int(scaled)}{suffix if kind != 'exponent' or power == 0 else f'e{power}'}"
+    return str(value)
+
+
+def desired_resources(raycluster: dict[str, Any]) -> dict[str, str]:
+    """KubeRay's ``CalculateDesiredResources`` (``utils/util.go:477-549``): per pod, each container's requests, a
+    limit standing in for a missing request; the head once and every worker replica (times ``numOfHosts``), groups
+    with ``suspend`` left out; GPUs are every resource whose name ends in ``gpu`` (``IsGPUResourceKey``). Returns
+    canonical quantity strings by resource name, with ``gpu`` for the GPU sum."""
+    spec = raycluster.get("spec") or {}
+    pods: list[tuple[dict[str, Any], int]] = [(((spec.get("headGroupSpec") or {}).get("template") or {}), 1)]
+    for group in spec.get("workerGroupSpecs") or []:
+        if not group.get("suspend"):
+            replicas = int(group.get("replicas") or 0) * int(group.get("numOfHosts") or 1)
+            pods.append((group.get("template") or {}, replicas))
+    totals: dict[str, tuple[Decimal, str]] = {}
+    for template, count in pods:
+        for container in (template.get("spec") or {}).get("containers") or []:
+            resources = container.get("resources") or {}
+            wanted = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+            for name, text in wanted.items():
+                try:
+                    value, kind = parse_quantity(text)
+                except (ValueError, ArithmeticError):
+                    continue  # the API server's validation refuses such a pod; nothing to add up
+                total, first_kind = totals.get(name, (Decimal(0), kind))
+                totals[name] = (total + value * count, first_kind)
+    out = {name: format_quantity(value, kind) for name, (value, kind) in totals.items()}
+    gpus = [(v, k) for name, (v, k) in totals.items() if name.endswith("gpu") and v != 0]
+    if gpus:
+        out["gpu"] = format_quantity(sum((v for v, _ in gpus), Decimal(0)), gpus[0][1])
+    return out
 
 
 def check_name(name: str) -> str:
@@ -885,16 +1083,20 @@ def check_name(name: str) -> str:
     return "r" + name[1:] if name and (name[0].isdigit() or not name[0].isalnum()) else name
 
 
-def _pending_status(reason: str, message: str) -> dict[str, Any]:
+def _pending_status(reason: str, message: str, pod: dict[str, Any]) -> dict[str, Any]:
+    """A Pending pod: unschedulable (no container has a status yet), or on its node with every container waiting."""
     if reason == "Unschedulable":
         return {
             "phase": "Pending",
             "conditions": [{"type": "PodScheduled", "status": "False", "reason": reason, "message": message}],
         }
+    waiting = {"reason": reason, **({"message": message} if message else {})}
     return {
         "phase": "Pending",
         "conditions": [{"type": "PodScheduled", "status": "True"}],
         "containerStatuses": [
-            {"name": "ray", "ready": False, "state": {"waiting": {"reason": reason, "message": message}}}
+            {"name": name, "ready": False, "started": False, "restartCount": 0, "image": image,
+             "state": {"waiting": dict(waiting)}}
+            for name, image in _containers(pod)
         ],
-    }
+    }  # fmt: skip

@@ -36,7 +36,7 @@ from nemo_rl_gke.run import topology as t
 from nemo_rl_gke.run.deployment import Deployment
 from nemo_rl_gke.run.spec import RunSpec
 from nemo_rl_gke.triggers.raycluster import CLASSPATH, RayClusterTrigger
-from tests.gcp.conftest import ensure_cluster_with_gpu_pool, first_event, raycluster_trigger
+from tests.gcp.conftest import ensure_cluster_with_gpu_pool, first_event, last_seq, raycluster_trigger
 from tests.owners import owner_of
 
 pytestmark = pytest.mark.airflow
@@ -192,8 +192,17 @@ def test_a_raycluster_runs_a_real_ray_reachable_through_the_service_proxy_and_st
         # Still waiting: the head takes seconds to start, and a short run of the trigger yields nothing.
         with pytest.raises(TimeoutError):
             asyncio.run(first_event(raycluster_trigger(cluster_spec), timeout=0.5))
+        since = last_seq(sandbox)
         event = asyncio.run(first_event(raycluster_trigger(cluster_spec)))
         assert event["status"] == "success", event
+        # Between two reads the wait watches the RayCluster from the version read: one read per change of the object
+        # (and one to start), not one per 0.2 s poll however long Ray takes to start.
+        path = f"/namespaces/{cluster_spec.namespace}/rayclusters"
+        calls = [c for c in sandbox.calls(since) if path in c["path"] and c["method"] == "GET"]
+        watches = [c for c in calls if "watch=true" in c["query"]]
+        reads = [c for c in calls if c["path"].endswith(f"{path}/{cluster_spec.raycluster_name}")]
+        assert watches and all(c["status"] == 200 for c in calls), calls
+        assert len(reads) == len(watches) + 1, calls
         heads = _ray_heads(sandbox)
         assert len(heads) == 1 and pid_alive(heads[0]["pid"])
         # /data is the Lustre instance's directory, and Ray learns it from SANDBOX_DATA_DIR.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -93,3 +93,51 @@ class AsyncKubeHook:
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise KubeApiError(f"GET {path}: {type(exc).__name__}: {exc}", status=None) from exc
         return dict(answer or {})
+
+    async def watch(self, path: str, query: Mapping[str, str], timeout_s: float) -> AsyncIterator[dict[str, Any]]:
+        """Watch the list at ``path`` (``watch=true``, ``query`` adds the selectors and ``resourceVersion``) for at
+        most ``timeout_s``: each event (``{"type", "object"}``) as the server sends it. Fails as :meth:`get` does;
+        an ERROR event (a ``410 Expired`` version) raises :class:`KubeApiError` with its code."""
+        api = await self._client()
+        headers = {k: v for k, v in (await self.gcp.headers()).items() if k == "Authorization"}
+        headers["Accept"] = "application/json"
+        params = {
+            **query,
+            "watch": "true",
+            "timeoutSeconds": str(max(1, int(timeout_s))),
+            "allowWatchBookmarks": "true",
+        }
+        try:
+            response = await api.call_api(
+                path,
+                "GET",
+                query_params=list(params.items()),
+                header_params=headers,
+                auth_settings=[],
+                _return_http_data_only=True,
+                _preload_content=False,
+                # The server ends the stream at timeoutSeconds; this only bounds a connection that went silent.
+                _request_timeout=timeout_s + self.request_timeout_s,
+            )
+            async with response:
+                if not 200 <= response.status <= 299:
+                    message = str(response.reason or "")
+                    with contextlib.suppress(ValueError, AttributeError):
+                        message = str(json.loads(await response.read() or b"{}").get("message", message))
+                    raise KubeApiError(f"watch {path}: HTTP {response.status}: {message}", status=response.status)
+                while line := await response.content.readline():
+                    event = json.loads(line)
+                    if event.get("type") == "ERROR":
+                        status = event.get("object") or {}
+                        raise KubeApiError(
+                            f"watch {path}: {status.get('message')}",
+                            status=status.get("code"),
+                            reason=status.get("reason", ""),
+                        )
+                    yield event
+        except ApiException as exc:
+            raise KubeApiError(f"watch {path}: HTTP {exc.status}: {exc.reason}", status=exc.status) from exc
+        except aiohttp.ClientConnectorCertificateError as exc:
+            raise tls_error(f"watch {path}", api.configuration.host, exc.certificate_error) from exc
+        except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
+            raise KubeApiError(f"watch {path}: {type(exc).__name__}: {exc}", status=None) from exc

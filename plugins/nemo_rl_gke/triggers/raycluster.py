@@ -4,7 +4,9 @@ Ready is the conditions ``HeadPodReady`` and ``RayClusterProvisioned`` (never ``
 reports no conditions (1.2 without its feature gate), the head and worker pods all Ready; gone is a 404 after a
 delete. ``workers`` is ready with every worker the spec asks for ready now (``status.readyWorkerReplicas``):
 ``RayClusterProvisioned`` stays True once it was, so after a lost node only the count says the replacement joined.
-It polls the cluster's API with async calls only and ends with exactly one event::
+It reads the RayCluster with async calls only, and between two reads watches it from the version read, so a wait
+costs a request per change (or per :data:`WATCH_S`) rather than one per poll interval. It ends with exactly one
+event::
 
     {"status": "success" | "error" | "timeout" | "stockout", "message": str, "raycluster": str, "wait_for": str}
 
@@ -48,6 +50,8 @@ if TYPE_CHECKING:
 CLASSPATH = "nemo_rl_gke.triggers.raycluster.RayClusterTrigger"
 WAIT_MODES = ("ready", "workers", "deleted")
 STOCKOUT = "stockout"
+# The longest watch between two reads of the RayCluster (the API server ends a watch by 30 min anyway).
+WATCH_S = 300.0
 
 
 def stockout_message(pool: dict[str, Any] | None) -> str:
@@ -95,6 +99,8 @@ class RayClusterTrigger(BaseTrigger):
         self.timeout = float(timeout)
         self.started_at = float(started_at) if started_at is not None else time.time()
         self.node_pool_path = node_pool_path
+        # Watches until the API server refuses one (not serialized: a resumed trigger tries again).
+        self._watching = True
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """Classpath and the kwargs ``__init__`` takes."""
@@ -168,7 +174,13 @@ class RayClusterTrigger(BaseTrigger):
                 remaining = self.started_at + self.timeout - time.time()
                 if remaining <= 0:
                     return self._event(TIMEOUT, await self._timeout_message(kube, last_error))
-                await asyncio.sleep(min(delay, remaining))
+                pause = min(delay, remaining)
+                if self._watching and not failures and not fallback and obj is not None:
+                    # One watch instead of a poll per interval: it ends at the object's next change. The node pool
+                    # has no watch, so a ladder's wait still looks at it every interval.
+                    await self._until_changed(kube, obj, pause if gcp is not None else min(remaining, WATCH_S), pause)
+                else:
+                    await asyncio.sleep(pause)
 
     def _answer(self, obj: dict[str, Any] | None, pods: list[dict[str, Any]], *, fallback: bool) -> TriggerEvent | None:
         """The event one read of the RayCluster ends the wait with (None: keep waiting)."""
@@ -189,6 +201,25 @@ class RayClusterTrigger(BaseTrigger):
                 "reports no conditions)",
             )
         return None
+
+    async def _until_changed(self, kube: AsyncKubeHook, obj: dict[str, Any], span: float, pause: float) -> None:
+        """Wait up to ``span`` seconds for the RayCluster to change after the version read (a watch from its
+        resourceVersion). A watch the API server refuses makes this wait a ``pause`` and the next ones polls."""
+        started = time.monotonic()
+        query = {
+            "fieldSelector": f"metadata.name={self.name}",
+            "resourceVersion": str(obj.get("metadata", {}).get("resourceVersion") or "0"),
+        }
+        try:
+            async for event in kube.watch(raycluster_path(self.namespace, self.name).rpartition("/")[0], query, span):
+                if event.get("type") != "BOOKMARK":
+                    return
+        except KubeApiError as exc:
+            if exc.status == 410:  # the version is too old to watch from: read the object again
+                return
+            self.log.warning("Watching RayCluster %s failed (%s); polling it instead", self.name, exc)
+            self._watching = False
+            await asyncio.sleep(max(0.0, pause - (time.monotonic() - started)))
 
     async def _stockout(self, gcp: Any) -> str:
         """The GPU pool's stock-out, if it reports one ("" : none, no pool to read, or the pool could not be read:

@@ -1,0 +1,447 @@
+"""Server-side printing: the ``meta.k8s.io`` ``Table`` the API server answers when a client asks for one.
+
+``kubectl get`` sends ``Accept: application/json;as=Table;v=v1;g=meta.k8s.io, application/json;as=Table;v=v1beta1;
+g=meta.k8s.io, application/json`` and prints the rows it gets back; it only hides the columns of priority 1 unless
+``-o wide``. So the columns come from the server, and here from the same places as on GKE:
+
+- pods and nodes: kube-apiserver's printers (``pkg/printers/internalversion/printers.go`` v1.32, ``AddHandlers``'
+  ``podColumnDefinitions`` / ``nodeColumnDefinitions``, ``printPod``, ``printNode``), always generated wide, as the
+  server's ``TableConvertor`` does;
+- the custom resources: the CRD's ``additionalPrinterColumns`` (apiextensions-apiserver's ``tableconvertor``): a
+  ``Name`` column, then each printer column. RayCluster's and RayJob's are KubeRay v1.5.1's ``+kubebuilder:printcolumn``
+  markers (``ray-operator/apis/ray/v1/raycluster_types.go:367-376``, ``rayjob_types.go:333-338``); a CRD with none
+  gets apiextensions' default ``Age`` column;
+- every other built-in kind here: the default table convertor (``apiserver/pkg/registry/rest/table.go``): ``Name`` and
+  ``Created At``.
+
+``includeObject`` (``Object``, ``Metadata`` the default, ``None``) decides what each row carries, as
+``endpoints/handlers/response.go`` ``asTable`` does.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from aiohttp import web
+
+TABLE_GROUP = "meta.k8s.io"
+TABLE_VERSIONS = ("v1", "v1beta1")
+# metav1.ObjectMeta's swagger docs: the descriptions of the Name and age columns of every table.
+NAME_DOC = (
+    "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a "
+    "client to request the generation of an appropriate name automatically. Name is primarily intended for creation "
+    "idempotence and configuration definition. Cannot be updated. More info: "
+    "https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names"
+)
+CREATED_DOC = (
+    "CreationTimestamp is a timestamp representing the server time when this object was created. It is not "
+    "guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is "
+    "represented in RFC3339 form and is in UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: "
+    "https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata"
+)
+
+
+def _column(name: str, kind: str, description: str, priority: int = 0, fmt: str = "") -> dict[str, Any]:
+    return {"name": name, "type": kind, "format": fmt, "description": description, "priority": priority}
+
+
+NAME_COLUMN = _column("Name", "string", NAME_DOC, fmt="name")
+# printers.go AddHandlers: podColumnDefinitions (v1.32).
+POD_COLUMNS = [
+    NAME_COLUMN,
+    _column("Ready", "string", "The aggregate readiness state of this pod for accepting traffic."),
+    _column("Status", "string", "The aggregate status of the containers in this pod."),
+    _column(
+        "Restarts",
+        "string",
+        "The number of times the containers in this pod have been restarted and when the last container in this pod "
+        "has restarted.",
+    ),
+    _column("Age", "string", CREATED_DOC),
+    _column("IP", "string", "podIP address allocated to the pod. Routable at least within the cluster.", 1),
+    _column("Node", "string", "NodeName indicates in which node this pod is scheduled.", 1),
+    _column("Nominated Node", "string", "nominatedNodeName is set only when this pod preempts other pods.", 1),
+    _column("Readiness Gates", "string", "If specified, all readiness gates will be evaluated for pod readiness.", 1),
+]
+# printers.go AddHandlers: nodeColumnDefinitions (v1.32).
+NODE_COLUMNS = [
+    NAME_COLUMN,
+    _column("Status", "string", "The status of the node"),
+    _column("Roles", "string", "The roles of the node"),
+    _column("Age", "string", CREATED_DOC),
+    _column("Version", "string", "Kubelet Version reported by the node."),
+    _column("Internal-IP", "string", "List of addresses reachable to the node.", 1),
+    _column("External-IP", "string", "List of addresses reachable to the node.", 1),
+    _column("OS-Image", "string", "OS Image reported by the node from /etc/os-release.", 1),
+    _column("Kernel-Version", "string", "Kernel Version reported by the node from 'uname -r'.", 1),
+    _column("Container-Runtime", "string", "ContainerRuntime Version reported by the node.", 1),
+]
+# apiserver/pkg/registry/rest/table.go: the default convertor's columns.
+DEFAULT_COLUMNS = [NAME_COLUMN, _column("Created At", "date", CREATED_DOC)]
+# The CRDs' additionalPrinterColumns: (name, type, JSONPath, priority). KubeRay v1.5.1's markers (see the module
+# docstring); a CRD that declares none gets apiextensions' default, one "Age" column on .metadata.creationTimestamp.
+PRINTER_COLUMNS: dict[tuple[str, str], list[tuple[str, str, str, int]]] = {
+    ("ray.io/v1", "rayclusters"): [
+        ("desired workers", "integer", ".status.desiredWorkerReplicas", 0),
+        ("available workers", "integer", ".status.availableWorkerReplicas", 0),
+        ("cpus", "string", ".status.desiredCPU", 0),
+        ("memory", "string", ".status.desiredMemory", 0),
+        ("gpus", "string", ".status.desiredGPU", 0),
+        ("tpus", "string", ".status.desiredTPU", 1),
+        ("status", "string", ".status.state", 0),
+        ("age", "date", ".metadata.creationTimestamp", 0),
+        ("head pod IP", "string", ".status.head.podIP", 1),
+        ("head service IP", "string", ".status.head.serviceIP", 1),
+    ],
+    ("ray.io/v1", "rayjobs"): [
+        ("job status", "string", ".status.jobStatus", 0),
+        ("deployment status", "string", ".status.jobDeploymentStatus", 0),
+        ("ray cluster name", "string", ".status.rayClusterName", 0),
+        ("start time", "string", ".status.startTime", 0),
+        ("end time", "string", ".status.endTime", 0),
+        ("age", "date", ".metadata.creationTimestamp", 0),
+    ],
+}
+CRD_DEFAULT_COLUMNS = [("Age", "date", ".metadata.creationTimestamp", 0)]
+INCLUDE_OBJECT = ("Object", "Metadata", "None")
+
+
+class TableError(Exception):
+    """A Table request the API server refuses: the HTTP code, the Status reason and message."""
+
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+
+
+def wanted_table(accept: str) -> str | None:
+    """The Table version (``v1`` / ``v1beta1``) the ``Accept`` header asks for first, or None when the first media
+    type it accepts is plain JSON (or there is no header). Entries are tried in order, as the API server's content
+    negotiation does; an ``as=`` it does not serve here (``PartialObjectMetadata``) is skipped."""
+    if not accept.strip():
+        return None
+    for entry in accept.split(","):
+        media, *raw = (part.strip() for part in entry.split(";"))
+        params = dict(p.split("=", 1) for p in raw if "=" in p)
+        if media.lower() not in ("application/json", "application/*", "*/*"):
+            continue
+        if "as" not in params:
+            return None
+        if params["as"] == "Table" and params.get("g") == TABLE_GROUP and params.get("v") in TABLE_VERSIONS:
+            return params["v"]
+    raise TableError(
+        406,
+        "NotAcceptable",
+        f"only the following media types are accepted: application/json, application/json;as=Table;v=v1;"
+        f"g={TABLE_GROUP} (asked: {accept})",
+    )
+
+
+def human_duration(seconds: float) -> str:
+    """``k8s.io/apimachinery/pkg/util/duration.HumanDuration``: kubectl's ages (``42s``, ``3m7s``, ``5h``, ``2d3h``)."""
+    whole = int(seconds)
+    if whole < -1:
+        return "<invalid>"
+    if whole < 0:
+        return "0s"
+    if whole < 120:
+        return f"{whole}s"
+    minutes = whole // 60
+    if minutes < 10:
+        return f"{minutes}m{whole % 60}s" if whole % 60 else f"{minutes}m"
+    if minutes < 180:
+        return f"{minutes}m"
+    hours = whole // 3600
+    if hours < 8:
+        return f"{hours}h{minutes % 60}m" if minutes % 60 else f"{hours}h"
+    if hours < 48:
+        return f"{hours}h"
+    if hours < 24 * 8:
+        return f"{hours // 24}d{hours % 24}h" if hours % 24 else f"{hours // 24}d"
+    if hours < 24 * 365 * 2:
+        return f"{hours // 24}d"
+    if hours < 24 * 365 * 8:
+        days = (hours // 24) % 365
+        return f"{hours // 24 // 365}y{days}d" if days else f"{hours // 24 // 365}y"
+    return f"{hours // 24 // 365}y"
+
+
+def since(timestamp: str | None, now: float | None = None) -> str:
+    """printers.go ``translateTimestampSince``: ``<unknown>`` for no timestamp, else its age."""
+    if not timestamp:
+        return "<unknown>"
+    try:
+        at = datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return "<invalid>"
+    return human_duration((time.time() if now is None else now) - at)
+
+
+def pod_row(pod: dict[str, Any], now: float | None = None) -> list[Any]:
+    """printers.go ``printPod`` (v1.32), wide: NAME READY STATUS RESTARTS AGE IP NODE NOMINATED-NODE READINESS-GATES."""
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    meta = pod.get("metadata") or {}
+    sidecars = {c.get("name") for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"}
+    total = len(spec.get("containers") or []) + len(sidecars)
+    phase = status.get("phase") or ""
+    reason = status.get("reason") or phase
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    if (conditions.get("PodScheduled") or {}).get("reason") == "SchedulingGated":
+        reason = "SchedulingGated"
+    init = _init_containers(status, sidecars, len(spec.get("initContainers") or []))
+    ready, restarts, last_restart = init.ready, init.restarts, init.last_restart
+    reason = init.reason or reason
+    if not init.reason or (conditions.get("Initialized") or {}).get("status") == "True":
+        main = _containers(status, reason, (conditions.get("Ready") or {}).get("status") == "True")
+        reason = main.reason
+        ready += main.ready
+        restarts = init.sidecar_restarts + main.restarts
+        last_restart = max(init.sidecar_last, main.last_restart)
+    if meta.get("deletionTimestamp") and status.get("reason") == "NodeLost":
+        reason = "Unknown"
+    elif meta.get("deletionTimestamp") and phase not in ("Succeeded", "Failed"):
+        reason = "Terminating"
+    restarts_cell = str(restarts)
+    if restarts and last_restart:
+        restarts_cell = f"{restarts} ({since(last_restart, now)} ago)"
+    ips = status.get("podIPs") or []
+    gates = spec.get("readinessGates") or []
+    gates_cell = "<none>"
+    if gates:
+        true = sum(1 for g in gates if (conditions.get(g.get("conditionType")) or {}).get("status") == "True")
+        gates_cell = f"{true}/{len(gates)}"
+    return [
+        meta.get("name", ""),
+        f"{ready}/{total}",
+        reason,
+        restarts_cell,
+        since(meta.get("creationTimestamp"), now),
+        (ips[0].get("ip") if ips else "") or "<none>",
+        spec.get("nodeName") or "<none>",
+        status.get("nominatedNodeName") or "<none>",
+        gates_cell,
+    ]
+
+
+@dataclass
+class _Tally:
+    """What printPod adds up over a pod's containers: ready ones, restarts, the last restart, and the reason."""
+
+    reason: str = ""
+    ready: int = 0
+    restarts: int = 0
+    last_restart: str = ""
+    sidecar_restarts: int = 0
+    sidecar_last: str = ""
+
+
+def _init_containers(status: dict[str, Any], sidecars: set[Any], count: int) -> _Tally:
+    """printPod's loop over the init containers: its reason is set ("Init:...") while the pod is initializing."""
+    tally = _Tally()
+    for index, container in enumerate(status.get("initContainerStatuses") or []):
+        tally.restarts += int(container.get("restartCount") or 0)
+        tally.last_restart = max(tally.last_restart, _finished(container))
+        sidecar = container.get("name") in sidecars
+        if sidecar:
+            tally.sidecar_restarts += int(container.get("restartCount") or 0)
+            tally.sidecar_last = max(tally.sidecar_last, _finished(container))
+        state = container.get("state") or {}
+        terminated, waiting = state.get("terminated"), state.get("waiting")
+        if terminated is not None and int(terminated.get("exitCode") or 0) == 0:
+            continue
+        if sidecar and container.get("started"):
+            tally.ready += int(bool(container.get("ready")))
+            continue
+        if terminated is not None:
+            if terminated.get("reason"):
+                tally.reason = "Init:" + terminated["reason"]
+            elif terminated.get("signal"):
+                tally.reason = f"Init:Signal:{terminated['signal']}"
+            else:
+                tally.reason = f"Init:ExitCode:{terminated.get('exitCode', 0)}"
+        elif waiting is not None and waiting.get("reason") and waiting["reason"] != "PodInitializing":
+            tally.reason = "Init:" + waiting["reason"]
+        else:
+            tally.reason = f"Init:{index}/{count}"
+        break
+    return tally
+
+
+def _containers(status: dict[str, Any], reason: str, pod_ready: bool) -> _Tally:
+    """printPod's loop over the containers, last to first: the last waiting or terminated one's reason wins."""
+    tally = _Tally(reason=reason)
+    running = False
+    for container in reversed(status.get("containerStatuses") or []):
+        tally.restarts += int(container.get("restartCount") or 0)
+        tally.last_restart = max(tally.last_restart, _finished(container))
+        state = container.get("state") or {}
+        waiting, terminated = state.get("waiting"), state.get("terminated")
+        if waiting is not None and waiting.get("reason"):
+            tally.reason = waiting["reason"]
+        elif terminated is not None and terminated.get("reason"):
+            tally.reason = terminated["reason"]
+        elif terminated is not None:
+            signal = terminated.get("signal")
+            tally.reason = f"Signal:{signal}" if signal else f"ExitCode:{terminated.get('exitCode', 0)}"
+        elif container.get("ready") and state.get("running") is not None:
+            running = True
+            tally.ready += 1
+    if tally.reason == "Completed" and running:
+        tally.reason = "Running" if pod_ready else "NotReady"
+    return tally
+
+
+def _finished(container: dict[str, Any]) -> str:
+    """When the container's last run ended (RFC 3339, compares in time order), or ''."""
+    return str((((container.get("lastState") or {}).get("terminated")) or {}).get("finishedAt") or "")
+
+
+def node_row(node: dict[str, Any], now: float | None = None) -> list[Any]:
+    """printers.go ``printNode`` (v1.32), wide: NAME STATUS ROLES AGE VERSION INTERNAL-IP EXTERNAL-IP OS-IMAGE
+    KERNEL-VERSION CONTAINER-RUNTIME."""
+    meta, status = node.get("metadata") or {}, node.get("status") or {}
+    ready = [c for c in status.get("conditions") or [] if c.get("type") == "Ready"]
+    states = [("Ready" if ready[-1].get("status") == "True" else "NotReady")] if ready else ["Unknown"]
+    if (node.get("spec") or {}).get("unschedulable"):
+        states.append("SchedulingDisabled")
+    roles = set()
+    for key, value in (meta.get("labels") or {}).items():
+        if key.startswith("node-role.kubernetes.io/") and key != "node-role.kubernetes.io/":
+            roles.add(key.removeprefix("node-role.kubernetes.io/"))
+        elif key == "kubernetes.io/role" and value:
+            roles.add(value)
+    info = status.get("nodeInfo") or {}
+    addresses = status.get("addresses") or []
+
+    def address(kind: str) -> str:
+        return next((a.get("address", "") for a in addresses if a.get("type") == kind), "<none>")
+
+    return [
+        meta.get("name", ""),
+        ",".join(states),
+        ",".join(sorted(roles)) or "<none>",
+        since(meta.get("creationTimestamp"), now),
+        info.get("kubeletVersion", ""),
+        address("InternalIP"),
+        address("ExternalIP"),
+        info.get("osImage") or "<unknown>",
+        info.get("kernelVersion") or "<unknown>",
+        info.get("containerRuntimeVersion") or "<unknown>",
+    ]
+
+
+def _json_path(obj: Any, path: str) -> tuple[bool, Any]:
+    """A simple JSONPath (``.a.b.c``, what printer columns use) on ``obj``: (found, value)."""
+    for key in path.strip(".").split("."):
+        if not isinstance(obj, dict) or key not in obj:
+            return False, None
+        obj = obj[key]
+    return True, obj
+
+
+def _crd_cell(kind: str, found: bool, value: Any, now: float | None) -> Any:
+    """apiextensions tableconvertor ``cellForJSONValue`` (and its string branch: the JSONPath printed as text)."""
+    if not found or value is None:
+        return None
+    if kind == "string":
+        return value if isinstance(value, str) else json.dumps(value)
+    if kind == "integer":
+        return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    if kind == "number":
+        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    if kind == "boolean":
+        return value if isinstance(value, bool) else None
+    if kind == "date":
+        return since(value, now) if isinstance(value, str) else None
+    return None
+
+
+def columns_for(group_version: str, plural: str) -> list[dict[str, Any]]:
+    """The Table's column definitions for a resource type."""
+    if (group_version, plural) == ("v1", "pods"):
+        return POD_COLUMNS
+    if (group_version, plural) == ("v1", "nodes"):
+        return NODE_COLUMNS
+    if is_custom(group_version):
+        columns = PRINTER_COLUMNS.get((group_version, plural), CRD_DEFAULT_COLUMNS)
+        return [NAME_COLUMN] + [_column(name, kind, "", priority) for name, kind, _, priority in columns]
+    return DEFAULT_COLUMNS
+
+
+def is_custom(group_version: str) -> bool:
+    """Whether the group is served from a CRD (a dotted group that is not a Kubernetes one), not a built-in."""
+    group = group_version.rpartition("/")[0]
+    return "." in group and not group.endswith(".k8s.io")
+
+
+def row_cells(group_version: str, plural: str, obj: dict[str, Any], now: float | None = None) -> list[Any]:
+    """One object's cells, in :func:`columns_for`'s order."""
+    if (group_version, plural) == ("v1", "pods"):
+        return pod_row(obj, now)
+    if (group_version, plural) == ("v1", "nodes"):
+        return node_row(obj, now)
+    name = (obj.get("metadata") or {}).get("name", "")
+    if is_custom(group_version):
+        columns = PRINTER_COLUMNS.get((group_version, plural), CRD_DEFAULT_COLUMNS)
+        return [name] + [_crd_cell(kind, *_json_path(obj, path), now) for _, kind, path, _ in columns]
+    # The default convertor puts the creation time itself in the cell (a metav1.Time, type date).
+    return [name, (obj.get("metadata") or {}).get("creationTimestamp")]
+
+
+def _row_object(obj: dict[str, Any], include: str, table_version: str) -> dict[str, Any] | None:
+    if include == "Object":
+        return obj
+    if include == "None":
+        return None
+    partial = {"kind": "PartialObjectMetadata", "apiVersion": f"{TABLE_GROUP}/{table_version}"}
+    return {**partial, "metadata": obj["metadata"]}
+
+
+def to_table(
+    group_version: str, plural: str, body: dict[str, Any], query: Any, table_version: str = "v1"
+) -> dict[str, Any]:
+    """The Table for a GET's answer (a list or one object); ``query`` gives ``includeObject`` (TableOptions; its
+    ``noHeaders`` is ``json:"-"``, not a query parameter). Raises :class:`TableError` for an includeObject value the
+    server refuses."""
+    include = query.get("includeObject", "") or "Metadata"
+    if include not in INCLUDE_OBJECT:
+        raise TableError(400, "BadRequest", f'unrecognized includeObject value: "{include}"')
+    items = body.get("items") if "items" in body else [body]
+    now = time.time()
+    table: dict[str, Any] = {
+        "kind": "Table",
+        "apiVersion": f"{TABLE_GROUP}/{table_version}",
+        "metadata": {"resourceVersion": (body.get("metadata") or {}).get("resourceVersion", "")},
+        "rows": [
+            {"cells": row_cells(group_version, plural, obj, now), "object": _row_object(obj, include, table_version)}
+            for obj in items or []
+        ],
+        "columnDefinitions": columns_for(group_version, plural),
+    }
+    return table
+
+
+def respond(request: web.Request, group_version: str, plural: str, body: dict[str, Any], status: int) -> web.Response:
+    """The JSON answer of a successful GET, as a Table when the client's ``Accept`` asks for one."""
+    try:
+        version = wanted_table(request.headers.get("Accept", "")) if request.method == "GET" else None
+        if version is None or status >= 300 or body.get("kind") == "Status":
+            return web.json_response(body, status=status)
+        return web.json_response(to_table(group_version, plural, body, request.query, version), status=status)
+    except TableError as exc:
+        failure = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": exc.message,
+            "reason": exc.reason,
+            "code": exc.code,
+        }
+        return web.json_response(failure, status=exc.code)

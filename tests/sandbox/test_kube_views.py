@@ -1,0 +1,376 @@
+"""What ``kubectl get`` / ``logs`` / ``auth can-i`` read from a sandbox cluster (issue #37): the server-side Table
+(``sandbox/kube_table.py``), the Node objects of the node pools (``sandbox/kube_nodes.py``), pods made from their
+template with a log subresource (``sandbox/kuberay.py``, ``sandbox/kube_podlog.py``) and SelfSubjectAccessReview
+(``sandbox/kube_authz.py``). Unit tests of the builders first, then one real cluster with one RayCluster over HTTPS."""
+
+from __future__ import annotations
+
+import json
+import time
+from decimal import Decimal
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from sandbox.kuberay import desired_resources, format_quantity, parse_quantity
+from sandbox.store import Resource
+from sandbox.testing import SandboxProcess
+
+from nemo_rl_gke.gcp.hooks import GcpHook
+from nemo_rl_gke.kube.client import KubeHook
+from nemo_rl_gke.run.spec import RunSpec
+from sandbox import kube_authz, kube_nodes, kube_podlog, kube_table
+from tests.gcp.conftest import ensure_cluster_with_gpu_pool, hook, project, spec  # noqa: F401 (fixtures)
+
+KUBECTL_ACCEPT = (
+    "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"
+)
+NOW = 1_800_000_000.0
+
+
+def _at(seconds_ago: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(NOW - seconds_ago))
+
+
+def _pod(containers: list[str], status: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "default", "creationTimestamp": _at(75), "labels": {"a": "b"}},
+        "spec": {"containers": [{"name": name} for name in containers], **fields},
+        "status": status,
+    }
+
+
+# --- Table: pods ----------------------------------------------------------------------------------------------------
+def test_a_running_pod_with_a_sidecar_prints_as_kubectl_prints_it() -> None:
+    running = {"ready": True, "restartCount": 0, "state": {"running": {}}}
+    pod = _pod(
+        ["ray-head", "fluent-bit"],
+        {
+            "phase": "Running",
+            "podIPs": [{"ip": "10.0.0.7"}],
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [{"name": "ray-head", **running}, {"name": "fluent-bit", **running}],
+        },
+        nodeName="gke-c-pool-1",
+    )
+    assert kube_table.pod_row(pod, NOW) == [
+        "p", "2/2", "Running", "0", "75s", "10.0.0.7", "gke-c-pool-1", "<none>", "<none>",
+    ]  # fmt: skip
+
+
+def test_pending_crashing_and_terminating_pods_get_printpods_status() -> None:
+    unschedulable = _pod(["ray"], {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False"}]})
+    assert kube_table.pod_row(unschedulable, NOW)[1:4] == ["0/1", "Pending", "0"]
+    creating = _pod(["ray"], {"phase": "Pending", "containerStatuses": [
+        {"name": "ray", "ready": False, "state": {"waiting": {"reason": "ContainerCreating"}}}]})  # fmt: skip
+    assert kube_table.pod_row(creating, NOW)[1:3] == ["0/1", "ContainerCreating"]
+    crash = {
+        "name": "ray",
+        "ready": False,
+        "restartCount": 3,
+        "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+        "lastState": {"terminated": {"exitCode": 1, "finishedAt": _at(130)}},
+    }
+    crashing = _pod(["ray"], {"phase": "Running", "containerStatuses": [crash]})
+    assert kube_table.pod_row(crashing, NOW)[1:4] == ["0/1", "CrashLoopBackOff", "3 (2m10s ago)"]
+    terminating = _pod(["ray"], {"phase": "Running"})
+    terminating["metadata"]["deletionTimestamp"] = _at(1)
+    assert kube_table.pod_row(terminating, NOW)[2] == "Terminating"
+    assert kube_table.pod_row(_pod([], {}), NOW)[5:7] == ["<none>", "<none>"]
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [(-5, "<invalid>"), (-1, "0s"), (45, "45s"), (150, "2m30s"), (600, "10m"), (3 * 3600 + 300, "3h5m"),
+     (30 * 3600, "30h"), (50 * 3600, "2d2h"), (400 * 86400, "400d"), ((3 * 365 + 10) * 86400, "3y10d")],
+)  # fmt: skip
+def test_ages_are_apimachinerys_human_durations(seconds: float, shown: str) -> None:
+    assert kube_table.human_duration(seconds) == shown
+
+
+# --- Table: nodes, CRDs, the default convertor, includeObject, Accept ------------------------------------------
+def test_a_node_prints_status_roles_and_version_and_a_cordoned_one_says_so() -> None:
+    node = {
+        "metadata": {"name": "n1", "creationTimestamp": _at(3600), "labels": {"node-role.kubernetes.io/gpu": ""}},
+        "spec": {"unschedulable": True},
+        "status": {
+            "conditions": [{"type": "Ready", "status": "False"}],
+            "nodeInfo": {"kubeletVersion": "v1.33.5-gke.1201000", "osImage": "COS"},
+            "addresses": [{"type": "InternalIP", "address": "10.1.0.2"}],
+        },
+    }
+    row = kube_table.node_row(node, NOW)
+    assert row == [
+        "n1", "NotReady,SchedulingDisabled", "gpu", "60m", "v1.33.5-gke.1201000",
+        "10.1.0.2", "<none>", "COS", "<unknown>", "<unknown>",
+    ]  # fmt: skip
+    assert [c["name"] for c in kube_table.columns_for("v1", "nodes") if c["priority"] == 0] == [
+        "Name", "Status", "Roles", "Age", "Version",
+    ]  # fmt: skip
+
+
+def test_rayclusters_print_kuberays_printer_columns_and_other_kinds_the_default_ones() -> None:
+    raycluster = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": "rc", "creationTimestamp": _at(30), "resourceVersion": "9"},
+        "status": {
+            "desiredWorkerReplicas": 2, "availableWorkerReplicas": 1, "desiredCPU": "18", "desiredMemory": "136Gi",
+            "desiredGPU": "16", "desiredTPU": "0", "head": {"serviceIP": "10.0.0.1"},
+        },
+    }  # fmt: skip
+    columns = kube_table.columns_for("ray.io/v1", "rayclusters")
+    assert [(c["name"], c["priority"]) for c in columns][:8] == [
+        ("Name", 0), ("desired workers", 0), ("available workers", 0), ("cpus", 0), ("memory", 0), ("gpus", 0),
+        ("tpus", 1), ("status", 0),
+    ]  # fmt: skip
+    cells = kube_table.row_cells("ray.io/v1", "rayclusters", raycluster, NOW)
+    # No state yet (omitempty) and no head pod IP: null cells, which kubectl shows as <none>.
+    assert cells == ["rc", 2, 1, "18", "136Gi", "16", "0", None, "30s", None, "10.0.0.1"]
+    config = {"metadata": {"name": "cm", "creationTimestamp": "2026-01-02T03:04:05Z"}}
+    assert [c["name"] for c in kube_table.columns_for("v1", "configmaps")] == ["Name", "Created At"]
+    assert kube_table.row_cells("v1", "configmaps", config) == ["cm", "2026-01-02T03:04:05Z"]
+    # A CRD without printer columns gets apiextensions' default Age column.
+    assert [c["name"] for c in kube_table.columns_for("networking.gke.io/v1", "networks")] == ["Name", "Age"]
+
+
+def test_include_object_decides_what_each_row_carries() -> None:
+    pods = {"kind": "PodList", "metadata": {"resourceVersion": "42"}, "items": [_pod(["ray"], {"phase": "Running"})]}
+    table = kube_table.to_table("v1", "pods", pods, {})
+    assert table["kind"] == "Table" and table["apiVersion"] == "meta.k8s.io/v1"
+    assert table["metadata"] == {"resourceVersion": "42"}
+    assert table["rows"][0]["object"] == {
+        "kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": pods["items"][0]["metadata"],
+    }  # fmt: skip
+    assert kube_table.to_table("v1", "pods", pods, {"includeObject": "Object"})["rows"][0]["object"]["spec"]
+    assert kube_table.to_table("v1", "pods", pods, {"includeObject": "None"})["rows"][0]["object"] is None
+    one = kube_table.to_table("v1", "pods", pods["items"][0], {}, "v1beta1")
+    assert one["apiVersion"] == "meta.k8s.io/v1beta1" and len(one["rows"]) == 1
+    with pytest.raises(kube_table.TableError, match='unrecognized includeObject value: "All"'):
+        kube_table.to_table("v1", "pods", pods, {"includeObject": "All"})
+
+
+def test_the_accept_header_is_negotiated_in_order() -> None:
+    assert kube_table.wanted_table(KUBECTL_ACCEPT) == "v1"
+    assert kube_table.wanted_table("application/json;as=Table;v=v1beta1;g=meta.k8s.io") == "v1beta1"
+    assert kube_table.wanted_table("application/json") is None
+    assert kube_table.wanted_table("") is None
+    assert kube_table.wanted_table("application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io, */*") is None
+    with pytest.raises(kube_table.TableError) as refused:
+        kube_table.wanted_table("application/json;as=Table;v=v2;g=meta.k8s.io")
+    assert refused.value.code == 406
+
+
+# --- Nodes ----------------------------------------------------------------------------------------------------------
+def _pool(name: str, config: dict[str, Any], count: int, **body: Any) -> Resource:
+    key = f"projects/p/locations/us-central1/clusters/c/nodePools/{name}"
+    pool_body = {"name": name, "config": config, "initialNodeCount": count, "locations": ["us-central1-b"], **body}
+    made = {"system": 1.0, "gpu": 2.0}.get(name, 0.0)
+    return Resource("container.nodePool", key, {**pool_body, "version": "1.33.5-gke.1201000"}, "ready", created=made)
+
+
+def test_gke_allocatable_takes_the_documented_reservations() -> None:
+    # GKE docs: a 4 GiB machine keeps 25% of 4 GiB plus the 100 MiB eviction threshold; 2 vCPUs keep 6% + 1%.
+    capacity, allocatable = kube_nodes._resources({"config": {"machineType": "e2-medium"}})
+    assert (capacity["cpu"], capacity["memory"]) == ("2", f"{4 * 1024 * 1024}Ki")
+    assert allocatable["cpu"] == "1930m"
+    assert allocatable["memory"] == f"{(3 * 1024 - 100) * 1024}Ki"
+    assert allocatable["pods"] == "110" and "nvidia.com/gpu" not in capacity
+
+
+def test_nodes_are_the_pools_static_nodes_and_the_gpu_nodes_capacity_made() -> None:
+    system = _pool("system", {"machineType": "n2-highmem-80"}, 1)
+    gpu_config = {
+        "machineType": "a4-highgpu-8g",
+        "spot": True,
+        "accelerators": [{"acceleratorType": "nvidia-b200", "acceleratorCount": 8}],
+    }
+    gpu = _pool("gpu", gpu_config, 0)
+    store = SimpleNamespace(of_kind=lambda kind, prefix="": [system, gpu])
+    model = SimpleNamespace(nodes={gpu.key: {"rc-workers-worker-0": NOW - 60}})
+    nodes = kube_nodes.nodes_of(store, model, "projects/p/locations/us-central1/clusters/c")  # type: ignore[arg-type]
+    assert [n["metadata"]["labels"]["cloud.google.com/gke-nodepool"] for n in nodes] == ["system", "gpu"]
+    static, made = nodes
+    assert static["status"]["capacity"]["cpu"] == "80" and static["status"]["capacity"]["memory"] == "671088640Ki"
+    labels = made["metadata"]["labels"]
+    assert labels["cloud.google.com/gke-accelerator"] == "nvidia-b200"
+    assert labels["cloud.google.com/gke-spot"] == "true"
+    assert "cloud.google.com/gke-spot" not in static["metadata"]["labels"]
+    assert labels["node.kubernetes.io/instance-type"] == "a4-highgpu-8g"
+    assert labels["topology.kubernetes.io/zone"] == "us-central1-b"
+    assert labels["kubernetes.io/hostname"] == made["metadata"]["name"]
+    assert made["metadata"]["name"].startswith("gke-c-gpu-")
+    assert made["status"]["capacity"]["nvidia.com/gpu"] == made["status"]["allocatable"]["nvidia.com/gpu"] == "8"
+    assert made["status"]["nodeInfo"]["kubeletVersion"] == "v1.33.5-gke.1201000"
+    assert kube_table.node_row(made, NOW)[1:5] == ["Ready", "<none>", "60s", "v1.33.5-gke.1201000"]
+    assert (
+        kube_nodes.pod_node(store, model, "projects/p/locations/us-central1/clusters/c", "rc-workers-worker-0")
+        == (made["metadata"]["name"])
+    )  # type: ignore[arg-type]
+    # The head (no GPU asked) lands on the system pool's node.
+    assert (
+        kube_nodes.pod_node(store, model, "projects/p/locations/us-central1/clusters/c", "rc-head")
+        == (static["metadata"]["name"])
+    )  # type: ignore[arg-type]
+
+
+def test_flex_start_and_queued_nodes_carry_their_labels_and_the_queued_taint() -> None:
+    flex = {"machineType": "a4-highgpu-8g", "flexStart": True}
+    assert kube_nodes._labels(_pool("f", flex, 1), "us-central1-b", "n")["cloud.google.com/gke-flex-start"] == "true"
+    queued = _pool("q", {"machineType": "a4-highgpu-8g", "flexStart": True}, 1, queuedProvisioning={"enabled": True})
+    node = kube_nodes.node_object(queued, "us-central1-b", "0", NOW)
+    assert node["metadata"]["labels"]["cloud.google.com/gke-queued"] == "true"
+    assert {"key": "cloud.google.com/gke-queued", "value": "true", "effect": "NoSchedule"} in node["spec"]["taints"]
+
+
+# --- KubeRay's desired resources, the log's checks, the access review -------------------------------------------
+def test_desired_resources_add_up_as_kuberay_and_resource_quantity_do() -> None:
+    def container(**resources: Any) -> dict[str, Any]:
+        return {"name": "ray", "resources": resources}
+
+    raycluster = {
+        "spec": {
+            "headGroupSpec": {"template": {"spec": {"containers": [
+                container(requests={"cpu": "500m", "memory": "8Gi"}), container(limits={"cpu": "1"})]}}},
+            "workerGroupSpecs": [
+                {"replicas": 2, "template": {"spec": {"containers": [
+                    container(requests={"cpu": "8"}, limits={"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": 8})]}}},
+                {"replicas": 5, "suspend": True, "template": {"spec": {"containers": [container(limits={"cpu": 9})]}}},
+            ],
+        }
+    }  # fmt: skip
+    # Requests win over limits; the suspended group counts for nothing; GPUs are every *gpu resource.
+    assert desired_resources(raycluster) == {"cpu": "17500m", "memory": "136Gi", "nvidia.com/gpu": "16", "gpu": "16"}
+    assert format_quantity(*parse_quantity("1536Mi")) == "1536Mi"
+    assert format_quantity(Decimal(1536 * 1024**2), "binary") == "1536Mi"
+    assert format_quantity(Decimal(512), "binary") == "512"
+    assert format_quantity(Decimal("0.5"), "decimal") == "500m"
+    with pytest.raises(ValueError, match="regular expression"):
+        parse_quantity("lots")
+
+
+def test_the_log_names_the_container_as_the_api_server_does() -> None:
+    pod = _pod(["ray-head", "fluent-bit"], {})
+    assert kube_podlog.container_for(pod, "fluent-bit") == "fluent-bit"
+    with pytest.raises(kube_podlog.LogError, match=r"choose one of: \[ray-head fluent-bit\]") as refused:
+        kube_podlog.container_for(pod, "")
+    assert refused.value.code == 400
+    with pytest.raises(kube_podlog.LogError, match="container nope is not valid for pod p"):
+        kube_podlog.container_for(pod, "nope")
+    assert kube_podlog.container_for(_pod(["only"], {}), "") == "only"
+    assert kube_podlog.tail(b"a\nb\nc\n", 2, None) == b"b\nc\n"
+    assert kube_podlog.tail(b"a\nb\nc\n", 0, None) == b""
+    assert kube_podlog.tail(b"a\nb\nc\n", None, 3) == b"a\nb"
+
+
+def test_an_access_review_needs_exactly_one_kind_of_attributes() -> None:
+    body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview"}
+    asked = {"resourceAttributes": {"verb": "create", "group": "ray.io", "resource": "rayclusters"}}
+    answer = kube_authz.review({**body, "spec": asked})
+    assert answer["status"] == {"allowed": True} and answer["spec"] == asked
+    for attributes in ({}, {**asked, "nonResourceAttributes": {"path": "/api", "verb": "get"}}):
+        with pytest.raises(kube_authz.ReviewError) as refused:
+            kube_authz.review({**body, "spec": attributes})
+        assert refused.value.code == 422
+
+
+# --- Over HTTPS, one RayCluster ---------------------------------------------------------------------------------
+def _raw(kube: KubeHook, method: str, path: str, accept: str = "application/json", **query: str) -> tuple[int, Any]:
+    """One request with the hook's client but our own Accept; (status, JSON or text)."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        response = kube.api_client.call_api(
+            path, method, query_params=list(query.items()), header_params={"Accept": accept},
+            auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
+        )  # fmt: skip
+        status, data = response.status, response.data
+    except ApiException as exc:
+        status, data = exc.status, exc.body
+    text = data.decode() if isinstance(data, bytes) else data
+    try:
+        return status, json.loads(text)
+    except ValueError:
+        return status, text
+
+
+def _raycluster(name: str) -> dict[str, Any]:
+    """A RayCluster whose head has a sidecar and whose one worker asks for a GPU (so the GPU pool makes a node)."""
+    worker = {"name": "ray-worker", "image": "rayproject/ray:2.60.0",
+              "resources": {"limits": {"cpu": "1", "memory": "2Gi", "nvidia.com/gpu": 1}}}  # fmt: skip
+    head = {"name": "ray-head", "image": "rayproject/ray:2.60.0", "resources": {"requests": {"cpu": "2"}}}
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "headGroupSpec": {"template": {"spec": {"containers": [head, {"name": "log-sidecar", "image": "bb"}]}}},
+            "workerGroupSpecs": [{"groupName": "gpu", "replicas": 1, "template": {"spec": {"containers": [worker]}}}],
+        },
+    }
+
+
+@pytest.mark.airflow
+def test_kubectls_views_of_a_running_raycluster(spec: RunSpec, hook: GcpHook, sandbox: SandboxProcess) -> None:  # noqa: F811
+    ensure_cluster_with_gpu_pool(spec, hook)
+    kube = KubeHook(spec, hook)
+    status, discovery = _raw(kube, "GET", "/apis")
+    assert "authorization.k8s.io" in [g["name"] for g in discovery["groups"]]
+    core = {r["name"]: r for r in _raw(kube, "GET", "/api/v1")[1]["resources"]}
+    assert core["nodes"]["shortNames"] == ["no"] and core["nodes"]["verbs"] == ["get", "list", "watch"]
+    assert core["pods/log"]["verbs"] == ["get"]
+    kube.request("POST", "/apis/ray.io/v1/namespaces/default/rayclusters", body=_raycluster("views"))
+    pods_path = "/api/v1/namespaces/default/pods"
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            rows = _raw(kube, "GET", pods_path, KUBECTL_ACCEPT)[1]["rows"]
+            if len(rows) == 2 and all(r["cells"][2] == "Running" for r in rows):
+                break
+            time.sleep(0.3)
+        table = _raw(kube, "GET", pods_path, KUBECTL_ACCEPT)[1]
+        assert [c["name"] for c in table["columnDefinitions"]][:5] == ["Name", "Ready", "Status", "Restarts", "Age"]
+        by_name = {row["cells"][0]: row for row in table["rows"]}
+        head_pod = next(name for name in by_name if "-head-" in name)
+        worker_pod = next(name for name in by_name if "-worker-" in name)
+        assert by_name[head_pod]["cells"][1:4] == ["2/2", "Running", "0"], by_name
+        assert by_name[worker_pod]["cells"][1:3] == ["1/1", "Running"]
+        assert by_name[head_pod]["object"]["kind"] == "PartialObjectMetadata"
+
+        nodes = {n["metadata"]["name"]: n for n in kube.request("GET", "/api/v1/nodes")["items"]}
+        worker_node = nodes[by_name[worker_pod]["cells"][6]]
+        assert worker_node["metadata"]["labels"]["cloud.google.com/gke-accelerator"]
+        assert worker_node["status"]["allocatable"]["nvidia.com/gpu"]
+        assert "cloud.google.com/gke-accelerator" not in nodes[by_name[head_pod]["cells"][6]]["metadata"]["labels"]
+        status, node_table = _raw(kube, "GET", "/api/v1/nodes", KUBECTL_ACCEPT)
+        assert status == 200 and {row["cells"][1] for row in node_table["rows"]} == {"Ready"}
+        assert _raw(kube, "DELETE", f"/api/v1/nodes/{worker_node['metadata']['name']}")[0] == 405
+
+        status, rc_table = _raw(kube, "GET", "/apis/ray.io/v1/namespaces/default/rayclusters/views", KUBECTL_ACCEPT)
+        cells = dict(zip([c["name"] for c in rc_table["columnDefinitions"]], rc_table["rows"][0]["cells"], strict=True))
+        shown = [cells[name] for name in ("desired workers", "available workers", "cpus", "memory", "gpus", "status")]
+        assert shown == [1, 1, "3", "2Gi", "1", "ready"], cells
+
+        log_path = f"{pods_path}/{head_pod}/log"
+        status, text = _raw(kube, "GET", log_path, "*/*", container="ray-head")
+        assert status == 200 and "Ray runtime started" in text, text
+        assert _raw(kube, "GET", log_path, "*/*", container="ray-head", tailLines="1")[1].count("\n") <= 1
+        assert _raw(kube, "GET", log_path, "*/*", container="log-sidecar") == (200, "")
+        status, refused = _raw(kube, "GET", log_path, "*/*", container="nope")
+        assert status == 400 and refused["message"] == f"container nope is not valid for pod {head_pod}"
+        status, refused = _raw(kube, "GET", log_path, "*/*")
+        assert status == 400 and "choose one of: [ray-head log-sidecar]" in refused["message"]
+        status, text = _raw(kube, "GET", f"{pods_path}/{worker_pod}/log", "*/*")
+        assert status == 200 and "Ray runtime started" in text
+
+        review = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": {"verb": "create", "group": "ray.io", "resource": "rayclusters"}},
+        }
+        answer = kube.request("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", body=review)
+        assert answer["status"]["allowed"] is True
+    finally:
+        kube.request("DELETE", "/apis/ray.io/v1/namespaces/default/rayclusters/views")
