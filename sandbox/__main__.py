@@ -1,5 +1,5 @@
 """``python -m sandbox serve --port N --state DIR [--latency-scale F] [--seed FILE] [--token-lifetime S]``, and
-``python -m sandbox credentials --url URL [--out FILE] [--project P]``,
+``python -m sandbox credentials --url URL [--out FILE] [--project P] [--wait S]``,
 ``python -m sandbox get-credentials CLUSTER --location L --project P --url URL [--key FILE] [--kubeconfig FILE]``
 and ``python -m sandbox auth-plugin --key FILE`` (the kubeconfig's exec plugin).
 
@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 
 from sandbox.config import Config, SeedError
@@ -52,6 +53,12 @@ def parser() -> argparse.ArgumentParser:
         "--out", type=Path, default=Path(".airflow/sandbox-key.json"), help="where to write the JSON key file"
     )
     creds.add_argument("--project", default="nemo-rl-demo", help="the connection's project extra")
+    creds.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        help="seconds to wait for a sandbox that is still starting (one just started in the background)",
+    )
     kube = commands.add_parser(
         "get-credentials", help="add a running sandbox GKE cluster to the kubeconfig, as gcloud container clusters does"
     )
@@ -94,14 +101,25 @@ def get_credentials(args: argparse.Namespace) -> int:
     return 0
 
 
-def credentials(url: str, out: Path, project: str) -> int:
-    """Write the key file (mode 0600) and print the connection JSON that names it."""
+def credentials(url: str, out: Path, project: str, wait_s: float = 0.0) -> int:
+    """Write the key file (mode 0600) and print the connection JSON that names it; a sandbox that does not answer
+    yet is asked again for up to ``wait_s`` seconds."""
     from sandbox.testing import SandboxError, connection_json, key_file
 
-    try:
-        key = key_file(url)
-    except (OSError, SandboxError) as exc:
-        print(f"--url {url}: no sandbox answers there ({exc}); start one with python -m sandbox serve", file=sys.stderr)
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            key = key_file(url)
+            break
+        except OSError as exc:  # refused or unreachable: a sandbox still starting answers within --wait
+            if time.monotonic() < deadline:
+                time.sleep(0.5)
+                continue
+            error: Exception = exc
+        except SandboxError as exc:
+            error = exc
+        hint = "start one with python -m sandbox serve"
+        print(f"--url {url}: no sandbox answers there ({error}); {hint}", file=sys.stderr)
         return 2
     out.parent.mkdir(parents=True, exist_ok=True)
     descriptor = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -118,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if args.command == "credentials":
-        return credentials(args.url, args.out, args.project)
+        return credentials(args.url, args.out, args.project, args.wait)
     if args.command == "get-credentials":
         return get_credentials(args)
     if args.command == "auth-plugin":

@@ -589,6 +589,7 @@ def _prune(obj: dict[str, Any], dropped: set[Path], managed: Managed, owner: Own
     for other, fields in managed.owners.items():
         if other != owner:
             owned |= fields.fields
-    for path in sorted(dropped, key=len, reverse=True):
+    # Parents first: an item goes with what is under it (its key fields included, which find it).
+    for path in sorted(dropped, key=len):
         if not any(p[: len(path)] == path for p in owned):
             remove_path(obj, path)

@@ -7,7 +7,7 @@ Served (:func:`response`), as kube-openapi's handlers at the commit Kubernetes 1
   groupVersion (pkg/handler3/handler.go:121-165);
 - ``/openapi/v3/api/v1``, ``/openapi/v3/apis/{group}/{version}``: the groupVersion's paths, each operation with its
   ``x-kubernetes-group-version-kind`` and query parameters (``fieldValidation`` on PATCH is what kubectl's
-  ``queryParamVerifierV3`` looks for, k8s.io/cli-runtime v0.32.4 pkg/resource/query_param_verifier_v3.go:89-127),
+  ``queryParamVerifierV3`` looks for, k8s.io/cli-runtime v0.32.4 pkg/resource/query_param_verifier_v3.go:108-144),
   and ``components.schemas`` (a ``$ref`` with siblings is wrapped in ``allOf``, as kube-openapi's v3 builder does);
   an Accept it cannot serve is 406 (pkg/handler3/handler.go:223-288), a stale ``hash`` is a 301 to the current one;
 - ``/openapi/v2`` as JSON; kubectl 1.32 asks it only for protobuf (k8s.io/client-go v0.32.4
@@ -36,6 +36,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from aiohttp import web
+
+from sandbox.kube_patch import patch_types
 
 Schema = dict[str, Any]
 Resources = Mapping[str, Iterable[tuple[str, str, bool]]]
@@ -512,7 +514,8 @@ def pruned(group_version: str, kind: str, obj_: Mapping[str, Any]) -> dict[str, 
 
 def apply_schema_errors(group_version: str, kind: str, obj_: Mapping[str, Any]) -> list[str]:
     """What server-side apply refuses in an applied object, as structured-merge-diff words it
-    (``.spec.foo: field not declared in schema``; typed/validate.go:172-181): the first undeclared field of each map."""
+    (``.spec.foo: field not declared in schema``; v4.4.2 typed/validate.go:173-181): the first undeclared field of
+    each map."""
     out: list[str] = []
 
     def record(path: str, _mapping: dict[str, Any], _key: str) -> bool:
@@ -637,12 +640,6 @@ FIELD_VALIDATION = _param(
     "unknown or duplicate fields. Valid values are: - Ignore - Warn (default) - Strict",
 )
 FORCE = _param("force", "query", 'Force is going to "force" Apply requests.', {"type": "boolean"})
-PATCH_TYPES = (
-    "application/apply-patch+yaml",
-    "application/json-patch+json",
-    "application/merge-patch+json",
-    "application/strategic-merge-patch+json",
-)
 
 
 def _operation(action: str, kind: str, gvk: dict[str, str], ref: str, *, params: list[Schema], what: str) -> Schema:
@@ -659,7 +656,9 @@ def _operation(action: str, kind: str, gvk: dict[str, str], ref: str, *, params:
         op["requestBody"] = body
         op["responses"]["201"] = op["responses"]["200"]
     if action == "patch":
-        op["requestBody"] = {"content": {t: {"schema": {"type": "object"}} for t in PATCH_TYPES}, "required": True}
+        # kubectl reads these to pick its patch: a custom resource lists no strategic merge, as the real document.
+        types = patch_types(gvk["group"] + "/" + gvk["version"] if gvk["group"] else gvk["version"])
+        op["requestBody"] = {"content": {t: {"schema": {"type": "object"}} for t in types}, "required": True}
         op["responses"]["201"] = op["responses"]["200"]
     return op
 
