@@ -10,7 +10,7 @@ AIRFLOW_ENV := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" AIRFLOW_HOME="$(CURDIR)/.airf
 	AIRFLOW__CORE__DAGS_FOLDER="$(CURDIR)/dags" AIRFLOW__CORE__PLUGINS_FOLDER="$(CURDIR)/plugins" \
 	AIRFLOW__CORE__LOAD_EXAMPLES=False AIRFLOW__CORE__PARALLELISM=4 PYTHONPATH="$(CURDIR)/plugins:$(CURDIR)"
 
-.PHONY: install chromium test lint demo demo-plan plan docs bench-e2e bench-slots bench-recovery clean
+.PHONY: install chromium kubectl test lint demo demo-plan plan docs bench-e2e bench-slots bench-recovery clean
 
 install: $(STAMP)
 
@@ -26,13 +26,18 @@ $(STAMP): requirements.txt requirements-dev.txt
 chromium:
 	@test -x /usr/bin/chromium || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
 
+# The operator tests' kubectl (tests/gcp/test_kubectl.py): the machine's own, else the distribution's package.
+kubectl:
+	@command -v kubectl > /dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubectl) \
+		|| DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubernetes-client
+
 # Two workers on this 2-core machine: most tests wait (on Airflow, the sandbox, Ray) rather than compute. A module's
 # tests stay on one worker: they share its sandbox and Ray head. Files go out in collection order, which
 # tests/conftest.py starts with the longest (LONGEST_FIRST), so no worker ends alone on a whole-DAG file. Their temp
 # dirs (the Airflow test DBs, the sandboxes' state, the Ray heads' sessions) go to tmpfs where there is one: SQLite
 # and the sandbox fsync every commit, which on this machine's disk costs about 8 ms each (0.1 ms on tmpfs).
 FAST_TMP := $(shell test -d /dev/shm -a -w /dev/shm && echo /dev/shm || echo /tmp)
-test: $(STAMP) chromium
+test: $(STAMP) chromium kubectl
 	TMPDIR=$(FAST_TMP) $(PY) -m pytest -n auto --dist loadfile --no-loadscope-reorder --durations=10
 
 lint: $(STAMP)

@@ -34,7 +34,17 @@ import aiohttp
 import yaml
 from aiohttp import web
 
-from sandbox import formats, kube_authz, kube_nodes, kube_openapi, kube_podlog, kube_table, kube_volumes, kube_watch
+from sandbox import (
+    formats,
+    kube_authz,
+    kube_nodes,
+    kube_openapi,
+    kube_podlog,
+    kube_protobuf,
+    kube_table,
+    kube_volumes,
+    kube_watch,
+)
 from sandbox.auth import KUBE_UNAUTHORIZED, Verdict
 from sandbox.kube_cluster import KubeCluster, server_metadata
 from sandbox.kube_fields import ApplyConflict, Managed, Shape, manager_for, record_update
@@ -428,8 +438,8 @@ class KubeApi:
         items = []
         for cluster in self.clusters.values():
             for (gv, plural, ns, name), obj in sorted(cluster.objects.items()):
-                if plural == "namespaces" and name in BUILTIN_NAMESPACES:
-                    continue
+                if (plural == "namespaces" and name in BUILTIN_NAMESPACES) or plural == kube_nodes.NODES:
+                    continue  # the cluster's own: its built-in namespaces, the node pools' nodes
                 items.append(
                     {
                         "cluster": cluster.cluster_key,
@@ -459,6 +469,23 @@ class KubeApi:
         fault_id = None
         held = None
         status = 200
+        logged = False
+
+        def log_call(status: int, error: str | None) -> None:
+            self.calls.append(
+                time=formats.now(),
+                method=request.method,
+                path=request.path,
+                query=request.query_string,
+                service="kubernetes",
+                status=status,
+                duration_ms=round(1000 * (time.perf_counter() - started), 3),
+                operations=[],
+                fault=fault_id or (held.id if held else None),
+                error=error,
+                auth=str(verdict),
+            )
+
         try:
             if verdict is not Verdict.VALID:
                 raise KubeError(401, "Unauthorized", "Unauthorized")
@@ -468,11 +495,7 @@ class KubeApi:
                 raise KubeError(fault.status or 500, "InternalError", fault.message or f"Injected fault {fault.id}")
             cluster = self.cluster_for(request.app[CLUSTER_ID])
             kube_nodes.sync(cluster, self.store, self.kuberay.capacity)
-            target = version_info(request.app[CLUSTER_VERSION]) if request.path == "/version" else None
-            if target is None and request.path.startswith("/openapi/"):
-                accept = request.headers.get("Accept", "")
-                target = kube_openapi.response(request.path, request.query, accept, RESOURCES)
-            target = target if target is not None else resolve(parse_path(request.path))
+            target = _resolve_request(request)
             if isinstance(target, web.Response):
                 response = target  # /openapi/...: kube-openapi's handlers (sandbox.kube_openapi)
             elif isinstance(target, dict):
@@ -482,10 +505,12 @@ class KubeApi:
             elif (view := await self._view(request, cluster, target, text)) is not None:
                 response = view  # pods/log, reviews, read-only nodes
             elif request.method == "GET" and request.query.get("watch") in ("1", "true") and not target.sub:
-                response = await self._watch(request, cluster, target)
+                # Logged when the stream starts, as an audit log's ResponseStarted: a watch can last many minutes.
+                response = await self._watch(request, cluster, target, lambda: log_call(200, None))
+                logged = True
             else:
                 fault = self.faults.operation_fault(request.method, request.path, request.query_string, text)
-                status, body = self._dispatch(request, cluster, target, text, fault)
+                status, body = self._dispatch(request, cluster, target, raw, fault)
                 if fault is not None:
                     self.faults.operation_started(request.method, request.path, request.query_string, fault, text)
                     fault_id = fault.id
@@ -494,29 +519,18 @@ class KubeApi:
             held = self.faults.delay_fault(request.method, request.path, request.query_string, text)
         except KubeError as exc:
             response = web.json_response(exc.status(), status=exc.code)
-        status = response.status
-        self.calls.append(
-            time=formats.now(),
-            method=request.method,
-            path=request.path,
-            query=request.query_string,
-            service="kubernetes",
-            status=status,
-            duration_ms=round(1000 * (time.perf_counter() - started), 3),
-            operations=[],
-            fault=fault_id or (held.id if held else None),
-            error=None if status < 400 else _message(response),
-            auth=str(verdict),
-        )
+        if not logged:
+            log_call(response.status, None if response.status < 400 else _message(response))
         if held is not None and held.delay_s:
             # The call has taken effect (and is in the call log); only its answer waits.
             await asyncio.sleep(held.delay_s)
         return response
 
     def _dispatch(
-        self, request: web.Request, cluster: KubeCluster, target: Target, text: str, fault: Any
+        self, request: web.Request, cluster: KubeCluster, target: Target, raw: bytes, fault: Any
     ) -> tuple[int, dict[str, Any]]:
         method = request.method
+        text = raw.decode("utf-8", errors="replace")
         dry = request.query.getall("dryRun", [])
         if any(value != "All" for value in dry):
             bad = next(value for value in dry if value != "All")
@@ -536,7 +550,7 @@ class KubeApi:
                 raise not_found(target.plural, target.name or "", target.group)
             return 200, obj
         if method == "POST" and target.name is None:
-            body = self._body(text, "application/json")
+            body = self._body(raw, request.content_type)
             body = kube_openapi.check_fields(request, target.group_version, target.kind, body)
             manager = manager_for(request.query.get("fieldManager", ""), request.headers.get("User-Agent", ""))
             return 201, self._create(cluster, target, body, dry_run, manager)
@@ -545,7 +559,7 @@ class KubeApi:
             if patch_type != APPLY_PATCH:
                 manager = manager_for(request.query.get("fieldManager", ""), request.headers.get("User-Agent", ""))
                 return 200, self._patch(cluster, target, patch_type, text, manager=manager, dry_run=dry_run)
-            body = self._body(text, APPLY_PATCH)
+            body = self._body(raw, APPLY_PATCH)
             body = kube_openapi.check_fields(request, target.group_version, target.kind, body, apply=True)
             manager = request.query["fieldManager"]
             return self._apply(cluster, target, body, manager, fault, dry_run=dry_run, force=force)
@@ -554,9 +568,16 @@ class KubeApi:
         raise KubeError(405, "MethodNotAllowed", f"{method} is not served on this path")
 
     @staticmethod
-    def _body(text: str, content_type: str) -> dict[str, Any]:
+    def _body(raw: bytes, content_type: str) -> dict[str, Any]:
+        """A request's object: YAML for an apply, protobuf from kubectl's typed clients (``kubectl create
+        configmap``, ``auth can-i``: :mod:`sandbox.kube_protobuf`), else JSON."""
         try:
+            if content_type == kube_protobuf.MEDIA_TYPE:
+                return kube_protobuf.decode(raw)
+            text = raw.decode("utf-8")
             body = yaml.safe_load(text) if content_type == APPLY_PATCH else json.loads(text)
+        except kube_protobuf.ProtobufError as exc:
+            raise KubeError(exc.code, exc.reason, exc.message) from exc
         except (ValueError, yaml.YAMLError) as exc:
             raise KubeError(400, "BadRequest", f"the body is not a valid object: {exc}") from exc
         if not isinstance(body, dict):
@@ -764,28 +785,30 @@ class KubeApi:
         }
 
     # --- watch ------------------------------------------------------------------------------------------------
-    async def _watch(self, request: web.Request, cluster: KubeCluster, target: Target) -> web.StreamResponse:
+    async def _watch(
+        self, request: web.Request, cluster: KubeCluster, target: Target, started: Callable[[], None]
+    ) -> web.StreamResponse:
         """``?watch=true`` on a list (or, deprecated but served, on one object): a stream of JSON watch events, one
         per line, until ``timeoutSeconds`` (:mod:`sandbox.kube_watch`)."""
         if target.namespace is not None and cluster.get("v1", "namespaces", None, target.namespace) is None:
             raise not_found("namespaces", target.namespace)
         query = request.query
-        try:
-            labels = label_selector(query.get("labelSelector", ""))
-            fields = field_selector(query.get("fieldSelector", ""), target.plural)
-        except SelectorError as exc:
-            raise KubeError(400, "BadRequest", str(exc)) from exc
-        name = target.name
-
-        def matches(obj: dict[str, Any]) -> bool:
-            meta = obj.get("metadata") or {}
-            return (name is None or meta.get("name") == name) and labels(meta.get("labels") or {}) and fields(obj)
-
+        scope = self._watch_scope(query, target)
         try:
             wanted = kube_watch.WatchRequest.parse(query)
+            table = kube_table.wanted_table(request.headers.get("Accept", ""))
         except kube_watch.InvalidWatchError as exc:
             raise KubeError(400, "BadRequest", str(exc)) from exc
-        scope = kube_watch.Scope(target.group_version, target.plural, target.namespace, matches)
+        except kube_table.TableError as exc:
+            raise KubeError(exc.code, exc.reason, exc.message) from exc
+
+        def line(event: dict[str, Any]) -> bytes:
+            # `kubectl get -w` asks for Tables: each event's object is then a one-row Table (not a bookmark's).
+            if table is not None and event["type"] in ("ADDED", "MODIFIED", "DELETED"):
+                converted = kube_table.to_table(target.group_version, target.plural, event["object"], query, table)
+                event = {"type": event["type"], "object": converted}
+            return json.dumps(event).encode() + b"\n"
+
         history = cluster.history
         queue = history.subscribe()
         response = web.StreamResponse(headers={"Content-Type": "application/json"})
@@ -796,8 +819,9 @@ class KubeApi:
             seen = cluster.revision
             response.enable_chunked_encoding()
             await response.prepare(request)
+            started()
             for event in events:
-                await response.write(json.dumps(event).encode() + b"\n")
+                await response.write(line(event))
             if events and events[-1]["type"] == "ERROR":  # an expired version: the client lists again
                 await response.write_eof()
                 return response
@@ -809,10 +833,9 @@ class KubeApi:
                     break
                 event = scope.event(change) if change.revision > seen else None
                 if event is not None:
-                    await response.write(json.dumps(event).encode() + b"\n")
+                    await response.write(line(event))
             if wanted.bookmarks:
-                bookmark = kube_watch.bookmark(target.kind, target.group_version, cluster.revision)
-                await response.write(json.dumps(bookmark).encode() + b"\n")
+                await response.write(line(kube_watch.bookmark(target.kind, target.group_version, cluster.revision)))
             await response.write_eof()
             return response
         except ConnectionResetError:  # the client went away: nothing more to send
@@ -838,12 +861,30 @@ class KubeApi:
             if target.plural == "selfsubjectaccessreviews":
                 if request.method != "POST" or target.name is not None:
                     raise KubeError(405, "MethodNotAllowed", f"{request.method} is not served on {target.plural}")
-                return web.json_response(kube_authz.review(self._body(text, "application/json")), status=201)
-        except (kube_podlog.LogError, kube_authz.ReviewError) as exc:
+                body = self._body(await request.read(), request.content_type)
+                return web.json_response(kube_authz.review(body), status=201)
+        except (kube_podlog.LogError, kube_authz.ReviewError, kube_protobuf.ProtobufError) as exc:
             raise KubeError(exc.code, exc.reason, exc.message) from exc
         if target.plural == "nodes" and request.method not in ("GET", "HEAD"):
             raise KubeError(405, "MethodNotAllowed", "the sandbox's nodes are its node pools': they are read-only")
         return None
+
+    @staticmethod
+    def _watch_scope(query: Any, target: Target) -> kube_watch.Scope:
+        """What one watch sees: the type and namespace of its path, its selectors (and, on one object's path, that
+        object's name)."""
+        try:
+            labels = label_selector(query.get("labelSelector", ""))
+            fields = field_selector(query.get("fieldSelector", ""), target.plural)
+        except SelectorError as exc:
+            raise KubeError(400, "BadRequest", str(exc)) from exc
+        name = target.name
+
+        def matches(obj: dict[str, Any]) -> bool:
+            meta = obj.get("metadata") or {}
+            return (name is None or meta.get("name") == name) and labels(meta.get("labels") or {}) and fields(obj)
+
+        return kube_watch.Scope(target.group_version, target.plural, target.namespace, matches)
 
     # --- service proxy -----------------------------------------------------------------------------------------
     async def _proxy(
@@ -918,6 +959,18 @@ class KubeApi:
         await asyncio.gather(*(listener.stop() for listener in listeners), *self._stopping)
         if self._session is not None and not self._session.closed:
             await self._session.close()
+
+
+def _resolve_request(request: web.Request) -> Target | dict[str, Any] | web.Response:
+    """What a request's path names: ``/version``, an OpenAPI document (:mod:`sandbox.kube_openapi`'s answer), a
+    discovery document, or a resource :class:`Target`."""
+    if request.path == "/version" and (info := version_info(request.app[CLUSTER_VERSION])) is not None:
+        return info
+    if request.path.startswith("/openapi/"):
+        answer = kube_openapi.response(request.path, request.query, request.headers.get("Accept", ""), RESOURCES)
+        if answer is not None:
+            return answer
+    return resolve(parse_path(request.path))
 
 
 def _message(response: web.Response) -> str | None:

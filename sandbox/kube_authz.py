@@ -7,6 +7,9 @@ valid token it issued (there is one identity, its service account, and no RBAC o
 ``docs/fidelity.md``), so the review says what that server does: allowed, for resource and non-resource requests
 alike. A token that is not valid never gets here (401 first, as on GKE).
 
+kubectl posts the review as protobuf (read by :mod:`sandbox.kube_protobuf`); the answer is JSON, which kubectl's
+``Accept`` (``application/vnd.kubernetes.protobuf,application/json``) takes.
+
 The request is validated as the API server validates it (``pkg/apis/authorization/validation/validation.go``
 ``ValidateSelfSubjectAccessReviewSpec``): exactly one of ``resourceAttributes`` / ``nonResourceAttributes``.
 """

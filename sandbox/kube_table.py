@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
@@ -390,8 +390,19 @@ def row_cells(group_version: str, plural: str, obj: dict[str, Any], now: float |
     if is_custom(group_version):
         columns = PRINTER_COLUMNS.get((group_version, plural), CRD_DEFAULT_COLUMNS)
         return [name] + [_crd_cell(kind, *_json_path(obj, path), now) for _, kind, path, _ in columns]
-    # The default convertor puts the creation time itself in the cell (a metav1.Time, type date).
-    return [name, (obj.get("metadata") or {}).get("creationTimestamp")]
+    # The default convertor's cell is the creation time itself, m.GetCreationTimestamp().Time.UTC().Format(RFC3339).
+    return [name, _rfc3339((obj.get("metadata") or {}).get("creationTimestamp"))]
+
+
+def _rfc3339(timestamp: str | None) -> str:
+    """A timestamp in Go's ``time.RFC3339`` layout in UTC (whole seconds, ``Z``); the zero time for none."""
+    if not timestamp:
+        return "0001-01-01T00:00:00Z"
+    try:
+        at = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    except ValueError:
+        return timestamp
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _row_object(obj: dict[str, Any], include: str, table_version: str) -> dict[str, Any] | None:

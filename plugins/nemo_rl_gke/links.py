@@ -85,9 +85,10 @@ def ray_dashboard_url(spec: RunSpec, submitted: Mapping[str, Any] | None) -> str
 
 def gcs_url(uri: str) -> str:
     """A ``gs://bucket/path/`` URI as its Cloud Storage browser page ('' for anything else)."""
-    if not uri.startswith("gs://"):
-        return ""
-    return f"{CONSOLE}/storage/browser/{quote(uri.removeprefix('gs://'))}"
+    # lazy: the builder the alerts and the Training view share (run/console.py), kept out of DAG parsing
+    from nemo_rl_gke.run.console import gcs_url as browser_url
+
+    return browser_url(uri)
 
 
 def wandb_url(summary: Mapping[str, Any] | None) -> str:
@@ -203,8 +204,29 @@ class ExportedCheckpointLink(RunLink):
         return gcs_url(str(uri)) if uri else stored
 
 
+class RayLogsLink(RunLink):
+    """The run's Ray logs in Cloud Storage, on the step that copies them before it deletes the RayCluster: where
+    they go, then where they went (none when nothing was copied)."""
+
+    name = "Ray logs in Cloud Storage"
+    steps = frozenset({topology.DELETE_RAYCLUSTER})
+
+    def early(self, spec: RunSpec, context: Mapping[str, Any]) -> str:
+        return gcs_url(spec.ray_logs_uri(context["dag"].dag_id, context["run_id"]))
+
+    def late(self, stored: str, ti_key: TaskInstanceKey) -> str:
+        # lazy: execution-only, kept out of DAG parsing
+        from nemo_rl_gke.run.ray_logs import summary_of
+
+        summary = summary_of(_own(ti_key, topology.RETURN))
+        if summary is None:
+            return stored
+        return gcs_url(str(summary.get("uri") or "")) if summary.get("files") else ""
+
+
 # Which operator classes carry which links (the operators' operator_extra_links).
 GCP_RESOURCE_LINKS = (GkeClusterLink(), GkeNodePoolLink(), LustreInstanceLink())
 JOB_LINKS = (RayDashboardLink(), JobLogsLink())
 WAIT_LINKS = (*JOB_LINKS, WandbRunLink())
 EXPORT_LINKS = (ExportedCheckpointLink(),)
+DELETE_KUBE_LINKS = (RayLogsLink(),)

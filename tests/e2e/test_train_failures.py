@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from sandbox.files import gcs_root
 from sandbox.testing import SandboxProcess
 
 from nemo_rl_gke.run import topology as t
@@ -36,3 +37,13 @@ def test_a_failing_job_fails_the_run_with_the_driver_last_lines_and_teardown_run
     assert (result.tasks[t.CHECK_CHECKPOINT], result.tasks[t.RUN_REPORT]) == ("skipped", "failed"), result.tasks
     assert all(result.tasks[s.task_id] == "success" for s in t.teardown_steps())
     assert sandbox.full_inventory()["resources"] == []
+    # The Ray logs outlived the cluster: teardown copied them to the export bucket before deleting the RayCluster
+    # (the driver's error in the job's log, on the head), with their index (tests/gcp/test_ray_log_archive.py has the
+    # alert's link).
+    logs = latest_xcom()[(t.DELETE_RAYCLUSTER, "return_value")]["ray_logs"]
+    assert logs["files"] > 0 and logs["errors"] == 0, logs
+    bucket, _, prefix = logs["uri"].removeprefix("gs://").partition("/")
+    head = gcs_root(sandbox.state_dir) / bucket / prefix / "head"
+    drivers = list(head.glob("job-driver-*.log"))
+    assert any("must be a number > 0.0, got -1" in d.read_text() for d in drivers), drivers
+    assert (head.parent / "index.json").is_file()

@@ -14,7 +14,7 @@ from nemo_rl_gke.run import topology
 from nemo_rl_gke.run.spec import RunSpec
 
 SPEC = RunSpec(project="p-1", region="europe-west4", zone="europe-west4-b", cluster_name="c-1", lustre_name="l-1")
-ALL = [*links.GCP_RESOURCE_LINKS, *links.WAIT_LINKS, *links.EXPORT_LINKS]
+ALL = [*links.GCP_RESOURCE_LINKS, *links.WAIT_LINKS, *links.EXPORT_LINKS, *links.DELETE_KUBE_LINKS]
 
 
 def test_console_urls_name_the_resource_the_spec_derives() -> None:
@@ -60,6 +60,7 @@ def test_every_link_sits_on_the_operator_of_each_of_its_steps() -> None:
         topology.SUBMIT,
         topology.WAIT,
         topology.EXPORT,
+        topology.DELETE_RAYCLUSTER,
     }
     assert set().union(*(link.steps for link in ALL)) == wanted
 
@@ -89,7 +90,9 @@ def _context(ti: _TI) -> dict[str, Any]:
     return {"ti": ti, "dag": SimpleNamespace(dag_id="d"), "run_id": "manual__1"}
 
 
-@pytest.mark.parametrize("step_id", [topology.GKE_CLUSTER, topology.NET, topology.EXPORT, topology.WAIT])
+@pytest.mark.parametrize(
+    "step_id", [topology.GKE_CLUSTER, topology.NET, topology.EXPORT, topology.WAIT, topology.DELETE_RAYCLUSTER]
+)
 def test_a_step_persists_its_own_links_when_it_starts(step_id: str) -> None:
     ti = _TI({(topology.VALIDATE, topology.RETURN): SPEC.to_conf()})
     operator = OPERATORS[topology.step(step_id).op](step=step_id)
@@ -103,6 +106,13 @@ def test_a_step_persists_its_own_links_when_it_starts(step_id: str) -> None:
     if step_id == topology.EXPORT:
         uri = SPEC.export_uri("d", "manual__1", SPEC.final_step)
         assert ti.pushed[links.ExportedCheckpointLink().xcom_key] == links.gcs_url(uri)
+    if step_id == topology.DELETE_RAYCLUSTER:
+        uri = "gs://p-1-nemo-rl-checkpoints/nemo-rl-gke/ray-logs/d/manual__1/"
+        assert (
+            ti.pushed[links.RayLogsLink().xcom_key]
+            == links.gcs_url(uri)
+            == links.gcs_url(SPEC.ray_logs_uri("d", "manual__1"))
+        )
 
 
 def test_get_link_finishes_a_link_from_the_tasks_own_xcom(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -126,3 +136,12 @@ def test_get_link_finishes_a_link_from_the_tasks_own_xcom(monkeypatch: pytest.Mo
     assert links.GkeClusterLink().get_link(cluster, ti_key=key) == links.gke_cluster_url(SPEC)
     # The same class on another step of its operator: empty, which the UI hides.
     assert links.GkeClusterLink().get_link(net, ti_key=key) == ""
+    # The Ray logs: where they went once copied, nothing when no file was (a link to an empty folder misleads).
+    delete = OPERATORS[topology.step(topology.DELETE_RAYCLUSTER).op](step=topology.DELETE_RAYCLUSTER)
+    stored[links.RayLogsLink().xcom_key] = "https://early"
+    stored[topology.RETURN] = {"action": "deleted", "ray_logs": {"uri": "gs://b/nemo-rl-gke/ray-logs/d/r/", "files": 3}}
+    assert links.RayLogsLink().get_link(delete, ti_key=key) == links.gcs_url("gs://b/nemo-rl-gke/ray-logs/d/r/")
+    stored[topology.RETURN] = {"action": "deleted", "ray_logs": {"uri": "gs://b/x/", "files": 0, "error": "gone"}}
+    assert links.RayLogsLink().get_link(delete, ti_key=key) == ""
+    stored[topology.RETURN] = None  # deferred: not finished yet
+    assert links.RayLogsLink().get_link(delete, ti_key=key) == "https://early"

@@ -64,6 +64,35 @@ def test_checkpoints_say_where_they_went() -> None:
     ]
 
 
+def test_the_ray_logs_teardown_copied_are_linked_or_why_not() -> None:
+    uri = "gs://b/nemo-rl-gke/ray-logs/d/r/"
+    copied = {"uri": uri, "files": 75, "bytes": 3 * 2**20, "truncated": 1, "skipped": 0, "errors": 0, "error": ""}
+    failed = {"uri": uri, "files": 0, "bytes": 0, "errors": 1, "error": "no RayCluster default/rc to copy from"}
+
+    def shown(result: object) -> object:
+        results = {topology.DELETE_RAYCLUSTER: result}
+        return build_view(ViewInputs("d", "r", "failed", NOW, task_states(), results, default_conf()))["ray_logs"]
+
+    assert shown({"action": outcomes.DELETED, "ray_logs": copied}) == {
+        "uri": uri,
+        "console_url": "https://console.cloud.google.com/storage/browser/b/nemo-rl-gke/ray-logs/d/r/",
+        "text": f"{uri} (75 file(s), 3.0 MiB, 1 cut to their tail)",
+        "files": 75,
+        "truncated": 1,
+        "error": None,
+    }
+    assert shown({"action": outcomes.DELETED, "ray_logs": failed}) == {
+        "uri": None,
+        "console_url": None,
+        "text": "not copied (no RayCluster default/rc to copy from)",
+        "files": 0,
+        "truncated": None,
+        "error": "no RayCluster default/rc to copy from",
+    }
+    # Before teardown got there, or a RayCluster kept by the policy: nothing to show.
+    assert shown(None) is None and shown({"action": outcomes.KEPT_BY_POLICY}) is None
+
+
 def test_stages_span_running_tasks_until_now() -> None:
     tasks = task_states(**{topology.WAIT: "deferred"})
     view = build_view(ViewInputs("d", "r", "running", NOW, tasks, conf=default_conf()))

@@ -123,6 +123,20 @@ def test_targets_are_the_deployments_and_a_schedule_may_only_pick_among_them(cap
 # ---------------------------------------------------------------------------------------------------------------
 # The message
 # ---------------------------------------------------------------------------------------------------------------
+# teardown.delete-raycluster's summary of its copy of the Ray logs (run/ray_logs.summarize).
+RAY_LOGS_SUMMARY = {
+    "uri": "gs://p-ckpt/nemo-rl-gke/ray-logs/nemo_rl_grpo_gke/r/",
+    "index": "gs://p-ckpt/nemo-rl-gke/ray-logs/nemo_rl_grpo_gke/r/index.json",
+    "nodes": 3,
+    "files": 75,
+    "bytes": 5 * 2**19,
+    "truncated": 1,
+    "skipped": 0,
+    "errors": 0,
+    "error": "",
+}
+
+
 def _failed_training_report() -> tuple[dict[str, str], Any]:
     """A run whose job failed after 12 steps; the warm policy kept the cluster (its GPU pool) and Lustre."""
     spec = RunSpec()
@@ -148,8 +162,16 @@ def _failed_training_report() -> tuple[dict[str, str], Any]:
 def test_the_failure_alert_says_what_failed_the_reward_what_still_runs_its_cost_and_the_link() -> None:
     spec = RunSpec()
     states, report = _failed_training_report()
+    logs = RAY_LOGS_SUMMARY
     alert = failure_alert(
-        "nemo_rl_grpo_gke", "r", states, errors={t.WAIT: "job FAILED: exit 1"}, training=SUMMARY, report=report, url=URL
+        "nemo_rl_grpo_gke",
+        "r",
+        states,
+        errors={t.WAIT: "job FAILED: exit 1"},
+        training=SUMMARY,
+        report=report,
+        url=URL,
+        ray_logs=logs,
     )
     pool_usd = DEFAULT_GPU_HOUR_PRICES_USD[spec.gpu_type] * spec.gpus_per_node * spec.worker_replicas
     pool = f"GPU node pool ({spec.worker_replicas} x {spec.gpus_per_node} {spec.gpu_type})"
@@ -160,6 +182,8 @@ def test_the_failure_alert_says_what_failed_the_reward_what_still_runs_its_cost_
         f"Still running: {pool}: kept-by-policy, ~${pool_usd:,.2f}/h; kept-by-policy: cluster.cluster; "
         f"kept-for-checkpoint: storage.lustre. Total: ~${pool_usd:,.2f}/h estimated (GPU nodes; the rest is not "
         "priced)\n"
+        f"Ray logs: {logs['uri']} (75 file(s), 2.5 MiB, 1 cut to their tail) "
+        "https://console.cloud.google.com/storage/browser/p-ckpt/nemo-rl-gke/ray-logs/nemo_rl_grpo_gke/r/\n"
         f"Run: {URL}"
     )
     payload = alert.payload()
@@ -179,6 +203,11 @@ def test_the_failure_alert_says_what_failed_the_reward_what_still_runs_its_cost_
         "cost_per_hour_usd": pool_usd,
         "stage": None,
         "deadline": None,
+        "ray_logs": {
+            "uri": logs["uri"],
+            "console_url": "https://console.cloud.google.com/storage/browser/p-ckpt/nemo-rl-gke/ray-logs/nemo_rl_grpo_gke/r/",
+            **{k: logs[k] for k in ("index", "files", "bytes", "truncated", "skipped", "errors", "error")},
+        },
     }
     json.dumps(payload)
 

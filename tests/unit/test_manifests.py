@@ -103,9 +103,17 @@ def _env(container: dict[str, Any]) -> dict[str, Any]:
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
 
 
-def _mount_sources(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """mountPath -> the volume behind it, for the pod's only container."""
-    (container,) = pod["spec"]["containers"]
+def _ray_container(pod: dict[str, Any]) -> dict[str, Any]:
+    """The pod's Ray container: the first, then the fluent-bit sidecar and nothing else (KubeRay takes the first as
+    the Ray container)."""
+    containers = pod["spec"]["containers"]
+    assert [c["name"] for c in containers[1:]] == ["fluent-bit"]
+    return containers[0]
+
+
+def _mount_sources(pod: dict[str, Any], container: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+    """mountPath -> the volume behind it, for ``container`` (default: the pod's Ray container)."""
+    container = container or _ray_container(pod)
     volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
     return {m["mountPath"]: volumes[m["name"]] for m in container["volumeMounts"]}
 
@@ -119,6 +127,7 @@ def test_apply_order_with_the_bundled_installer() -> None:
         "PersistentVolume",
         "PersistentVolumeClaim",
         "ServiceAccount",
+        "ConfigMap",
         "RayCluster",
     ]
 
@@ -266,7 +275,7 @@ def test_head_matches_the_tutorial() -> None:
     assert head_group["rayStartParams"] == {"dashboard-host": "0.0.0.0"}
     pod = head_group["template"]
     assert pod["spec"]["nodeSelector"] == {"cloud.google.com/gke-nodepool": "default-pool"}
-    (container,) = pod["spec"]["containers"]  # no fluent-bit sidecar
+    container = _ray_container(pod)
     assert container["name"] == "ray-head"
     assert container["image"] == IMAGE
     for side in ("limits", "requests"):
@@ -290,7 +299,7 @@ def test_worker_group_matches_the_tutorial(spec: RunSpec) -> None:
     assert group["groupName"] == spec.worker_group == "worker-grp-0"
     assert group["replicas"] == group["minReplicas"] == group["maxReplicas"] == spec.worker_replicas
     pod = group["template"]
-    (container,) = pod["spec"]["containers"]  # no fluent-bit sidecar
+    container = _ray_container(pod)
     assert container["name"] == "ray-worker"
     assert container["image"] == IMAGE
     assert container["securityContext"] == {"privileged": True}
@@ -315,8 +324,7 @@ def test_worker_replicas_come_from_the_spec() -> None:
 
 @pytest.mark.parametrize("spec", SPECS.values(), ids=SPECS.keys())
 def test_worker_nccl_env_is_exact(spec: RunSpec) -> None:
-    (container,) = _worker_group(spec)["template"]["spec"]["containers"]
-    env = _env(container)
+    env = _env(_ray_container(_worker_group(spec)["template"]))
     assert env.pop("RAY_GROUP") == {"fieldRef": {"fieldPath": "metadata.labels['ray.io/group']"}}
     assert env == {**NCCL_ENV_COMMON, "NCCL_TUNER_CONFIG_PATH": TUNER[spec.gpu_type]}
 
@@ -346,7 +354,36 @@ def test_worker_volumes_match_the_tutorial(spec: RunSpec) -> None:
     assert mounts["/usr/local/nvidia"]["hostPath"] == {"path": "/home/kubernetes/bin/nvidia"}
     assert mounts["/usr/local/gib"]["hostPath"] == {"path": "/home/kubernetes/bin/gib"}
     assert mounts["/data"]["persistentVolumeClaim"] == {"claimName": spec.lustre_pvc}
-    assert mounts["/tmp/ray"] == {"name": "ray-tmp", "emptyDir": {}}
+    assert mounts["/tmp/ray"] == {"name": "log-volume", "emptyDir": {}}
+
+
+@pytest.mark.parametrize("spec", SPECS.values(), ids=SPECS.keys())
+def test_ray_logs_ship_as_the_tutorial_chart_ships_them(spec: RunSpec) -> None:
+    # The tutorial's chart: a fluent-bit sidecar on head and workers, sharing the emptyDir log-volume on /tmp/ray with
+    # the Ray container, its config from the ConfigMap on /fluent-bit/etc/ (the head's Ray container mounts it too:
+    # the tutorial's head values forget it, so its head sidecar would tail nothing).
+    objects = _objects(spec)
+    config = _one(objects, "ConfigMap")
+    assert config["metadata"]["name"] == spec.fluentbit_config_name == f"{spec.raycluster_name}-fluentbit-config"
+    assert TUTORIAL.fluentbit_config_name == "ray-cluster-kuberay-fluentbit-config"  # the tutorial's release's name
+    conf = config["data"]["fluent-bit.conf"]
+    for path in ("logs/worker-*", "logs/raylet*", "logs/*"):
+        assert f"Path              /tmp/ray/session_latest/{path}\n" in conf
+    assert "Name              stackdriver" in conf and "resource          gce_instance" in conf
+    kinds = [o["kind"] for o in objects]
+    assert kinds.index("ConfigMap") < kinds.index("RayCluster")  # the pods mount it
+    for pod, group in ((_head_pod(spec), {"value": "head"}), (_worker_group(spec)["template"], None)):
+        sidecar = pod["spec"]["containers"][1]
+        assert sidecar["image"] == "fluent/fluent-bit:latest"
+        sidecar_mounts = _mount_sources(pod, sidecar)
+        assert sidecar_mounts["/fluent-bit/etc/"] == {
+            "name": "fluentbit-config-volume",
+            "configMap": {"name": spec.fluentbit_config_name},
+        }
+        assert sidecar_mounts["/tmp/ray"] == _mount_sources(pod)["/tmp/ray"] == {"name": "log-volume", "emptyDir": {}}
+        ray_group = sidecar["env"][0]
+        assert ray_group["name"] == "RAY_GROUP"
+        assert ray_group.get("value") == "head" if group else "valueFrom" in ray_group
 
 
 def test_data_is_the_same_pvc_on_head_and_workers() -> None:

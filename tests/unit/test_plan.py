@@ -45,7 +45,7 @@ def test_manifests_are_listed_in_apply_order(plan) -> None:
     kinds = [m.kind for m in plan.manifests]
     assert kinds[0] == "DaemonSet"
     assert kinds.count("Network") == kinds.count("GKENetworkParamSet") == 9
-    assert kinds[-4:] == ["PersistentVolume", "PersistentVolumeClaim", "ServiceAccount", "RayCluster"]
+    assert kinds[-5:] == ["PersistentVolume", "PersistentVolumeClaim", "ServiceAccount", "ConfigMap", "RayCluster"]
 
 
 def test_ray_job_has_its_submission_id_and_secret_references_only(plan) -> None:

@@ -241,12 +241,14 @@ class KubeHook:
         return list(answer.get("items") or [])
 
     def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
-        """Server-side apply with this package as field manager (force: the package owns these fields)."""
+        """Server-side apply with this package as field manager (force: the package owns these fields), with strict
+        field validation: a field the API server does not know (a KubeRay or GKE field this version lacks) fails the
+        apply instead of being dropped."""
         ref = ObjectRef.of(obj)
         return self.request(
             "PATCH",
             self.path(ref),
-            query={"fieldManager": FIELD_MANAGER, "force": "true"},
+            query={"fieldManager": FIELD_MANAGER, "force": "true", "fieldValidation": "Strict"},
             body=dict(obj),
             content_type=APPLY_PATCH,
             what=f"apply {ref}",

@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from nemo_rl_gke.observe.report import budget_stop_text, stage_of
-from nemo_rl_gke.run import costs, outcomes, topology
+from nemo_rl_gke.run import costs, outcomes, ray_logs, topology
 from nemo_rl_gke.run import publish as publishing
 from nemo_rl_gke.run import task_states as ts
+from nemo_rl_gke.run.console import gcs_url
 from nemo_rl_gke.run.spec import RunSpec
 from nemo_rl_gke.run.topology import Cost
 
@@ -70,6 +71,8 @@ class Alert:
     readable: bool = True  # deadline alerts: False when the run's tasks could not be read
     notes: tuple[str, ...] = field(default=())
     outcome: str = ""  # budget alerts: "stopped at budget: N of M steps, X USD"
+    # Where teardown copied the Ray session logs (teardown.delete-raycluster's summary; None: no copy was tried).
+    ray_logs: Mapping[str, Any] | None = None
 
     @property
     def cost_per_hour_usd(self) -> float | None:
@@ -108,6 +111,8 @@ class Alert:
             lines.append("Reward so far: " + self._reward_text())
             lines.append("Still running: " + self._running_text())
         lines += list(self.notes)
+        if self.ray_logs:
+            lines.append(ray_logs_line(self.ray_logs))
         lines.append(f"Run: {self.url}")
         return "\n".join(lines)
 
@@ -156,7 +161,28 @@ class Alert:
             "cost_per_hour_usd": self.cost_per_hour_usd,
             "stage": self.stage,
             "deadline": self.deadline,
+            "ray_logs": ray_logs_fields(self.ray_logs),
         }
+
+
+def ray_logs_line(summary: Mapping[str, Any]) -> str:
+    """The alert's line on the Ray logs: where teardown copied them (gs:// and the console page), or why it did not."""
+    said = ray_logs.describe(summary)
+    console = gcs_url(str(summary.get("uri") or "")) if summary.get("files") else ""
+    return f"Ray logs: {said}" + (f" {console}" if console else "")
+
+
+def ray_logs_fields(summary: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The payload's ``ray_logs``: the archive's gs:// URI, its index, its console page and its figures."""
+    if not summary:
+        return None
+    copied = bool(summary.get("files"))
+    keys = ("index", "files", "bytes", "truncated", "skipped", "errors", "error")
+    return {
+        "uri": summary.get("uri") if copied else None,
+        "console_url": gcs_url(str(summary.get("uri") or "")) if copied else None,
+        **{k: summary.get(k) for k in keys},
+    }
 
 
 def _costly_first(item: StillRunning) -> tuple[bool, int]:
@@ -271,9 +297,11 @@ def failure_alert(
     report: RunReport | None = None,
     url: str | None = None,
     publish: Mapping[str, Any] | None = None,
+    ray_logs: Mapping[str, Any] | None = None,
 ) -> Alert:
     """The alert of a failed run, from its task states, the recorded errors, the training summary and the report; or
-    of a run its budget stopped (nothing failed): a budget alert. A stalled job's message is a line of its own."""
+    of a run its budget stopped (nothing failed): a budget alert. A stalled job's message is a line of its own;
+    ``ray_logs`` (teardown's copy of the Ray logs) a link of its own."""
     failed, upstream = _failed(states, errors or {})
     stalled = str((training or {}).get("stalled") or "")
     budget = bool((training or {}).get("stopped_at_budget"))
@@ -311,6 +339,7 @@ def failure_alert(
         still_running=kept_after_teardown(states, report),
         notes=tuple(notes),
         outcome=outcome,
+        ray_logs=ray_logs,
     )
 
 

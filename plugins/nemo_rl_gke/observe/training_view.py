@@ -31,8 +31,9 @@ from nemo_rl_gke.observe.report import (
     gpu_usage,
     summarize_stages,
 )
-from nemo_rl_gke.run import capacity, costs, topology
+from nemo_rl_gke.run import capacity, costs, ray_logs, topology
 from nemo_rl_gke.run import task_states as ts
+from nemo_rl_gke.run.console import gcs_url
 from nemo_rl_gke.run.spec import RunSpec
 from nemo_rl_gke.run.times import epoch_of
 
@@ -248,6 +249,24 @@ def pending_checkpoints(kept: Any) -> list[dict[str, Any]]:
     return [{k: row.get(k) for k in keys} for row in rows if isinstance(row, Mapping)]
 
 
+def ray_logs_view(deleted: Any) -> dict[str, Any] | None:
+    """Where teardown copied the run's Ray logs before it deleted the RayCluster: the gs:// URI, its console page and
+    the figures (or why nothing was copied); None until teardown got there, or when the policy kept the RayCluster."""
+    summary = ray_logs.summary_of(deleted)
+    if summary is None:
+        return None
+    copied = bool(summary.get("files"))
+    uri = str(summary.get("uri") or "")
+    return {
+        "uri": uri if copied else None,
+        "console_url": gcs_url(uri) if copied else None,
+        "text": ray_logs.describe(summary),
+        "files": summary.get("files"),
+        "truncated": summary.get("truncated"),
+        "error": summary.get("error") or None,
+    }
+
+
 def _teardown_actions(results: Mapping[str, Any]) -> dict[str, str]:
     actions = {}
     for step in topology.teardown_steps():
@@ -404,6 +423,7 @@ def build_view(inputs: ViewInputs, curves: RunCurves | None = None, since: str =
         "budget": None,
         "checkpoints": checkpoints(inputs.conf, metrics, inputs.results.get(topology.EXPORT)),
         "pending_checkpoints": pending_checkpoints(inputs.results.get(topology.DELETE_LUSTRE)),
+        "ray_logs": ray_logs_view(inputs.results.get(topology.DELETE_RAYCLUSTER)),
         "running": [],
         "running_usd_per_hour": 0.0,
         "banner": costs.banner([]),

@@ -12,12 +12,15 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from nemo_rl_gke.links import DELETE_KUBE_LINKS
 from nemo_rl_gke.operators.base import StepOperator
 from nemo_rl_gke.operators.capacity import CapacityLadder
 from nemo_rl_gke.run import outcomes, topology
 
 if TYPE_CHECKING:
     from nemo_rl_gke.kube.client import KubeHook
+    from nemo_rl_gke.run.deployment import Deployment
+    from nemo_rl_gke.run.ownership import Owner
     from nemo_rl_gke.run.spec import RunSpec
 
 
@@ -106,17 +109,22 @@ class ApplyKubeObjectsOperator(CapacityLadder, _KubeStep):
 class DeleteKubeObjectsOperator(_KubeStep):
     """Deletes the groups of Kubernetes objects the step deletes (in the topology's order), if the policy lets them go.
 
-    A cluster that no longer exists took its objects with it. After deleting the RayCluster the task waits, deferred,
-    until KubeRay has removed it. 404 is done. Returns ``{"groups", "action", "objects"}``.
+    A cluster that no longer exists took its objects with it. Before deleting the RayCluster the task copies its Ray
+    session logs to the export bucket (bounded, never failing the task: :mod:`nemo_rl_gke.ray.log_archive`); after,
+    it waits, deferred, until KubeRay has removed it. 404 is done. Returns ``{"groups", "action", "objects"}``, and
+    for the RayCluster ``ray_logs``: the copy's summary (:func:`nemo_rl_gke.run.ray_logs.summarize`).
     """
 
     ui_color = "#fbe9e3"
+    operator_extra_links = DELETE_KUBE_LINKS
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Delete each group's objects in reverse apply order."""
         # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
         from nemo_rl_gke.kube.access import ClusterUnreachableError
         from nemo_rl_gke.kube.objects import delete_objects, group_objects
+        from nemo_rl_gke.run.ray_logs import RESULT_KEY as RAY_LOGS
+        from nemo_rl_gke.run.ray_logs import not_copied
 
         spec = self.run_spec(context)
         owner = self.identity(context, spec)
@@ -137,17 +145,43 @@ class DeleteKubeObjectsOperator(_KubeStep):
             # cluster's own teardown step takes them along. Anything else (still provisioning) may come back.
             if actual is None or cluster.failed(actual):
                 self.log.info("The objects go with the cluster: %s", exc)
-                return {"groups": groups, "action": outcomes.ABSENT, "objects": []}
+                result = {"groups": groups, "action": outcomes.ABSENT, "objects": []}
+                if topology.RAYCLUSTER in groups:
+                    result[RAY_LOGS] = not_copied(self.ray_logs_uri(context, spec), f"no cluster to copy from: {exc}")
+                return result
             raise AirflowException(f"cannot delete the {', '.join(groups)} objects yet: {exc}") from exc
+        # Before the RayCluster goes, its Ray logs go to Cloud Storage: a copy that fails is recorded, never raised.
+        logs = self.save_ray_logs(context, spec, owner, kube) if topology.RAYCLUSTER in groups else None
         results = [
             r
             for group in groups
             for r in delete_objects(kube, group_objects(spec, group, owner, deployment=self.deployment), owner)
         ]
         result = {"groups": groups, "action": outcomes.DELETED, "objects": [r.to_dict() for r in results]}
+        if logs is not None:
+            result[RAY_LOGS] = logs
         if any(r.action == outcomes.DELETED and r.ref.kind == "RayCluster" for r in results):
             self.wait_for_raycluster(context, spec, "deleted", result)
         return result
+
+    def ray_logs_uri(self, context: Context, spec: RunSpec) -> str:
+        """Where this run's Ray logs go (:meth:`RunSpec.ray_logs_uri`)."""
+        return spec.ray_logs_uri(context["dag"].dag_id, context["run_id"])
+
+    def save_ray_logs(self, context: Context, spec: RunSpec, owner: Owner, kube: KubeHook) -> dict[str, Any]:
+        """Copy the RayCluster's Ray logs to the export bucket (:mod:`nemo_rl_gke.ray.log_archive`); the summary, for
+        the alert and the Training view. The job's tokens are read (and masked) only to be blanked in the copy."""
+        # lazy: the cloud clients (gcp/, kube.client, ray/) stay out of DAG parsing
+        from nemo_rl_gke.ray.log_archive import archive_before_delete
+        from nemo_rl_gke.run.ray_logs import not_copied
+
+        uri = self.ray_logs_uri(context, spec)
+        try:
+            secrets = job_secret_values_lenient(spec, self.deployment)
+        except Exception:
+            self.log.warning("Ray logs: the job's secrets could not be read to blank them: not copied", exc_info=True)
+            return not_copied(uri, "the job's secrets could not be read, so they could not be blanked")
+        return archive_before_delete(spec, self.hook, kube, owner, self.deployment, uri=uri, secrets=secrets)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Resume after the deletion wait."""
@@ -155,3 +189,25 @@ class DeleteKubeObjectsOperator(_KubeStep):
             self.log.info("%s", event.get("message"))
             return self.pending(context)
         raise AirflowException(f"{event.get('status', 'error')}: {event.get('message', 'no message')}")
+
+
+def job_secret_values_lenient(spec: RunSpec, deployment: Deployment) -> list[str]:
+    """The job's secret values that exist (HF token, W&B key), masked in every log: what the Ray log copy blanks. A
+    missing one is no error here: the job then never had it either."""
+    # lazy: execution-only (connections, the plan), kept out of DAG parsing
+    from airflow.sdk import BaseHook
+    from airflow.sdk.log import mask_secret
+
+    # lazy: the plan's job (and its recipes) is read by the tasks that need it only
+    from nemo_rl_gke.plan.ray_job import job_secrets
+
+    values = []
+    for secret in job_secrets(spec, deployment):
+        try:
+            password = BaseHook.get_connection(secret.conn_id).password
+        except Exception:
+            continue  # absent: nothing to blank
+        if password:
+            mask_secret(password)
+            values.append(password)
+    return values

@@ -197,6 +197,7 @@ class RunReportOperator(StepOperator):
         """Send the failed run's alert; a problem is logged, never raised (an alert never changes the run)."""
         # lazy: execution-only, kept out of DAG parsing
         from nemo_rl_gke.observe.alert_messages import failure_alert
+        from nemo_rl_gke.run.ray_logs import summary_of
 
         try:
             errors = {}
@@ -211,6 +212,7 @@ class RunReportOperator(StepOperator):
                 training=_training(context),
                 report=report,
                 publish=pull(context, topology.PUBLISH),
+                ray_logs=summary_of(pull(context, topology.DELETE_RAYCLUSTER)),
             )
             send(alert, self.alert_connections, context=context)
         except Exception:

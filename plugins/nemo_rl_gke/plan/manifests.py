@@ -36,6 +36,9 @@ NCCL_INSTALLER_TEMPLATE = "nccl-rdma-installer.yaml.j2"
 NETWORK_MAPPING_TEMPLATE = "network-mapping.yaml.j2"
 LUSTRE_STORAGE_TEMPLATE = "lustre-storage.yaml.j2"
 RAYCLUSTER_TEMPLATE = "raycluster.yaml.j2"
+# The Ray pods' log-shipping sidecar, as the tutorial's chart values give it (head.sidecarContainers and
+# additionalWorkerGroups.worker-grp-0.sidecarContainers: fluent/fluent-bit:latest).
+FLUENT_BIT_IMAGE = "fluent/fluent-bit:latest"
 # The template each object group of the topology renders (the NCCL installer may come from another source).
 TEMPLATES = {
     NCCL_INSTALLER: NCCL_INSTALLER_TEMPLATE,
@@ -166,8 +169,8 @@ def render_manifests(spec: RunSpec, image: str, owner: Owner, lustre_ip: str = L
 
 
 def raycluster_context(spec: RunSpec, image: str) -> dict[str, Any]:
-    """What the RayCluster template needs besides the spec and the owner: the image and the pinned Ray's facts."""
-    return {"image": image, "ray": load_recipe(spec.recipe).version}
+    """What the RayCluster template needs besides the spec and the owner: the images and the pinned Ray's facts."""
+    return {"image": image, "fluent_bit_image": FLUENT_BIT_IMAGE, "ray": load_recipe(spec.recipe).version}
 
 
 def installer_source_problem(source: str, deployment: Deployment) -> str:

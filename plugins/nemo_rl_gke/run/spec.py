@@ -33,6 +33,9 @@ from nemo_rl_gke.run.recipes import load_recipe
 from nemo_rl_gke.run.steps import step_budget
 from nemo_rl_gke.run.topology import RDMA_SUBNET_COUNT
 
+# The package's own folder in the export bucket holds the Ray logs (beside its checkpoint records and baselines).
+RAY_LOGS_PATH = "nemo-rl-gke/ray-logs"
+
 
 @dataclass(frozen=True)
 class RunSpec(RunConf):
@@ -233,6 +236,12 @@ class RunSpec(RunConf):
         return f"{self.raycluster_name}-head-svc"
 
     @property
+    def fluentbit_config_name(self) -> str:
+        """The fluent-bit sidecars' ConfigMap: the tutorial chart's ``<release>-kuberay-fluentbit-config``, which is
+        ``ray-cluster-kuberay-fluentbit-config`` for the default RayCluster name."""
+        return f"{self.raycluster_name}-fluentbit-config"
+
+    @property
     def provisioning_request_name(self) -> str:
         """The ProvisioningRequest (and its PodTemplate) of a queued run's workers."""
         return f"{self.raycluster_name}-workers"
@@ -318,6 +327,13 @@ class RunSpec(RunConf):
         (gs://<bucket>/<dag>/<run>/<checkpoint_dir under /data>/step_N/). Laid out so, importing the run's prefix
         into Lustre's ``/`` (the one import path that always exists, FACTS §14) puts the step back where it was."""
         return f"{self.export_prefix(dag_id, run_id)}{self.checkpoint_lustre_path(step).lstrip('/')}/"
+
+    def ray_logs_uri(self, dag_id: str, run_id: str) -> str:
+        """Where teardown copies the run's Ray session logs: gs://<export bucket>/nemo-rl-gke/ray-logs/<dag>/<run>/
+        (:mod:`nemo_rl_gke.run.ray_logs`). Beside the checkpoint's bucket, not under the run's export prefix, which
+        a resume imports whole into Lustre."""
+        readable = re.sub(r"[^a-zA-Z0-9_.-]+", "-", run_id).strip("-")
+        return f"gs://{self.export_bucket_name}/{RAY_LOGS_PATH}/{dag_id}/{readable}/"
 
     def submission_id(self, dag_id: str, run_id: str) -> str:
         """Ray job submission_id for one DAG run: stable across task retries, unique across runs."""

@@ -376,7 +376,8 @@ _STEPS: tuple[Step, ...] = (
     # --- teardown (FACTS §4 order, parallel where the APIs allow) -------------------------------------------
     # The RayCluster first (it holds the GPU nodes), then the other objects, then the infrastructure.
     Step(DELETE_RAYCLUSTER, Op.DELETE_KUBE, TEARDOWN, deletes=(RAYCLUSTER,), retries=3, retry_delay_s=5,
-         doc="Deletes the RayCluster and waits until KubeRay removed it."),
+         doc="Copies the Ray session logs to the export bucket, deletes the RayCluster and waits until KubeRay "
+             "removed it."),
     # A warm cluster (keep_cluster_and_storage) keeps no GPU node between runs: its pool goes to 0 nodes.
     Step(SCALE_POOL, Op.SCALE_POOL, TEARDOWN, (DELETE_RAYCLUSTER,), retries=3, retry_delay_s=5,
          doc="Scales the GPU pool of a cluster kept warm to 0 nodes (nothing to do when the cluster goes)."),

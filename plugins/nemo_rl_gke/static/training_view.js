@@ -187,6 +187,18 @@ function drawCheckpoints(list) {
   }
 }
 
+// Where teardown copied the Ray session logs: the gs:// URI, linked to its Cloud Storage page, or why nothing was.
+function drawRayLogs(logs) {
+  const line = document.getElementById("ray-logs");
+  line.hidden = !logs;
+  if (!logs) return;
+  const target = document.getElementById("ray-logs-link");
+  target.replaceChildren();
+  const url = logs.console_url && safeHttps(logs.console_url);
+  if (url) target.appendChild(el("a", { href: url, target: "_blank", rel: "noopener noreferrer" }, logs.uri));
+  target.appendChild(document.createTextNode(url ? ` ${logs.text.slice(logs.uri.length)}` : logs.text));
+}
+
 function drawPending(list) {
   const body = document.querySelector("#pending-checkpoints tbody");
   body.replaceChildren();
@@ -265,6 +277,7 @@ function render(view) {
   drawModel(view.model);
   drawCheckpoints(view.checkpoints);
   drawPending(view.pending_checkpoints || []);
+  drawRayLogs(view.ray_logs || null);
   setText("updated", view.generated_at);
   document.body.setAttribute("data-points", view.points);
   document.body.setAttribute("data-run-state", view.run_state);
