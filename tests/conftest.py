@@ -49,6 +49,7 @@ def airflow_db() -> None:
 # both workers busy to the end, instead of one finishing a whole-DAG file alone while the other idles (the Makefile
 # passes --no-loadscope-reorder, which would otherwise put the files with the most tests first).
 LONGEST_FIRST = (
+    "tests/e2e/test_local_guide.py",
     "tests/browser/test_ui.py",
     "tests/e2e/test_nightly.py",
     "tests/e2e/test_train.py",
