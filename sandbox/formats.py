@@ -25,6 +25,11 @@ def rfc3339(at: float) -> str:
     return datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds")
 
 
+def kube_time(at: float) -> str:
+    """Kubernetes' timestamps (metav1.Time): RFC 3339 in UTC, whole seconds, ``Z``."""
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def zulu(at: float) -> str:
     """The newer APIs' timestamps (container, lustre, longrunning): RFC 3339 in UTC with ``Z``."""
     return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -749,7 +749,7 @@ class KubeApi:
         if target.plural == "rayclusters":
             # KubeRay's finalizer keeps the object until its pods are gone: here, until its Ray has stopped.
             if not obj["metadata"].get("deletionTimestamp"):
-                obj["metadata"]["deletionTimestamp"] = formats.rfc3339(time.time())
+                obj["metadata"]["deletionTimestamp"] = formats.kube_time(time.time())
                 cluster.put(target.group_version, target.plural, obj)
                 self.kuberay.deleting(cluster, obj)
             return obj

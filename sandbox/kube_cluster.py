@@ -69,5 +69,5 @@ class KubeCluster:
 def server_metadata(meta: dict[str, Any]) -> None:
     """Fill in what the API server sets on a new object."""
     meta.setdefault("uid", str(uuid.uuid4()))
-    meta.setdefault("creationTimestamp", formats.rfc3339(time.time()))
+    meta.setdefault("creationTimestamp", formats.kube_time(time.time()))
     meta.setdefault("generation", 1)

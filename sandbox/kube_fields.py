@@ -24,6 +24,7 @@ import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
+from sandbox import formats
 from sandbox.kube_patch import KEY_DEFAULTS, ListType, is_builtin, list_type
 
 Path = tuple[str, ...]
@@ -177,7 +178,7 @@ class Managed:
 
 def now_rfc3339() -> str:
     """metav1.Time as it serializes: RFC 3339, whole seconds, UTC."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return formats.kube_time(time.time())
 
 
 def manager_for(field_manager: str, user_agent: str) -> str:

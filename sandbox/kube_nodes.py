@@ -183,7 +183,7 @@ def node_object(pool: Resource, zone: str, member: str, created: float) -> dict[
     name = node_name(pool, zone, member)
     capacity_, allocatable = _resources(pool.body)
     project = pool.key.split("/")[1]
-    at = formats.rfc3339(created)
+    at = formats.kube_time(created)
     conditions = [
         (kind, "False", f"KubeletHas{reason}", message)
         for kind, reason, message in (

@@ -691,7 +691,7 @@ class KubeRay:
             node = kube_nodes.pod_node(self.store, self.capacity, cluster.cluster_key, pod_name)
             if node:
                 pod.setdefault("spec", {})["nodeName"] = node
-            started = formats.rfc3339(time.time())
+            started = formats.kube_time(time.time())
             pod["status"] = {
                 "phase": "Running",
                 "hostIP": kube_nodes.NODE_IP,
@@ -764,7 +764,7 @@ class KubeRay:
         obj = cluster.get("ray.io/v1", "rayclusters", head.namespace, head.name)
         if obj is None:
             return
-        now = formats.rfc3339(time.time())
+        now = formats.kube_time(time.time())
         status = "True" if head_ready else "False"
         was_provisioned = head.provisioned
         all_ready = head_ready and head.ready_workers == len(head.worker_pods)
@@ -807,7 +807,7 @@ class KubeRay:
             "message": message,
             "type": "Warning",
             "count": 1,
-            "lastTimestamp": formats.rfc3339(time.time()),
+            "lastTimestamp": formats.kube_time(time.time()),
         }
         cluster.put("v1", "events", cluster.new_object("v1", "Event", name, head.namespace, body))
 
@@ -932,7 +932,7 @@ def _provisioning_status(cluster: KubeCluster, request: dict[str, Any], provisio
     conditions = (request.get("status") or {}).get("conditions") or []
     if {c.get("type"): c.get("status") for c in conditions} == wanted:
         return
-    at = formats.rfc3339(time.time())
+    at = formats.kube_time(time.time())
     reasons = {"Accepted": "Accepted", "Provisioned": "Provisioned" if provisioned else "NotProvisioned"}
     request["status"] = {
         "conditions": [
