@@ -12,6 +12,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from sandbox.kube_cluster import KubeCluster
 from sandbox.kuberay import desired_resources, format_quantity, parse_quantity
 from sandbox.store import Resource
 from sandbox.testing import SandboxProcess
@@ -19,7 +20,7 @@ from sandbox.testing import SandboxProcess
 from nemo_rl_gke.gcp.hooks import GcpHook
 from nemo_rl_gke.kube.client import KubeHook
 from nemo_rl_gke.run.spec import RunSpec
-from sandbox import kube_authz, kube_nodes, kube_podlog, kube_table
+from sandbox import kube_authz, kube_nodes, kube_podlog, kube_table, kube_volumes
 from tests.gcp.conftest import ensure_cluster_with_gpu_pool, hook, project, spec  # noqa: F401 (fixtures)
 
 KUBECTL_ACCEPT = (
@@ -129,9 +130,11 @@ def test_rayclusters_print_kuberays_printer_columns_and_other_kinds_the_default_
     cells = kube_table.row_cells("ray.io/v1", "rayclusters", raycluster, NOW)
     # No state yet (omitempty) and no head pod IP: null cells, which kubectl shows as <none>.
     assert cells == ["rc", 2, 1, "18", "136Gi", "16", "0", None, "30s", None, "10.0.0.1"]
-    config = {"metadata": {"name": "cm", "creationTimestamp": "2026-01-02T03:04:05Z"}}
-    assert [c["name"] for c in kube_table.columns_for("v1", "configmaps")] == ["Name", "Created At"]
-    assert kube_table.row_cells("v1", "configmaps", config) == ["cm", "2026-01-02T03:04:05Z"]
+    # A built-in kind without a printer of its own (a review) gets the default convertor's columns.
+    review = {"metadata": {"name": "r", "creationTimestamp": "2026-01-02T03:04:05Z"}}
+    reviews = ("authorization.k8s.io/v1", "selfsubjectaccessreviews")
+    assert [c["name"] for c in kube_table.columns_for(*reviews)] == ["Name", "Created At"]
+    assert kube_table.row_cells(*reviews, review) == ["r", "2026-01-02T03:04:05Z"]
     # A CRD without printer columns gets apiextensions' default Age column.
     assert [c["name"] for c in kube_table.columns_for("networking.gke.io/v1", "networks")] == ["Name", "Age"]
 
@@ -374,3 +377,206 @@ def test_kubectls_views_of_a_running_raycluster(spec: RunSpec, hook: GcpHook, sa
         assert answer["status"]["allowed"] is True
     finally:
         kube.request("DELETE", "/apis/ray.io/v1/namespaces/default/rayclusters/views")
+
+
+# --- Table: the other built-in kinds' printers (printers.go v1.32) --------------------------------------------------
+def _meta(name: str, namespace: str | None = "default", **fields: Any) -> dict[str, Any]:
+    meta = {"name": name, "creationTimestamp": _at(75), **fields}
+    return {**meta, "namespace": namespace} if namespace else meta
+
+
+def _shown(group_version: str, plural: str) -> list[str]:
+    """The columns kubectl shows without ``-o wide`` (priority 0)."""
+    return [c["name"] for c in kube_table.columns_for(group_version, plural) if c["priority"] == 0]
+
+
+def test_namespaces_accounts_config_maps_and_secrets_print_status_and_counts() -> None:
+    assert _shown("v1", "namespaces") == ["Name", "Status", "Age"]
+    namespace = {"metadata": _meta("team", None), "status": {"phase": "Terminating"}}
+    assert kube_table.row_cells("v1", "namespaces", namespace, NOW) == ["team", "Terminating", "75s"]
+    # A namespace is Active from its creation (SetDefaults_NamespaceStatus), status or not.
+    assert kube_table.row_cells("v1", "namespaces", {"metadata": _meta("new", None)}, NOW)[1] == "Active"
+    assert _shown("v1", "serviceaccounts") == ["Name", "Secrets", "Age"]
+    account = {"metadata": _meta("generic-ksa"), "secrets": [{"name": "a"}, {"name": "b"}]}
+    assert kube_table.row_cells("v1", "serviceaccounts", account, NOW) == ["generic-ksa", 2, "75s"]
+    assert kube_table.row_cells("v1", "serviceaccounts", {"metadata": _meta("bare")}, NOW)[1] == 0
+    assert _shown("v1", "configmaps") == ["Name", "Data", "Age"]
+    config = {"metadata": _meta("fluentbit"), "data": {"a": "1", "b": "2"}, "binaryData": {"c": "AA=="}}
+    assert kube_table.row_cells("v1", "configmaps", config, NOW) == ["fluentbit", 3, "75s"]
+    assert _shown("v1", "secrets") == ["Name", "Type", "Data", "Age"]
+    token = {"metadata": _meta("rc"), "type": "kubernetes.io/basic-auth", "data": {"username": "dQ=="}}
+    assert kube_table.row_cells("v1", "secrets", token, NOW) == ["rc", "kubernetes.io/basic-auth", 1, "75s"]
+    # stringData is merged into data on write, and the type defaults to Opaque.
+    sent = {"metadata": _meta("s"), "data": {"a": "YQ=="}, "stringData": {"a": "x", "b": "y"}}
+    assert kube_table.row_cells("v1", "secrets", sent, NOW) == ["s", "Opaque", 2, "75s"]
+
+
+def test_a_claim_bound_to_its_volume_prints_bound_the_volume_capacity_and_rwx() -> None:
+    cluster = KubeCluster("1", "projects/p/locations/us-central1/clusters/c")
+    volume_spec = {
+        "accessModes": ["ReadWriteMany"],
+        "storageClassName": "lustre",
+        "persistentVolumeReclaimPolicy": "Retain",
+    }
+    volume = cluster.new_object(
+        "v1", "PersistentVolume", "pv", None, {"spec": {**volume_spec, "capacity": {"storage": "18000Gi"}}}
+    )
+    volume["metadata"]["creationTimestamp"] = _at(75)
+    kube_volumes.volume_created(cluster, cluster.put("v1", "persistentvolumes", volume))
+    claim_spec = {**volume_spec, "volumeName": "pv", "resources": {"requests": {"storage": "18000Gi"}}}
+    claim = cluster.new_object("v1", "PersistentVolumeClaim", "pvc", "default", {"spec": claim_spec})
+    claim["metadata"]["creationTimestamp"] = _at(75)
+    kube_volumes.claim_created(cluster, claim)
+    assert _shown("v1", "persistentvolumeclaims") == [
+        "Name", "Status", "Volume", "Capacity", "Access Modes", "StorageClass", "VolumeAttributesClass", "Age",
+    ]  # fmt: skip
+    bound = cluster.get("v1", "persistentvolumeclaims", "default", "pvc")
+    assert kube_table.row_cells("v1", "persistentvolumeclaims", bound, NOW) == [
+        "pvc", "Bound", "pv", "18000Gi", "RWX", "lustre", "<unset>", "75s", "Filesystem",
+    ]  # fmt: skip
+    assert _shown("v1", "persistentvolumes") == [
+        "Name", "Capacity", "Access Modes", "Reclaim Policy", "Status", "Claim", "StorageClass",
+        "VolumeAttributesClass", "Reason", "Age",
+    ]  # fmt: skip
+    assert kube_table.row_cells("v1", "persistentvolumes", cluster.get("v1", "persistentvolumes", None, "pv"), NOW) == [
+        "pv", "18000Gi", "RWX", "Retain", "Bound", "default/pvc", "lustre", "<unset>", "", "75s", "Filesystem",
+    ]  # fmt: skip
+    # A claim that names no volume shows neither capacity nor modes, whatever it requests.
+    pending = {"metadata": _meta("wait"), "spec": {"resources": {"requests": {"storage": "1Gi"}}}}
+    assert kube_table.row_cells("v1", "persistentvolumeclaims", pending, NOW)[1:6] == ["Pending", "", "", "", ""]
+
+
+def test_volume_cells_follow_the_helpers_order_canonical_quantities_and_the_beta_class_annotation() -> None:
+    volume = {
+        "metadata": _meta("pv", None, annotations={"volume.beta.kubernetes.io/storage-class": "beta"},
+                          deletionTimestamp=_at(1)),
+        "spec": {"capacity": {"storage": "1024Gi"}, "storageClassName": "ignored", "volumeMode": "Block",
+                 "accessModes": ["ReadWriteOncePod", "ReadWriteMany", "ReadWriteOnce", "ReadWriteOnce"],
+                 "volumeAttributesClassName": "gold"},
+        "status": {"phase": "Failed", "reason": "Recycling"},
+    }  # fmt: skip
+    assert kube_table.row_cells("v1", "persistentvolumes", volume, NOW) == [
+        "pv", "1Ti", "RWO,RWX,RWOP", "Retain", "Terminating", "", "beta", "gold", "Recycling", "75s", "Block",
+    ]  # fmt: skip
+    # Go's zero Quantity prints "0": a bound claim whose status has no capacity yet.
+    claim = {"metadata": _meta("c"), "spec": {"volumeName": "pv"}, "status": {"phase": "Bound"}}
+    assert kube_table.row_cells("v1", "persistentvolumeclaims", claim, NOW)[3:5] == ["0", ""]
+
+
+def test_a_service_prints_its_type_cluster_ip_and_ports() -> None:
+    assert _shown("v1", "services") == ["Name", "Type", "Cluster-IP", "External-IP", "Port(s)", "Age"]
+    # KubeRay's head service as the sandbox stores it (no type, no protocols), with an allocated cluster IP.
+    head = {
+        "metadata": _meta("rc-head-svc"),
+        "spec": {
+            "clusterIP": "10.0.0.9",
+            "selector": {"ray.io/node-type": "head", "ray.io/cluster": "rc"},
+            "ports": [{"name": "dashboard", "port": 8265}, {"name": "gcs-server", "port": 6379},
+                      {"name": "client", "port": 10001}],
+        },
+    }  # fmt: skip
+    assert kube_table.row_cells("v1", "services", head, NOW) == [
+        "rc-head-svc", "ClusterIP", "10.0.0.9", "<none>", "8265/TCP,6379/TCP,10001/TCP", "75s",
+        "ray.io/cluster=rc,ray.io/node-type=head",
+    ]  # fmt: skip
+    node_port = {"metadata": _meta("np"), "spec": {
+        "type": "NodePort", "clusterIPs": ["10.0.0.3", "fd00::3"], "externalIPs": ["1.2.3.4"],
+        "ports": [{"port": 80, "nodePort": 30080, "protocol": "UDP"}]}}  # fmt: skip
+    assert kube_table.row_cells("v1", "services", node_port, NOW)[1:5] == [
+        "NodePort",
+        "10.0.0.3",
+        "1.2.3.4",
+        "80:30080/UDP",
+    ]
+    balancer = {"metadata": _meta("lb"), "spec": {"type": "LoadBalancer", "clusterIP": "None"}}
+    assert kube_table.row_cells("v1", "services", balancer, NOW)[1:5] == ["LoadBalancer", "None", "<pending>", "<none>"]
+    balancer["status"] = {
+        "loadBalancer": {"ingress": [{"ip": "34.1.1.2"}, {"hostname": "lb.example"}, {"ip": "34.1.1.2"}]}
+    }
+    assert kube_table.row_cells("v1", "services", balancer, NOW)[3] == "34.1.1.2,lb.example"
+    external = {"metadata": _meta("ext"), "spec": {"type": "ExternalName", "externalName": "db.example.com"}}
+    assert kube_table.row_cells("v1", "services", external, NOW)[1:4] == ["ExternalName", "<none>", "db.example.com"]
+    assert kube_table.row_cells("v1", "services", external, NOW)[6] == "<none>"
+
+
+def test_events_print_last_seen_the_object_and_the_message_and_the_rest_wide() -> None:
+    assert _shown("v1", "events") == ["Last Seen", "Type", "Reason", "Object", "Message"]
+    names = [c["name"] for c in kube_table.columns_for("v1", "events")]
+    assert names[4:] == ["Subobject", "Source", "Message", "First Seen", "Count", "Name"]
+    # As the sandbox's KubeRay writes them: a lastTimestamp, no firstTimestamp and no eventTime.
+    scheduling = {
+        "metadata": _meta("rc-head.1a2b"), "type": "Warning", "reason": "FailedScheduling", "count": 1,
+        "involvedObject": {"kind": "Pod", "name": "rc-head", "namespace": "default"},
+        "message": "0/1 nodes are available \n", "lastTimestamp": _at(75),
+    }  # fmt: skip
+    assert kube_table.row_cells("v1", "events", scheduling, NOW) == [
+        "75s", "Warning", "FailedScheduling", "pod/rc-head", "", "", "0/1 nodes are available", "<unknown>", 1,
+        "rc-head.1a2b",
+    ]  # fmt: skip
+    # An events.k8s.io-shaped one: eventTime for first seen, the series for last seen and count, the reporting fields.
+    series = {
+        "metadata": _meta("n.1"), "type": "Normal", "reason": "Pulled", "eventTime": "2027-01-15T07:58:00.000000Z",
+        "involvedObject": {"kind": "Node", "fieldPath": "spec.containers{ray}"},
+        "series": {"count": 4, "lastObservedTime": _at(30)}, "reportingComponent": "kubelet",
+        "reportingInstance": "gke-n1", "source": {},
+    }  # fmt: skip
+    cells = kube_table.row_cells("v1", "events", series, NOW)
+    assert cells[0] == "30s" and cells[3:6] == ["node", "spec.containers{ray}", "kubelet, gke-n1"]
+    assert cells[8] == 4
+    assert kube_table.row_cells("v1", "events", {**scheduling, "count": 0, "firstTimestamp": _at(150)}, NOW)[7:9] == [
+        "2m30s", 1,
+    ]  # fmt: skip
+
+
+def test_daemon_sets_and_pod_templates_print_their_containers_and_selectors() -> None:
+    assert _shown("apps/v1", "daemonsets") == [
+        "Name", "Desired", "Current", "Ready", "Up-to-date", "Available", "Node Selector", "Age",
+    ]  # fmt: skip
+    installer = {
+        "metadata": _meta("nccl-rdma-installer", "kube-system"),
+        "spec": {
+            "selector": {"matchLabels": {"k8s-app": "nccl"},
+                         "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["b", "a"]},
+                                              {"key": "z", "operator": "DoesNotExist"},
+                                              {"key": "a", "operator": "Exists"}]},
+            "template": {"spec": {
+                "nodeSelector": {"cloud.google.com/gke-accelerator": "nvidia-b200"},
+                "containers": [{"name": "pause", "image": "pause:3.8"}, {"name": "log", "image": "bb"}]}},
+        },
+        "status": {"desiredNumberScheduled": 2, "currentNumberScheduled": 2, "numberReady": 1,
+                   "updatedNumberScheduled": 2, "numberAvailable": 1},
+    }  # fmt: skip
+    assert kube_table.row_cells("apps/v1", "daemonsets", installer, NOW) == [
+        "nccl-rdma-installer", 2, 2, 1, 2, 1, "cloud.google.com/gke-accelerator=nvidia-b200", "75s", "pause,log",
+        "pause:3.8,bb", "a,k8s-app=nccl,tier notin (a,b),!z",
+    ]  # fmt: skip
+    fresh = {"metadata": _meta("new"), "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}}
+    assert kube_table.row_cells("apps/v1", "daemonsets", fresh, NOW)[1:7] == [0, 0, 0, 0, 0, "<none>"]
+    assert kube_table.format_label_selector({"matchLabels": {}}) == "<none>"
+    assert kube_table.format_label_selector({"matchExpressions": [{"key": "k", "operator": "Gt"}]}) == "<error>"
+    assert _shown("v1", "podtemplates") == ["Name", "Containers", "Images", "Pod Labels"]
+    template = {
+        "metadata": _meta("t"),
+        "template": {"metadata": {"labels": {"b": "2", "a": "1"}},
+                     "spec": {"containers": [{"name": "x", "image": "ix"}, {"name": "y", "image": "iy"}]}},
+    }  # fmt: skip
+    assert kube_table.row_cells("v1", "podtemplates", template, NOW) == ["t", "x,y", "ix,iy", "a=1,b=2"]
+
+
+def test_a_list_of_claims_turns_into_a_table_of_the_claim_printer() -> None:
+    claims = {
+        "kind": "PersistentVolumeClaimList",
+        "metadata": {"resourceVersion": "7"},
+        "items": [{"metadata": _meta("c"), "spec": {"volumeName": "v"},
+                   "status": {"phase": "Bound", "accessModes": ["ReadWriteMany"], "capacity": {"storage": "1Gi"}}}],
+    }  # fmt: skip
+    table = kube_table.to_table("v1", "persistentvolumeclaims", claims, {})
+    assert [c["name"] for c in table["columnDefinitions"]][:5] == [
+        "Name",
+        "Status",
+        "Volume",
+        "Capacity",
+        "Access Modes",
+    ]
+    assert table["rows"][0]["cells"][:5] == ["c", "Bound", "v", "1Gi", "RWX"]
+    assert all(set(c) == {"name", "type", "format", "description", "priority"} for c in table["columnDefinitions"])
