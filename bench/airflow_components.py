@@ -31,52 +31,25 @@ ROOT = Path(__file__).resolve().parents[1]
 DAG_ID = "nemo_rl_grpo_gke"
 HOST = "127.0.0.1"
 
-# Airflow settings a real deployment can use as well; nothing here skips work.
-# - PARALLELISM bounds the LocalExecutor's workers (enough for the 13 network tasks that start together).
-# - The scheduler's idle sleep and heartbeats pace its loop: shorter means smaller gaps between a task's end and its
-#   successor's start (or a fired trigger and the resumed task), for some scheduler CPU.
-# - mp_start_method=forkserver with mp_forkserver_preload (both new in Airflow 3.3): the LocalExecutor's workers are
-#   forked from a server that imported Airflow's task runner and the Google client libraries once, so each task
-#   process inherits them instead of spending ~2 s of CPU importing them, twice per deferred task (execute, then
-#   execute_complete). Only third-party and Airflow modules are preloaded, never the project's own code, so a
-#   plugins change needs no scheduler restart beyond what Airflow already asks for.
-# - [workers] min_heartbeat_interval is also how long a task's supervisor blocks in select(); seen here, a supervisor
-#   sometimes noticed its task process had exited only when that 5 s timeout ran out, which delays the executor's
-#   event for a deferral until after the trigger fired and the task resumed. Airflow 3.3 then marks the resumed try
-#   failed (state mismatch; apache/airflow#72716) and it is retried 30 s later. 1 s narrows that window and frees the
-#   worker slot sooner, for one Execution API heartbeat per running task per second.
-# - min_file_process_interval: the DAG file does not change during a run, so the dag processor re-parses it every
-#   5 minutes instead of every 30 s (each parse is ~2 s of CPU on this machine).
-PRELOAD = (
-    "airflow.executors.local_executor",
-    "airflow.sdk",
-    "airflow.sdk.execution_time.supervisor",
-    "airflow.sdk.execution_time.task_runner",
-    "airflow.dag_processing.bundles.manager",
-    "airflow.dag_processing.dagbag",
-    "airflow.providers.google.common.hooks.base_google",
-    "google.cloud.compute_v1",
-    "google.cloud.container_v1",
-    "google.cloud.lustre_v1",
-    "googleapiclient.discovery",
-)
-AIRFLOW_TUNING = {
-    "AIRFLOW__CORE__PARALLELISM": "24",
-    "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": "24",
-    "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
-    "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.2",
-    "AIRFLOW__SCHEDULER__JOB_HEARTBEAT_SEC": "1",
-    "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "1",
-    "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "300",
-    "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",
-    "AIRFLOW__SCHEDULER__MP_START_METHOD": "forkserver",
-    "AIRFLOW__CORE__MP_FORKSERVER_PRELOAD": ",".join(PRELOAD),
-    # How long a dead component leaves work orphaned: the package's recommended values, as docker-compose.yaml sets
-    # them (README "When Airflow itself restarts"), so the restart tests see what a deployment sees.
-    "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "60",
-    "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "60",
-    "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "15",
-}
+# The tuned Airflow settings, one file for the README's local guide, the benches and the browser tests (each
+# setting's reason is beside it there).
+TUNING_FILE = ROOT / "include" / "conf" / "local-airflow.env"
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """``KEY=VALUE`` lines of a shell env file (``#`` comments and blank lines skipped; values taken literally)."""
+    settings = {}
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        line = raw.strip()
+        if line and not line.startswith("#"):
+            key, sep, value = line.partition("=")
+            if not sep:
+                raise ValueError(f"{path}: not KEY=VALUE: {raw!r}")
+            settings[key] = value
+    return settings
+
+
+AIRFLOW_TUNING = read_env_file(TUNING_FILE)
 
 
 class AirflowStartError(RuntimeError):

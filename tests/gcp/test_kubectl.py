@@ -128,11 +128,17 @@ def test_the_kubeconfig_is_gclouds_and_holds_no_token(operator: Operator) -> Non
     assert "token" not in config["users"][0]["user"] and "ya29." not in operator.kubeconfig.read_text(encoding="utf-8")
 
 
-def test_version_and_namespaces_by_short_name(operator: Operator) -> None:
+def test_version_namespaces_by_short_name_and_api_resources(operator: Operator) -> None:
     version = json.loads(operator.run("version", "-o", "json").stdout)
     assert version["serverVersion"]["gitVersion"] == "v" + operator.cluster["currentMasterVersion"]
-    names = operator.run("get", "ns", "-o", "name").stdout.split()
-    assert {"namespace/default", "namespace/kube-system", "namespace/kube-public"} <= set(names)
+    out = operator.run("get", "ns").stdout.splitlines()
+    assert out[0].split() == ["NAME", "STATUS", "AGE"]
+    assert {line.split()[0] for line in out[1:]} >= {"default", "kube-system", "kube-public"}
+    assert all(line.split()[1] == "Active" for line in out[1:])
+    resources = operator.run("api-resources", "--no-headers").stdout.splitlines()
+    rows = {line.split()[0]: line.split() for line in resources}
+    assert rows["nodes"][1] == "no" and rows["rayclusters"][1:3] == ["ray.io/v1", "true"]
+    assert rows["selfsubjectaccessreviews"][1] == "authorization.k8s.io/v1"
 
 
 def test_every_manifest_the_run_applies_goes_in_with_apply_server_side(operator: Operator) -> None:
@@ -209,13 +215,21 @@ def test_pods_by_set_based_selector_with_ready_and_status(operator: Operator) ->
     assert len(heads.stdout.split()) == 1
 
 
-def test_logs_of_the_head_pod(operator: Operator) -> None:
-    head = operator.run(
-        "get", "pods", "-l", f"ray.io/cluster={operator.spec.raycluster_name},ray.io/node-type=head", "-o", "name"
-    ).stdout.strip()
-    out = operator.run("logs", head, "--tail=200").stdout
-    assert out.strip(), "the head pod's log is empty"
-    assert "Ray runtime started" in out or "ray" in out.lower()
+def test_logs_of_the_head_and_a_worker_by_container(operator: Operator) -> None:
+    cluster = operator.spec.raycluster_name
+    head = operator.run("get", "pods", "-l", f"ray.io/cluster={cluster},ray.io/node-type=head", "-o", "name")
+    head_pod = head.stdout.strip().removeprefix("pod/")
+    done = operator.run("logs", f"pod/{head_pod}", "--tail=200")
+    assert 'Defaulted container "ray-head" out of: ray-head, fluent-bit' in done.stderr
+    assert "Ray runtime started" in done.stdout
+    assert operator.run("logs", head_pod, "-c", "ray-head", "--tail=1").stdout.count("\n") <= 1
+    # The fluent-bit sidecar runs no process here: an empty log, not an error.
+    assert operator.run("logs", head_pod, "-c", "fluent-bit").stdout == ""
+    refused = operator.run("logs", head_pod, "-c", "nope", check=False)
+    assert refused.returncode == 1 and f"container nope is not valid for pod {head_pod}" in refused.stderr
+    worker = operator.run("get", "pods", "-l", f"ray.io/cluster={cluster},ray.io/node-type=worker", "-o", "name")
+    first = worker.stdout.split()[0]
+    assert "Ray runtime started" in operator.run("logs", first, "-c", "ray-worker").stdout
 
 
 def test_nodes_show_the_gpu_pool_as_on_gke(operator: Operator) -> None:
@@ -225,6 +239,14 @@ def test_nodes_show_the_gpu_pool_as_on_gke(operator: Operator) -> None:
     out = operator.run("get", "nodes", "-L", "cloud.google.com/gke-nodepool").stdout.splitlines()
     assert out[0].split()[:5] == ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]
     assert any(operator.spec.node_pool_name in line and "Ready" in line for line in out[1:]), out
+    # Each worker pod is on a GPU node, the head on a node without GPUs, as the pods' NODE column says.
+    wide = operator.run("get", "pods", "-o", "wide", "-l", f"ray.io/cluster={operator.spec.raycluster_name}")
+    on = {line.split()[0]: line.split()[6] for line in wide.stdout.splitlines()[1:]}
+    gpu_nodes = {n["metadata"]["name"] for n in gpu}
+    assert all((node in gpu_nodes) == ("-worker-" in pod) for pod, node in on.items()), (on, gpu_nodes)
+    # The nodes are the node pools': read-only through the Kubernetes API.
+    refused = operator.run("delete", "node", gpu[0]["metadata"]["name"], check=False)
+    assert refused.returncode == 1 and "MethodNotAllowed" in refused.stderr, refused.stderr
 
 
 def test_auth_can_i_for_the_runs_identity(operator: Operator) -> None:

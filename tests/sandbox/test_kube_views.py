@@ -1,11 +1,11 @@
 """What ``kubectl get`` / ``logs`` / ``auth can-i`` read from a sandbox cluster (issue #37): the server-side Table
 (``sandbox/kube_table.py``), the Node objects of the node pools (``sandbox/kube_nodes.py``), pods made from their
 template with a log subresource (``sandbox/kuberay.py``, ``sandbox/kube_podlog.py``) and SelfSubjectAccessReview
-(``sandbox/kube_authz.py``). Unit tests of the builders first, then one real cluster with one RayCluster over HTTPS."""
+(``sandbox/kube_authz.py``). Unit tests of the builders; ``tests/gcp/test_kubectl.py`` reads the same views of a
+running RayCluster with the real kubectl."""
 
 from __future__ import annotations
 
-import json
 import time
 from decimal import Decimal
 from types import SimpleNamespace
@@ -15,13 +15,8 @@ import pytest
 from sandbox.kube_cluster import KubeCluster
 from sandbox.kuberay import desired_resources, format_quantity, parse_quantity
 from sandbox.store import Resource
-from sandbox.testing import SandboxProcess
 
-from nemo_rl_gke.gcp.hooks import GcpHook
-from nemo_rl_gke.kube.client import KubeHook
-from nemo_rl_gke.run.spec import RunSpec
 from sandbox import kube_authz, kube_nodes, kube_podlog, kube_table, kube_volumes
-from tests.gcp.conftest import ensure_cluster_with_gpu_pool, hook, project, spec  # noqa: F401 (fixtures)
 
 KUBECTL_ACCEPT = (
     "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"
@@ -277,106 +272,6 @@ def test_an_access_review_needs_exactly_one_kind_of_attributes() -> None:
         with pytest.raises(kube_authz.ReviewError) as refused:
             kube_authz.review({**body, "spec": attributes})
         assert refused.value.code == 422
-
-
-# --- Over HTTPS, one RayCluster ---------------------------------------------------------------------------------
-def _raw(kube: KubeHook, method: str, path: str, accept: str = "application/json", **query: str) -> tuple[int, Any]:
-    """One request with the hook's client but our own Accept; (status, JSON or text)."""
-    from kubernetes.client.exceptions import ApiException
-
-    try:
-        response = kube.api_client.call_api(
-            path, method, query_params=list(query.items()), header_params={"Accept": accept},
-            auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
-        )  # fmt: skip
-        status, data = response.status, response.data
-    except ApiException as exc:
-        status, data = exc.status, exc.body
-    text = data.decode() if isinstance(data, bytes) else data
-    try:
-        return status, json.loads(text)
-    except ValueError:
-        return status, text
-
-
-def _raycluster(name: str) -> dict[str, Any]:
-    """A RayCluster whose head has a sidecar and whose one worker asks for a GPU (so the GPU pool makes a node)."""
-    worker = {"name": "ray-worker", "image": "rayproject/ray:2.60.0",
-              "resources": {"limits": {"cpu": "1", "memory": "2Gi", "nvidia.com/gpu": 1}}}  # fmt: skip
-    head = {"name": "ray-head", "image": "rayproject/ray:2.60.0", "resources": {"requests": {"cpu": "2"}}}
-    return {
-        "apiVersion": "ray.io/v1",
-        "kind": "RayCluster",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "headGroupSpec": {"template": {"spec": {"containers": [head, {"name": "log-sidecar", "image": "bb"}]}}},
-            "workerGroupSpecs": [{"groupName": "gpu", "replicas": 1, "template": {"spec": {"containers": [worker]}}}],
-        },
-    }
-
-
-@pytest.mark.airflow
-def test_kubectls_views_of_a_running_raycluster(spec: RunSpec, hook: GcpHook, sandbox: SandboxProcess) -> None:  # noqa: F811
-    ensure_cluster_with_gpu_pool(spec, hook)
-    kube = KubeHook(spec, hook)
-    status, discovery = _raw(kube, "GET", "/apis")
-    assert "authorization.k8s.io" in [g["name"] for g in discovery["groups"]]
-    core = {r["name"]: r for r in _raw(kube, "GET", "/api/v1")[1]["resources"]}
-    assert core["nodes"]["shortNames"] == ["no"] and core["nodes"]["verbs"] == ["get", "list", "watch"]
-    assert core["pods/log"]["verbs"] == ["get"]
-    kube.request("POST", "/apis/ray.io/v1/namespaces/default/rayclusters", body=_raycluster("views"))
-    pods_path = "/api/v1/namespaces/default/pods"
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            rows = _raw(kube, "GET", pods_path, KUBECTL_ACCEPT)[1]["rows"]
-            if len(rows) == 2 and all(r["cells"][2] == "Running" for r in rows):
-                break
-            time.sleep(0.3)
-        table = _raw(kube, "GET", pods_path, KUBECTL_ACCEPT)[1]
-        assert [c["name"] for c in table["columnDefinitions"]][:5] == ["Name", "Ready", "Status", "Restarts", "Age"]
-        by_name = {row["cells"][0]: row for row in table["rows"]}
-        head_pod = next(name for name in by_name if "-head-" in name)
-        worker_pod = next(name for name in by_name if "-worker-" in name)
-        assert by_name[head_pod]["cells"][1:4] == ["2/2", "Running", "0"], by_name
-        assert by_name[worker_pod]["cells"][1:3] == ["1/1", "Running"]
-        assert by_name[head_pod]["object"]["kind"] == "PartialObjectMetadata"
-
-        nodes = {n["metadata"]["name"]: n for n in kube.request("GET", "/api/v1/nodes")["items"]}
-        worker_node = nodes[by_name[worker_pod]["cells"][6]]
-        assert worker_node["metadata"]["labels"]["cloud.google.com/gke-accelerator"]
-        assert worker_node["status"]["allocatable"]["nvidia.com/gpu"]
-        assert "cloud.google.com/gke-accelerator" not in nodes[by_name[head_pod]["cells"][6]]["metadata"]["labels"]
-        status, node_table = _raw(kube, "GET", "/api/v1/nodes", KUBECTL_ACCEPT)
-        assert status == 200 and {row["cells"][1] for row in node_table["rows"]} == {"Ready"}
-        assert _raw(kube, "DELETE", f"/api/v1/nodes/{worker_node['metadata']['name']}")[0] == 405
-
-        status, rc_table = _raw(kube, "GET", "/apis/ray.io/v1/namespaces/default/rayclusters/views", KUBECTL_ACCEPT)
-        cells = dict(zip([c["name"] for c in rc_table["columnDefinitions"]], rc_table["rows"][0]["cells"], strict=True))
-        shown = [cells[name] for name in ("desired workers", "available workers", "cpus", "memory", "gpus", "status")]
-        assert shown == [1, 1, "3", "2Gi", "1", "ready"], cells
-
-        log_path = f"{pods_path}/{head_pod}/log"
-        status, text = _raw(kube, "GET", log_path, "*/*", container="ray-head")
-        assert status == 200 and "Ray runtime started" in text, text
-        assert _raw(kube, "GET", log_path, "*/*", container="ray-head", tailLines="1")[1].count("\n") <= 1
-        assert _raw(kube, "GET", log_path, "*/*", container="log-sidecar") == (200, "")
-        status, refused = _raw(kube, "GET", log_path, "*/*", container="nope")
-        assert status == 400 and refused["message"] == f"container nope is not valid for pod {head_pod}"
-        status, refused = _raw(kube, "GET", log_path, "*/*")
-        assert status == 400 and "choose one of: [ray-head log-sidecar]" in refused["message"]
-        status, text = _raw(kube, "GET", f"{pods_path}/{worker_pod}/log", "*/*")
-        assert status == 200 and "Ray runtime started" in text
-
-        review = {
-            "apiVersion": "authorization.k8s.io/v1",
-            "kind": "SelfSubjectAccessReview",
-            "spec": {"resourceAttributes": {"verb": "create", "group": "ray.io", "resource": "rayclusters"}},
-        }
-        answer = kube.request("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", body=review)
-        assert answer["status"]["allowed"] is True
-    finally:
-        kube.request("DELETE", "/apis/ray.io/v1/namespaces/default/rayclusters/views")
 
 
 # --- Table: the other built-in kinds' printers (printers.go v1.32) --------------------------------------------------
