@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from sandbox.testing import SandboxProcess
 
 from nemo_rl_gke.gcp.hooks import GcpHook
 from nemo_rl_gke.gcp.resources import resources
@@ -161,3 +162,17 @@ def test_a_pre_bound_volume_and_its_claim_bind_whichever_comes_first_and_a_delet
     assert _phase(kube, "PersistentVolume", "pv-a") == "Released"
     kube.delete(ObjectRef("v1", "PersistentVolume", "pv-b", None))
     assert _phase(kube, "PersistentVolumeClaim", "claim-b") == "Lost"
+
+
+def test_the_packages_apply_is_strict_so_a_field_gke_would_drop_fails_it(
+    kube: KubeHook, sandbox: SandboxProcess
+) -> None:
+    # A KubeRay or GKE field this cluster's CRD lacks must fail the apply, not vanish from what runs.
+    since = sandbox.calls()[-1]["seq"]
+    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "strict", "namespace": "default"}}
+    kube.apply({**config, "data": {"a": "1"}})
+    with pytest.raises(KubeApiError, match=r"\.dataa: field not declared in schema"):
+        kube.apply({**config, "dataa": {"a": "1"}})
+    applies = [c for c in sandbox.calls(since) if c["method"] == "PATCH" and c["path"].endswith("/configmaps/strict")]
+    assert [c["status"] for c in applies] == [201, 500]
+    assert all("fieldValidation=Strict" in c["query"] and "force=true" in c["query"] for c in applies), applies

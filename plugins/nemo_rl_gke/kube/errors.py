@@ -13,6 +13,9 @@ OBJECT_RESPONSES = {200: "object", 201: "object", 202: "object"}
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
 # The reason of a KubeApiError whose server failed TLS verification: never transient, never retried.
 TLS_VERIFY_FAILED = "TLSVerificationFailed"
+# kube-apiserver answers a server-side apply whose object does not fit the kind's schema with a 500 (kubernetes#122480,
+# apimachinery managedfields/internal/structuredmerge.go): the request is wrong, and another try gets the same answer.
+SCHEMA_REFUSAL = "failed to create typed patch object"
 
 
 class KubeApiError(RuntimeError):
@@ -26,9 +29,9 @@ class KubeApiError(RuntimeError):
 
 
 def is_kube_transient(exc: BaseException) -> bool:
-    """429, 5xx, a dropped connection or a timeout: worth another try."""
+    """429, 5xx, a dropped connection or a timeout: worth another try (not a server-side apply the schema refused)."""
     if isinstance(exc, KubeApiError):
-        if exc.reason == TLS_VERIFY_FAILED:
+        if exc.reason == TLS_VERIFY_FAILED or SCHEMA_REFUSAL in str(exc):
             return False
         return exc.status is None or exc.status in TRANSIENT_STATUSES
     return isinstance(exc, (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError))
