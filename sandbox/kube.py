@@ -502,7 +502,7 @@ class KubeApi:
                 response = web.json_response(target)
             elif target.plural == "services" and target.sub[:1] == ("proxy",):
                 response = await self._proxy(request, cluster, target, raw)
-            elif (view := await self._view(request, cluster, target, text)) is not None:
+            elif (view := await self._view(request, cluster, target)) is not None:
                 response = view  # pods/log, reviews, read-only nodes
             elif request.method == "GET" and request.query.get("watch") in ("1", "true") and not target.sub:
                 # Logged when the stream starts, as an audit log's ResponseStarted: a watch can last many minutes.
@@ -844,9 +844,7 @@ class KubeApi:
             history.unsubscribe(queue)
 
     # --- views: the pod log, access reviews, nodes ---------------------------------------------------------------
-    async def _view(
-        self, request: web.Request, cluster: KubeCluster, target: Target, text: str
-    ) -> web.StreamResponse | None:
+    async def _view(self, request: web.Request, cluster: KubeCluster, target: Target) -> web.StreamResponse | None:
         """The paths not served by the generic object store: ``pods/{name}/log`` (:mod:`sandbox.kube_podlog`),
         ``selfsubjectaccessreviews`` (:mod:`sandbox.kube_authz`), and a write to a node (the sandbox's nodes are the
         node pools', :mod:`sandbox.kube_nodes`). None: the request goes on to the object store."""

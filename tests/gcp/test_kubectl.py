@@ -305,6 +305,21 @@ def test_patch_label_annotate_and_a_client_side_apply(operator: Operator) -> Non
     cm = json.loads(operator.run("get", "configmap", "edited", "-o", "json").stdout)
     assert cm["data"] == {"a": "3", "b": "2"}
     assert cm["metadata"]["labels"] == {"team": "rl"} and cm["metadata"]["annotations"]["note"] == "nightly"
+    # A second client-side apply patches: strategic merge for a built-in kind, merge patch for a custom resource
+    # (the OpenAPI document lists no strategic merge for it, as the real one).
+    assert operator.run("apply", "-f", operator.manifest("c2.yaml", [_configmap("edited", a="4")])).stdout.strip() == (
+        "configmap/edited configured"
+    )
+    network = {
+        "apiVersion": "networking.gke.io/v1",
+        "kind": "GKENetworkParamSet",
+        "metadata": {"name": "by-hand"},
+        "spec": {"vpc": "vpc-a", "vpcSubnet": "subnet-a", "deviceMode": "NetDevice"},
+    }
+    assert operator.run("apply", "-f", operator.manifest("n1.yaml", [network])).returncode == 0
+    network["spec"]["vpc"] = "vpc-b"
+    done = operator.run("apply", "-f", operator.manifest("n2.yaml", [network]))
+    assert done.stdout.strip() == "gkenetworkparamset.networking.gke.io/by-hand configured"
     refused = operator.run(
         "patch", "raycluster", operator.spec.raycluster_name, "--type=strategic", "-p", '{"spec":{}}', check=False
     )
