@@ -873,13 +873,19 @@ def test_the_trigger_stops_a_job_without_a_deadline_at_its_next_save_once_the_bu
     print(event["message"])
 
 
+# How long after the job's own deadline save the trigger may stop it. The save's line reaches the trigger through
+# Ray's log tail, which sends new lines about once a second (later on a loaded machine): with 1 s, a full suite once
+# saw the stop come before the save's line did, and nothing was counted as saved.
+SAVE_SEEN_S = 10.0
+
+
 def _clock(deadline_in_s: float, save_by_s: int, overrun_s: float) -> dict[str, Any]:
     """A run clock whose one soft limit falls ``deadline_in_s`` from now, the job given ``save_by_s``."""
     from nemo_rl_gke.run.deadline import HOURS, Limit, RunClock
 
     limit = Limit(HOURS, time.time() + deadline_in_s, False, "the test's budget")
     clock = RunClock((limit,), overrun_s=overrun_s, usd_per_hour=88.0, usd_since=time.time(), gpus=8)
-    return clock.with_job(save_by_s, 1.0).to_dict()
+    return clock.with_job(save_by_s, SAVE_SEEN_S).to_dict()
 
 
 def test_a_slow_setup_past_the_deadline_is_waited_for_within_the_overrun_and_the_jobs_own_save_ends_the_run(
