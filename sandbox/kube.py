@@ -45,11 +45,12 @@ from sandbox import (
     kube_volumes,
     kube_watch,
 )
-from sandbox.auth import KUBE_UNAUTHORIZED, Verdict
+from sandbox.auth import Verdict
 from sandbox.kube_cluster import KubeCluster, server_metadata
+from sandbox.kube_errors import KubeError
 from sandbox.kube_fields import ApplyConflict, Managed, Shape, manager_for, record_update
 from sandbox.kube_fields import apply as server_side_apply
-from sandbox.kube_patch import PatchError, apply_patch, check_content_type
+from sandbox.kube_patch import apply_patch, check_content_type
 from sandbox.kube_selectors import SelectorError, field_selector, label_selector
 from sandbox.tls import HOST, ClusterTls, new_cluster_tls
 
@@ -114,32 +115,6 @@ BUILTIN_NAMESPACES = ("default", "kube-system", "kube-public")
 # Fields the server owns: never taken from an applied object, never compared to decide whether apply changed it.
 SERVER_METADATA = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields", "deletionTimestamp")
 HOP_HEADERS = frozenset({"host", "authorization", "content-length", "transfer-encoding", "connection"})
-
-
-class KubeError(Exception):
-    """A Kubernetes API error, answered as a ``Status`` object."""
-
-    def __init__(self, code: int, reason: str, message: str, details: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.reason = reason
-        self.message = message
-        self.details = details or {}
-
-    def status(self) -> dict[str, Any]:
-        """The ``Status`` body (an authentication failure's, like the API server's, has no details)."""
-        if self.code == 401:
-            return dict(KUBE_UNAUTHORIZED)
-        return {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": self.message,
-            "reason": self.reason,
-            "details": self.details,
-            "code": self.code,
-        }
 
 
 def not_found(plural: str, name: str, group: str = "") -> KubeError:
@@ -271,10 +246,7 @@ def _user_view(obj: dict[str, Any]) -> dict[str, Any]:
 def _patch_options(request: web.Request, target: Target) -> tuple[str, bool]:
     """The patch type (415 when this resource does not take it) and ``force``, with PatchOptions validated as
     ValidatePatchOptions does (apimachinery pkg/apis/meta/v1/validation/validation.go:190-207)."""
-    try:
-        patch_type = check_content_type(request.headers.get("Content-Type", ""), target.group_version)
-    except PatchError as exc:
-        raise KubeError(exc.code, exc.reason, exc.message) from exc
+    patch_type = check_content_type(request.headers.get("Content-Type", ""), target.group_version)
     force = request.query.get("force")
     causes = []
     if patch_type == APPLY_PATCH and not request.query.get("fieldManager"):
@@ -576,8 +548,6 @@ class KubeApi:
                 return kube_protobuf.decode(raw)
             text = raw.decode("utf-8")
             body = yaml.safe_load(text) if content_type == APPLY_PATCH else json.loads(text)
-        except kube_protobuf.ProtobufError as exc:
-            raise KubeError(exc.code, exc.reason, exc.message) from exc
         except (ValueError, yaml.YAMLError) as exc:
             raise KubeError(400, "BadRequest", f"the body is not a valid object: {exc}") from exc
         if not isinstance(body, dict):
@@ -681,10 +651,7 @@ class KubeApi:
         existing = cluster.get(target.group_version, target.plural, target.namespace, target.name or "")
         if existing is None:
             raise not_found(target.plural, target.name or "", target.group)  # jsonPatcher.createNewObject
-        try:
-            patched = apply_patch(patch_type, existing, text, target.group_version, target.kind)
-        except PatchError as exc:
-            raise KubeError(exc.code, exc.reason, exc.message) from exc
+        patched = apply_patch(patch_type, existing, text, target.group_version, target.kind)
         patched = self._check_body(target, patched, target.name)
         version = patched["metadata"].get("resourceVersion")
         if version and version != existing["metadata"]["resourceVersion"]:
@@ -799,8 +766,6 @@ class KubeApi:
             table = kube_table.wanted_table(request.headers.get("Accept", ""))
         except kube_watch.InvalidWatchError as exc:
             raise KubeError(400, "BadRequest", str(exc)) from exc
-        except kube_table.TableError as exc:
-            raise KubeError(exc.code, exc.reason, exc.message) from exc
 
         def line(event: dict[str, Any]) -> bytes:
             # `kubectl get -w` asks for Tables: each event's object is then a one-row Table (not a bookmark's).
@@ -848,21 +813,18 @@ class KubeApi:
         """The paths not served by the generic object store: ``pods/{name}/log`` (:mod:`sandbox.kube_podlog`),
         ``selfsubjectaccessreviews`` (:mod:`sandbox.kube_authz`), and a write to a node (the sandbox's nodes are the
         node pools', :mod:`sandbox.kube_nodes`). None: the request goes on to the object store."""
-        try:
-            if target.plural == "pods" and target.sub == ("log",):
-                if request.method != "GET":
-                    raise KubeError(405, "MethodNotAllowed", f"{request.method} is not served on pods/log")
-                pod = cluster.get("v1", "pods", target.namespace, target.name or "")
-                if pod is None:
-                    raise not_found("pods", target.name or "")
-                return await kube_podlog.pod_log(request, cluster, pod, self.kuberay)
-            if target.plural == "selfsubjectaccessreviews":
-                if request.method != "POST" or target.name is not None:
-                    raise KubeError(405, "MethodNotAllowed", f"{request.method} is not served on {target.plural}")
-                body = self._body(await request.read(), request.content_type)
-                return web.json_response(kube_authz.review(body), status=201)
-        except (kube_podlog.LogError, kube_authz.ReviewError, kube_protobuf.ProtobufError) as exc:
-            raise KubeError(exc.code, exc.reason, exc.message) from exc
+        if target.plural == "pods" and target.sub == ("log",):
+            if request.method != "GET":
+                raise KubeError(405, "MethodNotAllowed", f"{request.method} is not served on pods/log")
+            pod = cluster.get("v1", "pods", target.namespace, target.name or "")
+            if pod is None:
+                raise not_found("pods", target.name or "")
+            return await kube_podlog.pod_log(request, cluster, pod, self.kuberay)
+        if target.plural == "selfsubjectaccessreviews":
+            if request.method != "POST" or target.name is not None:
+                raise KubeError(405, "MethodNotAllowed", f"{request.method} is not served on {target.plural}")
+            body = self._body(await request.read(), request.content_type)
+            return web.json_response(kube_authz.review(body), status=201)
         if target.plural == "nodes" and request.method not in ("GET", "HEAD"):
             raise KubeError(405, "MethodNotAllowed", "the sandbox's nodes are its node pools': they are read-only")
         return None

@@ -19,37 +19,29 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from sandbox.kube_errors import KubeError
+
 GROUP_VERSION = "authorization.k8s.io/v1"
 KIND = "SelfSubjectAccessReview"
 
 
-class ReviewError(Exception):
-    """A review the API server refuses: HTTP code, Status reason, message."""
-
-    def __init__(self, code: int, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.reason = reason
-        self.message = message
-
-
 def review(body: Any) -> dict[str, Any]:
-    """The created review (the spec back, with ``status``), or :class:`ReviewError` for a body the server refuses."""
+    """The created review (the spec back, with ``status``), or :class:`KubeError` for a body the server refuses."""
     if not isinstance(body, dict) or body.get("apiVersion") != GROUP_VERSION or body.get("kind") != KIND:
         got = f"{body.get('apiVersion')}/{body.get('kind')}" if isinstance(body, dict) else type(body).__name__
-        raise ReviewError(400, "BadRequest", f"the body is {got}, the path is {GROUP_VERSION}/{KIND}")
+        raise KubeError(400, "BadRequest", f"the body is {got}, the path is {GROUP_VERSION}/{KIND}")
     spec = body.get("spec") or {}
     resource, non_resource = spec.get("resourceAttributes"), spec.get("nonResourceAttributes")
     invalid = f'{KIND}.authorization.k8s.io "" is invalid: '
     if resource is not None and non_resource is not None:
-        raise ReviewError(
+        raise KubeError(
             422,
             "Invalid",
             invalid + "spec.nonResourceAttributes: Invalid value: cannot be specified in combination with "
             "resourceAttributes",
         )
     if resource is None and non_resource is None:
-        raise ReviewError(
+        raise KubeError(
             422,
             "Invalid",
             invalid + 'spec.resourceAttributes: Invalid value: "null": exactly one of nonResourceAttributes or '

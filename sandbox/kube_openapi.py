@@ -37,6 +37,7 @@ from typing import Any
 
 from aiohttp import web
 
+from sandbox.kube_errors import KubeError
 from sandbox.kube_patch import patch_types
 
 Schema = dict[str, Any]
@@ -531,8 +532,6 @@ def directive(query: Mapping[str, str], options_kind: str) -> str:
     """The request's ``fieldValidation``, defaulted to Warn (k8s.io/apiserver v0.32.4
     pkg/endpoints/handlers/rest.go:405-415); any other value is 422 Invalid on the call's options, as
     ``ValidateCreateOptions``/``ValidatePatchOptions`` answer (create.go:102-112, patch.go:118-128)."""
-    from sandbox.kube import KubeError
-
     value = query.get("fieldValidation", "")
     if value not in DIRECTIVES:
         supported = ", ".join(json.dumps(v) for v in DIRECTIVES)
@@ -567,8 +566,6 @@ def check_fields(
     Apply: server-side apply refuses unknown fields whatever the directive, 500 with no reason, because the typed
     patch's error is not a Status (k8s.io/apimachinery v0.32.4 pkg/util/managedfields/internal/structuredmerge.go:
     144-148; kubernetes/kubernetes#122480)."""
-    from sandbox.kube import KubeError
-
     mode = directive(request.query, "PatchOptions" if apply else "CreateOptions")
     if apply:
         errors = apply_schema_errors(group_version, kind, body)

@@ -23,6 +23,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from sandbox.kube_errors import KubeError
+
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
@@ -38,15 +40,12 @@ BUILTIN_GROUPS = frozenset({"", "apps", "batch", "policy", "rbac.authorization.k
 INVALID_REQUEST = "the server rejected our request due to an error in our request"
 
 
-class PatchError(Exception):
+class PatchError(KubeError):
     """A patch the API server refuses: its HTTP code, Status reason and message."""
 
     def __init__(self, code: int, reason: str, message: str, detail: str = "") -> None:
-        super().__init__(message)
-        self.code = code
-        self.reason = reason
-        self.message = message
-        # What the patch library itself said (json-patch's error): kept for the sandbox's call log, not sent.
+        super().__init__(code, reason, message)
+        # What the patch library itself said (json-patch's error): the API server does not send it either.
         self.detail = detail
 
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from sandbox.kube_errors import KubeError
 from sandbox.kuberay import container_names
 
 if TYPE_CHECKING:
@@ -35,16 +36,6 @@ FOLLOW_POLL_S = 0.2
 UNMODELLED = ("timestamps", "sinceSeconds", "sinceTime", "previous")
 
 
-class LogError(Exception):
-    """A refused log request: HTTP code, Status reason, message."""
-
-    def __init__(self, code: int, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.reason = reason
-        self.message = message
-
-
 def _count(query: Any, key: str, minimum: int, pod: str) -> int | None:
     """An integer option of PodLogOptions (None: not given); 400 when not an integer, 422 below ``minimum``."""
     text = query.get(key)
@@ -53,10 +44,10 @@ def _count(query: Any, key: str, minimum: int, pod: str) -> int | None:
     try:
         value = int(text)
     except ValueError as exc:
-        raise LogError(400, "BadRequest", f'strconv.ParseInt: parsing "{text}": invalid syntax') from exc
+        raise KubeError(400, "BadRequest", f'strconv.ParseInt: parsing "{text}": invalid syntax') from exc
     if value < minimum:
         rule = "must be greater than or equal to 0" if minimum == 0 else "must be greater than 0"
-        raise LogError(422, "Invalid", f'PodLogOptions "{pod}" is invalid: {key}: Invalid value: {value}: {rule}')
+        raise KubeError(422, "Invalid", f'PodLogOptions "{pod}" is invalid: {key}: Invalid value: {value}: {rule}')
     return value
 
 
@@ -67,11 +58,11 @@ def container_for(pod: dict[str, Any], asked: str) -> str:
     if not asked:
         if len(names) == 1:
             return names[0]
-        raise LogError(
+        raise KubeError(
             400, "BadRequest", f"a container name must be specified for pod {name}, choose one of: [{' '.join(names)}]"
         )
     if asked not in names:
-        raise LogError(400, "BadRequest", f"container {asked} is not valid for pod {name}")
+        raise KubeError(400, "BadRequest", f"container {asked} is not valid for pod {name}")
     return asked
 
 
@@ -96,12 +87,12 @@ def tail(text: bytes, lines: int | None, limit: int | None) -> bytes:
 async def pod_log(
     request: web.Request, cluster: KubeCluster, pod: dict[str, Any], kuberay: KubeRay
 ) -> web.StreamResponse:
-    """Answer ``GET .../pods/{name}/log`` for ``pod`` (raises :class:`LogError` as the API server refuses one)."""
+    """Answer ``GET .../pods/{name}/log`` for ``pod`` (raises :class:`KubeError` as the API server refuses one)."""
     query = request.query
     name = pod["metadata"]["name"]
     for option in UNMODELLED:
         if option in query and query[option] not in ("", "false"):
-            raise LogError(400, "BadRequest", f"the sandbox does not model the log option {option}")
+            raise KubeError(400, "BadRequest", f"the sandbox does not model the log option {option}")
     lines = _count(query, "tailLines", 0, name)
     limit = _count(query, "limitBytes", 1, name)
     follow = query.get("follow", "false") in ("true", "1")
@@ -109,7 +100,7 @@ async def pod_log(
     if not (pod.get("spec") or {}).get("nodeName") and (pod.get("status") or {}).get("phase") == "Pending":
         refusal = _waiting(pod, container)
         if refusal is not None:
-            raise LogError(400, "BadRequest", refusal)
+            raise KubeError(400, "BadRequest", refusal)
         return web.Response(body=b"", content_type="text/plain")
     path, runs = kuberay.ray_log(cluster, pod["metadata"].get("namespace", ""), name)
     if container != container_names(pod)[0] or path is None:

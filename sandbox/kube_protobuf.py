@@ -14,6 +14,8 @@ import base64
 from datetime import UTC, datetime
 from typing import Any
 
+from sandbox.kube_errors import KubeError
+
 MEDIA_TYPE = "application/vnd.kubernetes.protobuf"
 MAGIC = b"k8s\x00"
 
@@ -97,16 +99,6 @@ TOP_LEVEL = {
 }
 
 
-class ProtobufError(Exception):
-    """A protobuf body the sandbox cannot read: ``code`` 400 (malformed) or 415 (a kind or field it does not decode)."""
-
-    def __init__(self, code: int, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.reason = reason
-        self.message = message
-
-
 def fields(data: bytes) -> list[tuple[int, int | bytes]]:
     """The (field number, value) pairs of one protobuf message: varints as ints, length-delimited as bytes."""
     out: list[tuple[int, int | bytes]] = []
@@ -117,7 +109,7 @@ def fields(data: bytes) -> list[tuple[int, int | bytes]]:
         value = shift = 0
         while True:
             if index >= len(data):
-                raise ProtobufError(400, "BadRequest", "the protobuf body is truncated")
+                raise KubeError(400, "BadRequest", "the protobuf body is truncated")
             byte = data[index]
             index += 1
             value |= (byte & 0x7F) << shift
@@ -133,17 +125,17 @@ def fields(data: bytes) -> list[tuple[int, int | bytes]]:
         elif wire == 2:
             size = varint()
             if index + size > len(data):
-                raise ProtobufError(400, "BadRequest", "the protobuf body is truncated")
+                raise KubeError(400, "BadRequest", "the protobuf body is truncated")
             out.append((number, data[index : index + size]))
             index += size
         else:
-            raise ProtobufError(400, "BadRequest", f"the protobuf body has a field of wire type {wire}")
+            raise KubeError(400, "BadRequest", f"the protobuf body has a field of wire type {wire}")
     return out
 
 
 def _bytes(value: int | bytes, where: str) -> bytes:
     if not isinstance(value, bytes):
-        raise ProtobufError(400, "BadRequest", f"{where}: expected a length-delimited field")
+        raise KubeError(400, "BadRequest", f"{where}: expected a length-delimited field")
     return value
 
 
@@ -153,7 +145,7 @@ def message(data: bytes, name: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for number, value in fields(data):
         if number not in schema:
-            raise ProtobufError(
+            raise KubeError(
                 415,
                 "UnsupportedMediaType",
                 f"the sandbox does not decode field {number} of {name} from protobuf: send application/json",
@@ -162,7 +154,7 @@ def message(data: bytes, name: str) -> dict[str, Any]:
         where = f"{name}.{key}"
         if kind in {"bool", "int"}:
             if not isinstance(value, int):
-                raise ProtobufError(400, "BadRequest", f"{where}: expected a varint")
+                raise KubeError(400, "BadRequest", f"{where}: expected a varint")
             if value or kind == "bool":
                 out[key] = bool(value) if kind == "bool" else value
         elif kind == "string":
@@ -191,14 +183,14 @@ def message(data: bytes, name: str) -> dict[str, Any]:
 def decode(raw: bytes) -> dict[str, Any]:
     """A ``k8s\\0`` + ``runtime.Unknown`` body as the JSON object it stands for (apiVersion and kind included)."""
     if not raw.startswith(MAGIC):
-        raise ProtobufError(400, "BadRequest", "the protobuf body lacks the k8s magic prefix")
+        raise KubeError(400, "BadRequest", "the protobuf body lacks the k8s magic prefix")
     envelope = dict(fields(raw[len(MAGIC) :]))
     type_meta = dict(fields(_bytes(envelope.get(1, b""), "Unknown.typeMeta")))
     api_version = _bytes(type_meta.get(1, b""), "TypeMeta.apiVersion").decode()
     kind = _bytes(type_meta.get(2, b""), "TypeMeta.kind").decode()
     if (api_version, kind) not in TOP_LEVEL:
         known = ", ".join(sorted(k for _, k in TOP_LEVEL))
-        raise ProtobufError(
+        raise KubeError(
             415,
             "UnsupportedMediaType",
             f"the sandbox decodes protobuf bodies of {known} only, not {api_version}/{kind}: send application/json",

@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from sandbox.kube_errors import KubeError
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -278,16 +280,6 @@ CRD_DEFAULT_COLUMNS = [("Age", "date", ".metadata.creationTimestamp", 0)]
 INCLUDE_OBJECT = ("Object", "Metadata", "None")
 
 
-class TableError(Exception):
-    """A Table request the API server refuses: the HTTP code, the Status reason and message."""
-
-    def __init__(self, code: int, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.reason = reason
-        self.message = message
-
-
 def wanted_table(accept: str) -> str | None:
     """The Table version (``v1`` / ``v1beta1``) the ``Accept`` header asks for first, or None when the first media
     type it accepts is plain JSON (or there is no header). Entries are tried in order, as the API server's content
@@ -303,7 +295,7 @@ def wanted_table(accept: str) -> str | None:
             return None
         if params["as"] == "Table" and params.get("g") == TABLE_GROUP and params.get("v") in TABLE_VERSIONS:
             return params["v"]
-    raise TableError(
+    raise KubeError(
         406,
         "NotAcceptable",
         f"only the following media types are accepted: application/json, application/json;as=Table;v=v1;"
@@ -855,11 +847,11 @@ def to_table(
     group_version: str, plural: str, body: dict[str, Any], query: Any, table_version: str = "v1"
 ) -> dict[str, Any]:
     """The Table for a GET's answer (a list or one object); ``query`` gives ``includeObject`` (TableOptions; its
-    ``noHeaders`` is ``json:"-"``, not a query parameter). Raises :class:`TableError` for an includeObject value the
+    ``noHeaders`` is ``json:"-"``, not a query parameter). Raises :class:`KubeError` for an includeObject value the
     server refuses."""
     include = query.get("includeObject", "") or "Metadata"
     if include not in INCLUDE_OBJECT:
-        raise TableError(400, "BadRequest", f'unrecognized includeObject value: "{include}"')
+        raise KubeError(400, "BadRequest", f'unrecognized includeObject value: "{include}"')
     items = body.get("items") if "items" in body else [body]
     now = time.time()
     table: dict[str, Any] = {
@@ -882,14 +874,5 @@ def respond(request: web.Request, group_version: str, plural: str, body: dict[st
         if version is None or status >= 300 or body.get("kind") == "Status":
             return web.json_response(body, status=status)
         return web.json_response(to_table(group_version, plural, body, request.query, version), status=status)
-    except TableError as exc:
-        failure = {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": exc.message,
-            "reason": exc.reason,
-            "code": exc.code,
-        }
-        return web.json_response(failure, status=exc.code)
+    except KubeError as exc:
+        return web.json_response(exc.status(), status=exc.code)

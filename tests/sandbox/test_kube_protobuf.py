@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 
 import pytest
+from sandbox.kube_errors import KubeError
 
 from sandbox import kube_authz, kube_protobuf
 
@@ -55,15 +56,15 @@ def test_a_review_as_kubectl_auth_can_i_sends_it() -> None:
 
 
 def test_what_it_cannot_read_is_refused_by_name_never_dropped() -> None:
-    with pytest.raises(kube_protobuf.ProtobufError, match="magic") as bad:
+    with pytest.raises(KubeError, match="magic") as bad:
         kube_protobuf.decode(b"{}")
     assert bad.value.code == 400
-    with pytest.raises(kube_protobuf.ProtobufError, match="not apps/v1/Deployment: send application/json") as kind:
+    with pytest.raises(KubeError, match="not apps/v1/Deployment: send application/json") as kind:
         kube_protobuf.decode(_body(b"apps/v1", b"Deployment", b""))
     assert kind.value.code == 415
     # ownerReferences (ObjectMeta field 13) is not decoded: a 415 naming it, not an object without it.
-    with pytest.raises(kube_protobuf.ProtobufError, match="field 13 of ObjectMeta") as field:
+    with pytest.raises(KubeError, match="field 13 of ObjectMeta") as field:
         kube_protobuf.decode(_body(b"v1", b"ConfigMap", _field(1, _field(13, b"x"))))
     assert field.value.code == 415
-    with pytest.raises(kube_protobuf.ProtobufError, match="truncated"):
+    with pytest.raises(KubeError, match="truncated"):
         kube_protobuf.decode(_body(b"v1", b"ConfigMap", b"\x0a\x05ab"))

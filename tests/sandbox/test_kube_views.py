@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from sandbox.kube_cluster import KubeCluster
+from sandbox.kube_errors import KubeError
 from sandbox.kuberay import desired_resources, format_quantity, parse_quantity
 from sandbox.store import Resource
 
@@ -146,7 +147,7 @@ def test_include_object_decides_what_each_row_carries() -> None:
     assert kube_table.to_table("v1", "pods", pods, {"includeObject": "None"})["rows"][0]["object"] is None
     one = kube_table.to_table("v1", "pods", pods["items"][0], {}, "v1beta1")
     assert one["apiVersion"] == "meta.k8s.io/v1beta1" and len(one["rows"]) == 1
-    with pytest.raises(kube_table.TableError, match='unrecognized includeObject value: "All"'):
+    with pytest.raises(KubeError, match='unrecognized includeObject value: "All"'):
         kube_table.to_table("v1", "pods", pods, {"includeObject": "All"})
 
 
@@ -156,7 +157,7 @@ def test_the_accept_header_is_negotiated_in_order() -> None:
     assert kube_table.wanted_table("application/json") is None
     assert kube_table.wanted_table("") is None
     assert kube_table.wanted_table("application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io, */*") is None
-    with pytest.raises(kube_table.TableError) as refused:
+    with pytest.raises(KubeError) as refused:
         kube_table.wanted_table("application/json;as=Table;v=v2;g=meta.k8s.io")
     assert refused.value.code == 406
 
@@ -252,10 +253,10 @@ def test_desired_resources_add_up_as_kuberay_and_resource_quantity_do() -> None:
 def test_the_log_names_the_container_as_the_api_server_does() -> None:
     pod = _pod(["ray-head", "fluent-bit"], {})
     assert kube_podlog.container_for(pod, "fluent-bit") == "fluent-bit"
-    with pytest.raises(kube_podlog.LogError, match=r"choose one of: \[ray-head fluent-bit\]") as refused:
+    with pytest.raises(KubeError, match=r"choose one of: \[ray-head fluent-bit\]") as refused:
         kube_podlog.container_for(pod, "")
     assert refused.value.code == 400
-    with pytest.raises(kube_podlog.LogError, match="container nope is not valid for pod p"):
+    with pytest.raises(KubeError, match="container nope is not valid for pod p"):
         kube_podlog.container_for(pod, "nope")
     assert kube_podlog.container_for(_pod(["only"], {}), "") == "only"
     assert kube_podlog.tail(b"a\nb\nc\n", 2, None) == b"b\nc\n"
@@ -269,7 +270,7 @@ def test_an_access_review_needs_exactly_one_kind_of_attributes() -> None:
     answer = kube_authz.review({**body, "spec": asked})
     assert answer["status"] == {"allowed": True} and answer["spec"] == asked
     for attributes in ({}, {**asked, "nonResourceAttributes": {"path": "/api", "verb": "get"}}):
-        with pytest.raises(kube_authz.ReviewError) as refused:
+        with pytest.raises(KubeError) as refused:
             kube_authz.review({**body, "spec": attributes})
         assert refused.value.code == 422
 
