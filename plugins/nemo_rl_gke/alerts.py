@@ -39,13 +39,14 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseNotifier
 
+from nemo_rl_gke.airflow_compat import deadline_alert, get_async_connection, redact
 from nemo_rl_gke.run import task_states as ts
 from nemo_rl_gke.run import topology
 from nemo_rl_gke.run.airflow_settings import ENV_PREFIX, SECTION
 from nemo_rl_gke.run.alert_settings import AlertSettings
 
 if TYPE_CHECKING:
-    from airflow.sdk import Connection, Context, DeadlineAlert
+    from airflow.sdk import Connection, Context
 
     from nemo_rl_gke.observe.alert_messages import Alert, LiveFacts
     from nemo_rl_gke.run.deployment import Deployment
@@ -58,20 +59,15 @@ ERROR_CHARS = 300  # an error line is cut here: the alert links to the log for t
 SLACK_CONN_TYPES = ("slackwebhook", "slack")
 
 
-def dag_deadline(settings: AlertSettings) -> DeadlineAlert | None:
+def dag_deadline(settings: AlertSettings) -> Any:
     """The DAG's ``DeadlineAlert`` (None without ``deadline_hours``): :func:`notify_deadline` in the triggerer,
     ``deadline_hours`` after the run was queued. Only ids and numbers go in its kwargs: they are stored."""
     if settings.deadline_hours is None:
         return None
-    from airflow.sdk import AsyncCallback, DeadlineAlert, DeadlineReference
-
-    return DeadlineAlert(
-        reference=DeadlineReference.DAGRUN_QUEUED_AT,
-        interval=timedelta(hours=settings.deadline_hours),
-        callback=AsyncCallback(
-            notify_deadline,
-            kwargs={"connections": list(settings.connections), "deadline_hours": float(settings.deadline_hours)},
-        ),
+    return deadline_alert(
+        notify_deadline,
+        after=timedelta(hours=settings.deadline_hours),
+        kwargs={"connections": list(settings.connections), "deadline_hours": float(settings.deadline_hours)},
     )
 
 
@@ -89,15 +85,7 @@ def error_line(error: BaseException | str | None) -> str:
         line = f"{line} {lines[1]}"
     if len(line) > ERROR_CHARS:
         line = line[: ERROR_CHARS - 3] + "..."
-    return _redact(line)
-
-
-def _redact(text: str) -> str:
-    try:
-        from airflow.sdk.log import redact
-    except ImportError:  # outside Airflow there is no masker, and no secret was read through it
-        return text
-    return str(redact(text))
+    return redact(line)
 
 
 def record_failure(context: Context) -> None:
@@ -273,15 +261,13 @@ async def asend(
     deployment: Deployment | None = None,
 ) -> list[str]:
     """:func:`send` for the triggerer: async notifiers are awaited, sync-only ones run in a thread; each bounded."""
-    from airflow.sdk import BaseHook
-
     # Reading the config and importing a provider's notifier are sync: off the loop (the triggerer's is shared).
     targets = await asyncio.to_thread(_targets, requested, deployment)
     _log_alert(alert, targets)
     sent = []
     for conn_id in targets:
         try:
-            notifier = await asyncio.to_thread(notifier_for, await BaseHook.aget_connection(conn_id), alert)
+            notifier = await asyncio.to_thread(notifier_for, await get_async_connection(conn_id), alert)
             if notifier is None:
                 continue
             ctx = dict(context or {})

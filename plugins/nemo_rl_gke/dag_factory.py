@@ -12,6 +12,7 @@ from typing import Any
 
 from airflow.sdk import DAG, Asset, BaseOperator, TaskGroup, TriggerRule
 
+from nemo_rl_gke.airflow_compat import task_group
 from nemo_rl_gke.alerts import RunAlertNotifier, dag_deadline, record_failure
 from nemo_rl_gke.dag_params import build_params
 from nemo_rl_gke.docs import GROUP_DOCS, scheduled_dag_doc
@@ -102,7 +103,7 @@ def _step_kwargs(step: topology.Step, dag_id: str, alerts: AlertSettings) -> dic
 def _group(name: str) -> TaskGroup:
     """A task group with its tooltip and docs (what it does, what to do when it fails)."""
     tooltip, doc = GROUP_DOCS[name]
-    return TaskGroup(name, tooltip=tooltip, doc_md=doc)
+    return task_group(name, tooltip=tooltip, doc_md=doc)
 
 
 def build_dag(

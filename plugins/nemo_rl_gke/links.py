@@ -26,8 +26,8 @@ from nemo_rl_gke.run import topology
 
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperator
-    from airflow.sdk.types import TaskInstanceKey
 
+    from nemo_rl_gke.airflow_compat import TaskInstanceKey
     from nemo_rl_gke.run.spec import RunSpec
 
 CONSOLE = "https://console.cloud.google.com"

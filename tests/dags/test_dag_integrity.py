@@ -17,7 +17,7 @@ from nemo_rl_gke.run.recipes import with_recipe_defaults
 from nemo_rl_gke.run.schedules import load_schedules
 from nemo_rl_gke.run.spec import RunSpec
 from nemo_rl_gke.sweeper import SWEEPER_DAG_ID
-from tests.dags.guard import parse_dag_folder
+from tests.dags.guard import parse_dag_folder, present
 from tests.owners import owner_of
 from tests.paths import ROOT
 
@@ -42,6 +42,8 @@ def test_a_parse_time_variable_lookup_fails_the_guard() -> None:
     bad = parse_dag_folder(ROOT / "tests/fixtures/bad_dags")
     (error,) = bad.import_errors.values()
     assert "Variable lookup called at DAG parse time" in error
+    # The guard skips only what an Airflow does not have; the task SDK's own lookups are there on every version.
+    assert all(present(f"airflow.sdk.execution_time.context.{name}") for name in ("_get_connection", "_get_variable"))
 
 
 @pytest.mark.parametrize("dag_id", DAG_IDS)
@@ -241,8 +243,14 @@ def test_every_task_group_says_what_it_does_and_what_to_do_when_it_fails(dagbag)
     groups = {step.group for step in topology.STEPS.values() if step.group}
     for name in groups:
         group = dag.task_group_dict[name]
-        assert group.tooltip and group.doc_md, name
-        assert "**If it fails**" in group.doc_md, name
+        assert group.tooltip, name
+        if hasattr(group, "doc_md"):  # a group's docs came with Airflow 3.3 (airflow_compat.task_group)
+            assert group.doc_md and "**If it fails**" in group.doc_md, name
+
+
+def cron(timetable: Any) -> str:
+    """A cron timetable's expression: the task SDK's (3.3) names it ``expression``, airflow-core's (3.1) ``summary``."""
+    return getattr(timetable, "expression", None) or timetable.summary
 
 
 def test_the_sweeper_is_hourly_paused_at_creation_and_alone() -> None:
@@ -251,7 +259,7 @@ def test_the_sweeper_is_hourly_paused_at_creation_and_alone() -> None:
     dag = parse_dag_folder(ROOT / "dags").dags[SWEEPER_DAG_ID]
     assert dag.is_paused_upon_creation is True and dag.catchup is False and dag.max_active_runs == 1
     # "@hourly" becomes a cron trigger at minute 0 (FACTS §12), without data intervals.
-    assert type(dag.timetable).__name__ == "CronTriggerTimetable" and dag.timetable.expression == "0 * * * *"
+    assert type(dag.timetable).__name__ == "CronTriggerTimetable" and cron(dag.timetable) == "0 * * * *"
     assert {"nemo-rl", "gke", "sweeper"} <= set(dag.tags) and dag.description
     assert dag.doc_md and "NeMo RL GKE sweeper" in dag.doc_md and "docs/sweeper.md" in dag.doc_md
     assert dag.default_args["retries"] >= 1
@@ -277,8 +285,7 @@ def test_the_sweeper_params_have_a_schema_and_valid_defaults() -> None:
 def test_the_sweeper_asks_for_the_project_as_a_run_does(dagbag) -> None:
     """The sweeper's project param is the run's (type, bounds, title, default), built from the same definition; the
     sweep then checks it with the run's rules. Its TTL bound is the one the sweep enforces."""
-    from airflow.sdk.exceptions import AirflowFailException
-
+    from nemo_rl_gke.airflow_compat import AirflowFailException
     from nemo_rl_gke.dag_params import WARM_TTL_MAX_HOURS
     from nemo_rl_gke.operators.sweeper import SWEEP_PARAMS, sweep_params
 

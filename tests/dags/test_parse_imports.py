@@ -29,11 +29,12 @@ print("\\n".join(sorted(m for m in sys.modules if m.split(".")[0] == "nemo_rl_gk
 # The manual run DAG: the factory, its operator classes, their extra links, the alert callbacks, the trigger form's
 # Params and the docs. The rest are what those name at module level: the topology, the RunConf fields behind the
 # Params (conf_schema, which reads the recipe names from paths), the alert settings, the deployment's config section
-# with max_active_runs (airflow_settings), and three small pure modules of names and rules (outcomes, task_states,
-# capacity).
+# with max_active_runs (airflow_settings), three small pure modules of names and rules (outcomes, task_states,
+# capacity), and the Airflow names that moved between versions (airflow_compat: the operators' exceptions).
 RUN_DAG = frozenset(
     {
         "nemo_rl_gke",
+        "nemo_rl_gke.airflow_compat",
         "nemo_rl_gke.alerts",
         "nemo_rl_gke.dag_factory",
         "nemo_rl_gke.dag_params",
@@ -73,6 +74,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "nemo_rl_gke_sweeper.py": frozenset(
         {
             "nemo_rl_gke",
+            "nemo_rl_gke.airflow_compat",
             "nemo_rl_gke.dag_params",
             "nemo_rl_gke.docs",
             "nemo_rl_gke.links",

@@ -172,9 +172,9 @@ def run_cli(conf: dict[str, Any], env: dict[str, str]) -> RunResult:
 
 def load_dag() -> Any:
     """The DAG as Airflow parses it from dags/."""
-    from airflow.dag_processing.dagbag import DagBag
+    from tests.airflow_compat import dag_bag
 
-    bag = DagBag(dag_folder=str(ROOT / "dags"))
+    bag = dag_bag(str(ROOT / "dags"))
     assert not bag.import_errors, bag.import_errors
     return bag.dags[DAG_ID]
 

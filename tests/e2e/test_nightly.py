@@ -44,14 +44,13 @@ def _night(day: int) -> datetime:
 def nightly(env: dict[str, str]) -> Iterator[Any]:
     """The schedule's DAG as Airflow parses it from dags/ with the test schedules directory (for the whole module:
     ``dag.test`` parses the folder again to store the DAG)."""
-    from airflow.dag_processing.dagbag import DagBag
-
     import nemo_rl_gke.run.paths
+    from tests.airflow_compat import dag_bag
 
     saved = nemo_rl_gke.run.paths.SCHEDULES_DIR
     nemo_rl_gke.run.paths.SCHEDULES_DIR = SCHEDULES
     try:
-        bag = DagBag(dag_folder=str(ROOT / "dags"))
+        bag = dag_bag(str(ROOT / "dags"))
         assert not bag.import_errors, bag.import_errors
         yield bag.dags[SCHEDULE.dag_id]
     finally:

@@ -33,9 +33,9 @@ def _hook() -> Any:
 
 
 def _sweeper_dag() -> Any:
-    from airflow.dag_processing.dagbag import DagBag
+    from tests.airflow_compat import dag_bag
 
-    bag = DagBag(dag_folder=str(ROOT / "dags" / "nemo_rl_gke_sweeper.py"))
+    bag = dag_bag(str(ROOT / "dags" / "nemo_rl_gke_sweeper.py"))
     assert not bag.import_errors, bag.import_errors
     return bag.dags[SWEEPER_DAG_ID]
 

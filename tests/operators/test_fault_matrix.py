@@ -12,9 +12,9 @@ import itertools
 from collections.abc import Iterator
 
 import pytest
-from airflow.sdk.exceptions import AirflowFailException
 from sandbox.testing import SandboxProcess, start_sandbox
 
+from nemo_rl_gke.airflow_compat import AirflowFailException
 from nemo_rl_gke.run import outcomes
 from nemo_rl_gke.run import topology as t
 from nemo_rl_gke.run.spec import RunSpec

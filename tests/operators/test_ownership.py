@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from airflow.sdk.exceptions import AirflowFailException
 from sandbox.testing import SandboxProcess, start_sandbox
 
+from nemo_rl_gke.airflow_compat import AirflowFailException
 from nemo_rl_gke.gcp.lease import read_lease
 from nemo_rl_gke.gcp.pending import CheckpointRecords
 from nemo_rl_gke.observe.training_view import pending_checkpoints

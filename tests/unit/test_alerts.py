@@ -455,8 +455,8 @@ def test_a_refused_conf_alerts_from_validates_failure_callback(
     webhook: Receiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from airflow.sdk import DAG
-    from airflow.sdk.exceptions import AirflowFailException
 
+    from nemo_rl_gke.airflow_compat import AirflowFailException
     from nemo_rl_gke.operators.preflight import ValidateConfOperator
 
     monkeypatch.setenv("AIRFLOW__NEMO_RL_GKE__ALERT_CONN_IDS", "alert_webhook")
@@ -482,20 +482,18 @@ def test_a_refused_conf_alerts_from_validates_failure_callback(
 # The DAG
 # ---------------------------------------------------------------------------------------------------------------
 def test_build_dag_wires_the_alerts_and_the_deadline_airflow_stores() -> None:
-    from airflow.sdk import AsyncCallback, DeadlineReference
-    from airflow.serialization.decoders import decode_deadline_alert
-    from airflow.serialization.encoders import encode_deadline_alert
-    from airflow.serialization.serialized_objects import DagSerialization
+    from tests.airflow_compat import serialized_dag, stored_deadline
 
     dag = build_dag("d", description="d", doc_md="d", alerts=AlertSettings(("alert_webhook",), deadline_hours=6))
     (deadline,) = dag.deadline
-    assert deadline.reference == DeadlineReference.DAGRUN_QUEUED_AT and deadline.interval == timedelta(hours=6)
-    assert isinstance(deadline.callback, AsyncCallback)
+    # By name: airflow.sdk exports the classes from 3.2 only.
+    assert type(deadline.reference).__name__ == "DagRunQueuedAtDeadline" and deadline.interval == timedelta(hours=6)
+    assert type(deadline.callback).__name__ == "AsyncCallback"
     assert deadline.callback.path == "nemo_rl_gke.alerts.notify_deadline"
     assert deadline.callback.kwargs == {"connections": ["alert_webhook"], "deadline_hours": 6.0}
-    stored = decode_deadline_alert(json.loads(json.dumps(encode_deadline_alert(deadline))))
+    stored = stored_deadline(deadline)
     assert stored.callback.serialize() == deadline.callback.serialize()
-    assert DagSerialization.to_dict(dag)  # the whole DAG still serializes
+    assert serialized_dag(dag)  # the whole DAG still serializes
     assert dag.get_task(t.RUN_REPORT).alert_connections == ("alert_webhook",)
     callbacks = dag.get_task(t.VALIDATE).on_failure_callback
     assert callbacks[0] is record_failure and callbacks[1].connections == ("alert_webhook",)

@@ -226,8 +226,7 @@ def test_every_group_name_param_is_recorded() -> None:
     ],
 )
 def test_a_bad_sweeper_param_fails_the_task_naming_it(params: dict, message: str) -> None:
-    from airflow.sdk.exceptions import AirflowFailException
-
+    from nemo_rl_gke.airflow_compat import AirflowFailException
     from nemo_rl_gke.operators.sweeper import sweep_params
 
     with pytest.raises(AirflowFailException, match=re.escape(message)):

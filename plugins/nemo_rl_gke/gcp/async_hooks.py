@@ -16,10 +16,10 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
-from airflow.providers.common.compat.connection import get_async_connection, get_async_extra_dejson
 from airflow.providers.google.common.hooks.base_google import GoogleBaseAsyncHook, GoogleBaseHook
 from asgiref.sync import sync_to_async
 
+from nemo_rl_gke.airflow_compat import get_async_connection, get_async_extra_dejson
 from nemo_rl_gke.gcp.credentials import shared_credentials
 from nemo_rl_gke.gcp.errors import PermanentApiError, TransientApiError
 

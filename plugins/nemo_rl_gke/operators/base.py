@@ -14,8 +14,8 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow.sdk import BaseOperator, Context
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from nemo_rl_gke.airflow_compat import AirflowFailException, AirflowSkipException
 from nemo_rl_gke.links import RunLink
 from nemo_rl_gke.run import topology
 from nemo_rl_gke.run.topology import PENDING, RETURN, STARTED_AT, VALIDATE, Step

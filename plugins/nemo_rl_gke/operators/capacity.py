@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
-
+from nemo_rl_gke.airflow_compat import AirflowException, AirflowFailException
 from nemo_rl_gke.operators.base import StepOperator, iso_now
 from nemo_rl_gke.run import capacity, topology
 

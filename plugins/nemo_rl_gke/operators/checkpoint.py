@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Context
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from nemo_rl_gke.airflow_compat import AirflowFailException, AirflowSkipException
 from nemo_rl_gke.links import EXPORT_LINKS
 from nemo_rl_gke.operators.base import StepOperator, pull
 from nemo_rl_gke.run import outcomes

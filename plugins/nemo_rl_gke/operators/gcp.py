@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Context
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from nemo_rl_gke.airflow_compat import AirflowException, AirflowFailException
 from nemo_rl_gke.links import GCP_RESOURCE_LINKS
 from nemo_rl_gke.operators.base import StepOperator, iso_now, pull
 from nemo_rl_gke.run import outcomes, topology

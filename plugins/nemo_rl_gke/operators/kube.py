@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Context
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from nemo_rl_gke.airflow_compat import AirflowException, AirflowFailException
 from nemo_rl_gke.links import DELETE_KUBE_LINKS
 from nemo_rl_gke.operators.base import StepOperator
 from nemo_rl_gke.operators.capacity import CapacityLadder

@@ -10,8 +10,8 @@ import time
 from typing import Any
 
 from airflow.sdk import Context
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from nemo_rl_gke.airflow_compat import AirflowFailException, AirflowSkipException
 from nemo_rl_gke.operators.base import DEFERRAL_BACKSTOP_S, LEASE_MARGIN_S, StepOperator, pull
 from nemo_rl_gke.run import outcomes, topology
 

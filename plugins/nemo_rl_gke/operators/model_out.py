@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow.sdk import Context
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from nemo_rl_gke.airflow_compat import AirflowFailException, AirflowSkipException
 from nemo_rl_gke.operators.base import StepOperator, iso_now, pull
 from nemo_rl_gke.operators.checkpoint import final_step
 from nemo_rl_gke.operators.rayjob import job_secret_values

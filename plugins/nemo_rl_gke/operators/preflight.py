@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Context
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from nemo_rl_gke.airflow_compat import AirflowFailException, AirflowSkipException
 from nemo_rl_gke.operators.base import StepOperator
 from nemo_rl_gke.run.topology import FINDINGS, PLAN_TEXT
 

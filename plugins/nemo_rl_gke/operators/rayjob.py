@@ -15,8 +15,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow.sdk import Context
-from airflow.sdk.exceptions import AirflowFailException
 
+from nemo_rl_gke.airflow_compat import AirflowFailException
 from nemo_rl_gke.links import JOB_LINKS, WAIT_LINKS
 from nemo_rl_gke.operators.base import DEFERRAL_BACKSTOP_S, StepOperator, iso_now, iso_of, pull
 from nemo_rl_gke.run.times import epoch_of

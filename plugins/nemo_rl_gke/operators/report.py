@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Context
-from airflow.sdk.exceptions import AirflowFailException
 
+from nemo_rl_gke.airflow_compat import AirflowFailException
 from nemo_rl_gke.alerts import send
 from nemo_rl_gke.operators.base import StepOperator, pull
 from nemo_rl_gke.run import task_states as ts

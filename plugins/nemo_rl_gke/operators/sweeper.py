@@ -14,8 +14,8 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator, Context
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from nemo_rl_gke.airflow_compat import AirflowException, AirflowFailException
 from nemo_rl_gke.dag_params import WARM_TTL_MAX_HOURS
 from nemo_rl_gke.operators.base import DEFAULT_GCP_CONN_ID, DEFERRAL_BACKSTOP_S, LEASE_MARGIN_S
 from nemo_rl_gke.run.deployment import load_deployment

@@ -39,9 +39,9 @@ import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow.providers.common.compat.connection import get_async_connection
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from nemo_rl_gke.airflow_compat import get_async_connection
 from nemo_rl_gke.kube.errors import KubeApiError, is_kube_transient
 from nemo_rl_gke.observe import step_store
 from nemo_rl_gke.observe.metrics import LogFollower, newest_save, save_in_progress, saved_after
