@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+from typing import Any
 
 import pytest
 
