@@ -10,7 +10,7 @@ AIRFLOW_ENV := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" AIRFLOW_HOME="$(CURDIR)/.airf
 	AIRFLOW__CORE__DAGS_FOLDER="$(CURDIR)/dags" AIRFLOW__CORE__PLUGINS_FOLDER="$(CURDIR)/plugins" \
 	AIRFLOW__CORE__LOAD_EXAMPLES=False AIRFLOW__CORE__PARALLELISM=4 PYTHONPATH="$(CURDIR)/plugins:$(CURDIR)"
 
-.PHONY: install chromium kubectl test lint demo demo-plan plan docs bench-e2e bench-slots bench-recovery clean
+.PHONY: install chromium kubectl test test-floor lint demo demo-plan plan docs bench-e2e bench-slots bench-recovery clean
 
 install: $(STAMP)
 
@@ -39,6 +39,26 @@ kubectl:
 FAST_TMP := $(shell test -d /dev/shm -a -w /dev/shm && echo /dev/shm || echo /tmp)
 test: $(STAMP) chromium kubectl
 	TMPDIR=$(FAST_TMP) $(PY) -m pytest -n auto --dist loadfile --no-loadscope-reorder --durations=10
+
+# The floor (requirements-floor.txt): the oldest Airflow the package supports, in its own venv, with the rest of
+# requirements.txt and the test pins of requirements-dev.txt. Its tests are the ones that run no whole DAG: the
+# DAG-integrity and the unit tests.
+FLOOR_VENV := .venv-floor
+FLOOR_PY := $(FLOOR_VENV)/bin/python
+FLOOR_STAMP := $(FLOOR_VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt requirements-floor.txt | sha256sum | cut -c1-12)
+FLOOR_DEV_PINS := pytest pytest-xdist torch transformers safetensors cryptography psutil
+FLOOR_TESTS := tests/unit tests/dags/test_dag_integrity.py tests/dags/test_parse_imports.py
+
+$(FLOOR_STAMP): requirements.txt requirements-dev.txt requirements-floor.txt
+	@test -x $(FLOOR_PY) || $(PYTHON) -m venv $(FLOOR_VENV)
+	$(FLOOR_PY) -m pip install --quiet --upgrade pip
+	@sed -e '/^apache-airflow==/d' requirements.txt > $(FLOOR_VENV)/pins.txt
+	@for p in $(FLOOR_DEV_PINS); do grep -E "^$$p==" requirements-dev.txt; done >> $(FLOOR_VENV)/pins.txt
+	$(FLOOR_PY) -m pip install --quiet -r requirements-floor.txt -r $(FLOOR_VENV)/pins.txt
+	@rm -f $(FLOOR_VENV)/.installed-* && touch $@
+
+test-floor: $(FLOOR_STAMP)
+	TMPDIR=$(FAST_TMP) $(FLOOR_PY) -m pytest -n auto --dist loadfile --no-loadscope-reorder $(FLOOR_TESTS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
