@@ -18,9 +18,10 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from airflow.sdk.exceptions import TaskDeferred
 from sandbox.testing import SandboxProcess
 
-from nemo_rl_gke.airflow_compat import AirflowSkipException, TaskDeferred
+from nemo_rl_gke.airflow_compat import AirflowSkipException
 from nemo_rl_gke.dag_factory import OPERATORS
 from nemo_rl_gke.gcp.resources import Resource, resources
 from nemo_rl_gke.preflight.offline import check_conf

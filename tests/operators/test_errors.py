@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 from airflow.sdk import Asset
+from airflow.sdk.exceptions import TaskDeferred
 from sandbox.testing import SandboxProcess, request_json, start_sandbox
 
-from nemo_rl_gke.airflow_compat import AirflowException, AirflowFailException, TaskDeferred
+from nemo_rl_gke.airflow_compat import AirflowException, AirflowFailException
 from nemo_rl_gke.dag_factory import OPERATORS
 from nemo_rl_gke.gcp.hooks import RetryPolicy
 from nemo_rl_gke.run import outcomes

@@ -15,9 +15,10 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from airflow.sdk.exceptions import TaskDeferred
 from sandbox.testing import SandboxProcess, request_json, start_sandbox
 
-from nemo_rl_gke.airflow_compat import AirflowException, AirflowFailException, TaskDeferred
+from nemo_rl_gke.airflow_compat import AirflowException, AirflowFailException
 from nemo_rl_gke.operators.base import DEFERRAL_BACKSTOP_S, LEASE_MARGIN_S, LEASE_RENEW_AHEAD_S
 from nemo_rl_gke.run import outcomes
 from nemo_rl_gke.run import topology as t

@@ -19,9 +19,10 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from airflow.sdk.exceptions import TaskDeferred
 from sandbox.testing import SandboxProcess, request_json, start_sandbox
 
-from nemo_rl_gke.airflow_compat import AirflowException, TaskDeferred
+from nemo_rl_gke.airflow_compat import AirflowException
 from nemo_rl_gke.gcp.lease import acquire, read_lease, release
 from nemo_rl_gke.operators.rayjob import mark_checkpoint_pending
 from nemo_rl_gke.operators.sweeper import STATE_KEY, TEXT_KEY, SweepOperator
