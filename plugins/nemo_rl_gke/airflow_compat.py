@@ -23,15 +23,14 @@ except ImportError:  # 3.1: airflow-core's, the ones its task runner catches
         AirflowSkipException,
     )
 
-if TYPE_CHECKING:
-    from airflow.sdk import Connection
+if TYPE_CHECKING:  # for annotations only (airflow.sdk.types and DeadlineAlert's export are 3.2+)
+    from airflow.sdk import Connection, DeadlineAlert
     from airflow.sdk.types import TaskInstanceKey
 
 __all__ = [
     "AirflowException",
     "AirflowFailException",
     "AirflowSkipException",
-    "TaskInstanceKey",
     "deadline_alert",
     "get_async_connection",
     "get_async_extra_dejson",
@@ -50,7 +49,7 @@ def task_group(group_id: str, *, tooltip: str, doc_md: str) -> TaskGroup:
     return TaskGroup(group_id, tooltip=tooltip)
 
 
-def deadline_alert(callback: Callable[..., Any], *, after: timedelta, kwargs: Mapping[str, Any]) -> Any:
+def deadline_alert(callback: Callable[..., Any], *, after: timedelta, kwargs: Mapping[str, Any]) -> DeadlineAlert:
     """A DAG ``DeadlineAlert``: ``callback`` awaited in the triggerer ``after`` the run was queued.
 
     Imported on call: only a DAG with a deadline builds one. ``airflow.sdk`` exports the classes from 3.2; on 3.1 they

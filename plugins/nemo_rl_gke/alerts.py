@@ -48,6 +48,7 @@ from nemo_rl_gke.run.alert_settings import AlertSettings
 if TYPE_CHECKING:
     from airflow.sdk import Connection, Context
 
+    from nemo_rl_gke.airflow_compat import DeadlineAlert
     from nemo_rl_gke.observe.alert_messages import Alert, LiveFacts
     from nemo_rl_gke.run.deployment import Deployment
 
@@ -59,7 +60,7 @@ ERROR_CHARS = 300  # an error line is cut here: the alert links to the log for t
 SLACK_CONN_TYPES = ("slackwebhook", "slack")
 
 
-def dag_deadline(settings: AlertSettings) -> Any:
+def dag_deadline(settings: AlertSettings) -> DeadlineAlert | None:
     """The DAG's ``DeadlineAlert`` (None without ``deadline_hours``): :func:`notify_deadline` in the triggerer,
     ``deadline_hours`` after the run was queued. Only ids and numbers go in its kwargs: they are stored."""
     if settings.deadline_hours is None:
