@@ -25,7 +25,7 @@ except ImportError:  # 3.1: airflow-core's, the ones its task runner catches
 
 if TYPE_CHECKING:  # for annotations only (airflow.sdk.types and DeadlineAlert's export are 3.2+)
     from airflow.sdk import Connection, DeadlineAlert
-    from airflow.sdk.types import TaskInstanceKey
+    from airflow.sdk.types import TaskInstanceKey as TaskInstanceKey  # re-exported to links.py
 
 __all__ = [
     "AirflowException",
