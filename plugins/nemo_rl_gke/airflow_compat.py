@@ -25,12 +25,14 @@ except ImportError:  # 3.1: airflow-core's, the ones its task runner catches
 
 if TYPE_CHECKING:  # for annotations only (airflow.sdk.types and DeadlineAlert's export are 3.2+)
     from airflow.sdk import Connection, DeadlineAlert
-    from airflow.sdk.types import TaskInstanceKey as TaskInstanceKey  # re-exported to links.py
+    from airflow.sdk.types import TaskInstanceKey
 
+# TaskInstanceKey is for annotations only (links.py imports it under TYPE_CHECKING).
 __all__ = [
     "AirflowException",
     "AirflowFailException",
     "AirflowSkipException",
+    "TaskInstanceKey",
     "deadline_alert",
     "get_async_connection",
     "get_async_extra_dejson",
