@@ -37,24 +37,27 @@ kubectl:
 # dirs (the Airflow test DBs, the sandboxes' state, the Ray heads' sessions) go to tmpfs where there is one: SQLite
 # and the sandbox fsync every commit, which on this machine's disk costs about 8 ms each (0.1 ms on tmpfs).
 FAST_TMP := $(shell test -d /dev/shm -a -w /dev/shm && echo /dev/shm || echo /tmp)
-# Beside them, the same again on the floor (test-floor): its venv is built and its tests run at low priority while the
-# main tests run, on the CPU they leave idle (they wait on Airflow, Ray and the sandbox much of the time); its
-# output follows theirs. (SUBMAKE, not $(MAKE): `make -n test` must not run them.)
+# Then the same again on the floor (test-floor). Its venv is built in the background meanwhile, at low priority: its
+# downloads overlap the main tests instead of coming before them. (Run side by side, the floor's tests made the main
+# ones 270 s slower and one of them flaky.) SUBMAKE, not $(MAKE): `make -n test` must not run them.
 SUBMAKE = $(MAKE) --no-print-directory
 test: $(STAMP) chromium kubectl
-	@mkdir -p $(FAST_TMP)/floor && TMPDIR=$(FAST_TMP)/floor nice -n 10 $(SUBMAKE) test-floor > $(FLOOR_VENV).log 2>&1 & \
-	floor=$$!; TMPDIR=$(FAST_TMP) $(PY) -m pytest -n auto --dist loadfile --no-loadscope-reorder --durations=10; \
-	main=$$?; wait $$floor; floor_rc=$$?; echo "--- the floor (make test-floor, $(FLOOR_VENV).log) ---"; \
-	cat $(FLOOR_VENV).log; test $$main -eq 0 -a $$floor_rc -eq 0
+	@nice -n 10 $(SUBMAKE) $(FLOOR_STAMP) > $(FLOOR_VENV).log 2>&1 & floor=$$!; \
+	TMPDIR=$(FAST_TMP) $(PY) -m pytest -n auto --dist loadfile --no-loadscope-reorder --durations=10; main=$$?; \
+	wait $$floor || { cat $(FLOOR_VENV).log; exit 1; }; \
+	test $$main -eq 0 && $(SUBMAKE) test-floor
 
 # The floor (requirements-floor.txt): the oldest Airflow the package supports, in its own venv, with the rest of
 # requirements.txt and the test pins of requirements-dev.txt. Its tests are the ones that run no whole DAG: the
-# DAG-integrity and the unit tests.
+# DAG-integrity and the unit tests, but for those of remote/ (the checkpoint validator shipped to the cluster, which
+# imports no Airflow: tests/unit/test_layers.py holds it to that), so the floor needs no PyTorch.
 FLOOR_VENV := .venv-floor
 FLOOR_PY := $(FLOOR_VENV)/bin/python
-FLOOR_STAMP := $(FLOOR_VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt requirements-floor.txt | sha256sum | cut -c1-12)
-FLOOR_DEV_PINS := pytest pytest-xdist torch transformers safetensors cryptography psutil
-FLOOR_TESTS := tests/unit tests/dags/test_dag_integrity.py tests/dags/test_parse_imports.py
+FLOOR_DEV_PINS := pytest pytest-xdist cryptography psutil
+FLOOR_STAMP := $(FLOOR_VENV)/.installed-$(shell (cat requirements.txt requirements-dev.txt requirements-floor.txt; \
+	echo $(FLOOR_DEV_PINS)) | sha256sum | cut -c1-12)
+FLOOR_TESTS := tests/unit tests/dags/test_dag_integrity.py tests/dags/test_parse_imports.py \
+	--ignore=tests/unit/test_checkpoints.py --ignore=tests/unit/test_checkpoints_v2.py
 
 $(FLOOR_STAMP): requirements.txt requirements-dev.txt requirements-floor.txt
 	@test -x $(FLOOR_PY) || $(PYTHON) -m venv $(FLOOR_VENV)
@@ -65,7 +68,7 @@ $(FLOOR_STAMP): requirements.txt requirements-dev.txt requirements-floor.txt
 	@rm -f $(FLOOR_VENV)/.installed-* && touch $@
 
 test-floor: $(FLOOR_STAMP)
-	TMPDIR=$${TMPDIR:-$(FAST_TMP)} $(FLOOR_PY) -m pytest -n auto --dist loadfile --no-loadscope-reorder $(FLOOR_TESTS)
+	TMPDIR=$(FAST_TMP) $(FLOOR_PY) -m pytest -n auto --dist loadfile --no-loadscope-reorder $(FLOOR_TESTS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
