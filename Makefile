@@ -37,15 +37,13 @@ kubectl:
 # dirs (the Airflow test DBs, the sandboxes' state, the Ray heads' sessions) go to tmpfs where there is one: SQLite
 # and the sandbox fsync every commit, which on this machine's disk costs about 8 ms each (0.1 ms on tmpfs).
 FAST_TMP := $(shell test -d /dev/shm -a -w /dev/shm && echo /dev/shm || echo /tmp)
-# Then the same again on the floor (test-floor). Its venv is built in the background meanwhile, at low priority: its
-# downloads overlap the main tests instead of coming before them. (Run side by side, the floor's tests made the main
-# ones 270 s slower and one of them flaky.) SUBMAKE, not $(MAKE): `make -n test` must not run them.
+# Then the same again on the floor (test-floor), after them: its install beside them (at nice 10) still cost them
+# about 260 s in one CI run, and its tests beside them 270 s and a flaky whole run. SUBMAKE, not $(MAKE): `make -n
+# test` must not run them.
 SUBMAKE = $(MAKE) --no-print-directory
 test: $(STAMP) chromium kubectl
-	@nice -n 10 $(SUBMAKE) $(FLOOR_STAMP) > $(FLOOR_VENV).log 2>&1 & floor=$$!; \
-	TMPDIR=$(FAST_TMP) $(PY) -m pytest -n auto --dist loadfile --no-loadscope-reorder --durations=10; main=$$?; \
-	wait $$floor || { cat $(FLOOR_VENV).log; exit 1; }; \
-	test $$main -eq 0 && $(SUBMAKE) test-floor
+	TMPDIR=$(FAST_TMP) $(PY) -m pytest -n auto --dist loadfile --no-loadscope-reorder --durations=10
+	@$(SUBMAKE) test-floor
 
 # The floor (requirements-floor.txt): the oldest Airflow the package supports, in its own venv, with the rest of
 # requirements.txt and the test pins of requirements-dev.txt. Its tests are the ones that run no whole DAG: the
