@@ -37,8 +37,8 @@ kubectl:
 # dirs (the Airflow test DBs, the sandboxes' state, the Ray heads' sessions) go to tmpfs where there is one: SQLite
 # and the sandbox fsync every commit, which on this machine's disk costs about 8 ms each (0.1 ms on tmpfs).
 FAST_TMP := $(shell test -d /dev/shm -a -w /dev/shm && echo /dev/shm || echo /tmp)
-# Then the same again on the floor (test-floor), after them: its install beside them (at nice 10) still cost them
-# about 260 s in one CI run, and its tests beside them 270 s and a flaky whole run. SUBMAKE, not $(MAKE): `make -n
+# Then the same again on the floor (test-floor), after them: its install beside them (at nice 10) made them 1,518 s
+# instead of 1,418 s in CI, and its tests beside them cost 270 s and a flaky whole run. SUBMAKE, not $(MAKE): `make -n
 # test` must not run them.
 SUBMAKE = $(MAKE) --no-print-directory
 test: $(STAMP) chromium kubectl
