@@ -14,10 +14,20 @@ AIRFLOW_ENV := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" AIRFLOW_HOME="$(CURDIR)/.airf
 
 install: $(STAMP)
 
+# uv installs the same pins as pip (the same `pip freeze`, compared) in 27 s instead of 112 s for .venv from an empty
+# cache. uv reads no pip config, so it gets pip's find-links (this machine's CPU PyTorch wheel lies there); where uv
+# cannot be had or fails, pip installs. $(1): the venv's python, $(2): pip's install arguments.
+UV_VERSION := 0.13.9
+define venv_install
+	$(1) -m pip install --quiet --upgrade pip uv==$(UV_VERSION)
+	links=$$($(1) -m pip config list 2>/dev/null | sed -n "s/^.*\.find-links='\(.*\)'$$/\1/p" | sort -u); \
+	$(dir $(1))uv pip install --quiet --python $(1) $$(for l in $$links; do echo --find-links $$l; done) $(2) \
+		|| $(1) -m pip install --quiet $(2)
+endef
+
 $(STAMP): requirements.txt requirements-dev.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements-dev.txt
+	$(call venv_install,$(PY),-r requirements-dev.txt)
 	@$(MAKE) --no-print-directory chromium
 	@rm -f $(VENV)/.installed-* && touch $@
 
@@ -59,10 +69,9 @@ FLOOR_TESTS := tests/unit tests/dags/test_dag_integrity.py tests/dags/test_parse
 
 $(FLOOR_STAMP): requirements.txt requirements-dev.txt requirements-floor.txt
 	@test -x $(FLOOR_PY) || $(PYTHON) -m venv $(FLOOR_VENV)
-	$(FLOOR_PY) -m pip install --quiet --upgrade pip
 	@sed -e '/^apache-airflow==/d' requirements.txt > $(FLOOR_VENV)/pins.txt
 	@for p in $(FLOOR_DEV_PINS); do grep -E "^$$p==" requirements-dev.txt; done >> $(FLOOR_VENV)/pins.txt
-	$(FLOOR_PY) -m pip install --quiet -r requirements-floor.txt -r $(FLOOR_VENV)/pins.txt
+	$(call venv_install,$(FLOOR_PY),-r requirements-floor.txt -r $(FLOOR_VENV)/pins.txt)
 	@rm -f $(FLOOR_VENV)/.installed-* && touch $@
 
 test-floor: $(FLOOR_STAMP)

@@ -325,24 +325,17 @@ class RayJobSensor(StepOperator):
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Push the per-step table and the summary; succeed (converged or done) or fail with the full story."""
         # lazy: execution-only, kept out of DAG parsing
-        from nemo_rl_gke.observe.metrics import last_finished_save, summary_text
+        from nemo_rl_gke.observe.metrics import last_finished_save
         from nemo_rl_gke.run.budget import run_budget
 
         spec = self.run_spec(context)
         if event.get("wait_for") == "workers":
             return self._resubmit(context, spec, event)
-        summary = event.get("summary") or {}
         log = self.read_job_log(spec, str(event.get("submission_id")))
         recoveries = self._recoveries(context)
         if event.get("status") == "failed":
             self._recover_or_fail(context, spec, event, log, recoveries)
-        steps, summary = self._run_steps(spec, log, recoveries, summary)
-        if event.get("startup_s") is not None:
-            # The next runs of the recipe reserve their setup time from this (the export's Asset event carries it).
-            summary = {**summary, "startup_s": round(float(event["startup_s"]), 1)}
-        context["ti"].xcom_push(key=JOB_STEPS, value=steps)
-        context["ti"].xcom_push(key=JOB_SUMMARY, value=summary)
-        self.log.info("Training summary: %s", summary_text(summary))
+        summary = self._push_table(context, spec, event, log, recoveries)
         status = event.get("status")
         guard = event.get("guard") or {}
         budget = run_budget(spec, self.deployment).xcom(stopped_at_budget=status == "budget")
@@ -390,6 +383,28 @@ class RayJobSensor(StepOperator):
         verdict = event.get("recovery_verdict")
         raise AirflowFailException(f"{message}\n{verdict}" if verdict else message)
 
+    def _push_table(
+        self,
+        context: Context,
+        spec: RunSpec,
+        event: dict[str, Any],
+        log: RunMetrics | None,
+        recoveries: list[dict[str, Any]],
+    ) -> dict[str, Any]:
+        """Push the per-step table across the attempts and the summary, on every way the wait ends (a failure's
+        alert and report say how far training got from them); the summary."""
+        # lazy: execution-only, kept out of DAG parsing
+        from nemo_rl_gke.observe.metrics import summary_text
+
+        steps, summary = self._run_steps(spec, log, recoveries, event.get("summary") or {})
+        if event.get("startup_s") is not None:
+            # The next runs of the recipe reserve their setup time from this (the export's Asset event carries it).
+            summary = {**summary, "startup_s": round(float(event["startup_s"]), 1)}
+        context["ti"].xcom_push(key=JOB_STEPS, value=steps)
+        context["ti"].xcom_push(key=JOB_SUMMARY, value=summary)
+        self.log.info("Training summary: %s", summary_text(summary))
+        return summary
+
     # --- node-loss recovery ------------------------------------------------------------------------------------------
     def _recoveries(self, context: Context) -> list[dict[str, Any]]:
         """The recoveries this try of the task made so far (XCom survives its deferrals)."""
@@ -432,10 +447,9 @@ class RayJobSensor(StepOperator):
         saved = newest_save(steps)
         resume_from = saved if saved is not None else started_from
         if len(recoveries) >= spec.max_recoveries:
-            message = (
-                f"{event.get('message')}\n{verdict.text()}; its {spec.max_recoveries} recoveries (max_recoveries) "
-                "are used up"
-            )
+            used = "recovery (max_recoveries) is" if spec.max_recoveries == 1 else "recoveries (max_recoveries) are"
+            message = f"{event.get('message')}\n{verdict.text()}; its {spec.max_recoveries} {used} used up"
+            self._push_table(context, spec, event, log, recoveries)
             if resume_from is None:
                 raise AirflowFailException(f"{message}, and no checkpoint was saved")
             mark_checkpoint_pending(self, context, spec, int(resume_from))
