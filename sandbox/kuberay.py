@@ -71,6 +71,9 @@ log = logging.getLogger("sandbox.kuberay")
 HOST = "127.0.0.1"
 DASHBOARD_PORT = "8265"
 READY_TIMEOUT_S = 180.0
+# The kubelet's CrashLoopBackOff: the first restart after 10 s, each next one twice as late, at most 5 min.
+KUBELET_BACKOFF_S = 10.0
+KUBELET_BACKOFF_MAX_S = 300.0
 # KubeRay's Secret key for the token (utils.RAY_AUTH_TOKEN_SECRET_KEY).
 RAY_TOKEN_KEY = "auth_token"
 # The cluster autoscaler's ProvisioningRequest API (queued provisioning).
@@ -109,6 +112,9 @@ class WorkerNode:
     ready: bool = False
     # "killed" or "frozen" once the node is lost ("" : it is not).
     lost: str = ""
+    # How its Ray container last crashed while starting, and how often the kubelet restarted it.
+    crash: str = ""
+    restarts: int = 0
 
     @property
     def pid(self) -> int | None:
@@ -455,48 +461,65 @@ class KubeRay:
                 return
             worker = WorkerNode(pod)
             head.workers[pod] = worker
-            ports = free_ports(len(WORKER_PORT_FLAGS))
-            port_args = [f"{flag}={port}" for flag, port in zip(WORKER_PORT_FLAGS, ports, strict=True)]
-            worker.log_path = str(Path(head.log_path).with_suffix(f".{pod}.log"))
-            # Its own session dir: two nodes starting at once in the head's would race for the same socket names.
-            worker.temp_dir = tempfile.mkdtemp(prefix="sbrw-")
-            # As a module: run as a script, its directory would lead sys.path and sandbox/http.py hide the stdlib's.
-            args = [sys.executable, "-m", "sandbox.ray_node", "start", "--block"]
-            args += [
-                f"--address={HOST}:{head.gcs_port}",
-                f"--node-ip-address={HOST}",
-                "--num-cpus=1",
-                f"--num-gpus={head.gpus_per_worker}",
-                "--object-store-memory=100000000",
-                "--min-worker-port=0",
-                "--max-worker-port=0",
-                "--disable-usage-stats",
-                f"--temp-dir={worker.temp_dir}",
-                *port_args,
-            ]
-            with open(worker.log_path, "ab") as out:
-                worker.process = await asyncio.create_subprocess_exec(
-                    *args, stdout=out, stderr=asyncio.subprocess.STDOUT, env=_with_sandbox_path(head.env),
-                    start_new_session=True,
-                )  # fmt: skip
-            log.info("RayCluster %s: worker %s ray start pid %s", head.name, pod, worker.pid)
-            while not head.stopping and not worker.lost:
-                if worker.process.returncode is not None:
-                    self._worker_crashed(cluster, head, pod, f"ray start exited with code {worker.process.returncode}")
+            while not await self._start_worker(head, worker):
+                # The Ray container crashed while starting (on a loaded host Ray's own startup can time out): the
+                # kubelet restarts it after its back-off (restartPolicy Always), as it would on GKE.
+                worker.restarts += 1
+                delay = kubelet_backoff_s(worker.restarts)
+                self._worker_crashed(cluster, head, worker, delay)
+                log.warning("RayCluster %s: worker %s %s; restarting in %.0f s", head.name, pod, worker.crash, delay)
+                await asyncio.sleep(delay)
+                shutil.rmtree(worker.temp_dir, ignore_errors=True)
+                if head.stopping or worker.lost or pod not in head.worker_pods:
                     return
-                if WORKER_STARTED in Path(worker.log_path).read_text(errors="replace"):
-                    break
-                await asyncio.sleep(0.1)
             if head.stopping or worker.lost:
                 return
             worker.ready = True
-            self._pod_running(cluster, head, pod)
+            self._pod_running(cluster, head, pod, worker.restarts)
             self._set_conditions(cluster, head, head_ready=head.ready, reason=_head_reason(head))
             ends_at = self.capacity.ends_at(pod)
             if ends_at is not None:
                 head.tasks.append(asyncio.get_running_loop().create_task(self._end_at(head, pod, ends_at)))
         except Exception:
             log.exception("starting worker %s of RayCluster %s failed", pod, head.name)
+
+    async def _start_worker(self, head: RayHead, worker: WorkerNode) -> bool:
+        """Start ``worker``'s ``ray start`` and wait until it joined the head (True; also when the RayCluster or the
+        node went meanwhile) or exited first (False, ``worker.crash`` says how)."""
+        pod = worker.pod
+        ports = free_ports(len(WORKER_PORT_FLAGS))
+        port_args = [f"{flag}={port}" for flag, port in zip(WORKER_PORT_FLAGS, ports, strict=True)]
+        worker.log_path = str(Path(head.log_path).with_suffix(f".{pod}.log"))
+        # Its own session dir: two nodes starting at once in the head's would race for the same socket names.
+        worker.temp_dir = tempfile.mkdtemp(prefix="sbrw-")
+        # As a module: run as a script, its directory would lead sys.path and sandbox/http.py hide the stdlib's.
+        args = [sys.executable, "-m", "sandbox.ray_node", "start", "--block"]
+        args += [
+            f"--address={HOST}:{head.gcs_port}",
+            f"--node-ip-address={HOST}",
+            "--num-cpus=1",
+            f"--num-gpus={head.gpus_per_worker}",
+            "--object-store-memory=100000000",
+            "--min-worker-port=0",
+            "--max-worker-port=0",
+            "--disable-usage-stats",
+            f"--temp-dir={worker.temp_dir}",
+            *port_args,
+        ]
+        with open(worker.log_path, "ab") as out:
+            worker.process = await asyncio.create_subprocess_exec(
+                *args, stdout=out, stderr=asyncio.subprocess.STDOUT, env=_with_sandbox_path(head.env),
+                start_new_session=True,
+            )  # fmt: skip
+        log.info("RayCluster %s: worker %s ray start pid %s", head.name, pod, worker.pid)
+        while not head.stopping and not worker.lost:
+            if worker.process.returncode is not None:
+                worker.crash = f"ray start exited with code {worker.process.returncode}"
+                return False
+            if WORKER_STARTED in Path(worker.log_path).read_text(errors="replace"):
+                break
+            await asyncio.sleep(0.1)
+        return True
 
     async def _node_for(self, cluster: KubeCluster, head: RayHead, pod: str) -> bool:
         """Wait until the GPU pool's capacity gives ``pod`` a node (False: the RayCluster or the pod went first).
@@ -623,11 +646,15 @@ class KubeRay:
         except Exception:
             log.exception("losing a node of RayCluster %s failed", head.name)
 
-    def _worker_crashed(self, cluster: KubeCluster, head: RayHead, pod: str, message: str) -> None:
-        obj = cluster.get("v1", "pods", head.namespace, pod)
+    def _worker_crashed(self, cluster: KubeCluster, head: RayHead, worker: WorkerNode, delay_s: float) -> None:
+        """The worker pod's Ray container in CrashLoopBackOff until its restart, with the kubelet's event."""
+        obj = cluster.get("v1", "pods", head.namespace, worker.pod)
         if obj is not None:
-            obj["status"] = _crash_status(message, obj)
+            obj["status"] = _crash_status(worker.crash, obj, worker.restarts)
             cluster.put("v1", "pods", obj)
+        ray = _containers(obj)[0][0] if obj is not None else RAY_CONTAINER
+        message = f"Back-off {delay_s:.0f}s restarting failed container={ray}"
+        self._event(cluster, head, "BackOff", message, pod=worker.pod)
         self._set_conditions(cluster, head, head_ready=head.ready, reason=_head_reason(head))
 
     # --- status -----------------------------------------------------------------------------------------------------
@@ -684,8 +711,9 @@ class KubeRay:
             cluster.put("v1", "pods", obj)
             self._event(cluster, head, "FailedScheduling" if reason == "Unschedulable" else reason, message, pod)
 
-    def _pod_running(self, cluster: KubeCluster, head: RayHead, pod_name: str) -> None:
-        """The pod is on its node (the one :mod:`sandbox.kube_nodes` lists for it) with every container running."""
+    def _pod_running(self, cluster: KubeCluster, head: RayHead, pod_name: str, restarts: int = 0) -> None:
+        """The pod is on its node (the one :mod:`sandbox.kube_nodes` lists for it) with every container running, the
+        Ray container after ``restarts`` restarts by the kubelet."""
         pod = cluster.get("v1", "pods", head.namespace, pod_name)
         if pod is not None:
             node = kube_nodes.pod_node(self.store, self.capacity, cluster.cluster_key, pod_name)
@@ -707,11 +735,11 @@ class KubeRay:
                         "name": name,
                         "ready": True,
                         "started": True,
-                        "restartCount": 0,
+                        "restartCount": restarts if index == 0 else 0,
                         "image": image,
                         "state": {"running": {"startedAt": started}},
                     }
-                    for name, image in _containers(pod)
+                    for index, (name, image) in enumerate(_containers(pod))
                 ],
             }
             cluster.put("v1", "pods", pod)
@@ -958,7 +986,13 @@ def _head_reason(head: RayHead) -> str:
     return "HeadPodRunningAndReady" if head.ready else "HeadPodNotReady"
 
 
-def _crash_status(message: str, pod: dict[str, Any]) -> dict[str, Any]:
+def kubelet_backoff_s(restarts: int) -> float:
+    """The kubelet's delay before a crashed container's ``restarts``-th restart: 10 s, doubled each time, at most
+    5 min (Kubernetes' "Container restarts": CrashLoopBackOff)."""
+    return min(KUBELET_BACKOFF_S * 2 ** max(restarts - 1, 0), KUBELET_BACKOFF_MAX_S)
+
+
+def _crash_status(message: str, pod: dict[str, Any], restarts: int = 1) -> dict[str, Any]:
     """A pod whose Ray container keeps failing (CrashLoopBackOff); its other containers still run."""
     (ray, ray_image), *others = _containers(pod)
     status = copy.deepcopy(pod.get("status") or {})
@@ -971,7 +1005,7 @@ def _crash_status(message: str, pod: dict[str, Any]) -> dict[str, Any]:
                 "name": ray,
                 "ready": False,
                 "started": False,
-                "restartCount": 1,
+                "restartCount": restarts,
                 "image": ray_image,
                 "state": {"waiting": {"reason": "CrashLoopBackOff", "message": message}},
             },

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import os
+import signal
 import ssl
 import time
 import urllib.request
@@ -237,6 +239,42 @@ def test_a_raycluster_runs_a_real_ray_reachable_through_the_service_proxy_and_st
     assert any(r.action == "deleted" and r.ref.kind == "RayCluster" for r in results)
     assert asyncio.run(first_event(raycluster_trigger(cluster_spec, "deleted")))["status"] == "success"
     assert _ray_heads(sandbox) == [] and not pid_alive(heads[0]["pid"])
+
+
+def test_a_worker_whose_ray_crashes_while_starting_is_restarted_by_the_kubelet_and_joins(
+    cluster_spec: RunSpec, hook: GcpHook, sandbox: SandboxProcess
+) -> None:
+    # On a loaded host Ray's own startup can time out ("The current node timed out during startup"): the Ray
+    # container exits, and on GKE the kubelet restarts it after its back-off. Here the first worker's `ray start` is
+    # killed as soon as it exists, long before it can join.
+    kube = _kube(cluster_spec, hook)
+    storage = group_objects(
+        cluster_spec, t.LUSTRE_STORAGE, owner_of(cluster_spec), lustre_address=lustre_ip(cluster_spec, hook)
+    )
+    raycluster = group_objects(cluster_spec, t.RAYCLUSTER, owner_of(cluster_spec))
+    apply_objects(kube, [*storage, *raycluster], owner_of(cluster_spec), adopt=False)
+    try:
+        deadline = time.monotonic() + 120
+        starting: dict[str, Any] = {}
+        while not starting and time.monotonic() < deadline:
+            heads = _ray_heads(sandbox)
+            starting = next((w for h in heads for w in h["workers"] if w["pid"] and not w["ready"]), {})
+            time.sleep(0.02)
+        assert starting, _ray_heads(sandbox)
+        os.killpg(starting["pid"], signal.SIGKILL)
+        event = asyncio.run(first_event(raycluster_trigger(cluster_spec)))
+        assert event["status"] == "success", event
+        pod = kube.get(ObjectRef("v1", "Pod", starting["pod"], cluster_spec.namespace))
+        assert pod is not None and pod["status"]["phase"] == "Running", pod
+        ray_status = pod["status"]["containerStatuses"][0]
+        assert ray_status["restartCount"] == 1 and ray_status["ready"], ray_status
+        events = kube.list("v1", "Event", cluster_spec.namespace)
+        said = [e["message"] for e in events if e["involvedObject"]["name"] == starting["pod"]]
+        assert any(m.startswith("Back-off 10s restarting failed container=") for m in said), said
+        joined = {w["pod"]: w for w in _ray_heads(sandbox)[0]["workers"]}
+        assert joined[starting["pod"]]["ready"] and joined[starting["pod"]]["pid"] != starting["pid"]
+    finally:
+        delete_objects(kube, [*storage, *raycluster], owner_of(cluster_spec))
 
 
 def _never_ready_event(cluster_spec: RunSpec, hook: GcpHook, sandbox: SandboxProcess) -> dict[str, Any]:
