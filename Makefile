@@ -16,7 +16,7 @@ install: $(STAMP)
 
 # uv installs the same pins as pip (the same `pip freeze`, compared) in 58 s instead of 112 s for .venv. It compiles
 # the bytecode as pip does: without it, where PYTHONDONTWRITEBYTECODE is set (this machine), every process of the tests
-# compiled what it imported, and they ran 1,861 s instead of about 1,300. uv reads no pip config, so it gets pip's
+# compiled what it imported, and they ran 1,861 s instead of 1,164 s. uv reads no pip config, so it gets pip's
 # find-links (this machine's CPU PyTorch wheel lies there); where uv cannot be had or fails, pip installs. $(1): the
 # venv's python, $(2): pip's install arguments.
 UV_VERSION := 0.13.9
