@@ -55,6 +55,12 @@ def _kube(spec: RunSpec, hook: GcpHook) -> KubeHook:
     return KubeHook(spec, hook)
 
 
+def _raycluster_objects(spec: RunSpec, hook: GcpHook) -> list[dict[str, Any]]:
+    """The run's RayCluster and the Lustre storage objects it mounts, as the run applies them."""
+    storage = group_objects(spec, t.LUSTRE_STORAGE, owner_of(spec), lustre_address=lustre_ip(spec, hook))
+    return [*storage, *group_objects(spec, t.RAYCLUSTER, owner_of(spec))]
+
+
 def _loss(sandbox: SandboxProcess, loss_id: str) -> dict[str, Any]:
     return next(loss for loss in sandbox.node_losses() if loss["id"] == loss_id)
 
@@ -185,11 +191,8 @@ def test_a_raycluster_runs_a_real_ray_reachable_through_the_service_proxy_and_st
     cluster_spec: RunSpec, hook: GcpHook, sandbox: SandboxProcess
 ) -> None:
     kube = _kube(cluster_spec, hook)
-    storage = group_objects(
-        cluster_spec, t.LUSTRE_STORAGE, owner_of(cluster_spec), lustre_address=lustre_ip(cluster_spec, hook)
-    )
-    raycluster = group_objects(cluster_spec, t.RAYCLUSTER, owner_of(cluster_spec))
-    apply_objects(kube, [*storage, *raycluster], owner_of(cluster_spec), adopt=False)
+    objects = _raycluster_objects(cluster_spec, hook)
+    apply_objects(kube, objects, owner_of(cluster_spec), adopt=False)
     try:
         # Still waiting: the head takes seconds to start, and a short run of the trigger yields nothing.
         with pytest.raises(TimeoutError):
@@ -235,7 +238,7 @@ def test_a_raycluster_runs_a_real_ray_reachable_through_the_service_proxy_and_st
         now = {w["pod"]: w for w in _ray_heads(sandbox)[0]["workers"]}
         assert lost["worker_pod"] not in now and now[lost["replacement_pod"]]["ready"]
     finally:
-        results = delete_objects(kube, [*storage, *raycluster], owner_of(cluster_spec))
+        results = delete_objects(kube, objects, owner_of(cluster_spec))
     assert any(r.action == "deleted" and r.ref.kind == "RayCluster" for r in results)
     assert asyncio.run(first_event(raycluster_trigger(cluster_spec, "deleted")))["status"] == "success"
     assert _ray_heads(sandbox) == [] and not pid_alive(heads[0]["pid"])
@@ -248,11 +251,8 @@ def test_a_worker_whose_ray_crashes_while_starting_is_restarted_by_the_kubelet_a
     # container exits, and on GKE the kubelet restarts it after its back-off. Here the first worker's `ray start` is
     # killed as soon as it exists, long before it can join.
     kube = _kube(cluster_spec, hook)
-    storage = group_objects(
-        cluster_spec, t.LUSTRE_STORAGE, owner_of(cluster_spec), lustre_address=lustre_ip(cluster_spec, hook)
-    )
-    raycluster = group_objects(cluster_spec, t.RAYCLUSTER, owner_of(cluster_spec))
-    apply_objects(kube, [*storage, *raycluster], owner_of(cluster_spec), adopt=False)
+    objects = _raycluster_objects(cluster_spec, hook)
+    apply_objects(kube, objects, owner_of(cluster_spec), adopt=False)
     try:
         deadline = time.monotonic() + 120
         starting: dict[str, Any] = {}
@@ -274,7 +274,7 @@ def test_a_worker_whose_ray_crashes_while_starting_is_restarted_by_the_kubelet_a
         joined = {w["pod"]: w for w in _ray_heads(sandbox)[0]["workers"]}
         assert joined[starting["pod"]]["ready"] and joined[starting["pod"]]["pid"] != starting["pid"]
     finally:
-        delete_objects(kube, [*storage, *raycluster], owner_of(cluster_spec))
+        delete_objects(kube, objects, owner_of(cluster_spec))
 
 
 def _never_ready_event(cluster_spec: RunSpec, hook: GcpHook, sandbox: SandboxProcess) -> dict[str, Any]:
@@ -376,10 +376,7 @@ def test_diagnose_reads_image_pull_errors_and_missing_pods() -> None:
 
 def test_deleting_the_gke_cluster_stops_its_ray(cluster_spec: RunSpec, hook: GcpHook, sandbox: SandboxProcess) -> None:
     kube = _kube(cluster_spec, hook)
-    storage = group_objects(
-        cluster_spec, t.LUSTRE_STORAGE, owner_of(cluster_spec), lustre_address=lustre_ip(cluster_spec, hook)
-    )
-    objects = [*storage, *group_objects(cluster_spec, t.RAYCLUSTER, owner_of(cluster_spec))]
+    objects = _raycluster_objects(cluster_spec, hook)
     apply_objects(kube, objects, owner_of(cluster_spec), adopt=False)
     assert asyncio.run(first_event(raycluster_trigger(cluster_spec)))["status"] == "success"
     pid = _ray_heads(sandbox)[0]["pid"]
@@ -427,17 +424,14 @@ def test_a_raycluster_without_conditions_is_ready_when_its_pods_are(
     cluster_spec: RunSpec, hook: GcpHook, kuberay_1_2: SandboxProcess
 ) -> None:
     kube = _kube(cluster_spec, hook)
-    storage = group_objects(
-        cluster_spec, t.LUSTRE_STORAGE, owner_of(cluster_spec), lustre_address=lustre_ip(cluster_spec, hook)
-    )
-    raycluster = group_objects(cluster_spec, t.RAYCLUSTER, owner_of(cluster_spec))
-    apply_objects(kube, [*storage, *raycluster], owner_of(cluster_spec), adopt=False)
+    objects = _raycluster_objects(cluster_spec, hook)
+    apply_objects(kube, objects, owner_of(cluster_spec), adopt=False)
     try:
         event = asyncio.run(first_event(raycluster_trigger(cluster_spec)))
         found = kube.get(ObjectRef("ray.io/v1", "RayCluster", cluster_spec.raycluster_name, cluster_spec.namespace))
         assert found is not None and "conditions" not in found.get("status", {})
     finally:
-        delete_objects(kube, [*storage, *raycluster], owner_of(cluster_spec))
+        delete_objects(kube, objects, owner_of(cluster_spec))
     assert event["status"] == "success", event
     assert "Ready (KubeRay reports no conditions)" in event["message"]
 
