@@ -10,7 +10,7 @@ AIRFLOW_ENV := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" AIRFLOW_HOME="$(CURDIR)/.airf
 	AIRFLOW__CORE__DAGS_FOLDER="$(CURDIR)/dags" AIRFLOW__CORE__PLUGINS_FOLDER="$(CURDIR)/plugins" \
 	AIRFLOW__CORE__LOAD_EXAMPLES=False AIRFLOW__CORE__PARALLELISM=4 PYTHONPATH="$(CURDIR)/plugins:$(CURDIR)"
 
-.PHONY: install chromium kubectl test test-floor lint demo demo-plan plan docs bench-e2e bench-slots bench-recovery clean
+.PHONY: install install-floor chromium kubectl test test-floor lint demo demo-plan plan docs bench-e2e bench-slots bench-recovery clean
 
 install: $(STAMP)
 
@@ -42,8 +42,9 @@ kubectl:
 	@command -v kubectl > /dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubectl) \
 		|| DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubernetes-client
 
-# Two workers on this 2-core machine: most tests wait (on Airflow, the sandbox, Ray) rather than compute. A module's
-# tests stay on one worker: they share its sandbox and Ray head. Files go out in collection order, which
+# One worker more than the machine has cores: most tests wait (on Airflow, the sandbox, Ray) rather than compute, and
+# the third worker fills those waits (on this 2-core machine the main tests took 1,100 s with 3 workers, 1,240 s with
+# 2, measured 2026-12-05). A module's tests stay on one worker: they share its sandbox and Ray head. Files go out in collection order, which
 # tests/conftest.py starts with the longest (LONGEST_FIRST), so no worker ends alone on a whole-DAG file. Their temp
 # dirs (the Airflow test DBs, the sandboxes' state, the Ray heads' sessions) go to tmpfs where there is one: SQLite
 # and the sandbox fsync every commit, which on this machine's disk costs about 8 ms each (0.1 ms on tmpfs).
@@ -52,8 +53,9 @@ FAST_TMP := $(shell test -d /dev/shm -a -w /dev/shm && echo /dev/shm || echo /tm
 # tests slowed the whole runs' Ray starts enough that one timed out (CI on 2026-12-05). SUBMAKE, not $(MAKE): `make -n
 # test` must not run it.
 SUBMAKE = $(MAKE) --no-print-directory
+WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 test: $(STAMP) chromium kubectl
-	TMPDIR=$(FAST_TMP) $(PY) -m pytest -n auto --dist loadfile --no-loadscope-reorder --durations=10
+	TMPDIR=$(FAST_TMP) $(PY) -m pytest -n $(WORKERS) --dist loadfile --no-loadscope-reorder --durations=10
 	@$(SUBMAKE) test-floor
 
 # The floor (requirements-floor.txt): the oldest Airflow the package supports, in its own venv, with the rest of
@@ -74,6 +76,8 @@ $(FLOOR_STAMP): requirements.txt requirements-dev.txt requirements-floor.txt
 	@for p in $(FLOOR_DEV_PINS); do grep -E "^$$p==" requirements-dev.txt; done >> $(FLOOR_VENV)/pins.txt
 	$(call venv_install,$(FLOOR_PY),-r requirements-floor.txt -r $(FLOOR_VENV)/pins.txt)
 	@rm -f $(FLOOR_VENV)/.installed-* && touch $@
+
+install-floor: $(FLOOR_STAMP)
 
 test-floor: $(FLOOR_STAMP)
 	TMPDIR=$(FAST_TMP) $(FLOOR_PY) -m pytest -n auto --dist loadfile --no-loadscope-reorder $(FLOOR_TESTS)

@@ -43,7 +43,7 @@ from bench.airflow_components import (  # noqa: E402
 )
 from sandbox.demo import start_demo_sandbox  # noqa: E402
 
-from nemo_rl_gke.observe.recoveries import FOLLOWING  # noqa: E402
+from nemo_rl_gke.observe.driver_log import FOLLOWING, JOB_LINE  # noqa: E402
 from nemo_rl_gke.run import topology  # noqa: E402
 from nemo_rl_gke.triggers.log_position import XCOM_KEY as LOG_POSITION  # noqa: E402
 
@@ -64,16 +64,16 @@ def step_counts(log: str) -> dict[int, int]:
     counts: dict[int, int] = {}
     step = 0
     for line in log.splitlines():
-        if (m := re.search(r"\[ray job\] =+ Step (\d+)/\d+", line)) is not None:
+        if (m := re.search(re.escape(JOB_LINE) + r"=+ Step (\d+)/\d+", line)) is not None:
             step = int(m.group(1))
-        elif "[ray job]" in line and "Avg Reward" in line:
+        elif JOB_LINE in line and "Avg Reward" in line:
             counts[step] = counts.get(step, 0) + 1
     return counts
 
 
 def logged_lines(log: str) -> int:
     """The job's driver-log lines in a task log (the trigger writes each as one ``[ray job]`` line)."""
-    return sum(1 for line in log.splitlines() if "[ray job]" in line)
+    return sum(1 for line in log.splitlines() if JOB_LINE in line)
 
 
 def position_covers_the_log(airflow: Airflow, run_id: str) -> bool:

@@ -55,7 +55,6 @@ LONGEST_FIRST = (
     "tests/e2e/test_train.py",
     "tests/e2e/test_recovery.py",
     "tests/e2e/test_capacity.py",
-    "tests/e2e/test_deadlines.py",
     "tests/gcp/test_rayjob.py",
     "tests/e2e/test_apply.py",
     "tests/gcp/test_kube.py",

@@ -320,6 +320,7 @@ def _live_facts(dag_id: str, run_id: str) -> LiveFacts:
     empty where there is none (the alert then says so)."""
     # lazy: execution-only, kept out of DAG parsing
     from nemo_rl_gke.observe.alert_messages import LiveFacts
+    from nemo_rl_gke.run import costs
 
     try:
         from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
@@ -333,11 +334,10 @@ def _live_facts(dag_id: str, run_id: str) -> LiveFacts:
             conf = XCom.get_one(key=topology.RETURN, dag_id=dag_id, task_id=topology.VALIDATE, run_id=run_id)
         if states.get(topology.WAIT) in (ts.SUCCESS, ts.FAILED):
             training = XCom.get_one(key=topology.JOB_SUMMARY, dag_id=dag_id, task_id=topology.WAIT, run_id=run_id)
-        actions = {}
-        for step in (topology.deleted_by(topology.NODE_POOL), topology.step(topology.SCALE_POOL)):
-            if step is not None and states.get(step.task_id) == ts.SUCCESS:
-                done = XCom.get_one(key=topology.RETURN, dag_id=dag_id, task_id=step.task_id, run_id=run_id)
-                actions[step.task_id] = str(done.get("action") or "") if isinstance(done, Mapping) else ""
+        results = {
+            task_id: XCom.get_one(key=topology.RETURN, dag_id=dag_id, task_id=task_id, run_id=run_id)
+            for task_id in costs.results_read(states)
+        }
     except Exception as exc:  # best effort: the alert goes out with what the context says
         log.info("The run's task states are not readable here (%s): the deadline alert says less", type(exc).__name__)
         return LiveFacts()
@@ -345,7 +345,7 @@ def _live_facts(dag_id: str, run_id: str) -> LiveFacts:
         states=states,
         conf=conf if isinstance(conf, Mapping) else None,
         training=training if isinstance(training, Mapping) else None,
-        actions=actions,
+        results=results,
     )
 
 

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from nemo_rl_gke.docs import SWEEPER_DAG_ID
-from nemo_rl_gke.observe.sweep_report import GroupReport, Kept, SweepReport, iso
+from nemo_rl_gke.observe.sweep_report import GroupReport, Kept, SweepReport
 from nemo_rl_gke.preflight.bounds import BOUND_RULES
 from nemo_rl_gke.preflight.offline import check_conf
 from nemo_rl_gke.run import outcomes, topology
@@ -42,6 +42,7 @@ from nemo_rl_gke.run import task_states as ts
 from nemo_rl_gke.run.conf_schema import GROUP_NAME_PARAMS
 from nemo_rl_gke.run.ownership import FREE, HELD, Lease, Owner, PendingCheckpoint, owner_from_labels
 from nemo_rl_gke.run.spec import RunSpec
+from nemo_rl_gke.run.times import shown_or_dash
 
 if TYPE_CHECKING:
     from nemo_rl_gke.gcp.hooks import GcpHook
@@ -84,7 +85,7 @@ def judge(
     if me and lease.run == me:
         return True, f"held or left by an earlier try of this sweep ({me}): tried again"
     if lease.held_at(now):
-        return False, f"held by run {lease.run} until {iso(lease.expires_at)}"
+        return False, f"held by run {lease.run} until {shown_or_dash(lease.expires_at)}"
     left_by_sweep = lease.state == FREE and lease.warm and is_sweeper_run(lease.run)
     if lease.state == FREE and lease.warm and not left_by_sweep:
         idle_h = (now - (lease.released_at if lease.released_at is not None else lease.expires_at)) / HOUR_S
@@ -96,10 +97,10 @@ def judge(
         return False, f"the state of run {lease.run} is unknown: left alone until it can be told"
     if state in ts.ACTIVE_RUNS:  # it may still act on its group: its resources are left alone
         if lease.state == FREE:
-            return False, f"released {iso(lease.released_at)} by run {lease.run}, which is still {state}"
-        return False, f"its lease expired {iso(lease.expires_at)} but run {lease.run} is still {state}"
+            return False, f"released {shown_or_dash(lease.released_at)} by run {lease.run}, which is still {state}"
+        return False, f"its lease expired {shown_or_dash(lease.expires_at)} but run {lease.run} is still {state}"
     if lease.state == HELD:
-        return True, f"the lease of run {lease.run} expired {iso(lease.expires_at)} and the run is {state}"
+        return True, f"the lease of run {lease.run} expired {shown_or_dash(lease.expires_at)} and the run is {state}"
     if left_by_sweep:
         return True, f"left by sweep {lease.run}, which had to keep something: tried again"
     return True, f"released by run {lease.run} ({state}) with nothing kept: checked for leftovers"

@@ -14,7 +14,7 @@ import pytest
 from bench import airflow_restart, worker_slots
 from nemo_rl_gke import links
 from nemo_rl_gke.docs import DAG_DESCRIPTION
-from nemo_rl_gke.observe.recoveries import FOLLOWING
+from nemo_rl_gke.observe.driver_log import FOLLOWING
 from nemo_rl_gke.run import topology
 from nemo_rl_gke.run.spec import RunSpec
 from nemo_rl_gke.run.times import epoch_of

@@ -21,7 +21,7 @@ import pytest
 from sandbox.testing import SandboxProcess
 
 from nemo_rl_gke.dag_factory import build_dag
-from nemo_rl_gke.run import outcomes
+from nemo_rl_gke.run import costs, outcomes
 from nemo_rl_gke.run import topology as t
 from nemo_rl_gke.run.alert_settings import AlertSettings
 from nemo_rl_gke.run.costs import DEFAULT_GPU_HOUR_PRICES_USD
@@ -98,17 +98,25 @@ def test_a_failed_run_alerts_the_webhook_with_what_failed_what_runs_its_cost_and
     assert "injected: operation failed" in body["failed"][0]["error"]
     assert body["upstream_failed"] == sum(1 for s in result.tasks.values() if s == "upstream_failed") > 0
     assert body["reward"] is None  # the run stopped before training
-    # What the warm policy kept; its GPU pool went to 0 nodes (teardown.scale-pool), so it costs nothing an hour.
-    pool = f"GPU node pool (0 nodes; {spec.worker_replicas} x {spec.gpus_per_node} {spec.gpu_type} when in use)"
-    kept = body["still_running"][outcomes.KEPT_BY_POLICY]
+    # What the warm policy kept, costliest first: the cluster and the Lustre whose create failed (it may exist), at
+    # their prices; its GPU pool went to 0 nodes (teardown.scale-pool), so it costs nothing an hour.
+    kept = body["still_running"][f"kept ({outcomes.KEPT_BY_POLICY})"]
     assert kept[:2] == [t.GKE_CLUSTER, t.LUSTRE] and t.NET in kept
-    assert body["still_running"][outcomes.SCALED_TO_ZERO] == [pool]
-    assert set(body["still_running"]) == {outcomes.KEPT_BY_POLICY, outcomes.SCALED_TO_ZERO}
-    assert body["cost_per_hour_usd"] == 0.0 and pool_usd_per_hour > 0
+    assert body["still_running"]["kept warm at 0 nodes"] == [t.NODE_POOL]
+    assert set(body["still_running"]) == {f"kept ({outcomes.KEPT_BY_POLICY})", "kept warm at 0 nodes"}
+    priced = {t.GKE_CLUSTER: costs.hourly_cost(t.GKE_CLUSTER, spec)[0], t.LUSTRE: costs.hourly_cost(t.LUSTRE, spec)[0]}
+    assert {r["task_id"]: r["usd_per_hour"] for r in body["resources"] if r["usd_per_hour"]} == {
+        k: round(v, 4) for k, v in priced.items()
+    }
+    total = round(sum(priced.values()), 2)
+    assert body["cost_per_hour_usd"] == total and pool_usd_per_hour > 0
+    # The run report says the same of what is still up (costs.still_up, the training view's banner too).
+    report = run["xcom"][(t.RUN_REPORT, t.REPORT_TEXT)]
+    assert f"Still up ({len(body['resources'])}; {total:,.2f} USD/h estimated)" in report, report
     text = body["text"]
     for piece in (run_id, t.LUSTRE, "injected: operation failed", "no training ran", t.GKE_CLUSTER, url):
         assert piece in text, piece
-    assert "~$0.00/h estimated" in text
+    assert f"~${total:,.2f}/h estimated" in text
     print("failure alert body:\n" + json.dumps(body, indent=2))
 
 

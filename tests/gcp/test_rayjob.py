@@ -26,7 +26,8 @@ from nemo_rl_gke.gcp.hooks import GcpHook
 from nemo_rl_gke.kube.access import DashboardAddress
 from nemo_rl_gke.kube.client import KubeHook, ObjectRef
 from nemo_rl_gke.kube.objects import apply_objects, delete_objects, group_objects, lustre_ip
-from nemo_rl_gke.observe.recoveries import FOLLOWING, RESUMED_AT
+from nemo_rl_gke.observe.driver_log import FOLLOWING, RESUMED_AT
+from nemo_rl_gke.observe.report import RunInputs, build_report
 from nemo_rl_gke.plan.ray_job import JobRequest, SecretEnv
 from nemo_rl_gke.ray.async_hooks import RayJobsApiError, RayJobsAsyncHook
 from nemo_rl_gke.ray.hooks import RayJobsHook, RayTlsError
@@ -913,6 +914,13 @@ def test_a_slow_setup_past_the_deadline_is_waited_for_within_the_overrun_and_the
     # The setup took the delay and more, as the trigger saw it from the submit.
     assert event["startup_s"] >= 8 and stop["setup_done_at"] is not None
     assert _steps_on_disk(sandbox, spec, sid) == [f"step_{saved}"]
+    # The run report's lines for this stop, from the trigger's own record of it.
+    summary = {**event["summary"], "stopped_at_budget": True, "max_steps": 1000, "final_step": saved,
+               "deadline_stop": stop}  # fmt: skip
+    inputs = RunInputs(gpu_type="b200", gpus_per_node=8, worker_replicas=1, now=time.time(), training_summary=summary)
+    text = build_report([], {}, inputs).to_text()
+    assert f"stopped at budget (max_run_hours): {saved} of 1000 steps, " in text
+    assert f"ran {stop['overrun_s']:.0f}s past the test's budget to finish its deadline save" in text
     print(f"\nslow setup, overrun: startup {event['startup_s']} s, {stop['overrun_s']:.1f} s past the deadline, "
           f"step {saved} saved: 0 steps lost")  # fmt: skip
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from nemo_rl_gke.observe.training_view import RAY_JOB_PREFIX, TaskState
+from nemo_rl_gke.observe.driver_log import JOB_LINE
+from nemo_rl_gke.observe.training_view import TaskState
 from nemo_rl_gke.run import topology
 
 NOW = 1_800_000_000.0
@@ -32,4 +33,4 @@ def attempt_log(submission_id: str, steps: range, total: int, saves: tuple[int, 
         ]
         if step in saves:
             lines.append(f"Saving checkpoint for step {step}...")
-    return ["Task resumed", *(line if line.startswith("Following") else f"{RAY_JOB_PREFIX}{line}" for line in lines)]
+    return ["Task resumed", *(line if line.startswith("Following") else f"{JOB_LINE}{line}" for line in lines)]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
+from nemo_rl_gke.observe.driver_log import FOLLOWING, JOB_LINE, RESUMED_AT
 from nemo_rl_gke.observe.metrics import LogFollower
-from nemo_rl_gke.observe.recoveries import FOLLOWING, RESUMED_AT
-from nemo_rl_gke.observe.training_view import RAY_JOB_PREFIX, TaskState, ViewInputs, build_view, parse_attempts
+from nemo_rl_gke.observe.training_view import TaskState, ViewInputs, build_view, parse_attempts
 from nemo_rl_gke.run import costs, outcomes, topology
 from nemo_rl_gke.run.spec import RunSpec, default_conf
 from tests.paths import ROOT
@@ -17,7 +17,7 @@ def _task_log() -> list[str]:
     """The fixture's driver log as train.wait's task log has it: the trigger's lines among Airflow's own."""
     follower = LogFollower()
     lines = follower.feed_full_log((ROOT / "tests/fixtures/nemo_rl_grpo.log").read_text()) + follower.flush()
-    return ["Task started", *(f"{RAY_JOB_PREFIX}{line}" for line in lines), "Ray job ... SUCCEEDED"]
+    return ["Task started", *(f"{JOB_LINE}{line}" for line in lines), "Ray job ... SUCCEEDED"]
 
 
 def test_the_curves_have_one_point_per_step_the_log_completed() -> None:
@@ -32,7 +32,7 @@ def test_the_curves_have_one_point_per_step_the_log_completed() -> None:
     assert view["series"]["validation"], "the fixture validates every 2 steps"
     assert view["wandb_url"] == "https://wandb.ai/ml-team/nemo-rl/runs/k3x9q2ab"
     # Lines without the trigger's prefix are Airflow's own and never parsed.
-    assert parse_attempts([line.removeprefix(RAY_JOB_PREFIX) for line in lines])[0].steps == []
+    assert parse_attempts([line.removeprefix(JOB_LINE) for line in lines])[0].steps == []
 
 
 def test_progress_and_eta_while_the_job_runs() -> None:
@@ -332,7 +332,7 @@ def _epochs_log(epochs: int, per_epoch: int, last: int) -> list[str]:
                       f"  • Avg Reward: {k / per_epoch}", "⏱️  Timing:", "  • Total step time: 2.00s"]  # fmt: skip
     # The next step has started.
     lines.append(f"{'=' * 25} Step {last + 1}/{per_epoch} {'=' * 25}")
-    return [f"{RAY_JOB_PREFIX}{line}" for line in lines]
+    return [f"{JOB_LINE}{line}" for line in lines]
 
 
 def test_a_run_longer_than_an_epoch_counts_its_steps_against_max_steps() -> None:

@@ -40,7 +40,7 @@ from nemo_rl_gke.observe.alert_messages import (
     run_url,
 )
 from nemo_rl_gke.observe.report import RunInputs, TaskTiming, build_report
-from nemo_rl_gke.run import outcomes
+from nemo_rl_gke.run import costs, outcomes
 from nemo_rl_gke.run import topology as t
 from nemo_rl_gke.run.alert_settings import AlertSettings, AlertSettingsError
 from nemo_rl_gke.run.costs import DEFAULT_GPU_HOUR_PRICES_USD
@@ -137,8 +137,9 @@ RAY_LOGS_SUMMARY = {
 }
 
 
-def _failed_training_report() -> tuple[dict[str, str], Any]:
-    """A run whose job failed after 12 steps; the warm policy kept the cluster (its GPU pool) and Lustre."""
+def _failed_training_report() -> tuple[dict[str, str], Any, dict[str, Any]]:
+    """A run whose job failed after 12 steps; the warm policy kept the cluster (its GPU pool) and Lustre. Its
+    states, its report, and the alert's conf and results (what operators/report.py reads)."""
     spec = RunSpec()
     states = {s.task_id: "success" for s in t.STEPS.values()}
     states.update({t.WAIT: "failed", t.CHECK_CHECKPOINT: "upstream_failed", t.EXPORT: "upstream_failed"})
@@ -147,6 +148,10 @@ def _failed_training_report() -> tuple[dict[str, str], Any]:
     timings = [TaskTiming(task_id, state, 0.0, 10.0) for task_id, state in states.items()]
     kept = {t.DELETE_CLUSTER: outcomes.KEPT_BY_POLICY, t.DELETE_LUSTRE: outcomes.KEPT_FOR_CHECKPOINT}
     deleted = {s.task_id: outcomes.DELETED for s in t.teardown_steps() if s.deletes and s.task_id not in kept}
+    actions = {**deleted, **kept}
+    results: dict[str, Any] = {s: {"action": outcomes.CREATED} for s in t.STEPS if not t.step(s).is_teardown}
+    results.update({k: {"action": v} for k, v in actions.items()})
+    read = {k: results[k] for k in costs.results_read(states) if k in results}
     inputs = RunInputs(
         gpu_type=spec.gpu_type,
         gpus_per_node=spec.gpus_per_node,
@@ -154,14 +159,16 @@ def _failed_training_report() -> tuple[dict[str, str], Any]:
         now=3600.0,
         teardown_policy=t.KEEP_WARM,
         training_summary=SUMMARY,
-        teardown_actions={**deleted, **kept},
+        teardown_actions=actions,
+        spec=spec,
+        results=read,
     )
-    return states, build_report(timings, {}, inputs)
+    return states, build_report(timings, {}, inputs), {"conf": spec.to_conf(), "results": read}
 
 
 def test_the_failure_alert_says_what_failed_the_reward_what_still_runs_its_cost_and_the_link() -> None:
     spec = RunSpec()
-    states, report = _failed_training_report()
+    states, report, read = _failed_training_report()
     logs = RAY_LOGS_SUMMARY
     alert = failure_alert(
         "nemo_rl_grpo_gke",
@@ -172,16 +179,20 @@ def test_the_failure_alert_says_what_failed_the_reward_what_still_runs_its_cost_
         report=report,
         url=URL,
         ray_logs=logs,
+        **read,
     )
     pool_usd = DEFAULT_GPU_HOUR_PRICES_USD[spec.gpu_type] * spec.gpus_per_node * spec.worker_replicas
-    pool = f"GPU node pool ({spec.worker_replicas} x {spec.gpus_per_node} {spec.gpu_type})"
+    cluster_usd = costs.hourly_cost(t.GKE_CLUSTER, spec)[0]
+    lustre_usd = costs.hourly_cost(t.LUSTRE, spec)[0]
+    total = round(pool_usd + cluster_usd + lustre_usd, 2)
+    # Each kept resource that costs, at its price, and the same total as the view's banner and the report.
     assert alert.text() == (
         "[nemo_rl_grpo_gke] run r failed\n"
         "Failed: train.wait: job FAILED: exit 1; 2 task(s) upstream_failed\n"
         "Reward so far: 12 step(s), avg reward first 0.0000, last 0.5625, best 0.7500 (step 11)\n"
-        f"Still running: {pool}: kept-by-policy, ~${pool_usd:,.2f}/h; kept-by-policy: cluster.cluster; "
-        f"kept-for-checkpoint: storage.lustre. Total: ~${pool_usd:,.2f}/h estimated (GPU nodes; the rest is not "
-        "priced)\n"
+        f"Still running: {t.NODE_POOL}: kept (kept-by-policy), ~${pool_usd:,.2f}/h; {t.GKE_CLUSTER}: kept "
+        f"(kept-by-policy), ~${cluster_usd:,.2f}/h; {t.LUSTRE}: kept (kept-for-checkpoint), ~${lustre_usd:,.2f}/h. "
+        f"Total: ~${total:,.2f}/h estimated\n"
         f"Ray logs: {logs['uri']} (75 file(s), 2.5 MiB, 1 cut to their tail) "
         "https://console.cloud.google.com/storage/browser/p-ckpt/nemo-rl-gke/ray-logs/nemo_rl_grpo_gke/r/\n"
         f"Run: {URL}"
@@ -197,10 +208,11 @@ def test_the_failure_alert_says_what_failed_the_reward_what_still_runs_its_cost_
         "upstream_failed": 2,
         "reward": {"steps": 12, "first": 0.0, "last": 0.5625, "best": 0.75, "best_step": "11"},
         "still_running": {
-            outcomes.KEPT_BY_POLICY: [pool, t.GKE_CLUSTER],
-            outcomes.KEPT_FOR_CHECKPOINT: [t.LUSTRE],
+            f"kept ({outcomes.KEPT_BY_POLICY})": [t.NODE_POOL, t.GKE_CLUSTER],
+            f"kept ({outcomes.KEPT_FOR_CHECKPOINT})": [t.LUSTRE],
         },
-        "cost_per_hour_usd": pool_usd,
+        "resources": [r.to_dict() for r in alert.still_running],
+        "cost_per_hour_usd": total,
         "stage": None,
         "deadline": None,
         "ray_logs": {
@@ -213,30 +225,23 @@ def test_the_failure_alert_says_what_failed_the_reward_what_still_runs_its_cost_
 
 
 def test_a_failed_deletion_is_reported_as_maybe_still_there_and_the_pool_still_billing() -> None:
-    states, report = _failed_training_report()
+    states, _, read = _failed_training_report()
     states[t.DELETE_CLUSTER] = "failed"
     states[t.DELETE_GVNIC_SUB] = "upstream_failed"
-    items = report.deleted + report.absent + report.kept
-    actions = {i.task_id: i.action for i in items if i.task_id not in (t.DELETE_CLUSTER, t.DELETE_GVNIC_SUB)}
-    spec = RunSpec()
-    inputs = RunInputs(
-        gpu_type=spec.gpu_type,
-        gpus_per_node=spec.gpus_per_node,
-        worker_replicas=spec.worker_replicas,
-        now=3600.0,
-        teardown_actions=actions,
-    )
-    report = build_report([TaskTiming(k, v, 0.0, 10.0) for k, v in states.items()], {}, inputs)
-    running = failure_alert("d", "r", states, report=report, url=URL).payload()["still_running"]
-    assert running["deletion failed: may still exist"] == [t.GKE_CLUSTER]
+    results = {k: v for k, v in read["results"].items() if k not in (t.DELETE_CLUSTER, t.DELETE_GVNIC_SUB)}
+    alert = failure_alert("d", "r", states, url=URL, conf=read["conf"], results=results)
+    running = alert.payload()["still_running"]
+    # The pool goes with its cluster: the failed deletion leaves both, the pool at its full price.
+    assert running["deletion failed: may still exist"] == [t.NODE_POOL, t.GKE_CLUSTER]
     assert running["not deleted: an earlier deletion failed"] == [t.GVNIC_SUB]
-    assert any(name.startswith("GPU node pool") for name in running["cluster not deleted"])
+    assert f"{t.NODE_POOL}: deletion failed: may still exist, ~$" in alert.text()
 
 
 def test_without_a_report_the_alert_still_says_what_failed() -> None:
     alert = failure_alert("d", "r", {t.NET: "failed", t.LUSTRE: "upstream_failed"}, url=URL)
     assert "Failed: network.net; 1 task(s) upstream_failed" in alert.text()
     assert "costs unknown" in alert.text() and alert.cost_per_hour_usd is None
+    assert "Still running: unknown (no accepted conf to read it by)" in alert.text()
 
 
 @pytest.mark.parametrize(
@@ -266,7 +271,8 @@ def test_the_stage_of_a_run_in_progress() -> None:
 def test_the_deadline_alert_says_where_the_run_is_what_runs_and_its_cost() -> None:
     spec = RunSpec()
     states = {t.VALIDATE: "success", t.NODE_POOL: "success", t.SUBMIT: "success", t.WAIT: "deferred"}
-    facts = LiveFacts(states=states, conf=spec.to_conf())
+    results = {k: {"action": outcomes.CREATED} for k in (t.NODE_POOL,)}
+    facts = LiveFacts(states=states, conf=spec.to_conf(), results=results)
     deadline = datetime(2026, 12, 1, 6, 0, tzinfo=UTC)
     alert = deadline_alert("d", "r", deadline=deadline, deadline_hours=6, facts=facts, url=URL)
     pool_usd = DEFAULT_GPU_HOUR_PRICES_USD[spec.gpu_type] * spec.gpus_per_node * spec.worker_replicas
@@ -280,7 +286,8 @@ def test_the_deadline_alert_says_where_the_run_is_what_runs_and_its_cost() -> No
     assert alert.payload()["stage"] == "train" and alert.payload()["deadline"] == "2026-12-01T06:00:00Z"
     assert alert.cost_per_hour_usd == pool_usd
     # Once the cluster is deleted its pool is not counted.
-    gone = LiveFacts(states={**states, t.DELETE_CLUSTER: "success"}, conf=spec.to_conf())
+    deleted = {**results, t.DELETE_CLUSTER: {"action": outcomes.DELETED}}
+    gone = LiveFacts(states={**states, t.DELETE_CLUSTER: "success"}, conf=spec.to_conf(), results=deleted)
     assert deadline_alert("d", "r", facts=gone, url=URL).still_running == ()
 
 
@@ -507,7 +514,7 @@ def test_the_manual_dag_alerts_every_deployment_connection_and_has_no_deadline()
 
 
 def test_a_budget_stop_is_an_alert_of_its_own_and_a_stall_a_line_of_the_failure() -> None:
-    states, report = _failed_training_report()
+    states, report, _ = _failed_training_report()
     fine = {k: "success" for k in states}
     training = {**SUMMARY, "stopped_at_budget": True, "max_steps": 40, "final_step": 10}
     alert = failure_alert("d", "r", fine, training=training, report=report, url=URL)

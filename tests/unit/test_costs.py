@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from nemo_rl_gke.observe.alert_messages import LiveFacts, deadline_alert, kept_after_teardown
+from nemo_rl_gke.observe.alert_messages import LiveFacts, deadline_alert, failure_alert
 from nemo_rl_gke.observe.report import RunInputs, TaskTiming, build_report
 from nemo_rl_gke.observe.training_view import TaskState, ViewInputs, build_view
 from nemo_rl_gke.run import capacity, costs, outcomes
@@ -67,43 +67,120 @@ def _view_and_report(policy: str, conf: dict) -> tuple[dict[str, str], dict, Any
     return states, view, report
 
 
-@pytest.mark.parametrize("price", [0.0, 4.5])
-@pytest.mark.parametrize("policy", t.POLICIES)
-def test_the_report_the_view_and_the_failure_alert_agree_on_the_gpu_pool(policy: str, price: float) -> None:
-    spec, conf = _run(policy, price=price)
-    states, view, report = _view_and_report(policy, conf)
-    alerted = [r for r in kept_after_teardown(states, report) if r.what.startswith("GPU node pool")]
-    pool = [r for r in view["running"] if r["task_id"] == t.NODE_POOL]
-    price_per_gpu, _ = costs.gpu_hour_price(spec.gpu_type, spec.gpu_hour_price_usd)
-    assert report.gpu.price_per_gpu_hour_usd == view["cost"]["price_per_gpu_hour_usd"] == price_per_gpu
-    if t.deletes_under(t.NODE_POOL, policy):
-        assert not pool and not alerted and not report.gpu.still_running
-    elif t.scales_down_under(t.NODE_POOL, policy):
-        assert report.gpu.scaled_to_zero and pool[0]["usd_per_hour"] == alerted[0].usd_per_hour == 0.0
-    else:
-        full = costs.pool_usd_per_hour(price_per_gpu, spec.gpus_per_node, spec.worker_replicas)
-        assert report.gpu.still_running and full
-        assert pool[0]["usd_per_hour"] == round(alerted[0].usd_per_hour, 4) == round(full, 4)
-
-
-@pytest.mark.parametrize("scaled", [False, True])
-def test_a_deadline_alert_and_the_view_agree_on_the_pool_of_a_run_in_progress(scaled: bool) -> None:
-    """A warm run past teardown.scale-pool (the RayCluster gone, kube objects still going): the view's banner says
-    the pool is at 0 nodes and costs nothing; the deadline alert used to price it at its full size."""
-    _, conf = _run(t.KEEP_WARM)
-    states = {s.task_id: "success" for s in t.provisioning()}
-    states.update({t.VALIDATE: "success", t.DELETE_RAYCLUSTER: "success", t.DELETE_KUBE_OBJECTS: "running"})
-    results = {t.DELETE_RAYCLUSTER: {"action": outcomes.DELETED}}
-    if scaled:
-        states[t.SCALE_POOL] = "success"
-        results[t.SCALE_POOL] = {"action": outcomes.SCALED_TO_ZERO}
-    tasks = {k: TaskState(k, v, NOW - 60, NOW - 30) for k, v in states.items()}
+def _four_answers(conf: dict, states: dict[str, str], results: dict[str, dict]) -> dict[str, Any]:
+    """What is still up and its total, as the Training view's banner, the failure alert, the deadline alert and the
+    run report each give it for one run state. The view reads every result; the others only what
+    costs.results_read names (what operators/report.py and the deadline callback read), so agreeing proves that is
+    enough."""
+    tasks = {k: TaskState(k, v, NOW - 3600 + n, NOW - 3000 + n) for n, (k, v) in enumerate(states.items())}
     view = build_view(ViewInputs("d", "r", "running", NOW, tasks, results=results, conf=conf))
-    (row,) = [r for r in view["running"] if r["task_id"] == t.NODE_POOL]
-    facts = LiveFacts(states=states, conf=conf, actions={k: v["action"] for k, v in results.items()})
-    (pool,) = deadline_alert("d", "r", facts=facts, url="u").still_running
-    assert pool.usd_per_hour == row["usd_per_hour"]
-    assert (pool.state == outcomes.SCALED_TO_ZERO) == scaled == (row["state"] == "kept warm at 0 nodes")
+    read = {k: results[k] for k in costs.results_read(states) if k in results}
+    failed = failure_alert("d", "r", states, conf=conf, results=read, url="u")
+    late = deadline_alert("d", "r", facts=LiveFacts(states=states, conf=conf, results=read), url="u")
+    spec = RunSpec.from_conf(conf)
+    timings = [TaskTiming(k, s.state, s.start, s.end) for k, s in tasks.items()]
+    inputs = RunInputs(gpu_type=spec.gpu_type, gpus_per_node=spec.gpus_per_node, worker_replicas=spec.worker_replicas,
+                       now=NOW, capacity=spec.capacity, spec=spec, results=read)  # fmt: skip
+    report = build_report(timings, {k: t.upstream(k) for k in t.STEPS}, inputs).to_dict()["still_up"]
+    return {
+        "banner": (view["running"], view["banner"]["usd_per_hour"]),
+        "failure alert": ([r.to_dict() for r in failed.still_running], failed.cost_per_hour_usd),
+        "deadline alert": ([r.to_dict() for r in late.still_running], late.cost_per_hour_usd),
+        "report": (report["resources"], report["usd_per_hour"]),
+    }
+
+
+def _served_by(rung: str) -> dict[str, Any]:
+    """kube.raycluster's result of a ladder run whose nodes came from ``rung`` after the reservation's stock-out."""
+    at = "2026-12-04T10:00:00+00:00"
+    rows = [capacity.row("reservation", 30.0, started_at=at, ended_at=at, outcome=capacity.STOCKOUT, message="-"),
+            capacity.row(rung, 60.0, started_at=at, ended_at=at, outcome=capacity.SERVED, message="ready")]  # fmt: skip
+    return {"action": outcomes.CREATED, "capacity": rows}
+
+
+def _in_training() -> tuple[dict[str, str], dict[str, dict]]:
+    states = {s.task_id: "success" for s in t.provisioning()}
+    states.update({t.VALIDATE: "success", t.SUBMIT: "success", t.WAIT: "deferred"})
+    return states, {s: {"action": outcomes.CREATED} for s in states}
+
+
+def _case(name: str) -> tuple[dict, dict[str, str], dict[str, dict]]:
+    """A named run state: its conf, task states and the steps' results."""
+    if name in t.POLICIES:
+        _, conf = _run(name, price=4.5)
+        return (conf, *_finished(name)[:2])
+    _, conf = _run(t.KEEP_WARM)
+    if name == "in training":
+        return (conf, *_in_training())
+    if name == "ladder served by flex_start":
+        states, results = _in_training()
+        return conf, states, {**results, t.RAYCLUSTER: _served_by("flex_start")}
+    states, results, _ = _finished(t.DELETE_ALL)
+    if name == "kept Lustre, adopted cluster and pool":
+        # Someone's warm cluster was adopted (kept-unowned at teardown); the export failed, so Lustre is kept.
+        for made, teardown in ((t.GKE_CLUSTER, t.DELETE_CLUSTER), (t.NODE_POOL, None)):
+            results[made] = {"action": outcomes.ADOPTED, "name": made}
+            if teardown:
+                states[teardown], results[teardown] = "skipped", {"action": outcomes.KEPT_UNOWNED}
+        states[t.DELETE_LUSTRE], results[t.DELETE_LUSTRE] = "skipped", {"action": outcomes.KEPT_FOR_CHECKPOINT}
+        return conf, states, results
+    assert name == "failed deletions"
+    states[t.DELETE_CLUSTER], states[t.DELETE_GVNIC_SUB] = "failed", "upstream_failed"
+    del results[t.DELETE_CLUSTER], results[t.DELETE_GVNIC_SUB]
+    return conf, states, results
+
+
+CASES = [*t.POLICIES, "in training", "ladder served by flex_start", "kept Lustre, adopted cluster and pool",
+         "failed deletions"]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_banner_both_alerts_and_the_report_list_the_same_resources_at_the_same_total(case: str) -> None:
+    conf, states, results = _case(case)
+    answers = _four_answers(conf, states, results)
+    (listed, total), *others = answers.values()
+    assert all(answer == (listed, total) for answer in others), answers
+    rows = {r["task_id"]: r for r in listed}
+    assert total == round(sum(r["usd_per_hour"] or 0.0 for r in listed), 2)
+    spec = RunSpec.from_conf(conf)
+    full_pool = costs.hourly_cost(t.NODE_POOL, spec)[0]
+    if case == "kept Lustre, adopted cluster and pool":
+        # ADOPTED_RULE: someone else's cluster and pool are nobody's line here; the kept Lustre is, at its price.
+        assert t.NODE_POOL not in rows and t.GKE_CLUSTER not in rows
+        lustre = rows[t.LUSTRE]
+        assert lustre["state"] == f"kept ({outcomes.KEPT_FOR_CHECKPOINT})" and lustre["usd_per_hour"] > 0
+        assert total == round(rows[t.LUSTRE]["usd_per_hour"], 2)
+    elif case == "failed deletions":
+        assert rows[t.GKE_CLUSTER]["state"] == costs.DELETION_FAILED and rows[t.NODE_POOL]["usd_per_hour"] > 0
+        assert rows[t.GVNIC_SUB]["state"] == costs.NOT_DELETED
+    elif case == "ladder served by flex_start":
+        # Priced as the rung that served it, on every surface (the banner used to price the conf's first rung).
+        flex = costs.hourly_cost(t.NODE_POOL, capacity.on_rung(spec, "flex_start"))[0]
+        assert rows[t.NODE_POOL]["usd_per_hour"] == round(flex, 4) and flex < full_pool
+    elif case == "in training":
+        assert rows[t.NODE_POOL]["state"] == "up" and rows[t.NODE_POOL]["usd_per_hour"] == round(full_pool, 4)
+        assert t.NET in rows and rows[t.NET]["usd_per_hour"] == 0.0
+    elif t.deletes_under(t.NODE_POOL, case):
+        assert t.NODE_POOL not in rows
+    elif t.scales_down_under(t.NODE_POOL, case):
+        assert rows[t.NODE_POOL]["state"] == "kept warm at 0 nodes" and rows[t.NODE_POOL]["usd_per_hour"] == 0.0
+    else:
+        assert rows[t.NODE_POOL]["usd_per_hour"] == round(full_pool, 4) > 0
+
+
+def test_an_adopted_pool_counts_its_hours_in_the_report_but_is_never_left_up_by_this_run() -> None:
+    conf, states, results = _case("kept Lustre, adopted cluster and pool")
+    tasks = [TaskTiming(k, v, NOW - 3600, NOW - 3000) for k, v in states.items()]
+    spec = RunSpec.from_conf(conf)
+    actions = {k: v["action"] for k, v in results.items() if t.step(k).is_teardown}
+    inputs = RunInputs(gpu_type=spec.gpu_type, gpus_per_node=spec.gpus_per_node, worker_replicas=spec.worker_replicas,
+                       now=NOW, spec=spec, results=results, teardown_actions=actions)  # fmt: skip
+    report = build_report(tasks, {}, inputs)
+    assert report.gpu.adopted and report.gpu.hours > 0 and not report.gpu.still_running
+    assert report.gpu.nodes_left_up == 0
+    text = report.to_text()
+    assert "adopted, not this run's to delete" in text and "still running!" not in text
+    assert f"  {t.LUSTRE:<22} {spec.lustre_name}: kept ({outcomes.KEPT_FOR_CHECKPOINT})" in text
 
 
 def test_prices_are_written_and_resolved_only_here() -> None:

@@ -529,7 +529,7 @@ def test_module_is_cheap_to_import() -> None:
         "from nemo_rl_gke.observe.recoveries import recoveries_text\n",
         "from nemo_rl_gke.run import costs, outcomes, topology\n",
         "from nemo_rl_gke.run import task_states as ts\n",
-        "from nemo_rl_gke.run.times import epoch_of\n",
+        "from nemo_rl_gke.run.times import epoch_of, shown_or_dash\n",
     ]
 
 

@@ -20,13 +20,13 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from google.cloud import compute_v1
 
 from nemo_rl_gke.gcp.hooks import http_status
 from nemo_rl_gke.run.ownership import FREE, HELD, Lease, lease_key, leases_in, live_gpu_leases
+from nemo_rl_gke.run.times import shown_or_dash
 
 if TYPE_CHECKING:
     from nemo_rl_gke.gcp.hooks import GcpHook
@@ -53,7 +53,7 @@ class LeaseHeldError(LeaseError):
     def __init__(self, lease: Lease) -> None:
         super().__init__(
             f"run group {lease.group} is held by run {lease.run} of deployment {lease.deployment} since "
-            f"{_iso(lease.acquired_at)}, until {_iso(lease.expires_at)} unless it renews"
+            f"{shown_or_dash(lease.acquired_at)}, until {shown_or_dash(lease.expires_at)} unless it renews"
         )
         self.lease = lease
 
@@ -97,10 +97,6 @@ def metadata_bytes(items: Mapping[str, str]) -> int:
 
 class LeaseLostError(LeaseError):
     """This run no longer holds its group's lease (it expired and another run took it, or it was released)."""
-
-
-def _iso(at: float | None) -> str:
-    return "-" if at is None else datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def read_lease(hook: GcpHook, project: str, group: str) -> Lease | None:
@@ -222,7 +218,7 @@ def acquire(
             owner.group,
             before.run,
             before.deployment,
-            _iso(before.expires_at),
+            shown_or_dash(before.expires_at),
         )
         return "taken-over", before
     return "acquired", after

@@ -1,23 +1,24 @@
 """What a run alert says: the failed, refused, budget and deadline messages (headline, text, JSON payload), built
-from the run's task states, its training summary and what is still up and what it costs. Pure: sending them is
-:mod:`nemo_rl_gke.alerts`.
+from the run's task states, its training summary and what is still up and what it costs (the one answer,
+:func:`nemo_rl_gke.run.costs.still_up`, that the training view's banner and the run report read too). Pure: sending
+them is :mod:`nemo_rl_gke.alerts`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from nemo_rl_gke.observe.report import budget_stop_text, stage_of
-from nemo_rl_gke.run import costs, outcomes, ray_logs, topology
+from nemo_rl_gke.run import costs, ray_logs, topology
 from nemo_rl_gke.run import publish as publishing
 from nemo_rl_gke.run import task_states as ts
 from nemo_rl_gke.run.console import gcs_url
+from nemo_rl_gke.run.costs import RunningResource
 from nemo_rl_gke.run.spec import RunSpec
-from nemo_rl_gke.run.topology import Cost
+from nemo_rl_gke.run.times import shown_value
 
 if TYPE_CHECKING:
     from nemo_rl_gke.observe.report import RunReport
@@ -44,15 +45,6 @@ class FailedTask:
 
 
 @dataclass(frozen=True)
-class StillRunning:
-    """Something of the run that is (or may be) still up after it, and its estimated USD per hour (None: unpriced)."""
-
-    what: str
-    state: str
-    usd_per_hour: float | None = None
-
-
-@dataclass(frozen=True)
 class Alert:
     """One alert: what happened to which run, the reward so far, what is still up and its cost, and the link."""
 
@@ -63,12 +55,12 @@ class Alert:
     failed: tuple[FailedTask, ...] = ()
     upstream_failed: int = 0
     reward: Mapping[str, Any] | None = None  # the train.wait summary (None: no training ran)
-    still_running: tuple[StillRunning, ...] = ()
+    still_running: tuple[RunningResource, ...] = ()  # costs.still_up's list, in its order
     stage: str | None = None  # deadline alerts: where the run is
     active: tuple[str, ...] = ()  # deadline alerts: the tasks running now
     deadline: str | None = None  # deadline alerts: when it passed (ISO 8601)
     deadline_hours: float | None = None
-    readable: bool = True  # deadline alerts: False when the run's tasks could not be read
+    readable: bool = True  # False: what is still up is unknown (the run's tasks or its conf could not be read)
     notes: tuple[str, ...] = field(default=())
     outcome: str = ""  # budget alerts: "stopped at budget: N of M steps, X USD"
     # Where teardown copied the Ray session logs (teardown.delete-raycluster's summary; None: no copy was tried).
@@ -76,9 +68,9 @@ class Alert:
 
     @property
     def cost_per_hour_usd(self) -> float | None:
-        """The estimated USD per hour of what is still running (None when none of it has a price)."""
-        prices = [r.usd_per_hour for r in self.still_running if r.usd_per_hour is not None]
-        return round(sum(prices), 2) if prices else None
+        """The estimated USD per hour of what is still up, as the banner sums it (unpriced items count 0); None when
+        the run could not be read."""
+        return round(costs.total_per_hour(list(self.still_running)), 2) if self.readable else None
 
     def headline(self) -> str:
         """One line: which run, and what happened."""
@@ -109,7 +101,8 @@ class Alert:
             lines.append("Reward so far, still running: unknown (the run's tasks could not be read from here)")
         else:
             lines.append("Reward so far: " + self._reward_text())
-            lines.append("Still running: " + self._running_text())
+            running = self._running_text() if self.readable else "unknown (no accepted conf to read it by)"
+            lines.append("Still running: " + running)
         lines += list(self.notes)
         if self.ray_logs:
             lines.append(ray_logs_line(self.ray_logs))
@@ -125,25 +118,28 @@ class Alert:
 
     def _running_by_state(self) -> dict[str, list[str]]:
         groups: dict[str, list[str]] = {}
-        for r in sorted(self.still_running, key=_costly_first):
-            groups.setdefault(r.state, []).append(r.what)
+        for r in self.still_running:
+            groups.setdefault(r.state, []).append(r.task_id)
         return groups
 
     def _running_text(self) -> str:
-        """Priced items one by one, the rest named per state (a few names, then a count): a short line."""
+        """What costs (or has no known price) one by one, as the banner's rows; the free rest named per state (a few
+        task ids, then a count); the banner's total: a short line."""
         if not self.still_running:
             return "nothing"
-        parts = [f"{r.what}: {r.state}, ~${r.usd_per_hour:,.2f}/h" for r in self.still_running if r.usd_per_hour]
+        parts = []
         groups: dict[str, list[str]] = {}
-        for r in sorted(self.still_running, key=_costly_first):
-            if not r.usd_per_hour:
-                groups.setdefault(r.state, []).append(r.what)
+        for r in self.still_running:
+            if r.usd_per_hour is None:
+                parts.append(f"{r.task_id}: {r.state}, price unknown")
+            elif r.usd_per_hour:
+                parts.append(f"{r.task_id}: {r.state}, ~${r.usd_per_hour:,.2f}/h")
+            else:
+                groups.setdefault(r.state, []).append(r.task_id)
         for state, names in groups.items():
             more = f" and {len(names) - RUNNING_NAMES} more" if len(names) > RUNNING_NAMES else ""
             parts.append(f"{state}: {', '.join(names[:RUNNING_NAMES])}{more}")
-        cost = self.cost_per_hour_usd
-        total = "cost unknown" if cost is None else f"~${cost:,.2f}/h estimated (GPU nodes; the rest is not priced)"
-        return "; ".join(parts) + f". Total: {total}"
+        return "; ".join(parts) + f". Total: ~${self.cost_per_hour_usd or 0.0:,.2f}/h estimated"
 
     def payload(self) -> dict[str, Any]:
         """The JSON body a webhook gets: the text, and the same facts as fields."""
@@ -156,8 +152,10 @@ class Alert:
             "failed": [{"task_id": f.task_id, "error": f.error} for f in self.failed],
             "upstream_failed": self.upstream_failed,
             "reward": _reward_fields(self.reward),
-            # Names by state, costly ones first; null (not {}) when a deadline alert could not read the run.
+            # Task ids by state, costly ones first; null (not {}) when a deadline alert could not read the run.
             "still_running": self._running_by_state() if self.readable else None,
+            # The same resources with their names and prices, as the training view's banner has them.
+            "resources": [r.to_dict() for r in self.still_running] if self.readable else None,
             "cost_per_hour_usd": self.cost_per_hour_usd,
             "stage": self.stage,
             "deadline": self.deadline,
@@ -183,16 +181,6 @@ def ray_logs_fields(summary: Mapping[str, Any] | None) -> dict[str, Any] | None:
         "console_url": gcs_url(str(summary.get("uri") or "")) if copied else None,
         **{k: summary.get(k) for k in keys},
     }
-
-
-def _costly_first(item: StillRunning) -> tuple[bool, int]:
-    """Sort key: priced items, then what costs while it stays (by its step's cost kind: cluster, Lustre,
-    RayCluster), then the free rest."""
-    kinds = list(Cost)
-    step = topology.STEPS.get(item.what)
-    cost = None if step is None else step.cost
-    rank = kinds.index(cost) if cost is not None and cost is not Cost.FREE else len(kinds)
-    return item.usd_per_hour is None, rank
 
 
 def _reward_fields(summary: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -235,6 +223,11 @@ def run_failed(states: Mapping[str, str]) -> bool:
     return any(state in ts.FAILED_STATES for task_id, state in states.items() if task_id != topology.RUN_REPORT)
 
 
+def _spec(conf: Mapping[str, Any] | None) -> RunSpec | None:
+    """The RunSpec of validate's accepted conf (None: there is none)."""
+    return RunSpec.from_conf(dict(conf)) if conf else None
+
+
 def _failed(states: Mapping[str, str], errors: Mapping[str, str]) -> tuple[tuple[FailedTask, ...], int]:
     failed = tuple(
         FailedTask(task_id, errors.get(task_id, "")) for task_id in _in_order(states) if states[task_id] == ts.FAILED
@@ -248,45 +241,6 @@ def _in_order(states: Mapping[str, str]) -> list[str]:
     return sorted(states, key=lambda t: (order.get(t, len(order)), t))
 
 
-def _pool(gpu_type: str, gpus_per_node: int, nodes: int, state: str, usd: float | None) -> StillRunning:
-    return StillRunning(f"GPU node pool ({nodes} x {gpus_per_node} {gpu_type})", state, usd)
-
-
-def kept_after_teardown(states: Mapping[str, str], report: RunReport | None) -> tuple[StillRunning, ...]:
-    """What a finished run left up: what teardown kept (and why), what a failed deletion may have left, and the GPU
-    pool when its cluster was not deleted, priced by the report's GPU-hour price."""
-    found: list[StillRunning] = []
-    kept = {item.task_id: item.action for item in report.kept} if report is not None else {}
-    for step in topology.teardown_steps():
-        created = [d for d in step.deletes if states.get(d) in ts.MADE]  # a failed create can leave one behind
-        if not created:
-            continue
-        state = states.get(step.task_id, "none")
-        if step.task_id in kept:
-            why = kept[step.task_id]
-        elif state in ts.FAILED_STATES:
-            failed = state == ts.FAILED
-            why = "deletion failed: may still exist" if failed else "not deleted: an earlier deletion failed"
-        else:
-            continue
-        found += [StillRunning(d, why) for d in created]
-    if report is not None and report.gpu.came_up and report.gpu.still_running:
-        g = report.gpu
-        usd = costs.pool_usd_per_hour(g.price_per_gpu_hour_usd, g.gpus_per_node, g.worker_replicas)
-        reason = kept.get(topology.deleted_by(topology.NODE_POOL).task_id) or "cluster not deleted"
-        found.append(_pool(g.gpu_type, g.gpus_per_node, g.worker_replicas, reason, usd))
-    elif report is not None and report.gpu.scaled_to_zero:
-        # The warm cluster's pool is there at 0 nodes: say so, at what it costs now.
-        g = report.gpu
-        found.append(_scaled_pool(g.gpu_type, g.gpus_per_node, g.worker_replicas))
-    return tuple(found)
-
-
-def _scaled_pool(gpu_type: str, gpus_per_node: int, nodes: int) -> StillRunning:
-    what = f"GPU node pool (0 nodes; {nodes} x {gpus_per_node} {gpu_type} when in use)"
-    return StillRunning(what, outcomes.SCALED_TO_ZERO, 0.0)
-
-
 def failure_alert(
     dag_id: str,
     run_id: str,
@@ -298,10 +252,13 @@ def failure_alert(
     url: str | None = None,
     publish: Mapping[str, Any] | None = None,
     ray_logs: Mapping[str, Any] | None = None,
+    conf: Mapping[str, Any] | None = None,
+    results: Mapping[str, Any] | None = None,
 ) -> Alert:
     """The alert of a failed run, from its task states, the recorded errors, the training summary and the report; or
     of a run its budget stopped (nothing failed): a budget alert. A stalled job's message is a line of its own;
-    ``ray_logs`` (teardown's copy of the Ray logs) a link of its own."""
+    ``ray_logs`` (teardown's copy of the Ray logs) a link of its own. What is still up is :func:`costs.still_up` of
+    validate's accepted ``conf``, the states and the steps' return values ``results``."""
     failed, upstream = _failed(states, errors or {})
     stalled = str((training or {}).get("stalled") or "")
     budget = bool((training or {}).get("stopped_at_budget"))
@@ -336,7 +293,8 @@ def failure_alert(
         failed=failed,
         upstream_failed=upstream,
         reward=training,
-        still_running=kept_after_teardown(states, report),
+        still_running=tuple(costs.still_up(_spec(conf), states, results or {})),
+        readable=conf is not None,
         notes=tuple(notes),
         outcome=outcome,
         ray_logs=ray_logs,
@@ -375,22 +333,8 @@ class LiveFacts:
     states: Mapping[str, str] = field(default_factory=dict)
     conf: Mapping[str, Any] | None = None  # validate's accepted conf
     training: Mapping[str, Any] | None = None
-    actions: Mapping[str, str] = field(default_factory=dict)  # what the pool's teardown steps did, by task id
-
-
-def running_now(facts: LiveFacts) -> tuple[StillRunning, ...]:
-    """The GPU pool of a run in progress, if it is up (its step succeeded and the cluster is not yet deleted): at its
-    full size's price, or at 0 nodes and 0 USD/h once teardown scaled it down (as the view's banner says)."""
-    if facts.states.get(topology.NODE_POOL) != ts.SUCCESS or not facts.conf:
-        return ()
-    if facts.states.get(topology.deleted_by(topology.NODE_POOL).task_id) == ts.SUCCESS:
-        return ()
-
-    spec = RunSpec.from_conf(dict(facts.conf))
-    if costs.pool_after_teardown(facts.actions) == costs.POOL_SCALED_TO_ZERO:
-        return (_scaled_pool(spec.gpu_type, spec.gpus_per_node, spec.worker_replicas),)
-    usd, _ = costs.hourly_cost(topology.NODE_POOL, spec)
-    return (_pool(spec.gpu_type, spec.gpus_per_node, spec.worker_replicas, "up", usd),)
+    # The return values costs.still_up reads, by task id (costs.results_read says which).
+    results: Mapping[str, Any] = field(default_factory=dict)
 
 
 def deadline_alert(
@@ -414,22 +358,10 @@ def deadline_alert(
         failed=failed,
         upstream_failed=upstream,
         reward=facts.training,
-        still_running=running_now(facts),
+        still_running=tuple(costs.still_up(_spec(facts.conf), facts.states, facts.results)),
         stage=stage,
         active=active,
-        deadline=_iso(deadline),
+        deadline=shown_value(deadline),
         deadline_hours=deadline_hours,
         readable=bool(facts.states),
     )
-
-
-def _iso(value: Any) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        at = value if value.tzinfo else value.replace(tzinfo=UTC)
-        return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    try:
-        return _iso(datetime.fromisoformat(str(value)))
-    except ValueError:
-        return str(value)[:40]

@@ -13,11 +13,6 @@ from typing import Any
 from nemo_rl_gke.observe.metrics import StepMetrics
 
 ATTEMPT_SUFFIX = "-r"
-# What the RayJobTrigger logs before a job's driver-log lines: in the task log, an attempt's lines follow the first
-# such line with its submission id. A restarted trigger logs it again with the same id: with RESUMED_AT and the log
-# position when it goes on where the one before stopped (triggers/log_position.py), without when it starts again.
-FOLLOWING = "Following Ray job "
-RESUMED_AT = " from log character "
 
 
 def attempt_id(base: str, attempt: int) -> str:

@@ -25,14 +25,16 @@ import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from heapq import heapify, heappop, heappush
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nemo_rl_gke.observe.recoveries import recoveries_text
 from nemo_rl_gke.run import costs, outcomes, topology
 from nemo_rl_gke.run import task_states as ts
-from nemo_rl_gke.run.times import epoch_of
+from nemo_rl_gke.run.times import epoch_of, shown_or_dash
+
+if TYPE_CHECKING:
+    from nemo_rl_gke.run.spec import RunSpec
 
 # What train.wait says about how training ended: shown as sentences, not in the summary's table.
 _TRAINING_OUTCOME_KEYS = (
@@ -105,6 +107,10 @@ class RunInputs:
     pool_ready_at: float | None = None
     # The model out: the Hugging Face export, the evaluation and the publish decision (the steps' results).
     model_out: Mapping[str, Any] | None = None
+    # The RunSpec of validate's accepted conf and the steps' return values costs.still_up reads (costs.results_read):
+    # what is still up after the run and its price, as the banner and the alerts say it. No spec: it lists nothing.
+    spec: RunSpec | None = None
+    results: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -201,6 +207,7 @@ class GpuUsage:
     next_run_at: float | None = None  # the DAG's next scheduled run (None: no schedule)
     capacity: str = "reservation"  # where the nodes came from (reservation, flex_start, queued, spot, on_demand)
     rungs: tuple[Mapping[str, Any], ...] = ()  # the capacity ladder's rungs tried
+    adopted: bool = False  # the pool was someone else's (costs.ADOPTED_RULE): counted while used, never left up
 
     @property
     def hours_to_next_run(self) -> float | None:
@@ -232,6 +239,7 @@ class GpuUsage:
             "price_per_gpu_hour_usd": self.price_per_gpu_hour_usd,
             "price_source": self.price_source,
             "scaled_to_zero": self.scaled_to_zero,
+            "adopted": self.adopted,
             "nodes_left_up": self.nodes_left_up,
             "next_run_at": self.next_run_at,
             "node_hours_to_next_run": self.node_hours_to_next_run,
@@ -267,6 +275,7 @@ class RunReport:
     lineage: tuple[dict[str, Any], ...] = ()  # earlier checkpoints of this DAG this run continued, oldest first
     pending_checkpoints: tuple[dict[str, Any], ...] = ()  # what keeps the Lustre instance, any run's
     model: dict[str, Any] | None = None  # the model out, with the conversion's and the evaluation's GPU cost
+    still_up: tuple[costs.RunningResource, ...] = ()  # costs.still_up: what the run left up, and its price
 
     def stage(self, name: str) -> StageSummary:
         """The stage called ``name`` (KeyError if the run has no such stage)."""
@@ -297,6 +306,10 @@ class RunReport:
                 "lineage": list(self.lineage),
                 "pending_checkpoints": list(self.pending_checkpoints),
                 "model": self.model,
+                "still_up": {
+                    "resources": [r.to_dict() for r in self.still_up],
+                    "usd_per_hour": round(costs.total_per_hour(list(self.still_up)), 2),
+                },
             }
         )
 
@@ -312,7 +325,22 @@ class RunReport:
         lines += self._pending_text()
         lines += self._lineage_text()
         lines += self._teardown_text()
+        lines += self._still_up_text()
         return "\n".join(lines).rstrip() + "\n"
+
+    def _still_up_text(self) -> list[str]:
+        """What the run left up, as the training view's banner shows it: each resource that costs (or has no known
+        price) on its own line, the free ones folded into one, and the summed estimate."""
+        banner = costs.banner(list(self.still_up))
+        lines = [f"Still up ({banner['count']}; {banner['usd_per_hour']:,.2f} USD/h estimated)"]
+        if not self.still_up:
+            return [*lines, "  nothing", ""]
+        for r in banner["costly"]:
+            usd = "price unknown" if r["usd_per_hour"] is None else f"{r['usd_per_hour']:,.2f} USD/h"
+            lines.append(f"  {r['task_id']:<22} {r['name']}: {r['state']}, {usd} ({r['basis']})")
+        if banner["free_line"]:
+            lines.append(f"  {banner['free_line']}")
+        return [*lines, ""]
 
     def _offset(self, at: float | None) -> str:
         if at is None or self.run_start is None:
@@ -322,7 +350,7 @@ class RunReport:
     def _stages_text(self) -> list[str]:
         width = max([len("stage"), *(len(s.name) for s in self.stages)])
         lines = [
-            f"Stages (run start {_iso(self.run_start)}; start/end in s from it)",
+            f"Stages (run start {shown_or_dash(self.run_start)}; start/end in s from it)",
             f"  {'stage':<{width}}  {'start':>9}  {'end':>9}  {'duration_s':>10}  {'tasks':>5}  state",
         ]
         for s in self.stages:
@@ -363,13 +391,16 @@ class RunReport:
         if not g.came_up:
             up, down = f"never ({topology.NODE_POOL} did not succeed)", "-"
         else:
-            up = f"{_iso(g.up_at)} (end of {topology.NODE_POOL})"
+            up = f"{shown_or_dash(g.up_at)} (end of {topology.NODE_POOL})"
             if g.still_running:
-                down = f"not deleted: counted until now, {_iso(g.counted_until)}"
+                down = f"not deleted: counted until now, {shown_or_dash(g.counted_until)}"
+            elif g.adopted and g.down_at is None:
+                down = f"adopted, not this run's to delete: counted until now, {shown_or_dash(g.counted_until)}"
             elif g.scaled_to_zero:
-                down = f"{_iso(g.down_at)} (pool scaled to 0 nodes by {topology.SCALE_POOL}; the cluster is kept warm)"
+                scaled = f"pool scaled to 0 nodes by {topology.SCALE_POOL}; the cluster is kept warm"
+                down = f"{shown_or_dash(g.down_at)} ({scaled})"
             else:
-                down = f"{_iso(g.down_at)} (end of {topology.deleted_by(topology.NODE_POOL).task_id})"
+                down = f"{shown_or_dash(g.down_at)} (end of {topology.deleted_by(topology.NODE_POOL).task_id})"
         if g.price_per_gpu_hour_usd is None:
             price = "unknown (no default for this GPU type; set gpu_hour_price_usd)"
         else:
@@ -395,7 +426,7 @@ class RunReport:
         if g.node_hours_to_next_run is not None:
             lines.append(
                 f"  until the next run      {g.node_hours_to_next_run:.3f} GPU node-hours ({g.nodes_left_up} nodes x "
-                f"{g.hours_to_next_run:.1f} h to {_iso(g.next_run_at)})"
+                f"{g.hours_to_next_run:.1f} h to {shown_or_dash(g.next_run_at)})"
             )
         if g.still_running:
             lines.append("  the cluster was kept: its GPU nodes bill until the pool scales to 0 or it is deleted")
@@ -654,6 +685,7 @@ def gpu_usage(timings: Iterable[TaskTiming], inputs: RunInputs) -> GpuUsage:
         up_at = inputs.pool_ready_at  # the moment the budget's USD clock starts too
     down_at: float | None = None
     still_running = scaled_to_zero = False
+    adopted = _adopted(inputs.results.get(topology.NODE_POOL))
     if up_at is None:
         counted_until = None
         hours = 0.0
@@ -665,7 +697,8 @@ def gpu_usage(timings: Iterable[TaskTiming], inputs: RunInputs) -> GpuUsage:
         elif left == costs.POOL_SCALED_TO_ZERO:
             down_at, scaled_to_zero = ended[topology.SCALE_POOL], True
         else:
-            still_running = True
+            # An adopted pool's hours count while this run used it, never as this run's left up (ADOPTED_RULE).
+            still_running = not adopted
         counted_until = down_at if down_at is not None else inputs.now
         hours = max(0.0, counted_until - up_at) / 3600.0
     node_hours = hours * inputs.worker_replicas
@@ -689,8 +722,13 @@ def gpu_usage(timings: Iterable[TaskTiming], inputs: RunInputs) -> GpuUsage:
         estimated_cost_usd=None if price is None else gpu_hours * price,
         scaled_to_zero=scaled_to_zero,
         nodes_left_up=inputs.worker_replicas if still_running else 0,
+        adopted=adopted,
         next_run_at=inputs.next_run_at,
     )
+
+
+def _adopted(result: Any) -> bool:
+    return isinstance(result, Mapping) and result.get("action") == outcomes.ADOPTED
 
 
 def build_report(timings: Iterable[TaskTiming], upstream: Mapping[str, Sequence[str]], inputs: RunInputs) -> RunReport:
@@ -729,6 +767,7 @@ def build_report(timings: Iterable[TaskTiming], upstream: Mapping[str, Sequence[
         lineage=tuple(dict(item) for item in inputs.lineage),
         pending_checkpoints=tuple(dict(item) for item in inputs.pending_checkpoints),
         model=model_costs(timings, gpu, inputs.model_out) if inputs.model_out is not None else None,
+        still_up=tuple(costs.still_up(inputs.spec, {t.task_id: t.state for t in timings}, inputs.results)),
     )
 
 
@@ -767,12 +806,6 @@ def _rung_lines(rungs: Sequence[Mapping[str, Any]]) -> list[str]:
             f"  {name:<23} {rung.get('outcome')} after {took} (waits up to {float(rung.get('wait_s', 0)):.0f} s)"
         )
     return lines
-
-
-def _iso(at: float | None) -> str:
-    if at is None:
-        return "-"
-    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _value_text(value: Any) -> str:

@@ -7,13 +7,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
-
-def iso(at: float | None) -> str:
-    """Epoch seconds as an ISO-8601 UTC time to the second ('-' for none)."""
-    return "-" if at is None else datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+from nemo_rl_gke.run.times import shown_or_dash
 
 
 @dataclass(frozen=True)
@@ -78,7 +74,7 @@ class SweepReport:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON values (lists, not tuples: what XCom hands back), for XCom."""
-        return json.loads(json.dumps({**asdict(self), "at": iso(self.at)}))
+        return json.loads(json.dumps({**asdict(self), "at": shown_or_dash(self.at)}))
 
     def to_text(self) -> str:
         """The report as the task log shows it: a summary line, one table row per swept group with its details
@@ -86,7 +82,8 @@ class SweepReport:
         verb = "would delete" if self.dry_run else "deleted"
         mode = " (dry run: nothing was written)" if self.dry_run else ""
         lines = [
-            f"Sweep of project {self.project} by deployment {self.deployment} ({self.run}) at {iso(self.at)}{mode}",
+            f"Sweep of project {self.project} by deployment {self.deployment} ({self.run}) at "
+            f"{shown_or_dash(self.at)}{mode}",
             f"{len(self.swept)} group(s) swept, {len(self.skipped)} skipped; {sum(len(g.deleted) for g in self.swept)}"
             f" resource(s) {'would be deleted' if self.dry_run else 'deleted'}, {sum(len(g.kept) for g in self.swept)}"
             " kept, "

@@ -18,12 +18,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
+from nemo_rl_gke.observe import driver_log
 from nemo_rl_gke.observe.curves import CURVES, RunCurves
 from nemo_rl_gke.observe.metrics import RunMetrics, StepMetrics
-from nemo_rl_gke.observe.recoveries import FOLLOWING, RESUMED_AT, merge_attempts
+from nemo_rl_gke.observe.recoveries import merge_attempts
 from nemo_rl_gke.observe.report import (
     RunInputs,
     TaskTiming,
@@ -35,10 +35,8 @@ from nemo_rl_gke.run import capacity, costs, ray_logs, topology
 from nemo_rl_gke.run import task_states as ts
 from nemo_rl_gke.run.console import gcs_url
 from nemo_rl_gke.run.spec import RunSpec
-from nemo_rl_gke.run.times import epoch_of
+from nemo_rl_gke.run.times import epoch_of, shown
 
-# The trigger logs every driver-log line with this prefix (RayJobTrigger._log_lines).
-RAY_JOB_PREFIX = "[ray job] "
 # ETA from the mean of the last steps: early steps (compilation, warm-up) say little about the rest.
 ETA_WINDOW = 10
 # The XCom train.wait publishes its budget under: {"hours_limit", "usd_limit", "gpu_nodes", "gpu_nodes_limit",
@@ -111,10 +109,11 @@ def parse_attempts(
     for line in lines:
         if not isinstance(line, str):
             continue
-        if line.startswith(RAY_JOB_PREFIX):
-            attempts[-1].parse_line(line[len(RAY_JOB_PREFIX) :])
-        elif line.startswith(FOLLOWING):
-            submission, resumed, _ = line[len(FOLLOWING) :].strip().partition(RESUMED_AT)
+        text = driver_log.driver_text(line)
+        if text is not None:
+            attempts[-1].parse_line(text)
+        elif (marker := driver_log.followed(line)) is not None:
+            submission, resumed = marker
             if submission == current and resumed:
                 continue  # a restarted triggerer's trigger goes on where the one before stopped
             if submission == current:
@@ -157,10 +156,6 @@ def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _iso(at: float | None) -> str | None:
-    return None if at is None else datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
 def _round(value: float | None, digits: int = 4) -> float | None:
     if value is None or math.isnan(value):  # JSON has no NaN, and a curve cannot draw it
         return None
@@ -193,7 +188,7 @@ def progress(
         "percent": _round(min(100.0, 100.0 * finished / total), 1) if total else None,
         "mean_step_time_s": _round(mean, 2),
         "eta_s": _round(eta, 0),
-        "eta_at": _iso(now + eta) if eta is not None else None,
+        "eta_at": shown(now + eta) if eta is not None else None,
         "running_for_s": _round(now - wait.start, 0) if running and wait and wait.start else None,
     }
 
@@ -213,8 +208,8 @@ def stages(tasks: Mapping[str, TaskState], now: float) -> list[dict[str, Any]]:
                 "state": summary.state,
                 "states": summary.states,
                 "tasks": summary.tasks,
-                "start": _iso(summary.start),
-                "end": _iso(summary.end),
+                "start": shown(summary.start),
+                "end": shown(summary.end),
                 "offset_s": _round(summary.start - run_start, 1) if summary.start and run_start else None,
                 "duration_s": _round(summary.duration_s, 1),
             }
@@ -295,6 +290,7 @@ def cost(spec: Any, tasks: Mapping[str, TaskState], results: Mapping[str, Any], 
             teardown_policy=spec.teardown_policy,
             teardown_actions=_teardown_actions(results),
             pool_ready_at=epoch_of(_ready_at(results.get(topology.NODE_POOL))),
+            results=results,
         ),
     )
     return {
@@ -410,7 +406,7 @@ def build_view(inputs: ViewInputs, curves: RunCurves | None = None, since: str =
         "dag_id": inputs.dag_id,
         "run_id": inputs.run_id,
         "run_state": inputs.run_state,
-        "generated_at": _iso(inputs.now),
+        "generated_at": shown(inputs.now),
         "stages": stages(inputs.tasks, inputs.now),
         "progress": progress(metrics, wait, inputs.now, *_step_range(inputs)),
         "series": series,
@@ -433,7 +429,7 @@ def build_view(inputs: ViewInputs, curves: RunCurves | None = None, since: str =
     if not inputs.conf:
         return view  # validate has not accepted a conf (yet): nothing was created, nothing costs
     spec = RunSpec.from_conf(inputs.conf)
-    running = costs.still_running(spec, {t.task_id: t.state for t in inputs.tasks.values()}, _mappings(inputs.results))
+    running = costs.still_up(spec, {t.task_id: t.state for t in inputs.tasks.values()}, inputs.results)
     view["spec"] = {
         "mode": spec.mode,
         "recipe": spec.recipe,
@@ -488,7 +484,3 @@ def model(results: Mapping[str, Any], history: Sequence[Mapping[str, Any]]) -> d
             if isinstance(h.get("score"), int | float)
         ],
     }
-
-
-def _mappings(results: Mapping[str, Any]) -> dict[str, Mapping[str, Any] | None]:
-    return {k: v if isinstance(v, Mapping) else None for k, v in results.items()}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -39,16 +39,6 @@ LEASE_MARGIN_S = 600
 # each write is a rate-limited project-metadata write and an operation to wait for. A crashed run's lease outlives
 # its last step by at most this much more.
 LEASE_RENEW_AHEAD_S = 300
-
-
-def iso_now() -> str:
-    """Now as an ISO-8601 UTC time, the form every time in XCom takes."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
-
-
-def iso_of(epoch: float) -> str:
-    """Epoch seconds as an ISO-8601 UTC time, the form every time in XCom takes."""
-    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds")
 
 
 def pull(context: Context, task_id: str, key: str = RETURN) -> Any:

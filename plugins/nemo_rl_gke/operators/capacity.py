@@ -15,8 +15,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from nemo_rl_gke.airflow_compat import AirflowException, AirflowFailException
-from nemo_rl_gke.operators.base import StepOperator, iso_now
+from nemo_rl_gke.operators.base import StepOperator
 from nemo_rl_gke.run import capacity, topology
+from nemo_rl_gke.run.times import iso_now
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

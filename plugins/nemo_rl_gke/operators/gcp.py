@@ -14,8 +14,9 @@ from airflow.sdk import Context
 
 from nemo_rl_gke.airflow_compat import AirflowException, AirflowFailException
 from nemo_rl_gke.links import GCP_RESOURCE_LINKS
-from nemo_rl_gke.operators.base import StepOperator, iso_now, pull
+from nemo_rl_gke.operators.base import StepOperator, pull
 from nemo_rl_gke.run import outcomes, topology
+from nemo_rl_gke.run.times import iso_now
 
 if TYPE_CHECKING:
     from nemo_rl_gke.gcp.operations import OperationRef

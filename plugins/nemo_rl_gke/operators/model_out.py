@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from airflow.sdk import Context
 
 from nemo_rl_gke.airflow_compat import AirflowFailException, AirflowSkipException
-from nemo_rl_gke.operators.base import StepOperator, iso_now, pull
+from nemo_rl_gke.operators.base import StepOperator, pull
 from nemo_rl_gke.operators.checkpoint import final_step
 from nemo_rl_gke.operators.rayjob import job_secret_values
 from nemo_rl_gke.run.conf_schema import EVAL_OFF
+from nemo_rl_gke.run.times import iso_now
 from nemo_rl_gke.run.topology import CHECK_CHECKPOINT, CONVERT, EVALUATE, EXPORT, SUBMIT
 
 if TYPE_CHECKING:

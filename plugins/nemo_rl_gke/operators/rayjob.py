@@ -18,8 +18,8 @@ from airflow.sdk import Context
 
 from nemo_rl_gke.airflow_compat import AirflowFailException
 from nemo_rl_gke.links import JOB_LINKS, WAIT_LINKS
-from nemo_rl_gke.operators.base import DEFERRAL_BACKSTOP_S, StepOperator, iso_now, iso_of, pull
-from nemo_rl_gke.run.times import epoch_of
+from nemo_rl_gke.operators.base import DEFERRAL_BACKSTOP_S, StepOperator, pull
+from nemo_rl_gke.run.times import epoch_of, iso_now, iso_of
 from nemo_rl_gke.run.topology import (
     JOB_BUDGET,
     JOB_RECOVERIES,

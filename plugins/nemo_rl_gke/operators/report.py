@@ -18,8 +18,8 @@ from airflow.sdk import Context
 from nemo_rl_gke.airflow_compat import AirflowFailException
 from nemo_rl_gke.alerts import send
 from nemo_rl_gke.operators.base import StepOperator, pull
+from nemo_rl_gke.run import costs, topology
 from nemo_rl_gke.run import task_states as ts
-from nemo_rl_gke.run import topology
 from nemo_rl_gke.run.times import epoch_of
 from nemo_rl_gke.run.topology import (
     ERROR,
@@ -114,14 +114,16 @@ class RunReportOperator(StepOperator):
             timings.append(TaskTiming(task_id, str(crumb.get("state") or "none"), start, end))
         states = {t.task_id: t.state for t in timings}
         waited = pull(context, WAIT) or {}
+        # What costs.still_up reads, read once: the report and the alert then say the same of what is still up.
+        results = {task_id: pull(context, task_id) for task_id in costs.results_read(states)}
         report = None
         try:
-            report = self._report(context, conf, timings)
+            report = self._report(context, conf, timings, results)
         finally:
             # Also when the report itself fails: the alert then goes out without costs rather than not at all.
             publish = pull(context, topology.PUBLISH) or {}
             if run_failed(states) or waited.get("stopped_at_budget") or publish.get("outcome") == NOT_PROMOTED:
-                self._alert(context, states, report)
+                self._alert(context, states, report, conf, results)
         self._fail_with_training(context, states)
         return report.to_dict()
 
@@ -141,7 +143,7 @@ class RunReportOperator(StepOperator):
         detail = f": {error[0]}" if states.get(WAIT) == ts.FAILED and error else ""
         raise AirflowFailException(f"the run fails: {', '.join(failed) or WAIT} failed{detail}")
 
-    def _report(self, context: Context, conf: dict[str, Any], timings: list[Any]) -> RunReport:
+    def _report(self, context: Context, conf: dict[str, Any], timings: list[Any], results: dict[str, Any]) -> RunReport:
         # lazy: execution-only, kept out of DAG parsing
         from nemo_rl_gke.observe.report import RunInputs, build_report
         from nemo_rl_gke.run import capacity
@@ -186,6 +188,8 @@ class RunReportOperator(StepOperator):
                     "evaluate": pull(context, topology.EVALUATE),
                     "publish": pull(context, topology.PUBLISH),
                 },
+                spec=spec,
+                results=results,
             ),
         )
         text = report.to_text()
@@ -193,7 +197,14 @@ class RunReportOperator(StepOperator):
         context["ti"].xcom_push(key=REPORT_TEXT, value=text)
         return report
 
-    def _alert(self, context: Context, states: dict[str, str], report: RunReport | None) -> None:
+    def _alert(
+        self,
+        context: Context,
+        states: dict[str, str],
+        report: RunReport | None,
+        conf: dict[str, Any],
+        results: dict[str, Any],
+    ) -> None:
         """Send the failed run's alert; a problem is logged, never raised (an alert never changes the run)."""
         # lazy: execution-only, kept out of DAG parsing
         from nemo_rl_gke.observe.alert_messages import failure_alert
@@ -213,6 +224,8 @@ class RunReportOperator(StepOperator):
                 report=report,
                 publish=pull(context, topology.PUBLISH),
                 ray_logs=summary_of(pull(context, topology.DELETE_RAYCLUSTER)),
+                conf=conf,
+                results=results,
             )
             send(alert, self.alert_connections, context=context)
         except Exception:

@@ -12,8 +12,12 @@ firewall rules, the reserved peering range and the peering itself cost nothing w
 its nodes cost, which the pools already count.
 
 A resource counts as still up from the moment its ensure step started until its teardown step reports it gone
-(:data:`nemo_rl_gke.run.outcomes.GONE`); a teardown that kept it says why; the GPU pool goes with its cluster, or stays
-at 0 nodes when teardown scaled it down (:func:`pool_after_teardown`). Pure and stdlib-only: the API server imports it.
+(:data:`nemo_rl_gke.run.outcomes.GONE`); a teardown that kept it says why, one that failed says it may still exist;
+the GPU pool goes with its cluster, or stays at 0 nodes when teardown scaled it down (:func:`pool_after_teardown`).
+
+:func:`still_up` is the one answer to "what of this run is up, and what does it cost": the training view's banner,
+the failure alert, the deadline alert and the run report all read it, so they list the same resources at the same
+prices. Adopted resources follow :data:`ADOPTED_RULE`. Pure: the API server imports it.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from nemo_rl_gke.run import outcomes, topology
+from nemo_rl_gke.run import capacity, outcomes, topology
 from nemo_rl_gke.run import task_states as ts
 from nemo_rl_gke.run.topology import Cost
 
@@ -65,6 +69,16 @@ ZONES_PER_REGION = 3
 POOL_GONE = "gone"
 POOL_SCALED_TO_ZERO = outcomes.SCALED_TO_ZERO
 POOL_UP = "up"
+
+# A resource whose teardown step failed, or never ran because an earlier deletion failed.
+DELETION_FAILED = "deletion failed: may still exist"
+NOT_DELETED = "not deleted: an earlier deletion failed"
+
+# The one rule for resources a run adopted (an ensure step's action ``adopted``), stated once for every surface.
+ADOPTED_RULE = (
+    "an adopted resource is someone else's: it was up before this run and stays after it, billed to whoever made it, "
+    "so it is never listed as this run's nor counted in its USD per hour"
+)
 
 # Ensure-step states in which the resource may exist (a failed create can leave one behind, e.g. in ERROR).
 _UP = {
@@ -192,15 +206,20 @@ def still_running(
             continue
         made = results.get(task_id) or {}
         if made.get("action") == outcomes.ADOPTED:
-            continue  # someone else's: it was up before this run and stays after it; not this run's cost
+            continue  # ADOPTED_RULE
         teardown = topology.deleted_by(task_id)
         action = actions.get(teardown.task_id, "") if teardown else ""
         if action in outcomes.GONE:
             continue
+        ended = states.get(teardown.task_id) if teardown else None
         if action in outcomes.KEPT:
             state = f"kept ({action})"
-        elif teardown and states.get(teardown.task_id) in ts.AT_WORK:
+        elif ended in ts.AT_WORK:
             state = "being deleted"
+        elif ended == ts.FAILED:
+            state = DELETION_FAILED
+        elif ended == ts.UPSTREAM_FAILED:
+            state = NOT_DELETED
         step = topology.step(task_id)
         name = str(made.get("name") or _spec_name(spec, step))
         price, basis = hourly_cost(task_id, spec)
@@ -210,6 +229,42 @@ def still_running(
         found.append(RunningResource(task_id, step.makes or task_id, name, state, price, basis))
     # What costs most first: the banner is read top down.
     return sorted(found, key=lambda r: -(r.usd_per_hour or 0.0))
+
+
+def still_up(
+    spec: RunSpec | None,
+    states: Mapping[str, str],
+    results: Mapping[str, Any],
+) -> list[RunningResource]:
+    """What of a run is (or may be) up and its price: :func:`still_running` for the RunSpec of validate's accepted
+    conf, priced as the capacity that served the run (a ladder's served rung, read from ``kube.raycluster``'s
+    result). Without an accepted conf (``spec`` None) nothing was created: the empty list. ``results`` maps task id
+    to its return XCom (anything but a mapping counts as none)."""
+    if spec is None:
+        return []
+    served = capacity.served_capacity(results.get(topology.RAYCLUSTER))
+    if served is not None:
+        spec = capacity.on_rung(spec, served)
+    mappings = {k: v for k, v in results.items() if isinstance(v, Mapping)}
+    return still_running(spec, states, mappings)
+
+
+def results_read(states: Mapping[str, str]) -> list[str]:
+    """The task ids whose return values :func:`still_up` reads for a run in these task states: each ensure step
+    that may have made its resource, its teardown step and the pool's scale-down once they ran, and the RayCluster's
+    (the served capacity). A reader fetches only these (an XCom that does not exist yet is an error in the SDK)."""
+    wanted = []
+    for task_id in _made_by():
+        if states.get(task_id, ts.NONE) in _UP:
+            wanted.append(task_id)
+            teardown = topology.deleted_by(task_id)
+            # A kept resource's teardown step records why, then ends skipped.
+            if teardown is not None and states.get(teardown.task_id) in (ts.SUCCESS, ts.SKIPPED):
+                wanted.append(teardown.task_id)
+    for task_id in (topology.SCALE_POOL, topology.RAYCLUSTER):
+        if states.get(task_id) in (ts.SUCCESS, ts.SKIPPED):
+            wanted.append(task_id)
+    return list(dict.fromkeys(wanted))
 
 
 def _spec_name(spec: RunSpec, step: topology.Step) -> str:

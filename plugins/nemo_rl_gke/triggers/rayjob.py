@@ -43,9 +43,8 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from nemo_rl_gke.airflow_compat import get_async_connection
 from nemo_rl_gke.kube.errors import KubeApiError, is_kube_transient
-from nemo_rl_gke.observe import step_store
+from nemo_rl_gke.observe import driver_log, step_store
 from nemo_rl_gke.observe.metrics import LogFollower, newest_save, save_in_progress, saved_after
-from nemo_rl_gke.observe.recoveries import FOLLOWING, RESUMED_AT
 from nemo_rl_gke.observe.redaction import StreamRedactor
 from nemo_rl_gke.observe.report import budget_stop_text
 from nemo_rl_gke.observe.step_timing import mean_step_time, progress_mark, stall_after
@@ -386,7 +385,7 @@ class RayJobTrigger(BaseTrigger):
         """Write driver-log lines into the task log. Runs in a worker thread (they can be many): asyncio.to_thread
         copies the context the triggerer binds the task's log to."""
         for line in lines:
-            self.log.info("[ray job] %s", line)
+            self.log.info("%s", driver_log.job_line(line))
 
     def _flush_logs(self) -> None:
         """End of the log: the held-back text, the unterminated line and unfinished bars, and the step store's last
@@ -494,11 +493,8 @@ class RayJobTrigger(BaseTrigger):
         if self._positions is not None:
             self._logged_until = await asyncio.to_thread(self._positions.load, self.submission_id)
         self._logged_until = max(self._logged_until, self.follower.offset)
-        if self._logged_until:
-            # The view reads this job's lines on from here, instead of starting them again (observe/training_view.py).
-            self.log.info("%s%s%s%d", FOLLOWING, self.submission_id, RESUMED_AT, self._logged_until)
-        else:
-            self.log.info("%s%s", FOLLOWING, self.submission_id)
+        # With a position, the view reads this job's lines on from there instead of starting them again.
+        self.log.info("%s", driver_log.following_line(self.submission_id, self._logged_until))
 
     async def _poll(self) -> TriggerEvent:
         failures, job_status = 0, "UNKNOWN"
