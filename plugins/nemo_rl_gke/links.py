@@ -196,7 +196,12 @@ class ExportedCheckpointLink(RunLink):
     steps = frozenset({topology.EXPORT})
 
     def early(self, spec: RunSpec, context: Mapping[str, Any]) -> str:
-        return gcs_url(spec.export_uri(context["dag"].dag_id, context["run_id"], spec.final_step))
+        # lazy: the recipes load when the link is drawn, not at DAG parsing
+        from nemo_rl_gke.run.recipes import load_recipe
+        from nemo_rl_gke.run.steps import final_step
+
+        step = final_step(spec, load_recipe(spec.recipe))
+        return gcs_url(spec.export_uri(context["dag"].dag_id, context["run_id"], step))
 
     def late(self, stored: str, ti_key: TaskInstanceKey) -> str:
         result = _own(ti_key, topology.RETURN)

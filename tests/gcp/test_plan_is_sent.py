@@ -20,7 +20,9 @@ from nemo_rl_gke.plan.networks import PEERING_CIDR_PLACEHOLDER
 from nemo_rl_gke.plan.peering import PROJECT_NUMBER_PLACEHOLDER
 from nemo_rl_gke.plan.transfers import import_source, lustre_import_request
 from nemo_rl_gke.run import topology as t
+from nemo_rl_gke.run.recipes import load_recipe
 from nemo_rl_gke.run.spec import RunSpec
+from nemo_rl_gke.run.steps import final_step
 from sandbox import files
 from tests.gcp.conftest import dump, ensure_done, last_seq, wait_for
 
@@ -80,7 +82,7 @@ def test_every_create_and_the_lustre_transfers_send_the_plans_bodies(
     assert compared == len(found)
 
     # The export of the run's final step: the checkpoint is on Lustre, the body is the plan's section 6.
-    step = spec.final_step
+    step = final_step(spec, load_recipe(spec.recipe))
     step_dir = files.lustre_dir(sandbox.state_dir, spec.project, spec.zone, spec.lustre_name)
     step_dir = step_dir / spec.checkpoint_lustre_path(step).lstrip("/")
     step_dir.mkdir(parents=True)

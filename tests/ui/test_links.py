@@ -11,7 +11,9 @@ import pytest
 from nemo_rl_gke import links
 from nemo_rl_gke.dag_factory import OPERATORS
 from nemo_rl_gke.run import topology
+from nemo_rl_gke.run.recipes import load_recipe
 from nemo_rl_gke.run.spec import RunSpec
+from nemo_rl_gke.run.steps import final_step
 
 SPEC = RunSpec(project="p-1", region="europe-west4", zone="europe-west4-b", cluster_name="c-1", lustre_name="l-1")
 ALL = [*links.GCP_RESOURCE_LINKS, *links.WAIT_LINKS, *links.EXPORT_LINKS, *links.DELETE_KUBE_LINKS]
@@ -104,7 +106,7 @@ def test_a_step_persists_its_own_links_when_it_starts(step_id: str) -> None:
     if step_id == topology.GKE_CLUSTER:
         assert ti.pushed[links.GkeClusterLink().xcom_key] == links.gke_cluster_url(SPEC)
     if step_id == topology.EXPORT:
-        uri = SPEC.export_uri("d", "manual__1", SPEC.final_step)
+        uri = SPEC.export_uri("d", "manual__1", final_step(SPEC, load_recipe(SPEC.recipe)))
         assert ti.pushed[links.ExportedCheckpointLink().xcom_key] == links.gcs_url(uri)
     if step_id == topology.DELETE_RAYCLUSTER:
         uri = "gs://p-1-nemo-rl-checkpoints/nemo-rl-gke/ray-logs/d/manual__1/"

@@ -8,6 +8,8 @@ from nemo_rl_gke.observe.driver_log import FOLLOWING, JOB_LINE, RESUMED_AT
 from nemo_rl_gke.observe.metrics import LogFollower
 from nemo_rl_gke.observe.training_view import TaskState, ViewInputs, build_view, parse_attempts
 from nemo_rl_gke.run import costs, outcomes, topology
+from nemo_rl_gke.run.budget import run_budget
+from nemo_rl_gke.run.deployment import Deployment
 from nemo_rl_gke.run.spec import RunSpec, default_conf
 from tests.paths import ROOT
 from tests.ui.snapshots import NOW, attempt_log, task_states
@@ -255,13 +257,15 @@ def test_without_a_published_budget_the_limits_come_from_the_settings_or_are_uns
     view = build_view(ViewInputs("d", "r", "running", NOW, tasks, results, default_conf(), limits=settings))
     budget = view["budget"]
     assert budget["source"] == "settings"
-    assert budget["hours"]["limit"] == min(12.0, getattr(spec, "budget_hours", None) or 12.0)
-    assert budget["usd"]["limit"] == getattr(spec, "budget_usd", None)  # 0 in the settings: no limit
+    planned = run_budget(spec, Deployment(max_run_hours=12, max_run_usd=0))
+    assert budget["hours"]["limit"] == planned.hours == 12.0
+    assert budget["usd"]["limit"] == planned.usd  # 0 in the settings: no limit of its own
     assert budget["gpu_nodes"] == {"used": spec.worker_replicas, "limit": 8, "left": 8 - spec.worker_replicas,
                                    "percent": round(100 * spec.worker_replicas / 8, 1), "over": False}  # fmt: skip
     # Nothing set anywhere: each limit reads "no limit set" (the RunSpec's own budget, once it has one, still counts).
     bare = build_view(ViewInputs("d", "r", "running", NOW, tasks, results, default_conf()))["budget"]
-    own = [getattr(spec, "budget_hours", None) or None, getattr(spec, "budget_usd", None) or None, None]
+    defaults = run_budget(spec, Deployment())
+    own = [defaults.hours, defaults.usd, None]
     assert [bare[k]["limit"] for k in ("hours", "usd", "gpu_nodes")] == own
     assert bare["source"] == ("none" if own == [None, None, None] else "settings")
     json.dumps(view, allow_nan=False)

@@ -42,6 +42,7 @@ from nemo_rl_gke.run.deployment import Deployment
 from nemo_rl_gke.run.findings import MAX_SHOWN, Finding
 from nemo_rl_gke.run.recipes import load_recipe
 from nemo_rl_gke.run.spec import RunSpec
+from nemo_rl_gke.run.steps import final_step
 from nemo_rl_gke.run.topology import STAGE_TIMEOUT_PARAM
 
 SEED = 20_261_201
@@ -424,7 +425,7 @@ def plan_problems(spec: RunSpec) -> list[str]:
     for label, value in plan.owner.labels.items():
         if not LABEL.fullmatch(label) or not LABEL_VALUE.fullmatch(value):
             problems.append(f"label {label}={value!r}")
-    step = spec.final_step
+    step = final_step(spec, load_recipe(spec.recipe))
     if type(step) is not int:
         problems.append(f"final step {step!r} is not an int")
     if not re.fullmatch(r"/[A-Za-z0-9_./-]*/step_[0-9]+", spec.checkpoint_lustre_path(step)):

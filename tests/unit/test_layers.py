@@ -196,7 +196,11 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     assert _cycles(loop) == []
 
 
-@pytest.mark.parametrize("kinds", [("module",), ("module", "function")], ids=["module-level", "with-function-level"])
+@pytest.mark.parametrize(
+    "kinds",
+    [("module",), ("module", "function"), ("module", "function", "type_checking")],
+    ids=["module-level", "with-function-level", "with-type-level"],
+)
 def test_no_import_cycle(kinds: tuple[str, ...]) -> None:
     edges = [e for e in EDGES if e.kind in kinds]
     cycles = _cycles(edges)

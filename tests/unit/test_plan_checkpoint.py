@@ -12,7 +12,9 @@ from nemo_rl_gke.plan.build import build_plan
 from nemo_rl_gke.plan.resume import ResumeBudgetError, check_resume_budget, lineage_of, resume_point, set_aside
 from nemo_rl_gke.plan.transfers import LayoutError, import_source, lustre_export_request, lustre_import_request
 from nemo_rl_gke.plan.validation import validation_job
+from nemo_rl_gke.run.recipes import load_recipe
 from nemo_rl_gke.run.spec import RunSpec
+from nemo_rl_gke.run.steps import final_step
 from tests.paths import ROOT
 
 DAG, RUN = "nemo_rl_nightly", "scheduled__2026-12-01T01:00:00+00:00"
@@ -113,4 +115,4 @@ def test_a_resume_plan_shows_the_import_and_a_plain_one_does_not() -> None:
     expected = json.loads(
         plain.checkpoint.validation_job.entrypoint.split("--expect ")[1].split(" --list-steps")[0][1:-1]
     )
-    assert expected["step"] == plain.spec.final_step and expected["stopped"] is False
+    assert expected["step"] == final_step(plain.spec, load_recipe(plain.spec.recipe)) and expected["stopped"] is False

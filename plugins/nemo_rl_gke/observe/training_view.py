@@ -33,7 +33,9 @@ from nemo_rl_gke.observe.report import (
 )
 from nemo_rl_gke.run import capacity, costs, ray_logs, topology
 from nemo_rl_gke.run import task_states as ts
+from nemo_rl_gke.run.budget import run_budget
 from nemo_rl_gke.run.console import gcs_url
+from nemo_rl_gke.run.deployment import Deployment
 from nemo_rl_gke.run.spec import RunSpec
 from nemo_rl_gke.run.times import epoch_of, shown
 
@@ -344,9 +346,10 @@ def budget(
 ) -> dict[str, Any]:
     """The budget used and left, in hours, USD and GPU nodes.
 
-    The limits are the ones train.wait published (``published``); before it did, the RunSpec's effective
-    ``budget_hours``/``budget_usd`` and the deployment's settings where they exist; a limit nobody set is None ("no
-    limit set"). Hours and USD used are the cost-so-far model's: the hours the GPU pool has been up, and its cost.
+    The limits are the ones train.wait published (``published``); before it did, the run's budget under the
+    deployment's settings (``limits``) as :func:`~nemo_rl_gke.run.budget.run_budget` computes it; a limit nobody set
+    is None ("no limit set"). Hours and USD used are the cost-so-far model's: the hours the GPU pool has been up, and
+    its cost.
     """
     if published:
         hours_limit, usd_limit = _limit(published.get("hours_limit")), _limit(published.get("usd_limit"))
@@ -354,8 +357,10 @@ def budget(
         nodes = published.get("gpu_nodes")
         source = topology.WAIT
     else:
-        hours_limit = _limit(getattr(spec, "budget_hours", None), limits.get("max_run_hours"))
-        usd_limit = _limit(getattr(spec, "budget_usd", None), limits.get("max_run_usd"))
+        planned = run_budget(
+            spec, Deployment(**{k: limits[k] for k in ("max_run_hours", "max_run_usd") if k in limits})
+        )
+        hours_limit, usd_limit = _limit(planned.hours), _limit(planned.usd)
         nodes_limit = _limit(limits.get("max_gpu_nodes_per_run"))
         nodes = None
         source = "settings" if any(x is not None for x in (hours_limit, usd_limit, nodes_limit)) else "none"

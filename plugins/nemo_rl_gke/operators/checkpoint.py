@@ -39,7 +39,13 @@ def final_step(context: Context, spec: RunSpec) -> int:
     step (``max_steps``, or the epoch cap below it) for a job that ran to its end."""
     waited = pull(context, WAIT) or pull(context, WAIT, JOB_STALLED) or {}
     step = waited.get("final_step")
-    return int(step) if step is not None else spec.final_step
+    if step is not None:
+        return int(step)
+    # lazy: the recipes load when a step is read, not at DAG parsing
+    from nemo_rl_gke.run.recipes import load_recipe
+    from nemo_rl_gke.run.steps import final_step as planned_final_step
+
+    return planned_final_step(spec, load_recipe(spec.recipe))
 
 
 class ValidateCheckpointOperator(StepOperator):

@@ -126,6 +126,7 @@ def submit_grpo_job(
     from nemo_rl_gke.run.deadline import BudgetSpentError, setup_reserve
     from nemo_rl_gke.run.deployment import ConnectionNotAllowedError
     from nemo_rl_gke.run.recipes import load_recipe
+    from nemo_rl_gke.run.steps import final_step
 
     recipe = load_recipe(spec.recipe)
     now = time.time()
@@ -165,7 +166,7 @@ def submit_grpo_job(
     ray = RayJobsHook.for_run(spec, operator.hook, operator.deployment)
     operator.log.info("Ray dashboard of RayCluster %s via %s", spec.raycluster_name, ray.address.via)
     operator.log.info("Job %s: %s", request.submission_id, request.entrypoint.splitlines()[-1])
-    mark_checkpoint_pending(operator, context, spec, spec.final_step)
+    mark_checkpoint_pending(operator, context, spec, final_step(spec, recipe))
     submission = ray.submit(request, secrets)
     # An adopted job (a retry after the worker died past its submit request) keeps the clock of its real start.
     started = iso_of(submission.started_at) if submission.started_at else iso_now()
@@ -372,7 +373,13 @@ class RayJobSensor(StepOperator):
             return {**result, "final_step": step, "converged_at": converged}
         if status == "success":
             final = event.get("final_step")
-            return {**result, "final_step": int(final) if final is not None else spec.final_step, "converged_at": None}
+            if final is None:
+                # lazy: the recipes load when a step is read, not at DAG parsing
+                from nemo_rl_gke.run.recipes import load_recipe
+                from nemo_rl_gke.run.steps import final_step
+
+                final = final_step(spec, load_recipe(spec.recipe))
+            return {**result, "final_step": int(final), "converged_at": None}
         if status == "budget" and stop and stop.get("lost"):
             lost = stop["lost"]
             self.log.error(

@@ -25,7 +25,7 @@ from nemo_rl_gke.run.conf_schema import EVAL_OFF
 from nemo_rl_gke.run.deployment import Deployment
 from nemo_rl_gke.run.ownership import PLANNED_RUN, Owner, lease_key
 from nemo_rl_gke.run.recipes import load_recipe
-from nemo_rl_gke.run.steps import step_budget
+from nemo_rl_gke.run.steps import final_step, step_budget
 
 if TYPE_CHECKING:
     from nemo_rl_gke.plan.api import ApiRequest
@@ -255,7 +255,7 @@ def checkpoint_requests(
     and exported.
     """
     resume_import = None
-    step: int | str = spec.final_step
+    step: int | str = final_step(spec, load_recipe(spec.recipe))
     if spec.resumes:
         source = f"gs://{spec.export_bucket_name}/{dag_id}/<the lineage's run>/"
         resume_import = lustre_import_request(spec, dag_id, run_id, source, LINEAGE_STEP)

@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nemo_rl_gke.run.budget import run_budget
 from nemo_rl_gke.run.conf_checks import _coerce, conf_findings
 from nemo_rl_gke.run.conf_schema import (
     GPU_PROFILES,
@@ -27,10 +26,7 @@ from nemo_rl_gke.run.conf_schema import (
     default_conf,  # noqa: F401 - re-exported: its many callers import it from here
     to_json,
 )
-from nemo_rl_gke.run.deployment import load_deployment
 from nemo_rl_gke.run.findings import ConfError
-from nemo_rl_gke.run.recipes import load_recipe
-from nemo_rl_gke.run.steps import step_budget
 from nemo_rl_gke.run.topology import RDMA_SUBNET_COUNT
 
 # The package's own folder in the export bucket holds the Ray logs (beside its checkpoint records and baselines).
@@ -294,24 +290,6 @@ class RunSpec(RunConf):
     def group_names(self) -> dict[str, str]:
         """The conf values that name the group's resources (recorded with its lease, so the sweeper can find them)."""
         return {name: str(getattr(self, name)) for name in GROUP_NAME_PARAMS}
-
-    @property
-    def final_step(self) -> int:
-        """The step the run's last checkpoint is saved at: NeMo RL saves at its last step, ``max_steps`` or the
-        recipe dataset's epoch cap when that comes first (:class:`~nemo_rl_gke.run.steps.StepBudget`)."""
-        budget = step_budget(self, load_recipe(self.recipe))
-        return budget.effective if budget is not None and budget.epoch_cap else self.max_steps
-
-    @property
-    def budget_hours(self) -> float | None:
-        """The hours this run may last under the deployment's settings as loaded now, its conf's lower limits and
-        the USD cap converted at the report's prices (None: no limit); :func:`nemo_rl_gke.run.budget.run_budget`."""
-        return run_budget(self, load_deployment()).hours
-
-    @property
-    def budget_usd(self) -> float | None:
-        """The USD this run may spend, likewise (None: no limit)."""
-        return run_budget(self, load_deployment()).usd
 
     def checkpoint_lustre_path(self, step: int) -> str:
         """A step's directory as a path on the Lustre filesystem (the PV mounts its root at /data)."""

@@ -1,7 +1,8 @@
 """How many GRPO steps a run's job takes: ``max_steps``, or fewer when the recipe dataset's epochs run out first.
 
-A fact about the run, derived from the RunSpec and its recipe (``RunSpec.final_step`` reads it); the NeMo RL rules
-check it, the plan prints it and the checkpoint steps validate the step it ends at.
+A fact about the run, derived from the RunSpec and its recipe (:func:`final_step`); the NeMo RL rules check it, the
+plan prints it and the checkpoint steps validate the step it ends at. The RunSpec itself reads no recipe: it is the
+conf, and what a recipe or the deployment adds is computed here and in :mod:`nemo_rl_gke.run.budget`.
 """
 
 from __future__ import annotations
@@ -92,6 +93,13 @@ def step_budget(spec: RunSpec, recipe: Recipe) -> StepBudget | None:
     if examples is None or isinstance(epochs, bool) or not isinstance(epochs, int) or not 1 <= epochs <= MAX_COUNT:
         return None
     return StepBudget(spec.max_steps, examples, cfg["grpo.num_prompts_per_step"], epochs, recipe.dataset)
+
+
+def final_step(spec: RunSpec, recipe: Recipe) -> int:
+    """The step the run's last checkpoint is saved at: NeMo RL saves at its last step, ``max_steps`` or the recipe
+    dataset's epoch cap when that comes first (:class:`StepBudget`)."""
+    budget = step_budget(spec, recipe)
+    return budget.effective if budget is not None and budget.epoch_cap else spec.max_steps
 
 
 def config_count(cfg: dict[str, Any], key: str) -> int | None:
