@@ -13,7 +13,7 @@ sweeper rebuilds them from there. A group is swept when its lease is this deploy
 For each swept group it takes the group's lease as its own run (the fingerprint lock makes it and a run starting on
 the group exclusive: whoever is first), then deletes in the topology's teardown order, a wave at a time: a deletion
 starts once every deletion it needs has finished. It decides what goes exactly as a run's teardown does
-(:func:`~nemo_rl_gke.gcp.resources.delete_verdict`, :func:`~nemo_rl_gke.gcp.resources.keep.kept_for_storage`): never
+(:func:`~nemo_rl_gke.gcp.resources.delete_verdict`, :func:`~nemo_rl_gke.decide.teardown.kept_for_storage`): never
 another deployment's or group's resource, or a foreign one, and never Lustre while it holds a checkpoint no export has
 copied (:mod:`nemo_rl_gke.gcp.pending`: any run's pending record keeps it), nor what Lustre needs. The Kubernetes
 objects and the node pool go with the cluster, so Lustre waits for the cluster instead of for them; when the cluster
@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from nemo_rl_gke.decide.teardown import storage_keys, sweep_verdict, unowned_reason
 from nemo_rl_gke.docs import SWEEPER_DAG_ID
 from nemo_rl_gke.observe.sweep_report import GroupReport, Kept, SweepReport
 from nemo_rl_gke.preflight.bounds import BOUND_RULES
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from nemo_rl_gke.gcp.hooks import GcpHook
     from nemo_rl_gke.gcp.operations import OperationRef
     from nemo_rl_gke.gcp.resources import Resource
+    from nemo_rl_gke.gcp.resources.lustre import LustreInstance
 
 log = logging.getLogger(__name__)
 
@@ -302,7 +304,7 @@ class Sweep:
         for key, value in actual.items():
             if value is not None:  # someone else's resource under the group's name: reported, never touched
                 group.resources[key] = ResourceSweep(
-                    key, found[key].label, outcomes.KEPT_UNOWNED, _unowned(found[key], value)
+                    key, found[key].label, outcomes.KEPT_UNOWNED, unowned_reason(found[key], value)
                 )
         removed = forget(hook, self.project, group.group, only_if=Lease.from_value(group.record))
         group.lease = "forgotten: nothing of the group was left" if removed else "changed since it was read: left"
@@ -322,22 +324,10 @@ class Sweep:
         """What the teardown of ``key`` does now, as a run's teardown decides it: (action, reason, owned); action
         ``deleted`` means it goes. ``lustre`` is the Lustre instance as it stands (None: gone, or going), ``records``
         its checkpoint records, ``mounted`` why a PV in the group's live cluster still names it ('' when none does)."""
-        # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
-        from nemo_rl_gke.gcp.resources import delete_verdict
-        from nemo_rl_gke.gcp.resources.keep import kept_for_storage
-
-        resource = found[key]
-        if actual is None:
-            return outcomes.ABSENT, "", False
-        owned = resource.owned(actual)
-        kept = kept_for_storage(key, found[topology.LUSTRE], lustre, run=self.run, records=records)  # type: ignore[arg-type]
-        if kept:
-            return kept[0], kept[1], owned
-        if key == topology.LUSTRE and mounted:
-            return outcomes.KEPT_FOR_LUSTRE, mounted, owned
-        # Used: the group has no live run, and the sweeper took it on as its own; ownership is still checked.
-        verdict = delete_verdict(resource, actual, used=True)
-        return verdict, _unowned(resource, actual) if verdict == outcomes.KEPT_UNOWNED else "", owned
+        lustre_resource: LustreInstance = found[topology.LUSTRE]  # type: ignore[assignment]
+        return sweep_verdict(
+            key, found[key], actual, lustre_resource, lustre, run=self.run, records=records, mounted=mounted
+        )
 
     # --- passes ---------------------------------------------------------------------------------------------------
     @property
@@ -476,7 +466,7 @@ class Sweep:
 
         resource = found[key]
         try:
-            lustre = found[topology.LUSTRE].get(hook) if key in _storage() else None
+            lustre = found[topology.LUSTRE].get(hook) if key in storage_keys() else None
             records: list[PendingCheckpoint] = []
             mounted = ""
             if key == topology.LUSTRE and lustre is not None:
@@ -593,15 +583,3 @@ def _in_order(group: GroupSweep) -> Iterator[ResourceSweep]:
         result = group.resources.get(deletion.deletes[0])
         if result is not None:
             yield result
-
-
-def _storage() -> frozenset[str]:
-    # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
-    from nemo_rl_gke.gcp.resources.keep import storage_keys
-
-    return storage_keys()
-
-
-def _unowned(resource: Resource, actual: Mapping[str, Any]) -> str:
-    found = resource.recorded_owner(dict(actual))
-    return f"it belongs to {found}" if found else f"no owner record of this package in its {resource.marker_where}"

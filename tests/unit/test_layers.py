@@ -12,7 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from nemo_rl_gke.layers import AIRFLOW_FREE_AT_IMPORT, GLUE, LAYERS, MAY_IMPORT, NO_AIRFLOW, layer_of
+from nemo_rl_gke.layers import (
+    AIRFLOW_FREE_AT_IMPORT,
+    DECIDED_IN_DECIDE,
+    GLUE,
+    GLUE_ORDER,
+    LAYERS,
+    MAY_IMPORT,
+    NO_AIRFLOW,
+    glue_stage,
+    layer_of,
+)
 
 PLUGINS = Path(__file__).resolve().parents[2] / "plugins"
 PKG = "nemo_rl_gke"
@@ -142,6 +152,63 @@ def test_no_import_goes_up_a_layer() -> None:
         and layer_of(e.imported) not in MAY_IMPORT[layer_of(e.importer)]
     ]
     assert not upward, "imports against nemo_rl_gke/layers.py's MAY_IMPORT:\n" + "\n".join(upward)
+
+
+def _glue_order_breaches(edges: list[Edge]) -> list[str]:
+    """Edges between staged glue modules that go back in GLUE_ORDER, or load a trigger into an operator at import."""
+    wrong = []
+    for e in edges:
+        if e.kind == "type_checking":
+            continue
+        importer, imported = glue_stage(e.importer), glue_stage(e.imported)
+        if importer is None or imported is None:
+            continue
+        if imported < importer:
+            wrong.append(f"{e} (goes back in GLUE_ORDER)")
+        elif imported > importer and e.kind == "module" and GLUE_ORDER[importer] == "operators":
+            wrong.append(f"{e} (an operator imports a trigger at module level)")
+    return wrong
+
+
+def _bypasses(module: str, path: Path) -> list[str]:
+    """The imports of a glue module that take a verdict past decide/ (DECIDED_IN_DECIDE)."""
+    if layer_of(module) != GLUE:
+        return []
+    found = []
+    for node, _ in _imports(module, path):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found += [f"{path.name}:{node.lineno} imports {node.module}.{a.name}" for a in node.names
+                      if f"{node.module}.{a.name}" in DECIDED_IN_DECIDE]  # fmt: skip
+    return found
+
+
+def test_the_glue_keeps_its_order_and_an_operator_loads_a_trigger_only_to_defer() -> None:
+    wrong = _glue_order_breaches(EDGES)
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_glue_takes_its_decisions_from_the_decisions_layer() -> None:
+    bypass = [b for module, path in MODULES.items() for b in _bypasses(module, path)]
+    assert not bypass, "the glue decides with an action's verdict; ask decide/ instead:\n" + "\n".join(bypass)
+
+
+def test_the_glue_rules_catch_what_they_name(tmp_path: Path) -> None:
+    here = Path(__file__)
+    op, trig, factory = f"{PKG}.operators.rayjob", f"{PKG}.triggers.rayjob", f"{PKG}.dag_factory"
+    breaches = _glue_order_breaches([
+        Edge(op, trig, here, 1, "module", False),  # a trigger loaded with the operator
+        Edge(trig, op, here, 2, "function", False),  # a trigger reaching back into an operator
+        Edge(op, factory, here, 3, "function", False),
+        Edge(op, trig, here, 4, "function", True),  # the deferral: allowed
+        Edge(factory, op, here, 5, "module", False),  # allowed
+    ])  # fmt: skip
+    assert [b.split(" (")[-1] for b in breaches] == [
+        "an operator imports a trigger at module level)", "goes back in GLUE_ORDER)", "goes back in GLUE_ORDER)"
+    ]  # fmt: skip
+    sneaky = tmp_path / "sweeper.py"
+    sneaky.write_text("def f():\n    from nemo_rl_gke.gcp.resources import delete_verdict\n")
+    assert _bypasses(f"{PKG}.sweeper", sneaky) == ["sweeper.py:2 imports nemo_rl_gke.gcp.resources.delete_verdict"]
+    assert _bypasses(f"{PKG}.decide.teardown", sneaky) == []
 
 
 def _cycles(edges: list[Edge]) -> list[list[str]]:

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from nemo_rl_gke.decide.teardown import kept_for_storage, storage_keys
 from nemo_rl_gke.gcp.resources import resources
-from nemo_rl_gke.gcp.resources.keep import kept_for_storage, storage_keys
 from nemo_rl_gke.observe.sweep_report import GroupReport, Kept, SweepReport
 from nemo_rl_gke.preflight.offline import check_conf
 from nemo_rl_gke.run import outcomes

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Context
 
 from nemo_rl_gke.airflow_compat import AirflowException, AirflowFailException
+from nemo_rl_gke.decide.teardown import kept_for_storage, lustre_goes, storage_keys
 from nemo_rl_gke.links import GCP_RESOURCE_LINKS
 from nemo_rl_gke.operators.base import StepOperator, pull
 from nemo_rl_gke.run import outcomes, topology
@@ -179,8 +180,7 @@ class DeleteGcpResourceOperator(_ResourceStep):
     def execute(self, context: Context) -> dict[str, str]:
         """Delete the resource when the policy, ownership and checkpoints allow; defer on the delete operation."""
         # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
-        from nemo_rl_gke.gcp.resources import delete_resource, delete_verdict
-        from nemo_rl_gke.gcp.resources.keep import kept_for_storage, storage_keys
+        from nemo_rl_gke.gcp.resources import delete_resource
 
         spec = self.run_spec(context)
         resource = self.resource(context, spec)
@@ -214,9 +214,8 @@ class DeleteGcpResourceOperator(_ResourceStep):
 
                     found["pending"] = pending_rows(records)  # type: ignore[assignment]
                 self.keep(context, found, kept[1])
-            goes = delete_verdict(resource, lustre_actual, used=used) == outcomes.DELETED
-            if self.resource_key == topology.LUSTRE and lustre_actual is not None and goes:
-                self.forget_records(spec, lustre_actual)
+            if self.resource_key == topology.LUSTRE and lustre_goes(lustre, lustre_actual, used=used):
+                self.forget_records(spec, lustre_actual)  # type: ignore[arg-type]
         outcome = delete_resource(resource, self.hook, used=used)
         if outcome.action in outcomes.KEPT:
             self.keep(context, self.result(resource, outcome.action), f"{self.describe(resource)}: {outcome.reason}")
