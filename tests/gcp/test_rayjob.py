@@ -432,7 +432,11 @@ def test_a_converged_job_runs_to_its_next_save_and_is_stopped_as_a_success(
     ray = _ray(ray_spec, ray_hook)
     ray.submit(_request("nemo-rl-converge-1", f"python -c {_quoted(CONVERGING_SCRIPT)}"), {})
     recorder = _Recorder()
-    trigger = _trigger(ray.address, "nemo-rl-converge-1", zero_learning_steps=2)
+    # The trigger as the triggerer loads it: serialized (the kwargs test_trigger_serializes_exactly_and_round_trips
+    # pins), through JSON as Airflow stores it, and built again; its stop rules then decide (decide/job_stop.py).
+    classpath, kwargs = _trigger(ray.address, "nemo-rl-converge-1", zero_learning_steps=2).serialize()
+    assert classpath == CLASSPATH
+    trigger = RayJobTrigger(**json.loads(json.dumps(kwargs)))
     trigger._log = recorder
     started = time.monotonic()
     event = asyncio.run(first_event(trigger))

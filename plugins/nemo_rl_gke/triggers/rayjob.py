@@ -42,6 +42,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from nemo_rl_gke.airflow_compat import get_async_connection
+from nemo_rl_gke.decide import job_stop
+from nemo_rl_gke.decide.job_stop import TERMINAL
 from nemo_rl_gke.kube.errors import KubeApiError, is_kube_transient
 from nemo_rl_gke.observe import driver_log, step_store
 from nemo_rl_gke.observe.metrics import LogFollower, newest_save, save_in_progress, saved_after
@@ -50,7 +52,7 @@ from nemo_rl_gke.observe.report import budget_stop_text
 from nemo_rl_gke.observe.step_timing import mean_step_time, progress_mark, stall_after
 from nemo_rl_gke.observe.zero_learning import ZeroLearningVerdict, check_zero_learning
 from nemo_rl_gke.ray.errors import RayJobsApiError, RayJobsTransientError, RayTlsError
-from nemo_rl_gke.run.deadline import STOP, STOP_AT_NEXT_SAVE, Limit, RunClock
+from nemo_rl_gke.run.deadline import STOP_AT_NEXT_SAVE, Limit, RunClock
 from nemo_rl_gke.triggers.clients import RAY, client_module
 from nemo_rl_gke.triggers.log_position import LogPositions
 from nemo_rl_gke.triggers.metrics_store import MetricsStore
@@ -60,7 +62,6 @@ if TYPE_CHECKING:
     from nemo_rl_gke.ray.async_hooks import RayJobsAsyncHook
 
 CLASSPATH = "nemo_rl_gke.triggers.rayjob.RayJobTrigger"
-TERMINAL = {"SUCCEEDED": "success", "FAILED": "failed", "STOPPED": "stopped"}
 TAIL_LINES = 30
 # The event is logged as one line, and its tail ends up in the task's failure message: both stay under 8 KB (UTF-8).
 TAIL_MAX_BYTES = 2500
@@ -497,16 +498,18 @@ class RayJobTrigger(BaseTrigger):
         self.log.info("%s", driver_log.following_line(self.submission_id, self._logged_until))
 
     async def _poll(self) -> TriggerEvent:
-        failures, job_status = 0, "UNKNOWN"
+        failures, job_status, info = 0, "UNKNOWN", {}
         await self._load_secrets()
         await self._start_following()
         async with self._ray:
             while True:
+                verdict: ZeroLearningVerdict | None = None
+                saved: int | None = None
                 try:
-                    info = await self._status_when_due(time.time())
-                    if info is None:
+                    found = await self._status_when_due(time.time())
+                    if found is None:
                         return await self._event("error", f"Ray job {self.submission_id} does not exist", job_status)
-                    job_status = str(info.get("status", "UNKNOWN"))
+                    info, job_status = found, str(found.get("status", "UNKNOWN"))
                     verdict, saved = await self._read_log(terminal=job_status in TERMINAL)
                     self._observe(time.time())
                     failures = 0
@@ -524,46 +527,135 @@ class RayJobTrigger(BaseTrigger):
                         self.submission_id,
                         self._redactor.redact(str(exc)),
                     )
-                else:
-                    if job_status in TERMINAL:
-                        await asyncio.to_thread(self._flush_logs)
-                        metrics = self.follower.metrics
-                        if job_status == "SUCCEEDED" and metrics.timeout_reached:
-                            saved = newest_save(metrics.steps)
-                            stop = self._stop_record(time.time(), saved)
-                            message = f"{self._budget_text(stop)}: the job saved step {saved} and exited by itself "
-                            message += "at NeMo RL's checkpoint_must_save_by"
-                            return await self._event("budget", message, job_status, verdict, saved, stop=stop)
-                        return await self._event(TERMINAL[job_status], _end_message(info), job_status, verdict)
-                    if verdict is not None and verdict.stops_now:
-                        outcome = await self._stop()
-                        message = f"{verdict.message} Ray job {self.submission_id}: {outcome}."
-                        return await self._event("zero_learning", message, job_status, verdict)
-                    if verdict is not None and not self._converged_logged:
-                        # Said once, also when the save came in the same read (a stream chunk can hold both).
-                        self._converged_logged = True
-                        wait = " Waiting for the next checkpoint save." if saved is None else ""
-                        self.log.info("%s%s", verdict.message, wait)
-                    if saved is not None:
-                        assert verdict is not None
-                        outcome = await self._stop()
-                        message = (
-                            f"Converged at step {verdict.decided_at}; checkpoint step {saved} is saved. "
-                            f"Ray job {self.submission_id}: {outcome}."
-                        )
-                        return await self._event("converged", message, job_status, verdict, saved)
-                watched = await self._watch(job_status)
-                if watched is not None:
-                    return watched
-                remaining = self.started_at + self.timeout - time.time()
-                if remaining <= 0:
-                    outcome = await self._stop()
-                    message = f"Ray job {self.submission_id} ran past the {self.timeout:.0f}s job timeout; {outcome}"
-                    return await self._event("timeout", message, job_status)
+                if job_status in TERMINAL:
+                    await asyncio.to_thread(self._flush_logs)
+                now = time.time()
+                reading = self._reading(now, job_status, verdict, saved)
+                decision = job_stop.decide(reading)
+                if decision is not None:
+                    return await self._act(decision, now, reading, info, verdict)
+                remaining = reading.job_time_left_s
                 wait = self._status_due - time.time()
                 if self._ray.stream_state(self.submission_id) == "live":
                     wait = min(wait, self.poll_interval)  # the pushed log is read at the poll interval
                 await asyncio.sleep(max(0.0, min(wait, remaining)))
+
+    def _reading(
+        self, now: float, job_status: str, verdict: ZeroLearningVerdict | None, saved: int | None
+    ) -> job_stop.Reading:
+        """What this poll read, for :func:`~nemo_rl_gke.decide.job_stop.decide`; says once what the run's
+        progress, convergence and deadline mean as they appear."""
+        metrics = self.follower.metrics
+        if verdict is not None and not verdict.stops_now and not self._converged_logged:
+            # Said once, also when the save came in the same read (a stream chunk can hold both).
+            self._converged_logged = True
+            self.log.info("%s%s", verdict.message, " Waiting for the next checkpoint save." if saved is None else "")
+        mark = progress_mark(metrics)
+        if mark != self._progress:
+            self._progress, self._progress_at = mark, now
+        running = job_status not in TERMINAL
+        no_learning = verdict is not None and verdict.stops_now
+        converged_save = saved if verdict is not None and not no_learning else None
+        # The clock is asked only when nothing before it in the rules' order ends the wait (it says what it sees).
+        asks_clock = running and self.clock.deadline is not None and not no_learning and converged_save is None
+        clock, near_save = self._clock_decision(now) if asks_clock else (None, None)
+        return job_stop.Reading(
+            status=job_status,
+            exited_at_own_deadline=metrics.timeout_reached,
+            no_learning=no_learning,
+            converged_save=converged_save,
+            clock=clock,
+            save_since_near=near_save,
+            stalled=running and now - self._progress_at >= stall_after(metrics.steps, self.stall_after_s),
+            job_time_left_s=self.started_at + self.timeout - now,
+        )
+
+    def _clock_decision(self, now: float) -> tuple[str, int | None]:
+        """The run clock's decision (:meth:`~nemo_rl_gke.run.deadline.RunClock.decide`) and, once the stop is to come
+        at the job's next save, that save when it has finished; says once when the deadline passed with the job's own
+        save still to come, and when the stop comes near."""
+        steps = self.follower.metrics.steps
+        stop_at = self.clock.stop_at(self._setup_done_at)
+        deadline = self.clock.deadline
+        assert deadline is not None
+        if now >= deadline.at and stop_at > deadline.at and not self._overrun_said:
+            self._overrun_said = True
+            self.log.warning(
+                "Ray job %s: %s has passed; waiting up to %.0fs more for the job's own deadline save (the "
+                "deployment's budget_overrun_minutes)", self.submission_id, self.clock.limit_text(), stop_at - now,
+            )  # fmt: skip
+        decision = self.clock.decide(
+            now,
+            setup_done_at=self._setup_done_at,
+            mean_step_s=mean_step_time(steps),
+            save_begun=save_in_progress(steps),
+        )
+        if decision != STOP_AT_NEXT_SAVE:
+            return decision, None
+        if self._budget_near_index is None:
+            self._budget_near_index = max(len(steps) - 1, 0)
+            self.log.info(
+                "Ray job %s: %.0fs left before the stop %s sets; stopping it at its next save", self.submission_id,
+                stop_at - now, self.clock.limit_text(),
+            )  # fmt: skip
+        return decision, saved_after(steps, self._budget_near_index)
+
+    async def _act(
+        self,
+        decision: job_stop.Decision,
+        now: float,
+        reading: job_stop.Reading,
+        info: Mapping[str, Any],
+        verdict: ZeroLearningVerdict | None,
+    ) -> TriggerEvent:
+        """Stop the job when the rule says so, and send the rule's event with its message."""
+        outcome = await self._stop() if decision.stops_job else ""
+        rule, status, job = decision.rule, reading.status, f"Ray job {self.submission_id}"
+        steps = self.follower.metrics.steps
+        if rule is job_stop.Rule.FINISHED:
+            return await self._event(TERMINAL[status], _end_message(dict(info)), status, verdict)
+        if rule is job_stop.Rule.ZERO_LEARNING:
+            assert verdict is not None
+            return await self._event("zero_learning", f"{verdict.message} {job}: {outcome}.", status, verdict)
+        if rule is job_stop.Rule.CONVERGED:
+            assert verdict is not None
+            saved = reading.converged_save
+            message = f"Converged at step {verdict.decided_at}; checkpoint step {saved} is saved. {job}: {outcome}."
+            return await self._event("converged", message, status, verdict, saved)
+        if rule is job_stop.Rule.STALLED:
+            return await self._event("stalled", self._stall_text(now, outcome), status, None, newest_save(steps))
+        if rule is job_stop.Rule.TIMEOUT:
+            message = f"{job} ran past the {self.timeout:.0f}s job timeout; {outcome}"
+            return await self._event("timeout", message, status)
+        # The budget rules: the stop record (which limit, the USD then, what was lost) goes with the event.
+        saved = reading.save_since_near if rule is job_stop.Rule.DEADLINE_AT_SAVE else newest_save(steps)
+        stop = self._stop_record(now, saved)
+        if rule is job_stop.Rule.OWN_DEADLINE_SAVE:
+            message = f"{self._budget_text(stop)}: the job saved step {saved} and exited by itself at NeMo RL's "
+            message += "checkpoint_must_save_by"
+            return await self._event("budget", message, status, verdict, saved, stop=stop)
+        if rule is job_stop.Rule.DEADLINE_AT_SAVE:
+            message = f"{self._budget_text(stop)}: checkpoint step {saved} is saved. {job}: {outcome}."
+            return await self._event("budget", message, status, None, saved, stop=stop)
+        message = f"{self._budget_text(stop)}: the deadline ({self.clock.limit_text()}) is reached; newest saved "
+        message += f"step {saved}. {job}: {outcome}."
+        if stop["lost"]:
+            lost = stop["lost"]
+            message += f" {lost['steps']} step(s) and {lost['gpu_hours']:.2f} GPU-hours were lost: {lost['why']}."
+        return await self._event("budget", message, status, None, saved, stop=stop)
+
+    def _stall_text(self, now: float, outcome: str) -> str:
+        """The stalled job's message: where it stopped, for how long, the bound, and its newest save."""
+        metrics = self.follower.metrics
+        done = metrics.completed_steps
+        at = done[-1].label if done else "0 (no step completed)"
+        saved = newest_save(metrics.steps)
+        kept = f"newest saved step {saved}" if saved is not None else "no checkpoint was saved"
+        bound = stall_after(metrics.steps, self.stall_after_s)
+        return (
+            f"stalled at step {at}: no new step in the log for {now - self._progress_at:.0f}s (the bound is "
+            f"{bound:.0f}s); {kept}. Ray job {self.submission_id}: {outcome}."
+        )
 
     async def _status_when_due(self, now: float) -> dict[str, Any] | None:
         """The job's details (None: Ray has no such job), asked of Ray only when due. The log is pushed, and Ray
@@ -653,80 +745,6 @@ class RayJobTrigger(BaseTrigger):
             "setup_done_at": self._setup_done_at,
             "lost": loss.to_dict() if (saved is None or lost_steps) else None,
         }
-
-    async def _watch(self, job_status: str) -> TriggerEvent | None:
-        """The run's clock and the stall rule on a running job: the event that ends the wait, or None to go on."""
-        if job_status in TERMINAL:
-            return None
-        now = time.time()
-        steps = self.follower.metrics.steps
-        mark = progress_mark(self.follower.metrics)
-        if mark != self._progress:
-            self._progress, self._progress_at = mark, now
-        if self.clock.deadline is not None:
-            event = await self._watch_clock(now, job_status)
-            if event is not None:
-                return event
-        bound = stall_after(steps, self.stall_after_s)
-        if now - self._progress_at >= bound:
-            outcome = await self._stop()
-            done = self.follower.metrics.completed_steps
-            at = done[-1].label if done else "0 (no step completed)"
-            saved = newest_save(steps)
-            kept = f"newest saved step {saved}" if saved is not None else "no checkpoint was saved"
-            message = (
-                f"stalled at step {at}: no new step in the log for {now - self._progress_at:.0f}s (the bound is "
-                f"{bound:.0f}s); {kept}. Ray job {self.submission_id}: {outcome}."
-            )
-            return await self._event("stalled", message, job_status, None, saved)
-        return None
-
-    async def _watch_clock(self, now: float, job_status: str) -> TriggerEvent | None:
-        """Act on the clock's decision (:meth:`~nemo_rl_gke.run.deadline.RunClock.decide`): stop the job now, or at
-        its next save, or go on."""
-        steps = self.follower.metrics.steps
-        stop_at = self.clock.stop_at(self._setup_done_at)
-        deadline = self.clock.deadline
-        assert deadline is not None
-        if now >= deadline.at and stop_at > deadline.at and not self._overrun_said:
-            self._overrun_said = True
-            self.log.warning(
-                "Ray job %s: %s has passed; waiting up to %.0fs more for the job's own deadline save (the "
-                "deployment's budget_overrun_minutes)", self.submission_id, self.clock.limit_text(), stop_at - now,
-            )  # fmt: skip
-        decision = self.clock.decide(
-            now,
-            setup_done_at=self._setup_done_at,
-            mean_step_s=mean_step_time(steps),
-            save_begun=save_in_progress(steps),
-        )
-        if decision == STOP:
-            outcome = await self._stop()
-            saved = newest_save(steps)
-            stop = self._stop_record(now, saved)
-            message = f"{self._budget_text(stop)}: the deadline ({self.clock.limit_text()}) is reached; newest saved "
-            message += f"step {saved}. Ray job {self.submission_id}: {outcome}."
-            if stop["lost"]:
-                lost = stop["lost"]
-                message += f" {lost['steps']} step(s) and {lost['gpu_hours']:.2f} GPU-hours were lost: {lost['why']}."
-            return await self._event("budget", message, job_status, None, saved, stop=stop)
-        if decision != STOP_AT_NEXT_SAVE:
-            return None
-        if self._budget_near_index is None:
-            self._budget_near_index = max(len(steps) - 1, 0)
-            self.log.info(
-                "Ray job %s: %.0fs left before the stop %s sets; stopping it at its next save", self.submission_id,
-                stop_at - now, self.clock.limit_text(),
-            )  # fmt: skip
-        saved = saved_after(steps, self._budget_near_index)
-        if saved is None:
-            return None
-        outcome = await self._stop()
-        stop = self._stop_record(now, saved)
-        message = (
-            f"{self._budget_text(stop)}: checkpoint step {saved} is saved. Ray job {self.submission_id}: {outcome}."
-        )
-        return await self._event("budget", message, job_status, None, saved, stop=stop)
 
     async def on_kill(self) -> None:
         """The user marked the task failed/success or cleared it: stop the job (cleanup() never does)."""
