@@ -16,18 +16,9 @@ from typing import TYPE_CHECKING, Any
 from nemo_rl_gke.gcp.resources import resources
 from nemo_rl_gke.kube.client import KubeHook, ObjectRef
 from nemo_rl_gke.kube.validation import validate_manifest
-from nemo_rl_gke.plan.manifests import (
-    LUSTRE_IP_PLACEHOLDER,
-    LUSTRE_STORAGE_TEMPLATE,
-    NETWORK_MAPPING_TEMPLATE,
-    RAYCLUSTER_TEMPLATE,
-    load_nccl_installer,
-    raycluster_context,
-    render_template,
-)
+from nemo_rl_gke.plan.manifests import LUSTRE_IP_PLACEHOLDER, load_nccl_installer, rendered_group
 from nemo_rl_gke.run.ownership import RUN_KEY, Owner, owner_from_labels, reader
-from nemo_rl_gke.run.recipes import load_recipe
-from nemo_rl_gke.run.topology import LUSTRE, LUSTRE_STORAGE, NCCL_INSTALLER, NETWORK_MAPPING, RAYCLUSTER, kube_groups
+from nemo_rl_gke.run.topology import LUSTRE, NCCL_INSTALLER, kube_groups
 
 if TYPE_CHECKING:
     from nemo_rl_gke.gcp.hooks import GcpHook
@@ -83,14 +74,7 @@ def group_objects(
     """
     if group == NCCL_INSTALLER:
         return load_nccl_installer(spec, owner, deployment)
-    if group == NETWORK_MAPPING:
-        return render_template(NETWORK_MAPPING_TEMPLATE, spec=spec, owner=owner)
-    if group == LUSTRE_STORAGE:
-        return render_template(LUSTRE_STORAGE_TEMPLATE, spec=spec, owner=owner, lustre_ip=lustre_address)
-    if group == RAYCLUSTER:
-        image = load_recipe(spec.recipe).image_for(spec)
-        return render_template(RAYCLUSTER_TEMPLATE, spec=spec, owner=owner, **raycluster_context(spec, image))
-    raise ValueError(f"unknown Kubernetes object group {group!r}; one of {', '.join(GROUPS)}")
+    return rendered_group(spec, group, owner, lustre_ip=lustre_address)
 
 
 def _recorded_owner(obj: dict[str, Any]) -> Owner | None:

@@ -154,18 +154,29 @@ def render_manifests(spec: RunSpec, image: str, owner: Owner, lustre_ip: str = L
     ``image`` is the NeMo RL image resolved from the recipe. ``lustre_ip`` is the address part of the Lustre
     instance's mountPoint; plan mode leaves the placeholder.
     """
-    # Each group's template in apply order, with what it needs besides the spec and the owner.
-    needs: dict[str, dict[str, Any]] = {
-        LUSTRE_STORAGE: {"lustre_ip": lustre_ip},
-        RAYCLUSTER: raycluster_context(spec, image),
-    }
     manifests: list[Manifest] = []
     for group, template in TEMPLATES.items():
         if group == NCCL_INSTALLER and spec.nccl_installer_source != "bundled":
             continue  # read at apply time from its source
-        objects = render_template(template, spec=spec, owner=owner, **needs.get(group, {}))
-        manifests += [Manifest(template, obj) for obj in objects]
+        manifests += [Manifest(template, obj) for obj in rendered_group(spec, group, owner, image, lustre_ip)]
     return manifests
+
+
+def rendered_group(
+    spec: RunSpec, group: str, owner: Owner, image: str | None = None, lustre_ip: str = LUSTRE_IP_PLACEHOLDER
+) -> list[dict[str, Any]]:
+    """The objects of one group of the topology rendered from its template, with what that template needs besides
+    the spec and the owner (the one place a group finds its template: the plan and the apply both ask here). The
+    NCCL installer renders its bundled template; :func:`load_nccl_installer` reads any other source. ``image``: the
+    recipe's NeMo RL image when None."""
+    if group not in TEMPLATES:
+        raise ValueError(f"unknown Kubernetes object group {group!r}; one of {', '.join(TEMPLATES)}")
+    needs: dict[str, Any] = {}
+    if group == LUSTRE_STORAGE:
+        needs = {"lustre_ip": lustre_ip}
+    elif group == RAYCLUSTER:
+        needs = raycluster_context(spec, image or load_recipe(spec.recipe).image_for(spec))
+    return render_template(TEMPLATES[group], spec=spec, owner=owner, **needs)
 
 
 def raycluster_context(spec: RunSpec, image: str) -> dict[str, Any]:
@@ -284,7 +295,7 @@ def load_nccl_installer(
     deployment = deployment or Deployment()
     source = spec.nccl_installer_source
     if source == "bundled":
-        return render_template(NCCL_INSTALLER_TEMPLATE, spec=spec, owner=owner)
+        return rendered_group(spec, NCCL_INSTALLER, owner)
     problem = installer_source_problem(source, deployment)
     if problem:
         raise ManifestSourceError(f"nccl_installer_source is not allowed: {problem}")
