@@ -1,6 +1,7 @@
-"""What the plan prints is what the actions send: every create the resources send to the sandbox, and the Lustre
-export and import the checkpoint steps send, carry exactly the body the plan shows for that step (the sandbox's call
-log records the JSON each call came with).
+"""What the plan prints is what the actions send: every create and every delete the resources send to the sandbox,
+the PATCHes of a connection another run group shares, and the Lustre export and import the checkpoint steps send,
+carry exactly the path and body the plan shows for that step (the sandbox's call log records the JSON each call came
+with).
 
 Values only the cloud knows are placeholders in the plan, and filled in here as the run fills them in: the project
 number (Service Networking's network path) and the peering range's CIDR that Google picked.
@@ -8,6 +9,7 @@ number (Service Networking's network path) and the peering range's CIDR that Goo
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -17,7 +19,7 @@ from nemo_rl_gke.gcp.hooks import GcpHook
 from nemo_rl_gke.gcp.resources import resources
 from nemo_rl_gke.plan.build import build_plan
 from nemo_rl_gke.plan.networks import PEERING_CIDR_PLACEHOLDER
-from nemo_rl_gke.plan.peering import PROJECT_NUMBER_PLACEHOLDER
+from nemo_rl_gke.plan.peering import OTHER_RANGES_PLACEHOLDER, PROJECT_NUMBER_PLACEHOLDER
 from nemo_rl_gke.plan.transfers import import_source, lustre_import_request
 from nemo_rl_gke.run import topology as t
 from nemo_rl_gke.run.recipes import load_recipe
@@ -104,3 +106,63 @@ def test_every_create_and_the_lustre_transfers_send_the_plans_bodies(
     [sent] = _sent(sandbox, since)
     assert sent["path"] == request.path and sent["body"] == request.body
     assert sent["body"]["gcsPath"]["uri"] == spec.export_prefix(DAG, RUN)
+
+    # Teardown, in the topology's order: each delete sends the method, path and body the plan's teardown prints.
+    teardown = printed["teardown"]["steps"]
+    deleted = 0
+    for step in t.teardown_steps():
+        for key in (k for k in step.deletes if k in found):
+            since = last_seq(sandbox)
+            operation = found[key].delete(hook)
+            if operation is not None:
+                assert not wait_for(hook, operation).failed, key
+            [sent] = [c for c in sandbox.calls(since) if c["method"] in ("DELETE", "POST", "PATCH")]
+            [planned_step] = [
+                s for s in teardown
+                if s["task_id"] == step.task_id and "instead" not in s["note"]
+                and s["target"].split(" (")[0].split("?")[0] == sent["path"]
+            ]  # fmt: skip
+            assert sent["method"] == planned_step["action"], (key, sent["method"], planned_step)
+            assert (sent["body"] or None) == _filled(planned_step["body"], number, ""), key
+            deleted += 1
+    assert deleted == len([k for step in t.teardown_steps() for k in step.deletes if k in found])
+
+
+def test_a_shared_connection_gets_the_plans_patches_to_add_and_take_out_only_this_groups_range(
+    sandbox: SandboxProcess, hook: GcpHook, spec: RunSpec
+) -> None:
+    # Another run group's connection is on the VPC already: this group's create is the plan's join PATCH with that
+    # group's range in place of the placeholder, and its delete the plan's leave PATCH.
+    other = dataclasses.replace(spec, lustre_name="nemo-rl-lustre-b", cluster_name="nemo-rl-cluster-b")
+    assert other.peering_range != spec.peering_range and other.network == spec.network
+    theirs = resources(other, build_plan(other, dag_id=DAG, run_id="manual__b").owner)
+    ours = resources(spec, build_plan(spec, dag_id=DAG, run_id=RUN).owner)
+    for resource in (theirs[t.NET], theirs[t.PEERING_RANGE], theirs[t.PEERING], ours[t.PEERING_RANGE]):
+        ensure_done(resource, hook, adopt_existing=True)
+    printed = build_plan(spec, dag_id=DAG, run_id=RUN).to_dict()
+    [join] = [r for r in printed["gcp_requests"] if r.get("when")]
+    [leave] = [s for s in printed["teardown"]["steps"] if "instead" in s.get("note", "")]
+    number = hook.project_number(spec.project)
+
+    since = last_seq(sandbox)
+    ensure_done(ours[t.PEERING], hook)
+    [patch] = _sent(sandbox, since, "PATCH")
+    assert patch["path"] == join["path"].split("?")[0]
+    assert patch["body"] == _filled(_others(join["body"], [other.peering_range]), number, "")
+
+    since = last_seq(sandbox)
+    operation = ours[t.PEERING].delete(hook)
+    assert operation is not None and not wait_for(hook, operation).failed
+    [patch] = _sent(sandbox, since, "PATCH")
+    assert (patch["method"], patch["path"]) == (leave["action"], leave["target"].split(" (")[0].split("?")[0])
+    assert patch["body"] == _filled(_others(leave["body"], [other.peering_range]), number, "")
+    # Only this group's range left the connection.
+    assert ours[t.PEERING].connection(hook)["reservedPeeringRanges"] == [other.peering_range]
+
+
+def _others(body: dict[str, Any], ranges: list[str]) -> dict[str, Any]:
+    """A join or leave body with the connection's other ranges in place of their placeholder."""
+    listed: list[str] = []
+    for item in body["reservedPeeringRanges"]:
+        listed += ranges if item == OTHER_RANGES_PLACEHOLDER else [item]
+    return {**body, "reservedPeeringRanges": listed}

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from nemo_rl_gke.plan.build import build_plan
+from nemo_rl_gke.plan.build import SHARED_WHEN, build_plan
 from nemo_rl_gke.run import topology
 from nemo_rl_gke.run.conf_schema import CAPACITIES, RESERVATION_CAPACITY
 from nemo_rl_gke.run.deployment import Deployment
@@ -33,9 +33,11 @@ def test_requests_come_in_dependency_order(plan) -> None:
         "projects.get",
         "services.connections.list",
         "services.connections.create",
+        "services.connections.patch",  # instead of the create, when another run group's connection exists
         "firewalls.insert",
         "projects.locations.instances.create",
     ]
+    assert [p.when for p in plan.requests if p.when] == [SHARED_WHEN]
     cluster = [m for s, m, _ in order if s == "cluster"]
     assert cluster == ["projects.locations.clusters.create", "projects.locations.clusters.nodePools.create"]
     assert sum(m == "subnetworks.insert" for _, m, _ in order) == 9

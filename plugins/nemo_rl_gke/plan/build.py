@@ -37,12 +37,19 @@ DEFAULT_DAG_ID = "nemo_rl_grpo_gke"
 LINEAGE_STEP = "<lineage step>"
 
 
+# When a shared object's create and delete are PATCHes instead (the VPC's connection, another run group's).
+SHARED_WHEN = "instead, when the VPC's connection exists (another run group's): our range added to it"
+SHARED_DELETE_WHEN = "instead, while other run groups' ranges stay on the connection: only ours taken out"
+
+
 @dataclass(frozen=True)
 class PlannedRequest:
-    """A GCP request with the provisioning stage it belongs to."""
+    """A GCP request with the provisioning stage it belongs to, and when it is sent ('' always; else instead of the
+    request before it, when that holds)."""
 
     stage: str
     request: ApiRequest
+    when: str = ""
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,7 @@ class TeardownStep:
     target: str
     performed: bool
     note: str = ""
+    body: dict[str, Any] | None = None  # what the request carries, when it carries anything
 
 
 @dataclass(frozen=True)
@@ -115,7 +123,9 @@ class Plan:
             },
             "bounds": self.bounds,
             "training": _training(self.spec),
-            "gcp_requests": [{"stage": p.stage, **p.request.to_dict()} for p in self.requests],
+            "gcp_requests": [
+                {"stage": p.stage, **p.request.to_dict(), **({"when": p.when} if p.when else {})} for p in self.requests
+            ],
             "manifests": [{"source": m.template, "object": m.obj} for m in self.manifests],
             "nccl_installer_source": self.installer_source,
             "ray_job": self.job.to_dict(),
@@ -154,6 +164,8 @@ class Plan:
                 stage = planned.stage
                 out.append(f"   [{stage}]")
             out.append(f"   {n:2}. {req.http_method} {req.path}  ({req.service} {req.method}: {req.resource})")
+            if planned.when:
+                out.append(f"       ({planned.when})")
             if req.body is not None:
                 out += ["         " + line for line in json.dumps(req.body, indent=2).splitlines()]
         out += ["", f"2. Kubernetes objects ({len(self.manifests)}), applied server-side in this order"]
@@ -184,6 +196,8 @@ class Plan:
             mark = "[delete]" if step.performed else "[keep]  "
             note = f"  ({step.note})" if step.note else ""
             out.append(f"   {n:2}. {mark} {step.action} {step.target}{note}")
+            if step.body is not None:
+                out += ["         " + line for line in json.dumps(step.body, indent=2).splitlines()]
         return "\n".join([*out, "", *self._checkpoint_text()]) + "\n"
 
     def _checkpoint_text(self) -> list[str]:
@@ -242,7 +256,12 @@ def _request_text(req: ApiRequest) -> list[str]:
 
 def gcp_requests(spec: RunSpec, owner: Owner) -> list[PlannedRequest]:
     """Provisioning requests in the topology's creation order, each tagged with its stage."""
-    return [PlannedRequest(s.stage, request) for s in provision_requests(spec, owner).values() for request in s.planned]
+    planned = []
+    for s in provision_requests(spec, owner).values():
+        planned += [PlannedRequest(s.stage, request) for request in s.planned]
+        if s.shared is not None:
+            planned.append(PlannedRequest(s.stage, s.shared[0], SHARED_WHEN))
+    return planned
 
 
 def checkpoint_requests(
@@ -309,7 +328,14 @@ def teardown_steps(spec: RunSpec, manifests: list[Manifest], owner: Owner) -> li
             req = found[target].delete
             note = lustre_note if target == topology.LUSTRE else ""
             target_text = f"{req.path} ({req.resource})"
-            steps.append(TeardownStep(teardown.task_id, req.http_method, target_text, performed, note))
+            steps.append(TeardownStep(teardown.task_id, req.http_method, target_text, performed, note, req.body))
+            shared = found[target].shared
+            if shared is not None:
+                leave = shared[1]
+                text = f"{leave.path} ({leave.resource})"
+                steps.append(
+                    TeardownStep(teardown.task_id, leave.http_method, text, performed, SHARED_DELETE_WHEN, leave.body)
+                )
     return steps
 
 

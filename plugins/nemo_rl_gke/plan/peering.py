@@ -11,7 +11,7 @@ dicts checked against the discovery documents bundled with google-api-python-cli
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from google.cloud import compute_v1
 
@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from nemo_rl_gke.run.spec import RunSpec
 
 PROJECT_NUMBER_PLACEHOLDER = "<PROJECT_NUMBER>"
+# The ranges other run groups have on the VPC's one connection: known only once the run has read it.
+OTHER_RANGES_PLACEHOLDER = "<the connection's other ranges>"
 PEERING_SERVICE = "servicenetworking.googleapis.com"
 SERVICE_PARENT = f"services/{PEERING_SERVICE}"
 # "-" stands for "the connection of this consumer network", which deleteConnection names in its body (gcloud.md §5).
@@ -126,6 +128,27 @@ def connection_ranges_request(spec: RunSpec, project_number: str, ranges: list[s
         params={"name": CONNECTION_NAME, "updateMask": RANGES_MASK, "force": "true"},
         body={"network": spec.consumer_network_path(project_number), "reservedPeeringRanges": list(ranges)},
     )
+
+
+def connection_join_request(spec: RunSpec, project_number: str = PROJECT_NUMBER_PLACEHOLDER) -> ApiRequest:
+    """The create when the VPC's connection exists already (another run group's, FACTS §13): our range added to its
+    ranges (printed with :data:`OTHER_RANGES_PLACEHOLDER` for the ones it has)."""
+    return connection_ranges_request(spec, project_number, [OTHER_RANGES_PLACEHOLDER, spec.peering_range])
+
+
+def connection_leave_request(spec: RunSpec, project_number: str = PROJECT_NUMBER_PLACEHOLDER) -> ApiRequest:
+    """The delete while other run groups' ranges stay on the connection: only ours taken out."""
+    return connection_ranges_request(spec, project_number, [OTHER_RANGES_PLACEHOLDER])
+
+
+def filled_ranges(request: ApiRequest, others: list[str]) -> dict[str, Any]:
+    """A join or leave request's body with the connection's other ranges in place of their placeholder (what the
+    run sends once it has read them)."""
+    body = dict(request.body or {})
+    ranges: list[str] = []
+    for item in body.get("reservedPeeringRanges") or []:
+        ranges += list(others) if item == OTHER_RANGES_PLACEHOLDER else [item]
+    return {**body, "reservedPeeringRanges": ranges}
 
 
 def peering_range_delete_request(spec: RunSpec) -> ApiRequest:

@@ -35,6 +35,8 @@ from nemo_rl_gke.plan.peering import (
     PROJECT_NUMBER_PLACEHOLDER,
     connection_create_request,
     connection_delete_request,
+    connection_join_request,
+    connection_leave_request,
     connection_list_request,
     peering_range_delete_request,
     peering_range_request,
@@ -58,6 +60,8 @@ class StepRequests:
     :param create: the create request; its message is sent and its body is the drift reference.
     :param delete: the delete request.
     :param lookups: the reads the create makes before it (the peering's project number and connections).
+    :param shared: the create and the delete instead, when the object is shared with other run groups (the VPC's one
+        Service Networking connection: our range added to it, and only ours taken out again).
     """
 
     key: str
@@ -66,6 +70,7 @@ class StepRequests:
     create: ApiRequest
     delete: ApiRequest
     lookups: tuple[ApiRequest, ...] = ()
+    shared: tuple[ApiRequest, ApiRequest] | None = None
 
     @property
     def stage(self) -> str:
@@ -139,6 +144,7 @@ def provision_requests(spec: RunSpec, owner: Owner) -> dict[str, StepRequests]:
             connection_create_request(spec, PROJECT_NUMBER_PLACEHOLDER),
             connection_delete_request(spec, PROJECT_NUMBER_PLACEHOLDER),
             lookups=(project_request(spec), connection_list_request(spec)),
+            shared=(connection_join_request(spec), connection_leave_request(spec)),
         ),
         StepRequests(
             t.LUSTRE_FW,

@@ -18,7 +18,9 @@ from nemo_rl_gke.plan.peering import (
     SERVICE_PARENT,
     connection_create_request,
     connection_delete_request,
-    connection_ranges_request,
+    connection_join_request,
+    connection_leave_request,
+    filled_ranges,
 )
 
 if TYPE_CHECKING:
@@ -89,14 +91,15 @@ class PeeringConnection(Resource):
             body = connection_create_request(self.spec, number).body
             request = connections.create(parent=SERVICE_PARENT, body=body)
         else:
-            ranges = [*(existing.get("reservedPeeringRanges") or []), self.spec.peering_range]
-            request = self._set_ranges(hook, number, ranges)
+            others = [r for r in existing.get("reservedPeeringRanges") or [] if r != self.spec.peering_range]
+            request = self._set_ranges(hook, number, connection_join_request(self.spec, number), others)
         operation = hook.execute(request, what=f"create {self.label}")
         return OperationRef("servicenetworking", f"/v1/{operation['name']}", LONGRUNNING, self.label)
 
-    def _set_ranges(self, hook: GcpHook, number: str, ranges: list[str]) -> Any:
-        body = connection_ranges_request(self.spec, number, ranges).body
+    def _set_ranges(self, hook: GcpHook, number: str, planned: ApiRequest, others: list[str]) -> Any:
+        """The plan's join or leave PATCH, with the connection's other ranges it read."""
         connections = hook.servicenetworking.services().connections()
+        body = filled_ranges(planned, others)
         return connections.patch(name=CONNECTION_NAME, updateMask=RANGES_MASK, force=True, body=body)
 
     def delete(self, hook: GcpHook) -> OperationRef | None:
@@ -111,7 +114,8 @@ class PeeringConnection(Resource):
         number = hook.project_number(self.spec.project)
         others = [r for r in connection.get("reservedPeeringRanges") or [] if r != self.spec.peering_range]
         if others:
-            operation = hook.execute(self._set_ranges(hook, number, others), what=f"release {self.label}")
+            leave = self._set_ranges(hook, number, connection_leave_request(self.spec, number), others)
+            operation = hook.execute(leave, what=f"release {self.label}")
             return OperationRef("servicenetworking", f"/v1/{operation['name']}", LONGRUNNING, self.label)
         body = connection_delete_request(self.spec, number).body
         request = hook.servicenetworking.services().connections().deleteConnection(name=ANY_CONNECTION, body=body)
