@@ -249,6 +249,18 @@ class Config:
             self.enabled_services = [str(s) for s in seed["enabled_services"]]
         for record in seed.get("reservations", []):
             self.add_reservation(Reservation.from_seed(record, at))
+        self._apply_numbers(seed)
+        for record in seed.get("buckets", []):
+            bucket = Bucket.from_seed(record, at)
+            self.buckets[bucket.name] = bucket
+        for project, denied in seed.get("iam_denied", {}).items():
+            self.iam_denied[str(project)] = sorted({str(p) for p in denied})
+        if "kuberay_conditions" in seed:
+            self.kuberay_conditions = bool(seed["kuberay_conditions"])
+        self._apply_gke_settings(seed)
+
+    def _apply_numbers(self, seed: dict[str, Any]) -> None:
+        """The latencies and the quotas a seed upserts (the preemptible GPU quotas it replaces)."""
         for kind, seconds in seed.get("latency_seconds", {}).items():
             self.latency_seconds[str(kind)] = float(seconds)
         for metric, limit in seed.get("quotas", {}).items():
@@ -259,14 +271,6 @@ class Config:
             self.preemptible_gpu_family_quotas = {
                 str(family): float(limit) for family, limit in seed["preemptible_gpu_family_quotas"].items()
             }
-        for record in seed.get("buckets", []):
-            bucket = Bucket.from_seed(record, at)
-            self.buckets[bucket.name] = bucket
-        for project, denied in seed.get("iam_denied", {}).items():
-            self.iam_denied[str(project)] = sorted({str(p) for p in denied})
-        if "kuberay_conditions" in seed:
-            self.kuberay_conditions = bool(seed["kuberay_conditions"])
-        self._apply_gke_settings(seed)
 
     def _apply_gke_settings(self, seed: dict[str, Any]) -> None:
         """The GPU capacity model's settings and GKE's default version."""

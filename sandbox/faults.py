@@ -125,19 +125,7 @@ class Faults:
         match = spec.get("match", {})
         if not isinstance(match, dict) or set(match) - MATCH_KEYS:
             raise FaultSpecError(f"match must be an object with keys among {sorted(MATCH_KEYS)}")
-        status, operation, delay_s = spec.get("status"), spec.get("operation"), spec.get("delay_s")
-        if [status, operation, delay_s].count(None) != 2:
-            raise FaultSpecError(
-                "give exactly one of status (an HTTP code), operation (error or hang) and delay_s (seconds)"
-            )
-        if delay_s is not None and (
-            isinstance(delay_s, bool) or not isinstance(delay_s, int | float) or not 0 < delay_s <= MAX_DELAY_S
-        ):
-            raise FaultSpecError(f"delay_s must be a number of seconds in (0, {MAX_DELAY_S:g}], got {delay_s!r}")
-        if status is not None and not (isinstance(status, int) and 400 <= status <= 599):
-            raise FaultSpecError(f"status must be an HTTP error code 400-599, got {status!r}")
-        if operation is not None and operation not in OPERATION_FAULTS:
-            raise FaultSpecError(f"operation must be one of {OPERATION_FAULTS}, got {operation!r}")
+        status, operation, delay_s = _effect(spec)
         error_status = spec.get("error_status")
         if error_status is not None and error_status not in RPC_CODES:
             raise FaultSpecError(f"error_status must be a google.rpc code name, got {error_status!r}")
@@ -218,3 +206,21 @@ class Faults:
                 fault.seen += 1
                 if fault is applied:
                     fault.fired += 1
+
+
+def _effect(spec: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """A fault's one effect, checked: an HTTP status, an operation fault, or a delay (the other two None)."""
+    status, operation, delay_s = spec.get("status"), spec.get("operation"), spec.get("delay_s")
+    if [status, operation, delay_s].count(None) != 2:
+        raise FaultSpecError(
+            "give exactly one of status (an HTTP code), operation (error or hang) and delay_s (seconds)"
+        )
+    if delay_s is not None and (
+        isinstance(delay_s, bool) or not isinstance(delay_s, int | float) or not 0 < delay_s <= MAX_DELAY_S
+    ):
+        raise FaultSpecError(f"delay_s must be a number of seconds in (0, {MAX_DELAY_S:g}], got {delay_s!r}")
+    if status is not None and not (isinstance(status, int) and 400 <= status <= 599):
+        raise FaultSpecError(f"status must be an HTTP error code 400-599, got {status!r}")
+    if operation is not None and operation not in OPERATION_FAULTS:
+        raise FaultSpecError(f"operation must be one of {OPERATION_FAULTS}, got {operation!r}")
+    return status, operation, delay_s

@@ -440,7 +440,6 @@ class KubeApi:
         text = raw.decode("utf-8", errors="replace")
         fault_id = None
         held = None
-        status = 200
         logged = False
 
         def log_call(status: int, error: str | None) -> None:
@@ -467,27 +466,7 @@ class KubeApi:
                 raise KubeError(fault.status or 500, "InternalError", fault.message or f"Injected fault {fault.id}")
             cluster = self.cluster_for(request.app[CLUSTER_ID])
             kube_nodes.sync(cluster, self.store, self.kuberay.capacity)
-            target = _resolve_request(request)
-            if isinstance(target, web.Response):
-                response = target  # /openapi/...: kube-openapi's handlers (sandbox.kube_openapi)
-            elif isinstance(target, dict):
-                response = web.json_response(target)
-            elif target.plural == "services" and target.sub[:1] == ("proxy",):
-                response = await self._proxy(request, cluster, target, raw)
-            elif (view := await self._view(request, cluster, target)) is not None:
-                response = view  # pods/log, reviews, read-only nodes
-            elif request.method == "GET" and request.query.get("watch") in ("1", "true") and not target.sub:
-                # Logged when the stream starts, as an audit log's ResponseStarted: a watch can last many minutes.
-                response = await self._watch(request, cluster, target, lambda: log_call(200, None))
-                logged = True
-            else:
-                fault = self.faults.operation_fault(request.method, request.path, request.query_string, text)
-                status, body = self._dispatch(request, cluster, target, raw, fault)
-                if fault is not None:
-                    self.faults.operation_started(request.method, request.path, request.query_string, fault, text)
-                    fault_id = fault.id
-                response = kube_table.respond(request, target.group_version, target.plural, body, status)
-                kube_openapi.add_warnings(request, response)
+            response, logged, fault_id = await self._route(request, cluster, raw, text, lambda: log_call(200, None))
             held = self.faults.delay_fault(request.method, request.path, request.query_string, text)
         except KubeError as exc:
             response = web.json_response(exc.status(), status=exc.code)
@@ -497,6 +476,31 @@ class KubeApi:
             # The call has taken effect (and is in the call log); only its answer waits.
             await asyncio.sleep(held.delay_s)
         return response
+
+    async def _route(
+        self, request: web.Request, cluster: KubeCluster, raw: bytes, text: str, log_started: Any
+    ) -> tuple[web.StreamResponse, bool, str | None]:
+        """The answer to an authenticated request: the response, whether the call is logged already (a watch is,
+        when its stream starts), and the operation fault that fired (None: none)."""
+        target = _resolve_request(request)
+        if isinstance(target, web.Response):
+            return target, False, None  # /openapi/...: kube-openapi's handlers (sandbox.kube_openapi)
+        if isinstance(target, dict):
+            return web.json_response(target), False, None
+        if target.plural == "services" and target.sub[:1] == ("proxy",):
+            return await self._proxy(request, cluster, target, raw), False, None
+        if (view := await self._view(request, cluster, target)) is not None:
+            return view, False, None  # pods/log, reviews, read-only nodes
+        if request.method == "GET" and request.query.get("watch") in ("1", "true") and not target.sub:
+            # Logged when the stream starts, as an audit log's ResponseStarted: a watch can last many minutes.
+            return await self._watch(request, cluster, target, log_started), True, None
+        fault = self.faults.operation_fault(request.method, request.path, request.query_string, text)
+        status, body = self._dispatch(request, cluster, target, raw, fault)
+        if fault is not None:
+            self.faults.operation_started(request.method, request.path, request.query_string, fault, text)
+        response = kube_table.respond(request, target.group_version, target.plural, body, status)
+        kube_openapi.add_warnings(request, response)
+        return response, False, None if fault is None else fault.id
 
     def _dispatch(
         self, request: web.Request, cluster: KubeCluster, target: Target, raw: bytes, fault: Any

@@ -389,21 +389,25 @@ class _Comparer:
             for key in {**old_map, **new_map}:
                 self.walk(old_map.get(key, _MISSING), new_map.get(key, _MISSING), (*names, key), (*path, f"f:{key}"))
         else:
-            kind = shape.list_type(names)
-            old_items = dict(_items(old if isinstance(old, list) else [], kind))
-            new_items = dict(_items(new if isinstance(new, list) else [], kind))
-            for element in {**old_items, **new_items}:
-                before, after = old_items.get(element, _MISSING), new_items.get(element, _MISSING)
-                if kind.relationship == "map":
-                    self.walk(before, after, names, (*path, element))
-                elif before is _MISSING:
-                    out.added.add((*path, element))
-                elif after is _MISSING:
-                    out.removed.add((*path, element))
+            self._walk_list(old, new, names, path)
         if old is _MISSING:
             out.added.add(path)
         elif new is _MISSING:
             out.removed.add(path)
+
+    def _walk_list(self, old: Any, new: Any, names: tuple[str, ...], path: Path) -> None:
+        """A list's items: an associative list's item by item (their fields walked), a set's element by element."""
+        kind = self.shape.list_type(names)
+        old_items = dict(_items(old if isinstance(old, list) else [], kind))
+        new_items = dict(_items(new if isinstance(new, list) else [], kind))
+        for element in {**old_items, **new_items}:
+            before, after = old_items.get(element, _MISSING), new_items.get(element, _MISSING)
+            if kind.relationship == "map":
+                self.walk(before, after, names, (*path, element))
+            elif before is _MISSING:
+                self.out.added.add((*path, element))
+            elif after is _MISSING:
+                self.out.removed.add((*path, element))
 
 
 def merge(live: Any, config: Any, shape: Shape, names: tuple[str, ...] = ()) -> Any:

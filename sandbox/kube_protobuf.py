@@ -151,33 +151,38 @@ def message(data: bytes, name: str) -> dict[str, Any]:
                 f"the sandbox does not decode field {number} of {name} from protobuf: send application/json",
             )
         key, kind = schema[number]
-        where = f"{name}.{key}"
-        if kind in {"bool", "int"}:
-            if not isinstance(value, int):
-                raise KubeError(400, "BadRequest", f"{where}: expected a varint")
-            if value or kind == "bool":
-                out[key] = bool(value) if kind == "bool" else value
-        elif kind == "string":
-            if text := _bytes(value, where).decode():
-                out[key] = text
-        elif kind == "time":
-            seconds = dict(fields(_bytes(value, where))).get(1, 0)
-            if isinstance(seconds, int) and seconds:
-                out[key] = datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        elif kind == "bytes":
-            out[key] = base64.b64encode(_bytes(value, where)).decode()
-        elif kind in ("map", "map-bytes"):
-            entry = dict(fields(_bytes(value, where)))
-            item_key = _bytes(entry.get(1, b""), where).decode()
-            raw = _bytes(entry.get(2, b""), where)
-            out.setdefault(key, {})[item_key] = raw.decode() if kind == "map" else base64.b64encode(raw).decode()
-        elif kind == "strings":
-            out.setdefault(key, []).append(_bytes(value, where).decode())
-        elif kind.startswith("["):
-            out.setdefault(key, []).append(message(_bytes(value, where), kind[1:-1]))
-        else:
-            out[key] = message(_bytes(value, where), kind)
+        _put(out, key, kind, value, f"{name}.{key}")
     return out
+
+
+def _put(out: dict[str, Any], key: str, kind: str, value: int | bytes, where: str) -> None:
+    """One decoded field into its message's JSON object: scalars (proto3 defaults left out, as JSON leaves them),
+    a time as RFC 3339, bytes as base64, a map entry, a repeated string or message, or a nested message."""
+    if kind in {"bool", "int"}:
+        if not isinstance(value, int):
+            raise KubeError(400, "BadRequest", f"{where}: expected a varint")
+        if value or kind == "bool":
+            out[key] = bool(value) if kind == "bool" else value
+    elif kind == "string":
+        if text := _bytes(value, where).decode():
+            out[key] = text
+    elif kind == "time":
+        seconds = dict(fields(_bytes(value, where))).get(1, 0)
+        if isinstance(seconds, int) and seconds:
+            out[key] = datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    elif kind == "bytes":
+        out[key] = base64.b64encode(_bytes(value, where)).decode()
+    elif kind in ("map", "map-bytes"):
+        entry = dict(fields(_bytes(value, where)))
+        item_key = _bytes(entry.get(1, b""), where).decode()
+        raw = _bytes(entry.get(2, b""), where)
+        out.setdefault(key, {})[item_key] = raw.decode() if kind == "map" else base64.b64encode(raw).decode()
+    elif kind == "strings":
+        out.setdefault(key, []).append(_bytes(value, where).decode())
+    elif kind.startswith("["):
+        out.setdefault(key, []).append(message(_bytes(value, where), kind[1:-1]))
+    else:
+        out[key] = message(_bytes(value, where), kind)
 
 
 def decode(raw: bytes) -> dict[str, Any]:

@@ -239,19 +239,7 @@ class Store:
                 operation.error = ApiError("NOT_FOUND", missing).to_record()
         failed = operation.outcome != "ok"
         for key in effect.ready:
-            resource = self.resources.get(key)
-            if resource is None or resource.op != operation.id:
-                continue
-            resource.op = None
-            if not failed:
-                resource.phase = "ready"
-                operation.snapshot = operation.snapshot or copy.deepcopy(resource.body)
-                for hook in self.on_ready:
-                    hook(resource)
-            elif resource.keep_on_error:
-                resource.phase = "error"
-            else:
-                self.remove(key)
+            self._settle_made(operation, key, failed)
         for key in effect.remove:
             resource = self.resources.get(key)
             if resource is None:
@@ -263,3 +251,19 @@ class Store:
             else:
                 self.remove(key)
         operation.finished = operation.end
+
+    def _settle_made(self, operation: Operation, key: str, failed: bool) -> None:
+        """A resource the operation made: ready (its hooks told), in ERROR when it keeps a failed create, else gone."""
+        resource = self.resources.get(key)
+        if resource is None or resource.op != operation.id:
+            return
+        resource.op = None
+        if not failed:
+            resource.phase = "ready"
+            operation.snapshot = operation.snapshot or copy.deepcopy(resource.body)
+            for hook in self.on_ready:
+                hook(resource)
+        elif resource.keep_on_error:
+            resource.phase = "error"
+        else:
+            self.remove(key)

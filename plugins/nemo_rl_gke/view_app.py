@@ -86,10 +86,7 @@ class StoreCache:
         )
         if not heads:
             return []
-        cached = self._runs.pop((dag_id, run_id), {})
-        self._runs[(dag_id, run_id)] = cached
-        while len(self._runs) > self._limit:
-            self._runs.popitem(last=False)
+        cached = self._touch(dag_id, run_id)
         wanted = {}
         for head in heads:
             for index, key in enumerate(step_store.chunk_keys(head)):
@@ -105,16 +102,30 @@ class StoreCache:
                     fresh[(submission, index)] = steps
                     if closed:
                         cached[(submission, index)] = steps
-        out = []
-        for head in heads:
-            steps: list[StepMetrics] = []
-            for index in range(head["chunks"]):
-                chunk = cached.get((head["submission_id"], index)) or fresh.get((head["submission_id"], index))
-                if chunk is None:
-                    break  # a save still being written: the head before it is what the next poll shows
-                steps += chunk
-            out.append(step_store.from_steps(head, steps))
-        return out
+        return [self._assembled(head, cached, fresh) for head in heads]
+
+    def _touch(self, dag_id: str, run_id: str) -> dict[tuple[str, int], list[StepMetrics]]:
+        """The run's cached chunks, the run moved to the newest end (the oldest run beyond the bound goes)."""
+        cached = self._runs.pop((dag_id, run_id), {})
+        self._runs[(dag_id, run_id)] = cached
+        while len(self._runs) > self._limit:
+            self._runs.popitem(last=False)
+        return cached
+
+    @staticmethod
+    def _assembled(
+        head: dict[str, Any],
+        cached: dict[tuple[str, int], list[StepMetrics]],
+        fresh: dict[tuple[str, int], list[StepMetrics]],
+    ) -> RunMetrics:
+        """One attempt's metrics from its chunks, up to the first one not there yet."""
+        steps: list[StepMetrics] = []
+        for index in range(head["chunks"]):
+            chunk = cached.get((head["submission_id"], index)) or fresh.get((head["submission_id"], index))
+            if chunk is None:
+                break  # a save still being written: the head before it is what the next poll shows
+            steps += chunk
+        return step_store.from_steps(head, steps)
 
 
 STORE_CACHE = StoreCache()

@@ -369,19 +369,29 @@ def _leaves(value: Any, path: str = "") -> Iterator[tuple[str, Any]]:
 
 
 def _check_names(planned: Any) -> list[str]:
-    problems = []
+    """The names in one planned request: its path's segments and query, and its body's names, labels and numbers."""
     request = planned.request
-    parts = urlsplit(request.path)
+    return _path_problems(request.path) + _body_problems(request)
+
+
+def _path_problems(path: str) -> list[str]:
+    problems = []
+    parts = urlsplit(path)
     segments = parts.path.strip("/").split("/")
     for name, value in itertools.pairwise(segments):
         grammar = PATH_GRAMMAR.get(name)
         if name == "locations" and not (REGION.fullmatch(value) or ZONE.fullmatch(value)):
-            problems.append(f"location {value!r} in {request.path}")
+            problems.append(f"location {value!r} in {path}")
         if grammar is not None and value != "<PROJECT_NUMBER>" and not grammar.fullmatch(value):
-            problems.append(f"{name} name {value!r} in {request.path}")
+            problems.append(f"{name} name {value!r} in {path}")
     for key, values in parse_qs(parts.query).items():
         if key == "instanceId" and not RFC1035.fullmatch(values[0]):
             problems.append(f"Lustre instance id {values[0]!r}")
+    return problems
+
+
+def _body_problems(request: Any) -> list[str]:
+    problems = []
     for path, value in _leaves(request.body or {}):
         field = path.rsplit(".", 1)[-1]
         if field == "name" and request.service == "compute" and not RFC1035.fullmatch(str(value)):
@@ -390,12 +400,10 @@ def _check_names(planned: Any) -> list[str]:
             problems.append(f"Lustre filesystem {value!r}")
         if isinstance(value, float):
             problems.append(f"float {value!r} at {path} of {request.method}")
-    for body in [request.body or {}]:
-        for path, value in _leaves(body):
-            if ".resourceLabels." in path + "." or ".labels." in path + ".":
-                label = path.rsplit(".", 1)[-1]
-                if not LABEL.fullmatch(label) or not LABEL_VALUE.fullmatch(str(value)):
-                    problems.append(f"label {label}={value!r}")
+        if ".resourceLabels." in path + "." or ".labels." in path + ".":
+            label = path.rsplit(".", 1)[-1]
+            if not LABEL.fullmatch(label) or not LABEL_VALUE.fullmatch(str(value)):
+                problems.append(f"label {label}={value!r}")
     return problems
 
 
@@ -425,20 +433,7 @@ def plan_problems(spec: RunSpec) -> list[str]:
     for label, value in plan.owner.labels.items():
         if not LABEL.fullmatch(label) or not LABEL_VALUE.fullmatch(value):
             problems.append(f"label {label}={value!r}")
-    step = final_step(spec, load_recipe(spec.recipe))
-    if type(step) is not int:
-        problems.append(f"final step {step!r} is not an int")
-    if not re.fullmatch(r"/[A-Za-z0-9_./-]*/step_[0-9]+", spec.checkpoint_lustre_path(step)):
-        problems.append(f"checkpoint path {spec.checkpoint_lustre_path(step)!r}")
-    if not re.fullmatch(
-        r"gs://[a-z0-9._-]+/fuzz/r1(/[A-Za-z0-9_.-]+)*/step_[0-9]+/", spec.export_uri("fuzz", "r1", step)
-    ) or not spec.export_uri("fuzz", "r1", step).endswith(spec.checkpoint_lustre_path(step) + "/"):
-        problems.append(f"export uri {spec.export_uri('fuzz', 'r1', step)!r}")
-    for stage, param in STAGE_TIMEOUT_PARAM.items():
-        timeout = getattr(spec, param)
-        if type(timeout) is not int or not 1 <= timeout <= param_schema(param)["maximum"]:
-            problems.append(f"{stage} timeout {timeout!r}")
-        timedelta(seconds=timeout + BACKSTOP_S)  # would raise OverflowError at deferral
+    problems += _step_and_timing_problems(spec)
     poll = spec.poll_interval_s
     if not (isinstance(poll, float) and math.isfinite(poll) and POLL_MIN_S <= poll <= 600):
         problems.append(f"poll interval {poll!r}")
@@ -453,6 +448,26 @@ def plan_problems(spec: RunSpec) -> list[str]:
     if RunSpec.from_conf(spec.to_conf()) != spec:
         problems.append("the spec does not survive its XCom round trip")
     json.dumps(plan.to_dict(), allow_nan=False)
+    return problems
+
+
+def _step_and_timing_problems(spec: RunSpec) -> list[str]:
+    """The final step, where its checkpoint lives and is exported, and every stage's timeout."""
+    problems = []
+    step = final_step(spec, load_recipe(spec.recipe))
+    if type(step) is not int:
+        problems.append(f"final step {step!r} is not an int")
+    if not re.fullmatch(r"/[A-Za-z0-9_./-]*/step_[0-9]+", spec.checkpoint_lustre_path(step)):
+        problems.append(f"checkpoint path {spec.checkpoint_lustre_path(step)!r}")
+    if not re.fullmatch(
+        r"gs://[a-z0-9._-]+/fuzz/r1(/[A-Za-z0-9_.-]+)*/step_[0-9]+/", spec.export_uri("fuzz", "r1", step)
+    ) or not spec.export_uri("fuzz", "r1", step).endswith(spec.checkpoint_lustre_path(step) + "/"):
+        problems.append(f"export uri {spec.export_uri('fuzz', 'r1', step)!r}")
+    for stage, param in STAGE_TIMEOUT_PARAM.items():
+        timeout = getattr(spec, param)
+        if type(timeout) is not int or not 1 <= timeout <= param_schema(param)["maximum"]:
+            problems.append(f"{stage} timeout {timeout!r}")
+        timedelta(seconds=timeout + BACKSTOP_S)  # would raise OverflowError at deferral
     return problems
 
 

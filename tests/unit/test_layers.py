@@ -244,16 +244,21 @@ def _cycles(edges: list[Edge]) -> list[list[str]]:
             if work:
                 low[work[-1][0]] = min(low[work[-1][0]], low[node])
             if low[node] == index[node]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.append(member)
-                    if member == node:
-                        break
+                component = _pop_component(stack, on_stack, node)
                 if len(component) > 1:
                     found.append(sorted(component))
     return found
+
+
+def _pop_component(stack: list[str], on_stack: set[str], root: str) -> list[str]:
+    """Tarjan's component of ``root``: the stack popped down to it."""
+    component = []
+    while True:
+        member = stack.pop()
+        on_stack.discard(member)
+        component.append(member)
+        if member == root:
+            return component
 
 
 def test_the_cycle_finder_finds_a_cycle() -> None:

@@ -23,6 +23,15 @@ def metadata_problem(metadata: Any, classes: Mapping[tuple[str, str], Any]) -> s
     items = getattr(metadata, "state_dict_metadata", None)
     if not isinstance(items, dict):
         return f"state_dict_metadata is a {type(items).__name__}, not a dict"
+    problem = _items_problem(items, tensor_cls, bytes_cls, chunk_cls)
+    storage = getattr(metadata, "storage_data", None)
+    if problem is not None or not isinstance(storage, dict):
+        return problem  # a storage_data that is no dict: check_storage says so, in the words it always has
+    return _storage_problem(storage, index_cls, info_cls)
+
+
+def _items_problem(items: dict[Any, Any], tensor_cls: Any, bytes_cls: Any, chunk_cls: Any) -> str | None:
+    """Why a state_dict_metadata entry is not a tensor's size and chunk list (or bytes), or None."""
     for fqn, item in items.items():
         if not isinstance(fqn, str):
             return f"a state_dict_metadata key is a {type(fqn).__name__}, not a string"
@@ -38,9 +47,11 @@ def metadata_problem(metadata: Any, classes: Mapping[tuple[str, str], Any]) -> s
                 is_dims(getattr(chunk, "offsets", None)) and is_dims(getattr(chunk, "sizes", None))
             ):
                 return f"{clip(fqn)} has a chunk without valid offsets and sizes"
-    storage = getattr(metadata, "storage_data", None)
-    if not isinstance(storage, dict):
-        return None  # check_storage says so, in the words it always has
+    return None
+
+
+def _storage_problem(storage: dict[Any, Any], index_cls: Any, info_cls: Any) -> str | None:
+    """Why a storage_data entry is not an index (fqn, offset) to a file name, an offset and a length, or None."""
     for index, info in storage.items():
         offset = getattr(index, "offset", None)
         if type(index) is not index_cls or not isinstance(getattr(index, "fqn", None), str):

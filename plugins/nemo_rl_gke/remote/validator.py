@@ -111,27 +111,7 @@ class Validator(SafetensorsChecks):
         expected = self.expect.step
         final = expected if expected is not None else (steps[-1] if steps else None)
 
-        for n in tmps:
-            if self.expect.stopped and final is not None and n > final:
-                self.report.notes.append(f"tmp_step_{n}: the save the stop after step {final} cut short")
-                continue
-            if n not in steps and (n == final or not steps):
-                reason = (
-                    f"the save of step {n} did not finish: tmp_step_{n} was never renamed to step_{n} "
-                    "(NeMo RL renames it only after the weights, optimizer, tokenizer and dataloader are written)"
-                )
-            else:
-                reason = (
-                    f"leftover tmp_step_{n}: a save of step {n} started but did not finish, so the run did not "
-                    "end cleanly"
-                )
-            self.problem("step", self.root / f"tmp_step_{n}", reason)
-        for n in olds:
-            self.problem(
-                "step",
-                self.root / f"old_step_{n}",
-                f"leftover old_step_{n}: finalize_checkpoint was interrupted while replacing step_{n}",
-            )
+        self.unfinished_saves(steps, tmps, olds, final)
 
         listing = ", ".join(f"step_{n}" for n in steps) or "no step_* directory"
         if final is None:
@@ -155,6 +135,31 @@ class Validator(SafetensorsChecks):
                 "run's checkpoints, and NeMo RL would have resumed from the newest",
             )
         return self.root / f"step_{final}"
+
+    def unfinished_saves(self, steps: list[int], tmps: list[int], olds: list[int], final: int | None) -> None:
+        """Report each unfinished save: a tmp_step_N never renamed (unless the stop cut it short after the final
+        step), an old_step_N left by an interrupted finalize."""
+        for n in tmps:
+            if self.expect.stopped and final is not None and n > final:
+                self.report.notes.append(f"tmp_step_{n}: the save the stop after step {final} cut short")
+                continue
+            if n not in steps and (n == final or not steps):
+                reason = (
+                    f"the save of step {n} did not finish: tmp_step_{n} was never renamed to step_{n} "
+                    "(NeMo RL renames it only after the weights, optimizer, tokenizer and dataloader are written)"
+                )
+            else:
+                reason = (
+                    f"leftover tmp_step_{n}: a save of step {n} started but did not finish, so the run did not "
+                    "end cleanly"
+                )
+            self.problem("step", self.root / f"tmp_step_{n}", reason)
+        for n in olds:
+            self.problem(
+                "step",
+                self.root / f"old_step_{n}",
+                f"leftover old_step_{n}: finalize_checkpoint was interrupted while replacing step_{n}",
+            )
 
     # --- config.yaml and training_info.json -----------------------------------------------------------------
 

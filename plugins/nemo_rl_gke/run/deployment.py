@@ -248,17 +248,7 @@ class Deployment:
                 f"alert_conn_ids has {', '.join(repr(str(i)[:80]) for i in bad)}: each must be a connection id of "
                 "letters, digits, '_', '.' or '-' (comma-separated; empty for logging only)"
             )
-        if self.ray_dashboard_url:
-            parts = urlsplit(self.ray_dashboard_url)
-            if parts.scheme not in ("https", "http") or not parts.hostname or parts.username is not None:
-                problems.append("ray_dashboard_url must be an https:// URL without credentials (or empty)")
-            elif parts.scheme == "http" and not is_loopback_url(self.ray_dashboard_url):
-                # Refused now, not at the first submit after the infrastructure was built.
-                problems.append("ray_dashboard_url is plain http off loopback: use https (http only for the sandbox)")
-        for entry in self.nccl_installer_allowlist:
-            problem = installer_url_problem(entry, (entry,))
-            if problem or urlsplit(entry).query:
-                problems.append(f"nccl_installer_allowlist entry {entry[:80]!r} is not a plain https URL")
+        problems += self._url_problems()
         for name in ("max_run_hours", "max_run_usd", "max_gpu_hour_usd"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
@@ -270,6 +260,22 @@ class Deployment:
                 f"got {str(value)[:40]!r}"
             )
         return problems + self._bound_problems()
+
+    def _url_problems(self) -> list[str]:
+        """The Ray dashboard URL and the NCCL installer allowlist: https, no credentials, no query."""
+        problems = []
+        if self.ray_dashboard_url:
+            parts = urlsplit(self.ray_dashboard_url)
+            if parts.scheme not in ("https", "http") or not parts.hostname or parts.username is not None:
+                problems.append("ray_dashboard_url must be an https:// URL without credentials (or empty)")
+            elif parts.scheme == "http" and not is_loopback_url(self.ray_dashboard_url):
+                # Refused now, not at the first submit after the infrastructure was built.
+                problems.append("ray_dashboard_url is plain http off loopback: use https (http only for the sandbox)")
+        for entry in self.nccl_installer_allowlist:
+            problem = installer_url_problem(entry, (entry,))
+            if problem or urlsplit(entry).query:
+                problems.append(f"nccl_installer_allowlist entry {entry[:80]!r} is not a plain https URL")
+        return problems
 
     def _bound_problems(self) -> list[str]:
         problems = []
