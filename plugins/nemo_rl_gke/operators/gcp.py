@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Context
 
 from nemo_rl_gke.airflow_compat import AirflowException, AirflowFailException
-from nemo_rl_gke.decide.teardown import kept_for_storage, lustre_goes, storage_keys
 from nemo_rl_gke.links import GCP_RESOURCE_LINKS
 from nemo_rl_gke.operators.base import StepOperator, pull
 from nemo_rl_gke.run import outcomes, topology
@@ -180,6 +179,7 @@ class DeleteGcpResourceOperator(_ResourceStep):
     def execute(self, context: Context) -> dict[str, str]:
         """Delete the resource when the policy, ownership and checkpoints allow; defer on the delete operation."""
         # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
+        from nemo_rl_gke.decide.teardown import kept_for_storage, lustre_goes, storage_keys
         from nemo_rl_gke.gcp.resources import delete_resource
 
         spec = self.run_spec(context)

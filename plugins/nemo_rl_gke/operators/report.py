@@ -18,8 +18,8 @@ from airflow.sdk import Context
 from nemo_rl_gke.airflow_compat import AirflowFailException
 from nemo_rl_gke.alerts import send
 from nemo_rl_gke.operators.base import StepOperator, pull
-from nemo_rl_gke.run import costs, topology
 from nemo_rl_gke.run import task_states as ts
+from nemo_rl_gke.run import topology
 from nemo_rl_gke.run.times import epoch_of
 from nemo_rl_gke.run.topology import (
     ERROR,
@@ -114,8 +114,11 @@ class RunReportOperator(StepOperator):
             timings.append(TaskTiming(task_id, str(crumb.get("state") or "none"), start, end))
         states = {t.task_id: t.state for t in timings}
         waited = pull(context, WAIT) or {}
+        # lazy: execution-only, kept out of DAG parsing
+        from nemo_rl_gke.run.costs import results_read
+
         # What costs.still_up reads, read once: the report and the alert then say the same of what is still up.
-        results = {task_id: pull(context, task_id) for task_id in costs.results_read(states)}
+        results = {task_id: pull(context, task_id) for task_id in results_read(states)}
         report = None
         try:
             report = self._report(context, conf, timings, results)
