@@ -101,7 +101,7 @@ def test_tutorial_conf_validates_and_plans(plan_run: tuple[Any, dict[str, Any]])
     plan = run["xcom"][(topology.PLAN, topology.RETURN)]
     assert plan["gcp_requests"][0]["method"] == "networks.insert"
     assert plan["ray_job"]["submission_id"].startswith("nemo-rl-manual__")
-    assert "1. Google Cloud requests (21)" in run["xcom"][(topology.PLAN, topology.PLAN_TEXT)]
+    assert "1. Google Cloud requests (22)" in run["xcom"][(topology.PLAN, topology.PLAN_TEXT)]
     # The plan appears in the task log that `airflow dags test` prints.
     assert "Plan for this run (nothing has been created):" in result.stdout
     assert HF_TOKEN not in result.stdout + result.stderr and WANDB_KEY not in result.stdout + result.stderr

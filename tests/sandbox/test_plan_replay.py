@@ -42,7 +42,8 @@ def test_the_printed_plan_provisions_and_tears_down_everything(clients, sandbox)
         path = request.path.replace(peering.PROJECT_NUMBER_PLACEHOLDER, number)
         return request.http_method, path.replace(quote(peering.PROJECT_NUMBER_PLACEHOLDER), number), json.loads(text)
 
-    creates = [planned.request for planned in build_plan(SPEC).requests]
+    # The requests every run sends (not the ones sent instead, when another run group shares the connection).
+    creates = [planned.request for planned in build_plan(SPEC).requests if not planned.when]
     for request in creates:
         status, answer = raw(sandbox.url, *with_number(request))
         assert status == 200, (request.resource, answer)
