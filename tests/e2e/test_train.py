@@ -82,10 +82,13 @@ def test_the_local_recipe_trains_until_it_converged_validates_exports_and_cleans
     summary = xcom[(t.WAIT, "summary")]
     assert summary["steps_completed"] == done and summary["last_step"] == f"{done}/40", (summary, done)
 
-    # Every step header reached the task log (that they arrive while the job runs is proven causally, with a
-    # gated job, in tests/gcp/test_rayjob.py: no timing here).
+    # Every step header the trigger read before its stop reached the task log, in order, through the save it
+    # stopped at (that they arrive while the job runs is proven causally, with a gated job, in
+    # tests/gcp/test_rayjob.py: no timing here). The table reads the job's whole log after the stop, so it may hold a
+    # step or two more that the job began before the stop landed.
     lines = [line for line in result.output.splitlines() if "[ray job]" in line and "Step " in line]
-    assert [n for n in range(1, done + 1) if any(f"Step {n}/40 " in line for line in lines)] == list(range(1, done + 1))
+    logged = [n for n in range(1, done + 1) if any(f"Step {n}/40 " in line for line in lines)]
+    assert logged == list(range(1, len(logged) + 1)) and len(logged) >= 10, (logged, done)
 
     # Three steps at reward 1.0 after steps that learned: converged at step 8; the job ran on to its save at step
     # 10 and was stopped once a step after it began. Ray's log tail sends new lines about once a second, which is

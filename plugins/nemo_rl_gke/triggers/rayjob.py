@@ -68,8 +68,6 @@ TAIL_MAX_BYTES = 2500
 TAIL_LINE_MAX_BYTES = 300
 MESSAGE_MAX_BYTES = 2500
 STOP_TIMEOUT_S = 30.0
-# How long a stopped job may take to end before its last log lines are read (Ray stops a driver within seconds).
-DRAIN_WAIT_S = 15.0
 RAY_TOKEN_ATTEMPTS = 4
 # The limit of a trigger serialized before the run's clock: its one budget deadline, whichever limit made it.
 LEGACY_BUDGET = "budget"
@@ -611,10 +609,7 @@ class RayJobTrigger(BaseTrigger):
         verdict: ZeroLearningVerdict | None,
     ) -> TriggerEvent:
         """Stop the job when the rule says so, and send the rule's event with its message."""
-        outcome = ""
-        if decision.stops_job:
-            outcome = await self._stop()
-            await self._drain_log()
+        outcome = await self._stop() if decision.stops_job else ""
         rule, status, job = decision.rule, reading.status, f"Ray job {self.submission_id}"
         steps = self.follower.metrics.steps
         if rule is job_stop.Rule.FINISHED:
@@ -648,25 +643,6 @@ class RayJobTrigger(BaseTrigger):
             lost = stop["lost"]
             message += f" {lost['steps']} step(s) and {lost['gpu_hours']:.2f} GPU-hours were lost: {lost['why']}."
         return await self._event("budget", message, status, None, saved, stop=stop)
-
-    async def _drain_log(self) -> None:
-        """After a stop, once Ray says the job ended: the lines it printed since the last read, into the task log, so
-        the log (the view's curves) holds every step the per-step table does. Bounded by :data:`DRAIN_WAIT_S`: a job
-        that has not ended by then is left as it is (the table reads its whole log anyway)."""
-        until = time.monotonic() + DRAIN_WAIT_S
-        try:
-            while True:
-                found = await self._ray.status(self.submission_id)
-                if found is None or str(found.get("status")) in TERMINAL:
-                    break
-                if time.monotonic() >= until:
-                    return
-                await asyncio.sleep(min(self.poll_interval, 1.0))
-            await self._read_log(terminal=True)
-        except (RayJobsApiError, RayJobsTransientError, RayTlsError) as exc:
-            self.log.warning("Ray job %s: its last lines were not read after the stop (%s)", self.submission_id, exc)
-            return
-        await asyncio.to_thread(self._flush_logs)
 
     def _stall_text(self, now: float, outcome: str) -> str:
         """The stalled job's message: where it stopped, for how long, the bound, and its newest save."""
