@@ -1,11 +1,12 @@
 """Falling down the GPU capacity ladder while ``kube.raycluster`` waits for its workers, deferred all the way.
 
 Each rung is one deferred wait on the RayCluster (:class:`~nemo_rl_gke.triggers.raycluster.RayClusterTrigger`, its
-timeout the rung's seconds, watching the GPU pool for a stock-out). A rung that gives no nodes in time, or whose pool
-reports ``GCE_STOCKOUT``, is recorded and the pool is replaced by the next rung's: deleted (a deferred wait on the
-delete operation), created with the next option (another), and the wait starts again. The RayCluster stays applied
-(its Pending workers are what the autoscaler scales the new pool for), and so do the networks, Lustre and the
-cluster. Every rung tried is a row of the ``capacity`` record in the step's result (:mod:`nemo_rl_gke.run.capacity`).
+timeout the rung's seconds, watching the GPU pool for a stock-out). When a wait ends, the rung is recorded and the
+ladder's decision (:func:`nemo_rl_gke.decide.ladder.after_rung`) says what follows: the run goes on, or the pool is
+replaced by the next rung's (deleted, a deferred wait on the delete operation; created with the next option,
+another) and the wait starts again, or the step fails naming every rung tried. The RayCluster stays applied (its
+Pending workers are what the autoscaler scales the new pool for), and so do the networks, Lustre and the cluster.
+Every rung tried is a row of the ``capacity`` record in the step's result (:mod:`nemo_rl_gke.run.capacity`).
 
 A retried try finds the rung it was on from the pool that exists: the pool in the cloud is the ladder's state.
 """
@@ -47,9 +48,10 @@ class CapacityLadder(StepOperator):
         """The rung whose pool exists now (a retried try goes on where the last one was); 0 without a ladder."""
         if not spec.capacity_ladder:
             return 0
-        actual = self.pool_of(context, spec, spec.capacity).get(self.hook)
-        found = None if actual is None else capacity.rung_index(spec, capacity.pool_capacity(actual))
-        return found or 0
+        # lazy: the decisions load when a task runs, not at DAG parsing
+        from nemo_rl_gke.decide import ladder
+
+        return ladder.current_rung(capacity.options(spec), self.pool_of(context, spec, spec.capacity).get(self.hook))
 
     def wait_on_rung(self, context: Context, spec: RunSpec, pending: dict[str, Any], index: int) -> NoReturn:
         """Defer until the RayCluster is ready on rung ``index``, or the rung ends (its time, a stock-out)."""
@@ -76,9 +78,10 @@ class CapacityLadder(StepOperator):
         )
 
     def rung_ended(self, context: Context, spec: RunSpec, event: dict[str, Any]) -> dict[str, Any]:
-        """The RayCluster's wait ended: the result with the served rung, or the next rung (deferred), or a failure
-        naming every rung tried."""
+        """The RayCluster's wait ended: record the rung, ask the ladder (:func:`~nemo_rl_gke.decide.ladder.after_rung`)
+        and act: the result with the served rung, the next rung (deferred), or a failure naming every rung tried."""
         # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
+        from nemo_rl_gke.decide import ladder
         from nemo_rl_gke.triggers.operations import SUCCESS, TIMEOUT
         from nemo_rl_gke.triggers.raycluster import STOCKOUT
 
@@ -95,21 +98,21 @@ class CapacityLadder(StepOperator):
         ended = capacity.row(
             rung.capacity, rung.wait_s, started_at=started, ended_at=iso_now(), outcome=outcome, message=message
         )
-        rows = [*pending.get("capacity", []), ended]
-        pending["capacity"] = rows
-        if outcome == capacity.SERVED:
+        answer = ladder.after_rung(rungs, index, ended, pending.get("capacity", []))
+        pending["capacity"] = list(answer.rows)
+        if answer.move is ladder.Move.SERVED:
             self.log.info("%s", message)
             if len(rungs) > 1:
                 self.log.info("GPU capacity: %s served the run (rung %d of %d)", rung.capacity, index + 1, len(rungs))
             return pending
-        if outcome in (capacity.STOCKOUT, capacity.NO_NODES) and index + 1 < len(rungs):
+        if answer.move is ladder.Move.NEXT and answer.next_rung is not None:
+            following = rungs[answer.next_rung]
             self.log.warning(
                 "GPU capacity: %s gave no nodes (%s: %s); replacing the node pool with rung %d, %s",
-                rung.capacity, outcome, message, index + 2, rungs[index + 1].capacity,
+                rung.capacity, outcome, message, answer.next_rung + 1, following.capacity,
             )  # fmt: skip
-            self.replace_pool(context, spec, pending, index + 1)
-        tried = "; ".join(f"{r['capacity']}: {r['outcome']}" for r in rows)
-        ladder_note = f" (capacity ladder: {tried})" if len(rungs) > 1 else ""
+            self.replace_pool(context, spec, pending, answer.next_rung)
+        ladder_note = f" (capacity ladder: {answer.tried()})" if len(rungs) > 1 else ""
         # The message already says what is stuck (Pending, Unschedulable, image pulls): a retry would wait again.
         raise AirflowFailException(f"{status}: {message}{ladder_note}")
 
@@ -127,11 +130,14 @@ class CapacityLadder(StepOperator):
 
     def rung_pool_deleted(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """The old rung's pool is gone (or the delete failed): create the next rung's."""
+        # lazy: the decisions load when a task runs, not at DAG parsing
+        from nemo_rl_gke.decide import ladder
+
         spec = self.run_spec(context)
         pending = dict(self.pending(context) or {})
         index = int(pending["rung"])
         old = self.pool_of(context, spec, capacity.ladder(spec)[index - 1].capacity)
-        if event.get("status") != "success" and old.get(self.hook) is not None:
+        if ladder.replaced_pool_blocks(str(event.get("status")), old.get(self.hook)):
             raise AirflowException(f"{old.label}: its delete failed: {event.get('message')}")
         self.create_rung_pool(context, spec, pending)
 

@@ -134,11 +134,11 @@ class EnsureGcpResourceOperator(_ResourceStep):
         """The GPU pool as the ladder's rung it already is on (a cluster kept warm after a run that fell down the
         ladder keeps that rung's pool): that pool is the run's, not drift."""
         # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
+        from nemo_rl_gke.decide import ladder
         from nemo_rl_gke.run import capacity
 
-        actual = resource.get(self.hook)
-        found = None if actual is None else capacity.pool_capacity(actual)
-        if found is None or found == spec.capacity or capacity.rung_index(spec, found) is None:
+        found = ladder.kept_rung(capacity.options(spec), spec.capacity, resource.get(self.hook))
+        if found is None:
             return resource
         self.log.info("%s is on the capacity ladder's %s rung already: kept as it is", self.describe(resource), found)
         return self.resource(context, capacity.on_rung(spec, found))
