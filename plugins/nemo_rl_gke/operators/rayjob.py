@@ -253,6 +253,7 @@ class RayJobSensor(StepOperator):
     def execute(self, context: Context) -> None:
         """Defer to the trigger that follows the job (its newest attempt, when a recovery resubmitted it)."""
         # lazy: execution-only (the cloud clients among them), kept out of DAG parsing
+        from nemo_rl_gke.decide import recovery
         from nemo_rl_gke.observe.recoveries import attempt_id
         from nemo_rl_gke.ray.hooks import RayJobsHook
 
@@ -260,9 +261,7 @@ class RayJobSensor(StepOperator):
         base = pull(context, SUBMIT)["submission_id"]
         ray = RayJobsHook.for_run(spec, self.hook, self.deployment)
         # A retry of this task (its worker died mid-recovery) follows the attempt Ray has, never starts one.
-        attempt = 0
-        while attempt < spec.max_recoveries and ray.status(attempt_id(base, attempt + 1)) is not None:
-            attempt += 1
+        attempt = recovery.attempt_to_follow(spec.max_recoveries, lambda n: ray.status(attempt_id(base, n)) is not None)
         if attempt:
             self.log.info("Following attempt %d of the job: %s", attempt, attempt_id(base, attempt))
         submitted = pull(context, SUBMIT)
@@ -326,6 +325,7 @@ class RayJobSensor(StepOperator):
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Push the per-step table and the summary; succeed (converged or done) or fail with the full story."""
         # lazy: execution-only, kept out of DAG parsing
+        from nemo_rl_gke.decide.job_end import after_wait
         from nemo_rl_gke.observe.metrics import last_finished_save
         from nemo_rl_gke.run.budget import run_budget
 
@@ -352,34 +352,22 @@ class RayJobSensor(StepOperator):
             "max_steps": spec.max_steps,
         }
         tail = "\n".join(event.get("tail") or [])
-        if status in ("budget", "stalled") and event.get("final_step") is not None:
-            # Either way the newest finished save is the run's checkpoint: validated and exported as usual.
-            later = last_finished_save(log.steps) if log is not None else None
-            step = max(int(event["final_step"]), later or 0)
-            mark_checkpoint_pending(self, context, spec, step)
-            if status == "budget":
-                self.log.info("%s; checkpoint step %s is the one validated and exported", event.get("message"), step)
-                return {**result, "final_step": step, "converged_at": None}
-            stalled = f"{event.get('message')}\nLast lines of the driver log:\n{tail}"
-            context["ti"].xcom_push(key=JOB_STALLED, value={"final_step": step, "message": stalled})
-            raise AirflowFailException(f"{stalled}\nCheckpoint step {step} is validated and exported next.")
-        if status == "converged":
-            # The stop can land after the job saved once more: the newest save that finished is the final one.
-            later = last_finished_save(log.steps) if log is not None else None
-            step = max(int(event["final_step"]), later or 0)
-            converged = guard.get("decided_at")
-            self.log.info("Converged at step %s: checkpoint step %s is the one validated and exported", converged, step)
-            mark_checkpoint_pending(self, context, spec, step)
-            return {**result, "final_step": step, "converged_at": converged}
-        if status == "success":
-            final = event.get("final_step")
-            if final is None:
-                # lazy: the recipes load when a step is read, not at DAG parsing
-                from nemo_rl_gke.run.recipes import load_recipe
-                from nemo_rl_gke.run.steps import final_step
-
-                final = final_step(spec, load_recipe(spec.recipe))
-            return {**result, "final_step": int(final), "converged_at": None}
+        later = last_finished_save(log.steps) if log is not None else None
+        final = event.get("final_step")
+        end = after_wait(str(status), None if final is None else int(final), later, guard.get("decided_at"))
+        if end.pending and end.checkpoint is not None:
+            # The newest finished save is the run's checkpoint: validated and exported as usual.
+            mark_checkpoint_pending(self, context, spec, end.checkpoint)
+        if end.succeeds:
+            if status == "converged":
+                self.log.info("Converged at step %s: checkpoint step %s is the one validated and exported",
+                              end.converged_at, end.checkpoint)  # fmt: skip
+            elif status == "budget":
+                self.log.info("%s; checkpoint step %s is the one validated and exported", event.get("message"),
+                              end.checkpoint)  # fmt: skip
+            return {**result, "final_step": self._final_step(spec, end.checkpoint), "converged_at": end.converged_at}
+        if end.checkpoint is not None:
+            self._give_up(context, f"{event.get('message')}\nLast lines of the driver log:\n{tail}", end.checkpoint)
         if status == "budget" and stop and stop.get("lost"):
             lost = stop["lost"]
             self.log.error(
@@ -389,6 +377,25 @@ class RayJobSensor(StepOperator):
         message = f"{event.get('message', 'no message')}\nLast lines of the driver log:\n{tail}"
         verdict = event.get("recovery_verdict")
         raise AirflowFailException(f"{message}\n{verdict}" if verdict else message)
+
+    @staticmethod
+    def _final_step(spec: RunSpec, checkpoint: int | None) -> int:
+        """The checkpoint the run hands on: the one the end chose, else the recipe's last step."""
+        if checkpoint is not None:
+            return checkpoint
+        # lazy: the recipes load when a step is read, not at DAG parsing
+        from nemo_rl_gke.run.recipes import load_recipe
+        from nemo_rl_gke.run.steps import final_step
+
+        return final_step(spec, load_recipe(spec.recipe))
+
+    def _give_up(self, context: Context, message: str, checkpoint: int | None) -> NoReturn:
+        """Fail the wait; a checkpoint it has is marked pending and recorded, so it is validated and exported next."""
+        if checkpoint is None:
+            raise AirflowFailException(f"{message}, and no checkpoint was saved")
+        mark_checkpoint_pending(self, context, self.run_spec(context), checkpoint)
+        context["ti"].xcom_push(key=JOB_STALLED, value={"final_step": checkpoint, "message": message})
+        raise AirflowFailException(f"{message}\nCheckpoint step {checkpoint} is validated and exported next.")
 
     def _push_table(
         self,
@@ -429,6 +436,7 @@ class RayJobSensor(StepOperator):
         attempts are left; fail with the newest checkpoint exported when they ran out; return (the caller fails
         the run as before) when no rule recovers it. The verdict is logged either way."""
         # lazy: execution-only (the cloud clients among them), kept out of DAG parsing
+        from nemo_rl_gke.decide.recovery import Move, after_failure
         from nemo_rl_gke.observe.metrics import newest_save
         from nemo_rl_gke.observe.recoveries import recovery_record
         from nemo_rl_gke.ray.hooks import RayJobsHook
@@ -443,25 +451,22 @@ class RayJobSensor(StepOperator):
                            event.get("tail") or [], len(done))  # fmt: skip
         self.log.info("Ray job %s failed: %s", submission_id, verdict.text())
         event["recovery_verdict"] = verdict.text()
-        if not verdict.recoverable:
-            return
-        # The attempt resumes from the newest save: this attempt's, or where this attempt itself started.
+        # The attempt that failed resumed from the previous recovery's step, or from where the run itself started.
         started_from = (
             recoveries[-1]["resumed_from"]
             if recoveries
             else ((pull(context, RESUME) or {}).get("resumed_from") or {}).get("step")
         )
-        saved = newest_save(steps)
-        resume_from = saved if saved is not None else started_from
-        if len(recoveries) >= spec.max_recoveries:
-            used = "recovery (max_recoveries) is" if spec.max_recoveries == 1 else "recoveries (max_recoveries) are"
-            message = f"{event.get('message')}\n{verdict.text()}; its {spec.max_recoveries} {used} used up"
+        answer = after_failure(
+            verdict, used=len(recoveries), max_recoveries=spec.max_recoveries, saved=newest_save(steps),
+            started_from=started_from,
+        )  # fmt: skip
+        if answer.move is Move.NOT_RECOVERED:
+            return
+        resume_from = answer.resume_from
+        if answer.move is Move.GIVE_UP:
             self._push_table(context, spec, event, log, recoveries)
-            if resume_from is None:
-                raise AirflowFailException(f"{message}, and no checkpoint was saved")
-            mark_checkpoint_pending(self, context, spec, int(resume_from))
-            context["ti"].xcom_push(key=JOB_STALLED, value={"final_step": int(resume_from), "message": message})
-            raise AirflowFailException(f"{message}. Checkpoint step {resume_from} is validated and exported next.")
+            self._give_up(context, f"{event.get('message')}\n{answer.why}", resume_from)
         ended = info.get("end_time")
         record = recovery_record(
             attempt=len(recoveries) + 1,
@@ -498,20 +503,19 @@ class RayJobSensor(StepOperator):
     def _resubmit(self, context: Context, spec: RunSpec, event: dict[str, Any]) -> NoReturn:
         """The replacement is ready (or did not come): fence the failed attempt, submit the next, follow it."""
         # lazy: execution-only (the cloud clients among them), kept out of DAG parsing
+        from nemo_rl_gke.decide.recovery import Move, after_replacement
         from nemo_rl_gke.observe.recoveries import recoveries_text, resubmitted
         from nemo_rl_gke.ray.hooks import RayJobsHook
 
         recoveries = self._recoveries(context)
         record = recoveries[-1]
-        resume_from = record["resumed_from"]
-        if event.get("status") != "success":
-            message = f"recovery {record['attempt']}: the RayCluster did not get its workers back: "
-            message += str(event.get("message"))
-            if resume_from is None:
-                raise AirflowFailException(message)
-            mark_checkpoint_pending(self, context, spec, int(resume_from))
-            context["ti"].xcom_push(key=JOB_STALLED, value={"final_step": int(resume_from), "message": message})
-            raise AirflowFailException(f"{message}. Checkpoint step {resume_from} is validated and exported next.")
+        answer = after_replacement(
+            event.get("status") == "success", str(event.get("message")), attempt=int(record["attempt"]),
+            resume_from=record["resumed_from"],
+        )  # fmt: skip
+        if answer.move is Move.GIVE_UP:
+            self._give_up(context, answer.why, answer.resume_from)
+        resume_from = answer.resume_from
         self.log.info("%s", event.get("message"))
         ray = RayJobsHook.for_run(spec, self.hook, self.deployment)
         self._fence(ray, record["failed_job"])
