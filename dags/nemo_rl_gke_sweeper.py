@@ -11,8 +11,9 @@ from datetime import UTC, datetime, timedelta
 from airflow.sdk import DAG
 
 from nemo_rl_gke.dag_params import sweeper_params
-from nemo_rl_gke.docs import SWEEPER_DAG_ID, SWEEPER_DESCRIPTION, SWEEPER_DOC_MD
+from nemo_rl_gke.docs import SWEEPER_DESCRIPTION, SWEEPER_DOC_MD
 from nemo_rl_gke.operators.sweeper import SweepOperator
+from nemo_rl_gke.run.ownership import SWEEPER_DAG_ID
 
 with DAG(
     SWEEPER_DAG_ID,

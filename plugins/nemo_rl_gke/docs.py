@@ -125,7 +125,6 @@ The Training tab's banner lists every resource still up with its cost per hour."
 }
 
 
-SWEEPER_DAG_ID = "nemo_rl_gke_sweeper"
 SWEEPER_DESCRIPTION = "Deletes what no NeMo RL GKE run will tear down: crashed runs' resources, idle warm groups"
 SWEEPER_DOC_MD = """
 ### NeMo RL GKE sweeper

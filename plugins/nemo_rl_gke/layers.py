@@ -43,8 +43,9 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "kube": frozenset({"compat", "run", "plan", "gcp"}),
     "ray": frozenset({"compat", "run", "plan", "gcp", "kube"}),
     "observe": frozenset({"run"}),
-    # A decision reads what the actions read (their resource types, their own safety verdicts), never sends.
-    "decide": frozenset({"run", "plan", "observe", "gcp", "kube", "ray"}),
+    # A decision reads what the actions read (their resource types, their own safety verdicts), never sends; the
+    # sweep judges a lease record's names with the conf's own checks (preflight).
+    "decide": frozenset({"run", "plan", "preflight", "observe", "gcp", "kube", "ray"}),
     GLUE: frozenset(LAYERS),
 }
 

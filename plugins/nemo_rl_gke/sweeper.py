@@ -22,6 +22,10 @@ kept while a PV there still names it (someone else's, or one that would not go).
 the lease record is removed; otherwise it is released, warm, and the next sweep tries again. A dry run reads and
 reports, and writes nothing (not even the lease).
 
+This module reads and acts; what it decides is asked of the decisions layer: which groups, in which waves, and what
+becomes of the lease record (:mod:`nemo_rl_gke.decide.sweep`), and keep or delete for each resource
+(:mod:`nemo_rl_gke.decide.teardown`).
+
 The caller waits on the operations each pass returns (the operator defers on them) and calls :meth:`Sweep.advance`
 again. The sweep's state is plain data (:meth:`Sweep.to_dict`) so it survives a deferral. No Airflow import here.
 """
@@ -33,17 +37,28 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from nemo_rl_gke.decide.sweep import (
+    DELETING,
+    FAILED,
+    MAX_PASSES,
+    NOT_REACHED,
+    GroupSweep,
+    ResourceSweep,
+    RunState,
+    blocked_by,
+    deletions,
+    group_spec,
+    judge,
+    lease_goes,
+    settled_as,
+    startable,
+    unreached,
+)
 from nemo_rl_gke.decide.teardown import storage_keys, sweep_verdict, unowned_reason
-from nemo_rl_gke.docs import SWEEPER_DAG_ID
 from nemo_rl_gke.observe.sweep_report import GroupReport, Kept, SweepReport
-from nemo_rl_gke.preflight.bounds import BOUND_RULES
-from nemo_rl_gke.preflight.offline import check_conf
 from nemo_rl_gke.run import outcomes, topology
-from nemo_rl_gke.run import task_states as ts
-from nemo_rl_gke.run.conf_schema import GROUP_NAME_PARAMS
-from nemo_rl_gke.run.ownership import FREE, HELD, Lease, Owner, PendingCheckpoint, owner_from_labels
+from nemo_rl_gke.run.ownership import Lease, Owner, PendingCheckpoint, owner_from_labels
 from nemo_rl_gke.run.spec import RunSpec
-from nemo_rl_gke.run.times import shown_or_dash
 
 if TYPE_CHECKING:
     from nemo_rl_gke.gcp.hooks import GcpHook
@@ -53,141 +68,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-HOUR_S = 3600.0
-# A resource's state within a sweep, beyond the outcomes words: its delete is under way, or it did not go.
-DELETING = "deleting"
-FAILED = "failed"
-NOT_REACHED = "not-reached"
-STUCK = frozenset({FAILED, NOT_REACHED})  # a deletion that waits for one of these is not reached
-# Each pass settles at least one resource of every group it works on, so this many passes is a bug, not a slow API.
-MAX_PASSES = 3 * len(topology.teardown_steps())
-
-# ``run_state("dag_id/run_id")``: the Airflow state of a run, or None when it cannot be told.
-RunState = Callable[[str], "str | None"]
-
 
 class SweepError(RuntimeError):
     """The sweep cannot go on (a bug, or a state that no longer fits the code)."""
-
-
-def is_sweeper_run(run: str) -> bool:
-    """Whether ``run`` (``dag_id/run_id``) is a run of the sweeper."""
-    return run.startswith(SWEEPER_DAG_ID + "/")
-
-
-def judge(
-    lease: Lease, *, deployment: str, now: float, ttl_hours: float, run_state: RunState, me: str = ""
-) -> tuple[bool, str]:
-    """Whether the sweep takes on the group of ``lease``, and why (or why not), in words for the report.
-
-    ``me`` is the judging sweep's own run: a group an earlier try of it held or left is its own to try again.
-    """
-    if lease.deployment != deployment:
-        return False, f"another deployment's ({lease.deployment}): never touched"
-    if me and lease.run == me:
-        return True, f"held or left by an earlier try of this sweep ({me}): tried again"
-    if lease.held_at(now):
-        return False, f"held by run {lease.run} until {shown_or_dash(lease.expires_at)}"
-    left_by_sweep = lease.state == FREE and lease.warm and is_sweeper_run(lease.run)
-    if lease.state == FREE and lease.warm and not left_by_sweep:
-        idle_h = (now - (lease.released_at if lease.released_at is not None else lease.expires_at)) / HOUR_S
-        if idle_h <= ttl_hours:
-            return False, f"warm, idle {idle_h:.1f} h of its {ttl_hours:g} h"
-        return True, f"warm and idle {idle_h:.1f} h, longer than its {ttl_hours:g} h (last run {lease.run})"
-    state = run_state(lease.run)
-    if state is None:
-        return False, f"the state of run {lease.run} is unknown: left alone until it can be told"
-    if state in ts.ACTIVE_RUNS:  # it may still act on its group: its resources are left alone
-        if lease.state == FREE:
-            return False, f"released {shown_or_dash(lease.released_at)} by run {lease.run}, which is still {state}"
-        return False, f"its lease expired {shown_or_dash(lease.expires_at)} but run {lease.run} is still {state}"
-    if lease.state == HELD:
-        return True, f"the lease of run {lease.run} expired {shown_or_dash(lease.expires_at)} and the run is {state}"
-    if left_by_sweep:
-        return True, f"left by sweep {lease.run}, which had to keep something: tried again"
-    return True, f"released by run {lease.run} ({state}) with nothing kept: checked for leftovers"
-
-
-def group_spec(lease: Lease) -> tuple[RunSpec | None, str]:
-    """The spec the lease's recorded names describe, or why there is none (the record is anyone's to write: only names
-    a run would accept, for exactly the lease's group, are used)."""
-    if not lease.names:
-        return None, "its lease records no names (written before leases did), so its resources cannot be found"
-    if set(lease.names) != set(GROUP_NAME_PARAMS):
-        return None, f"its lease records other names than {', '.join(GROUP_NAME_PARAMS)}: not touched"
-    _, findings = check_conf(dict(lease.names))
-    # Rules that look at parameters other than the names judge the defaults filled in here, not the group. The
-    # deployment's bounds say where a run may start, not what may be cleaned up: a group they now exclude still goes.
-    wrong = [f for f in findings if set(f.params) <= set(GROUP_NAME_PARAMS) and not f.rule_id.startswith(BOUND_RULES)]
-    if wrong:
-        return None, "the names its lease records are not valid: " + "; ".join(str(f) for f in wrong)
-    spec = RunSpec.from_conf(dict(lease.names))
-    if spec.group_id != lease.group:
-        return None, f"the names its lease records describe group {spec.group_id}, not {lease.group}: not touched"
-    return spec, ""
-
-
-def _deletions() -> tuple[topology.Step, ...]:
-    """The teardown steps that delete a GCP resource, in the topology's order."""
-    return tuple(s for s in topology.teardown_steps() if s.op is topology.Op.DELETE_GCP)
-
-
-def _cluster_deletion() -> str:
-    deletion = topology.teardown_of(topology.GKE_CLUSTER)
-    assert deletion is not None
-    return deletion.task_id
-
-
-def needs(deletion: topology.Step) -> tuple[str, ...]:
-    """The deletions ``deletion`` waits for. Kubernetes objects go with the cluster (a cluster that stays has the
-    group's objects deleted before Lustre is decided), so a wait for them is a wait for the cluster's deletion."""
-    found: list[str] = []
-    for need in deletion.needs:
-        if topology.step(need).op is topology.Op.DELETE_GCP:
-            found.append(need)
-        elif deletion.task_id != _cluster_deletion():
-            found.append(_cluster_deletion())
-    return tuple(dict.fromkeys(found))
-
-
-@dataclass
-class ResourceSweep:
-    """What the sweep did, or is doing, to one resource of a group."""
-
-    key: str
-    label: str
-    action: str
-    reason: str = ""
-    owned: bool = False
-    operation: dict[str, str] | None = None
-
-    @property
-    def settled(self) -> bool:
-        """Whether its deletion is no longer under way."""
-        return self.action != DELETING
-
-
-@dataclass
-class GroupSweep:
-    """One run group: why the sweep takes it on (or not), what it found, and what became of each resource."""
-
-    group: str
-    why: str
-    names: dict[str, str] = field(default_factory=dict)
-    skipped: str = ""
-    found: list[str] = field(default_factory=list)
-    ours: list[str] = field(default_factory=list)  # keys of what it found that is this deployment's and group's
-    resources: dict[str, ResourceSweep] = field(default_factory=dict)
-    lease: str = ""
-    held: bool = False
-    done: bool = False
-    record: str = ""  # the lease record as read, to remove it only if nobody wrote it since
-    kube_objects: str = ""  # what it deleted from a cluster that stays
-
-    @property
-    def active(self) -> bool:
-        """Whether the sweep still works on it."""
-        return not self.skipped and not self.done
 
 
 @dataclass
@@ -267,14 +150,14 @@ class Sweep:
         from nemo_rl_gke.gcp.resources import resources
 
         found = resources(spec, self.owner(group.group))
-        actual = {s.deletes[0]: found[s.deletes[0]].get(hook) for s in _deletions()}
+        actual = {s.deletes[0]: found[s.deletes[0]].get(hook) for s in deletions()}
         group.found = [found[key].label for key, value in actual.items() if value is not None]
         group.ours = [key for key, value in actual.items() if value is not None and found[key].owned(value)]
         if not self.dry_run:
             if not group.ours:
                 self._forget_untouched(hook, group, found, actual)
             return
-        for deletion in _deletions():
+        for deletion in deletions():
             key = deletion.deletes[0]
             lustre = group.resources.get(topology.LUSTRE)
             # Lustre stands for what it needs unless this dry run would delete it (or found it gone).
@@ -380,16 +263,10 @@ class Sweep:
         waiting = []
         # Until nothing more can start now: what settles at once (absent, kept) may let a deletion declared before it
         # start (Lustre waits for the cluster, which comes after it in the table).
-        progress = True
-        while progress:
-            progress = False
-            for deletion in _deletions():
-                key = deletion.deletes[0]
-                if key in group.resources or not self._ready(group, deletion):
-                    continue
+        while keys := startable(group):
+            for key in keys:
                 result = self._delete(hook, group, found, key)
                 group.resources[key] = result
-                progress = True
                 if result.operation is not None:
                     waiting.append(OperationRef.from_dict(result.operation))
         if not waiting and all(r.settled for r in group.resources.values()):
@@ -432,14 +309,6 @@ class Sweep:
             return ""
         return f"PV {', '.join(names)} in {cluster.label}, which stays, still names it: delete the PV first"
 
-    def _ready(self, group: GroupSweep, deletion: topology.Step) -> bool:
-        """Whether every deletion ``deletion`` needs has settled, none of them failed."""
-        for need in needs(deletion):
-            done = group.resources.get(topology.step(need).deletes[0])
-            if done is None or not done.settled or done.action in STUCK:
-                return False
-        return True
-
     def _settle(self, hook: GcpHook, group: GroupSweep, found: Mapping[str, Resource]) -> None:
         """Read again what was being deleted: gone, or failed (with how its wait ended)."""
         for result in group.resources.values():
@@ -452,12 +321,12 @@ class Sweep:
                 actual, ended = {}, f"it could not be read after its delete ({exc})"
             else:
                 ended = self.waits.get(path) or "it still exists after its delete operation finished"
-            if actual is None:
-                result.action, result.operation = outcomes.DELETED, None
-                log.info("%s deleted", result.label)
-            else:
-                result.action, result.reason, result.operation = FAILED, ended, None
+            result.action, result.reason = settled_as(actual is not None, ended)
+            result.operation = None
+            if result.action == FAILED:
                 log.warning("%s: %s", result.label, ended)
+            else:
+                log.info("%s deleted", result.label)
 
     def _delete(self, hook: GcpHook, group: GroupSweep, found: Mapping[str, Resource], key: str) -> ResourceSweep:
         """Decide about one resource now and, when it goes, request its deletion."""
@@ -486,34 +355,19 @@ class Sweep:
         # Gone in between (absent), or judged otherwise on the second read (a race): as delete_resource says.
         return ResourceSweep(key, resource.label, result.action, "", result.action not in outcomes.GONE)
 
-    def _not_reached(
-        self, group: GroupSweep, found: Mapping[str, Resource], why: Callable[[topology.Step], str]
-    ) -> None:
-        """Every deletion the sweep did not get to: kept when the survey found the resource, absent otherwise."""
-        for deletion in _deletions():
-            key = deletion.deletes[0]
-            if key in group.resources:
-                continue
-            if found[key].label in group.found:
-                group.resources[key] = ResourceSweep(
-                    key, found[key].label, NOT_REACHED, why(deletion), key in group.ours
-                )
-            else:
-                group.resources[key] = ResourceSweep(key, found[key].label, outcomes.ABSENT)
+    @staticmethod
+    def _not_reached(group: GroupSweep, found: Mapping[str, Resource], why: Callable[[topology.Step], str]) -> None:
+        """Record every deletion the sweep did not get to (:func:`~nemo_rl_gke.decide.sweep.unreached`)."""
+        group.resources.update(unreached(group, {key: r.label for key, r in found.items()}, why))
 
     def _finish(self, hook: GcpHook, group: GroupSweep, found: Mapping[str, Resource], lease: Lease) -> None:
         """Nothing more can go: remove the lease record when nothing of the group is left, else release it warm."""
         # lazy: the cloud clients (gcp/, kube.client, triggers/) stay out of DAG parsing
         from nemo_rl_gke.gcp.lease import forget, release
 
-        def blocked_by(deletion: topology.Step) -> str:
-            keys = [topology.step(n).deletes[0] for n in needs(deletion)]
-            stuck = [found[k].label for k in keys if k in group.resources and group.resources[k].action in STUCK]
-            return f"not reached: it waits for {', '.join(stuck) or 'a deletion'} that did not go"
-
-        self._not_reached(group, found, blocked_by)
-        left = [r for r in group.resources.values() if r.owned and r.action not in outcomes.GONE]
-        if not left:
+        labels = {key: r.label for key, r in found.items()}
+        self._not_reached(group, found, lambda deletion: blocked_by(group, deletion, labels))
+        if lease_goes(group):
             removed = forget(hook, self.project, group.group, unless_held=False, only_if=lease)
             group.lease = "forgotten: nothing of the group is left" if removed else "changed meanwhile: left"
         else:
@@ -579,7 +433,7 @@ class Sweep:
 
 
 def _in_order(group: GroupSweep) -> Iterator[ResourceSweep]:
-    for deletion in _deletions():
+    for deletion in deletions():
         result = group.resources.get(deletion.deletes[0])
         if result is not None:
             yield result

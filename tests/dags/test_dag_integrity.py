@@ -13,11 +13,11 @@ from nemo_rl_gke.preflight.offline import check_conf
 from nemo_rl_gke.run import topology
 from nemo_rl_gke.run.conf_schema import param_schema, recipe_defaulted, spec_fields
 from nemo_rl_gke.run.deployment import DEFAULT_MAX_ACTIVE_RUNS
+from nemo_rl_gke.run.ownership import SWEEPER_DAG_ID
 from nemo_rl_gke.run.paths import SCHEDULES_DIR
 from nemo_rl_gke.run.recipes import with_recipe_defaults
 from nemo_rl_gke.run.schedules import load_schedules
 from nemo_rl_gke.run.spec import RunSpec
-from nemo_rl_gke.sweeper import SWEEPER_DAG_ID
 from tests.dags.guard import parse_dag_folder, present
 from tests.owners import owner_of
 from tests.paths import ROOT

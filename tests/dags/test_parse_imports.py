@@ -69,8 +69,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     # Each schedule file is read and its conf checked while the file is parsed: a bad one is this file's import error.
     "nemo_rl_grpo_schedules.py": RUN_DAG
     | {"nemo_rl_gke.run.schedules", "nemo_rl_gke.run.conf_checks", "nemo_rl_gke.run.findings"},
-    # The sweep operator and the form's project Param (the run's own, so conf_schema); the sweep itself loads at run
-    # time.
+    # The sweep operator, the form's project Param (the run's own, so conf_schema) and the DAG's id (the sweeper's
+    # runs hold leases: ownership); the sweep itself loads at run time.
     "nemo_rl_gke_sweeper.py": frozenset(
         {
             "nemo_rl_gke",
@@ -85,6 +85,7 @@ ALLOWED: dict[str, frozenset[str]] = {
             "nemo_rl_gke.run.airflow_settings",
             "nemo_rl_gke.run.conf_schema",
             "nemo_rl_gke.run.deployment",
+            "nemo_rl_gke.run.ownership",
             "nemo_rl_gke.run.paths",
             "nemo_rl_gke.run.topology",
         }

@@ -15,8 +15,7 @@ from sandbox.testing import SandboxProcess
 from nemo_rl_gke.gcp.lease import acquire, forget, read_lease, release
 from nemo_rl_gke.run import outcomes
 from nemo_rl_gke.run import topology as t
-from nemo_rl_gke.run.ownership import Owner
-from nemo_rl_gke.sweeper import SWEEPER_DAG_ID
+from nemo_rl_gke.run.ownership import SWEEPER_DAG_ID, Owner
 from tests.operators.harness import project_resources, run_step, start_run
 from tests.paths import ROOT
 

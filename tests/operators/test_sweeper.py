@@ -28,8 +28,8 @@ from nemo_rl_gke.operators.rayjob import mark_checkpoint_pending
 from nemo_rl_gke.operators.sweeper import STATE_KEY, TEXT_KEY, SweepOperator
 from nemo_rl_gke.run import outcomes
 from nemo_rl_gke.run import topology as t
-from nemo_rl_gke.run.ownership import FREE, Owner
-from nemo_rl_gke.sweeper import SWEEPER_DAG_ID, Sweep
+from nemo_rl_gke.run.ownership import FREE, SWEEPER_DAG_ID, Owner
+from nemo_rl_gke.sweeper import Sweep
 from tests.operators.harness import (
     DAG_ID,
     Run,

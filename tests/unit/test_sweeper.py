@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from nemo_rl_gke.decide import sweep
+from nemo_rl_gke.decide.sweep import group_spec, judge, needs
 from nemo_rl_gke.decide.teardown import kept_for_storage, storage_keys
 from nemo_rl_gke.gcp.resources import resources
 from nemo_rl_gke.observe.sweep_report import GroupReport, Kept, SweepReport
@@ -17,9 +19,8 @@ from nemo_rl_gke.run import outcomes
 from nemo_rl_gke.run import topology as t
 from nemo_rl_gke.run.conf_schema import GROUP_NAME_PARAMS
 from nemo_rl_gke.run.deployment import Deployment
-from nemo_rl_gke.run.ownership import FREE, HELD, Lease, PendingCheckpoint
+from nemo_rl_gke.run.ownership import FREE, HELD, SWEEPER_DAG_ID, Lease, PendingCheckpoint
 from nemo_rl_gke.run.spec import RunSpec
-from nemo_rl_gke.sweeper import SWEEPER_DAG_ID, group_spec, judge, needs
 from tests.owners import TEST_RUN, owner_of
 
 NOW = 1_800_000_000.0
@@ -232,3 +233,66 @@ def test_a_bad_sweeper_param_fails_the_task_naming_it(params: dict, message: str
     with pytest.raises(AirflowFailException, match=re.escape(message)):
         sweep_params(params)
     assert sweep_params({"project": "nemo-rl-demo"}) == ("nemo-rl-demo", False, 24.0)
+
+
+def _settle(group: sweep.GroupSweep, key: str, action: str) -> None:
+    group.resources[key] = sweep.ResourceSweep(key, key, action, owned=True)
+
+
+def test_the_sweep_deletes_in_waves_each_starting_once_what_it_needs_has_settled() -> None:
+    group = sweep.GroupSweep("g", "why")
+    # First wave: what needs nothing (the cluster, the gVNIC firewall).
+    assert sweep.startable(group) == [t.GKE_CLUSTER, "network.gvnic-fw"]
+    _settle(group, "network.gvnic-fw", outcomes.DELETED)
+    group.resources[t.GKE_CLUSTER] = sweep.ResourceSweep(t.GKE_CLUSTER, "cluster", sweep.DELETING, owned=True)
+    # A deletion under way holds back all that waits for it.
+    assert sweep.startable(group) == []
+    _settle(group, t.GKE_CLUSTER, outcomes.DELETED)
+    wave = sweep.startable(group)
+    assert wave[0] == t.LUSTRE and "network.gvnic-sub" in wave and "network.net" not in wave
+    for key in wave:
+        _settle(group, key, outcomes.DELETED)
+    # The peering waits for Lustre, the range for the peering, the networks for their subnets.
+    assert "storage.peering" in sweep.startable(group)
+
+
+def test_a_deletion_that_failed_or_was_not_reached_stops_all_that_waits_for_it() -> None:
+    group = sweep.GroupSweep("g", "why", found=["cluster", "net", "gvnic-fw"], ours=[t.GKE_CLUSTER, "network.net"])
+    _settle(group, t.GKE_CLUSTER, sweep.FAILED)
+    _settle(group, "network.gvnic-fw", outcomes.DELETED)
+    assert sweep.startable(group) == []
+    labels = {d.deletes[0]: d.deletes[0] for d in sweep.deletions()} | {
+        t.GKE_CLUSTER: "cluster",
+        "network.net": "net",
+        "network.gvnic-fw": "gvnic-fw",
+    }
+    net = t.teardown_of("network.net")
+    assert net is not None
+    assert sweep.blocked_by(group, net, labels) == "not reached: it waits for cluster that did not go"
+    rows = sweep.unreached(group, labels, lambda d: sweep.blocked_by(group, d, labels))
+    # What the survey found is not reached (and stays the group's); what it did not find is absent.
+    assert rows["network.net"].action == sweep.NOT_REACHED and rows["network.net"].owned
+    assert rows[t.LUSTRE].action == outcomes.ABSENT
+    assert t.GKE_CLUSTER not in rows
+    group.resources.update(rows)
+    # Something of the group is left: the lease is released warm, for the next sweep.
+    assert not sweep.lease_goes(group)
+
+
+def test_the_lease_record_goes_once_nothing_of_the_group_is_left() -> None:
+    group = sweep.GroupSweep("g", "why")
+    _settle(group, t.GKE_CLUSTER, outcomes.DELETED)
+    group.resources["network.net"] = sweep.ResourceSweep("network.net", "net", outcomes.ABSENT)
+    # Someone else's resource under the group's name is not the group's: it does not hold the record.
+    group.resources[t.LUSTRE] = sweep.ResourceSweep(t.LUSTRE, "lustre", outcomes.KEPT_UNOWNED, owned=False)
+    assert sweep.lease_goes(group)
+    _settle(group, "network.gvnic-fw", outcomes.KEPT_BY_POLICY)
+    assert not sweep.lease_goes(group)
+
+
+def test_a_deletion_waited_on_is_deleted_once_gone_and_failed_with_its_waits_reason_otherwise() -> None:
+    assert sweep.settled_as(False, "anything") == (outcomes.DELETED, "")
+    assert sweep.settled_as(True, "its delete did not finish: error: boom") == (
+        sweep.FAILED,
+        "its delete did not finish: error: boom",
+    )

@@ -30,6 +30,8 @@ DESCRIPTION_PREFIX = "nemo-rl-gke owner v1 "
 RECORD_FIELDS = ("deployment", "group", "run")
 # The plan has no run yet: it shows this placeholder where the creating run goes.
 PLANNED_RUN = "<dag_id>/<run_id>"
+# The sweeper's DAG: its runs take a swept group's lease as their own (``dag_id/run_id``, like any run).
+SWEEPER_DAG_ID = "nemo_rl_gke_sweeper"
 # A run group's lease is the project metadata item of this key (nemo_rl_gke.gcp.lease).
 LEASE_KEY_PREFIX = "nemo-rl-lease-"
 
