@@ -367,7 +367,8 @@ class RayJobSensor(StepOperator):
                               end.checkpoint)  # fmt: skip
             return {**result, "final_step": self._final_step(spec, end.checkpoint), "converged_at": end.converged_at}
         if end.checkpoint is not None:
-            self._give_up(context, f"{event.get('message')}\nLast lines of the driver log:\n{tail}", end.checkpoint)
+            stalled = f"{event.get('message')}\nLast lines of the driver log:\n{tail}"
+            self._give_up(context, stalled, end.checkpoint, sep="\n")
         if status == "budget" and stop and stop.get("lost"):
             lost = stop["lost"]
             self.log.error(
@@ -389,13 +390,14 @@ class RayJobSensor(StepOperator):
 
         return final_step(spec, load_recipe(spec.recipe))
 
-    def _give_up(self, context: Context, message: str, checkpoint: int | None) -> NoReturn:
-        """Fail the wait; a checkpoint it has is marked pending and recorded, so it is validated and exported next."""
+    def _give_up(self, context: Context, message: str, checkpoint: int | None, *, sep: str = ". ") -> NoReturn:
+        """Fail the wait; a checkpoint it has is marked pending and recorded, so it is validated and exported next
+        (``sep`` joins the message and that sentence: a message ending in the driver's lines takes a new line)."""
         if checkpoint is None:
             raise AirflowFailException(f"{message}, and no checkpoint was saved")
         mark_checkpoint_pending(self, context, self.run_spec(context), checkpoint)
         context["ti"].xcom_push(key=JOB_STALLED, value={"final_step": checkpoint, "message": message})
-        raise AirflowFailException(f"{message}\nCheckpoint step {checkpoint} is validated and exported next.")
+        raise AirflowFailException(f"{message}{sep}Checkpoint step {checkpoint} is validated and exported next.")
 
     def _push_table(
         self,

@@ -213,6 +213,7 @@ def cluster_delete_request(spec: RunSpec) -> ApiRequest:
         path=API_PREFIX + spec.cluster_path,
         body=None,
         resource=f"GKE cluster {spec.cluster_name}",
+        message=container_v1.DeleteClusterRequest(name=spec.cluster_path),
     )
 
 
@@ -225,4 +226,5 @@ def node_pool_delete_request(spec: RunSpec) -> ApiRequest:
         path=API_PREFIX + spec.node_pool_path,
         body=None,
         resource=f"GKE node pool {spec.node_pool_name}",
+        message=container_v1.DeleteNodePoolRequest(name=spec.node_pool_path),
     )

@@ -58,4 +58,5 @@ def lustre_delete_request(spec: RunSpec) -> ApiRequest:
         path=API_PREFIX + spec.lustre_path,
         body=None,
         resource=f"Lustre instance {spec.lustre_name}",
+        message=lustre_v1.DeleteInstanceRequest(name=spec.lustre_path),
     )

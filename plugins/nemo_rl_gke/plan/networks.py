@@ -145,7 +145,7 @@ def lustre_firewall_request(spec: RunSpec, owner: Owner, source_range: str = "")
 # ---------------------------------------------------------------------------------------------------------------------
 # Teardown
 # ---------------------------------------------------------------------------------------------------------------------
-def _delete(kind: str, label: str, path: str) -> ApiRequest:
+def _delete(kind: str, label: str, path: str, message: object) -> ApiRequest:
     return ApiRequest(
         service=SERVICE,
         method=f"{kind}.delete",
@@ -153,19 +153,23 @@ def _delete(kind: str, label: str, path: str) -> ApiRequest:
         path=API_PREFIX + path,
         body=None,
         resource=f"{label} {path.rsplit('/', 1)[1]}",
+        message=message,
     )
 
 
 def network_delete_request(spec: RunSpec, name: str) -> ApiRequest:
     """Delete one network of this run (an auto-mode network takes its auto subnets with it)."""
-    return _delete("networks", "network", spec.network_path(name))
+    message = compute_v1.DeleteNetworkRequest(project=spec.project, network=name)
+    return _delete("networks", "network", spec.network_path(name), message)
 
 
 def subnet_delete_request(spec: RunSpec, name: str) -> ApiRequest:
     """Delete one subnet of this run."""
-    return _delete("subnetworks", "subnet", spec.subnet_path(name))
+    message = compute_v1.DeleteSubnetworkRequest(project=spec.project, region=spec.region, subnetwork=name)
+    return _delete("subnetworks", "subnet", spec.subnet_path(name), message)
 
 
 def firewall_delete_request(spec: RunSpec, name: str) -> ApiRequest:
     """Delete one firewall rule of this run."""
-    return _delete("firewalls", "firewall", spec.firewall_path(name))
+    message = compute_v1.DeleteFirewallRequest(project=spec.project, firewall=name)
+    return _delete("firewalls", "firewall", spec.firewall_path(name), message)

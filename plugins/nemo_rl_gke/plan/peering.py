@@ -160,4 +160,5 @@ def peering_range_delete_request(spec: RunSpec) -> ApiRequest:
         path="/compute/v1/" + spec.global_address_path(spec.peering_range),
         body=None,
         resource=f"global address {spec.peering_range}",
+        message=compute_v1.DeleteGlobalAddressRequest(project=spec.project, address=spec.peering_range),
     )

@@ -116,6 +116,14 @@ class Resource(ABC):
     def delete(self, hook: GcpHook) -> OperationRef | None:
         """Send the delete request; the operation to wait on, or ``None`` when the resource was already gone."""
 
+    def delete_message(self, **fields: str) -> Any:
+        """A copy of the plan's delete request as the client's message, with ``fields`` set (a request id is made
+        per send, so the plan cannot hold it); the plan's own message is never changed."""
+        message = self.delete_request.message
+        if message is None:
+            raise TypeError(f"{self.label}: the plan's delete request carries no message to send")
+        return type(message)(message, **fields)
+
     @abstractmethod
     def recorded_owner(self, actual: dict[str, Any]) -> Owner | None:
         """Who it says made it (deployment, group, creating run), or None: someone outside this package."""

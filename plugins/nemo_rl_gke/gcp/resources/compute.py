@@ -50,9 +50,9 @@ class _ComputeResource(Resource):
         return self._operation(operation.name)
 
     def delete(self, hook: GcpHook) -> OperationRef | None:
-        """DELETE the object; ``None`` when it was already gone."""
+        """DELETE the object with the plan's request (a fresh request id added); ``None`` when it was already gone."""
         client = self._client(hook)
-        request = {**self._scope(), self.field: self.name, "request_id": request_id()}
+        request = self.delete_message(request_id=request_id())
         operation = absent_on_404(lambda: hook.call(client.delete_unary, request=request, what=f"delete {self.label}"))
         return None if operation is None else self._operation(operation.name)
 

@@ -37,9 +37,10 @@ class _GkeResource(Resource):
         return self._operation(hook.call(method, request=self.request.message, what=f"create {self.label}"))
 
     def delete(self, hook: GcpHook) -> OperationRef | None:
-        """``delete_<noun>`` (a cluster's pools go with it); ``None`` on 404."""
+        """``delete_<noun>`` with the plan's request (a cluster's pools go with it); ``None`` on 404."""
         method = getattr(hook.container_client, f"delete_{self.api_noun}")
-        operation = absent_on_404(lambda: hook.call(method, name=self.target_path, what=f"delete {self.label}"))
+        request = self.delete_message()
+        operation = absent_on_404(lambda: hook.call(method, request=request, what=f"delete {self.label}"))
         return None if operation is None else self._operation(operation)
 
     def _operation(self, operation: Any) -> OperationRef:

@@ -49,8 +49,8 @@ class LustreInstance(Resource):
         return self._operation(operation.operation.name)
 
     def delete(self, hook: GcpHook) -> OperationRef | None:
-        """``instances.delete``; ``None`` on 404."""
-        request = lustre_v1.DeleteInstanceRequest(name=self.spec.lustre_path, request_id=request_id())
+        """``instances.delete`` with the plan's request (a fresh request id added); ``None`` on 404."""
+        request = self.delete_message(request_id=request_id())
         operation = absent_on_404(
             lambda: hook.call(hook.lustre_client.delete_instance, request=request, what=f"delete {self.label}")
         )
