@@ -22,6 +22,7 @@ from nemo_rl_gke.plan.networks import PEERING_CIDR_PLACEHOLDER
 from nemo_rl_gke.plan.peering import OTHER_RANGES_PLACEHOLDER, PROJECT_NUMBER_PLACEHOLDER
 from nemo_rl_gke.plan.transfers import import_source, lustre_import_request
 from nemo_rl_gke.run import topology as t
+from nemo_rl_gke.run.conf_schema import GROUP_NAME_PARAMS
 from nemo_rl_gke.run.recipes import load_recipe
 from nemo_rl_gke.run.spec import RunSpec
 from nemo_rl_gke.run.steps import final_step
@@ -166,3 +167,26 @@ def _others(body: dict[str, Any], ranges: list[str]) -> dict[str, Any]:
     for item in body["reservedPeeringRanges"]:
         listed += ranges if item == OTHER_RANGES_PLACEHOLDER else [item]
     return {**body, "reservedPeeringRanges": listed}
+
+
+def test_each_delete_sends_the_plans_request_and_builds_none_of_its_own(
+    sandbox: SandboxProcess, hook: GcpHook, spec: RunSpec
+) -> None:
+    # Given another group's delete requests, each resource deletes what those name: the delete reads the plan's
+    # request instead of building its own from the resource's names (nothing exists, so each answer is a 404).
+    names = {p: f"{getattr(spec, p)}-b" for p in GROUP_NAME_PARAMS if p not in ("project", "region", "zone")}
+    other = dataclasses.replace(spec, **names)
+    owner = build_plan(spec, dag_id=DAG, run_id=RUN).owner
+    ours, theirs = resources(spec, owner), resources(other, owner)
+    sent_to = 0
+    for key, resource in ours.items():
+        if resource.delete_request.message is None:  # the peering: a POST whose body the shared test covers
+            continue
+        own = resource.delete_request.path
+        resource.delete_request = theirs[key].delete_request
+        since = last_seq(sandbox)
+        assert resource.delete(hook) is None, key
+        [sent] = [c for c in sandbox.calls(since) if c["method"] == "DELETE"]
+        assert sent["path"] == theirs[key].delete_request.path != own, key
+        sent_to += 1
+    assert sent_to >= len(ours) - 1
