@@ -55,10 +55,16 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
 # unstaged.
 GLUE_ORDER: tuple[str, ...] = ("dag_factory", "operators", "triggers")
 
-# Verdicts the actions keep for their own safety check (a delete refuses what is not the group's): the glue asks the
-# decisions layer (decide/teardown.py), which reads them, instead of deciding with them itself.
+# What the decisions layer reads to decide, which the glue may not use to decide by itself: the actions' own safety
+# verdict (a delete refuses what is not the group's; decide/teardown.py) and which rung a pool is on
+# (decide/ladder.py).
 DECIDED_IN_DECIDE: frozenset[str] = frozenset(
-    {"nemo_rl_gke.gcp.resources.delete_verdict", "nemo_rl_gke.gcp.resources.actions.delete_verdict"}
+    {
+        "nemo_rl_gke.gcp.resources.delete_verdict",
+        "nemo_rl_gke.gcp.resources.actions.delete_verdict",
+        "nemo_rl_gke.run.capacity.pool_capacity",
+        "nemo_rl_gke.run.capacity.rung_index",
+    }
 )
 
 # Layers that import no Airflow at module level: they run in the CLI, the plan and the cluster without it

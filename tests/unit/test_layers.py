@@ -171,14 +171,23 @@ def _glue_order_breaches(edges: list[Edge]) -> list[str]:
 
 
 def _bypasses(module: str, path: Path) -> list[str]:
-    """The imports of a glue module that take a verdict past decide/ (DECIDED_IN_DECIDE)."""
+    """The uses in a glue module of what decide/ decides with (DECIDED_IN_DECIDE): imported by name, or read off an
+    imported module (``capacity.pool_capacity``)."""
     if layer_of(module) != GLUE:
         return []
-    found = []
+    found, modules = [], {}
     for node, _ in _imports(module, path):
         if isinstance(node, ast.ImportFrom) and node.module:
             found += [f"{path.name}:{node.lineno} imports {node.module}.{a.name}" for a in node.names
                       if f"{node.module}.{a.name}" in DECIDED_IN_DECIDE]  # fmt: skip
+            modules |= {a.asname or a.name: f"{node.module}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.Import):
+            modules |= {a.asname: a.name for a in node.names if a.asname}
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules:
+            name = f"{modules[node.value.id]}.{node.attr}"
+            if name in DECIDED_IN_DECIDE:
+                found.append(f"{path.name}:{node.lineno} uses {name}")
     return found
 
 
@@ -209,6 +218,10 @@ def test_the_glue_rules_catch_what_they_name(tmp_path: Path) -> None:
     sneaky.write_text("def f():\n    from nemo_rl_gke.gcp.resources import delete_verdict\n")
     assert _bypasses(f"{PKG}.sweeper", sneaky) == ["sweeper.py:2 imports nemo_rl_gke.gcp.resources.delete_verdict"]
     assert _bypasses(f"{PKG}.decide.teardown", sneaky) == []
+    # The old ladder walk in the operator: it told the rung itself from the pool, past decide/ladder.py.
+    sneaky.write_text("from nemo_rl_gke.run import capacity\n\ndef f(pool):\n    return capacity.pool_capacity(pool)\n")
+    assert _bypasses(f"{PKG}.sweeper", sneaky) == ["sweeper.py:4 uses nemo_rl_gke.run.capacity.pool_capacity"]
+    assert _bypasses(f"{PKG}.decide.ladder", sneaky) == []
 
 
 def _cycles(edges: list[Edge]) -> list[list[str]]:
