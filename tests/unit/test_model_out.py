@@ -7,6 +7,7 @@ import dataclasses
 
 import pytest
 
+from nemo_rl_gke.decide.publish import decide
 from nemo_rl_gke.plan import model_out
 from nemo_rl_gke.run import publish
 from nemo_rl_gke.run.checkpoint_layout import DCP, SAFETENSORS, TORCH_SAVE, CheckpointLayout, layout_of
@@ -169,7 +170,7 @@ def test_the_base_models_score_is_reused_only_for_the_same_settings() -> None:
 )  # fmt: skip
 def test_the_publish_decision(policy: str, score: float | None, last: float | None, outcome: str, reason: str) -> None:
     published = None if last is None else {"score": last, "uri": "gs://b/x/"}
-    decision = publish.decide(policy, 0.05, score, baseline=0.1, published=published)
+    decision = decide(policy, 0.05, score, baseline=0.1, published=published)
     assert (decision.outcome, decision.reason) == (outcome, reason)
     assert decision.promoted is (outcome == publish.PROMOTED)
     assert decision.to_dict() == {"outcome": outcome, "reason": reason, "score": score, "baseline": 0.1,
@@ -179,5 +180,5 @@ def test_the_publish_decision(policy: str, score: float | None, last: float | No
 @pytest.mark.parametrize("last", ["0.9", True, None, [0.9]])
 def test_a_published_event_without_a_numeric_score_counts_as_none_published(last: object) -> None:
     # An event another producer wrote (or a hand-made one) cannot block every later model.
-    decision = publish.decide("if_better", 0.0, 0.3, published={"score": last})
+    decision = decide("if_better", 0.0, 0.3, published={"score": last})
     assert decision.outcome == publish.PROMOTED and decision.published is None

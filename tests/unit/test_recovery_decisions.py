@@ -9,7 +9,7 @@ import pytest
 
 from nemo_rl_gke.decide import job_end, recovery
 from nemo_rl_gke.decide.recovery import Move
-from nemo_rl_gke.run.recovery_rules import BEFORE_FIRST_STEP, UNMATCHED, Verdict
+from nemo_rl_gke.decide.recovery_rules import BEFORE_FIRST_STEP, UNMATCHED, Verdict
 
 LOST_NODE = Verdict("node-died", True, "a node stopped answering Ray's health checks")
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
+from nemo_rl_gke.decide.recovery_rules import RULES, classify
 from nemo_rl_gke.observe.metrics import StepMetrics
 from nemo_rl_gke.observe.recoveries import attempt_id, merge_attempts, recovery_record, resubmitted
-from nemo_rl_gke.run.recovery_rules import RULES, classify
 
 RAY_PREFIX = "Job entrypoint command failed with exit code 1, last available logs (truncated to 20,000 chars):\n"
 ENTRYPOINT_ERROR = "JOB_ENTRYPOINT_COMMAND_ERROR"

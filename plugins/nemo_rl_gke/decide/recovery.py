@@ -2,7 +2,7 @@
 leaves to export.
 
 ``train.wait`` (``operators/rayjob.py``) reads the failed job (Ray's account, the driver's last lines, the steps its
-log holds), classifies it with the rules (:mod:`nemo_rl_gke.run.recovery_rules`), asks :func:`after_failure`, and
+log holds), classifies it with the rules (:mod:`nemo_rl_gke.decide.recovery_rules`), asks :func:`after_failure`, and
 acts: wait for the RayCluster's replacement worker, or fail. When the wait for the replacement ends it asks
 :func:`after_replacement`: resubmit from the step the recovery chose, or fail. A failure that has a checkpoint
 exports it (``train.validate`` and the export run next), so a run that loses its nodes for good still hands over what
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
-from nemo_rl_gke.run.recovery_rules import Verdict
+from nemo_rl_gke.decide.recovery_rules import Verdict
 
 
 class Move(Enum):

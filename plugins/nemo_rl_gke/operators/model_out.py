@@ -2,7 +2,7 @@
 
 Thin glue: the jobs come from :mod:`nemo_rl_gke.plan.model_out`, the result block's parser from
 :mod:`nemo_rl_gke.observe.eval_result`, the remembered base-model scores from :mod:`nemo_rl_gke.gcp.baselines`, the
-decision from :mod:`nemo_rl_gke.run.publish`. Each job is a Ray job on the run's RayCluster, waited for by the
+decision from :mod:`nemo_rl_gke.decide.publish`. Each job is a Ray job on the run's RayCluster, waited for by the
 triggerer (:class:`~nemo_rl_gke.triggers.rayjob.RayJobTrigger`), exactly once per run (its id is the training job's
 plus a suffix, so a retry adopts it).
 """
@@ -190,7 +190,7 @@ class PublishModelOperator(StepOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         """Decide; publish the event or skip."""
         # lazy: execution-only, kept out of DAG parsing
-        from nemo_rl_gke.run import publish as publishing
+        from nemo_rl_gke.decide import publish as publishing
 
         spec = self.run_spec(context)
         exported = pull(context, EXPORT) or {}

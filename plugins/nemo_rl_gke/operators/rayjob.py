@@ -439,10 +439,10 @@ class RayJobSensor(StepOperator):
         the run as before) when no rule recovers it. The verdict is logged either way."""
         # lazy: execution-only (the cloud clients among them), kept out of DAG parsing
         from nemo_rl_gke.decide.recovery import Move, after_failure
+        from nemo_rl_gke.decide.recovery_rules import classify
         from nemo_rl_gke.observe.metrics import newest_save
         from nemo_rl_gke.observe.recoveries import recovery_record
         from nemo_rl_gke.ray.hooks import RayJobsHook
-        from nemo_rl_gke.run.recovery_rules import classify
         from nemo_rl_gke.triggers.raycluster import RayClusterTrigger
 
         submission_id = str(event.get("submission_id"))
