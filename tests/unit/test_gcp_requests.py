@@ -626,7 +626,25 @@ def test_message_body_speaks_rest_json() -> None:
     assert message_body(lustre_v1.Instance(labels={})) == {}  # an empty map is left out too
 
 
-TYPED = [r for r in _all_requests(SPEC) if r.message is not None]
+TYPED = [r for r in _all_requests(SPEC) if r.message is not None and r.body is not None]
+DELETES = [r for r in _all_requests(SPEC) if r.http_method == "DELETE"]
+
+
+@pytest.mark.parametrize("request_", DELETES, ids=lambda r: r.resource)
+def test_every_delete_carries_the_clients_message_for_the_path_it_prints(request_: ApiRequest) -> None:
+    # The action sends this message (a copy with its request id): it names exactly the object the plan prints.
+    assert request_.body is None and request_.message is not None, request_.resource
+    fields = {k: v for k, v in type(request_.message).to_dict(request_.message).items() if v}
+    path = request_.path.split("?")[0]
+    if "name" in fields:  # GKE and Lustre: the resource's full name is the path
+        assert path == "/v1/" + fields.pop("name")
+    else:  # Compute: the project, the region (regional objects) and the object's name
+        after = path.split("/projects/", 1)[1].split("/")  # project, global or regions/<region>, collection, name
+        assert after[0] == fields.pop("project")
+        if after[1] == "regions":
+            assert after[2] == fields.pop("region")
+        assert [fields.pop(k) for k in list(fields)] == [after[-1]]
+    assert not fields
 
 
 @pytest.mark.parametrize("request_", TYPED, ids=lambda r: r.resource)
