@@ -355,10 +355,10 @@ class RayJobSensor(StepOperator):
         later = last_finished_save(log.steps) if log is not None else None
         final = event.get("final_step")
         end = after_wait(str(status), None if final is None else int(final), later, guard.get("decided_at"))
-        if end.pending and end.checkpoint is not None:
-            # The newest finished save is the run's checkpoint: validated and exported as usual.
-            mark_checkpoint_pending(self, context, spec, end.checkpoint)
         if end.succeeds:
+            if end.pending and end.checkpoint is not None:
+                # The newest finished save is the run's checkpoint: validated and exported as usual.
+                mark_checkpoint_pending(self, context, spec, end.checkpoint)
             if status == "converged":
                 self.log.info("Converged at step %s: checkpoint step %s is the one validated and exported",
                               end.converged_at, end.checkpoint)  # fmt: skip
@@ -367,6 +367,7 @@ class RayJobSensor(StepOperator):
                               end.checkpoint)  # fmt: skip
             return {**result, "final_step": self._final_step(spec, end.checkpoint), "converged_at": end.converged_at}
         if end.checkpoint is not None:
+            # A stall's save is still the run's checkpoint: marked pending and exported by the give-up.
             stalled = f"{event.get('message')}\nLast lines of the driver log:\n{tail}"
             self._give_up(context, stalled, end.checkpoint, sep="\n")
         if status == "budget" and stop and stop.get("lost"):
