@@ -256,7 +256,8 @@ class Sweep:
         except LeaseLostError as exc:
             group.done = True
             group.lease = f"lost ({exc}): nothing more deleted"
-            self._not_reached(group, self._resources(group), lambda _: "the sweep lost the group's lease")
+            lost = "the sweep lost the group's lease"
+            self._not_reached(group, self._resources(group), lambda _deletion, _so_far: lost)
             return []
         found = self._resources(group)
         self._settle(hook, group, found)
@@ -356,7 +357,11 @@ class Sweep:
         return ResourceSweep(key, resource.label, result.action, "", result.action not in outcomes.GONE)
 
     @staticmethod
-    def _not_reached(group: GroupSweep, found: Mapping[str, Resource], why: Callable[[topology.Step], str]) -> None:
+    def _not_reached(
+        group: GroupSweep,
+        found: Mapping[str, Resource],
+        why: Callable[[topology.Step, Mapping[str, ResourceSweep]], str],
+    ) -> None:
         """Record every deletion the sweep did not get to (:func:`~nemo_rl_gke.decide.sweep.unreached`)."""
         group.resources.update(unreached(group, {key: r.label for key, r in found.items()}, why))
 
@@ -366,7 +371,7 @@ class Sweep:
         from nemo_rl_gke.gcp.lease import forget, release
 
         labels = {key: r.label for key, r in found.items()}
-        self._not_reached(group, found, lambda deletion: blocked_by(group, deletion, labels))
+        self._not_reached(group, found, lambda deletion, so_far: blocked_by(so_far, deletion, labels))
         if lease_goes(group):
             removed = forget(hook, self.project, group.group, unless_held=False, only_if=lease)
             group.lease = "forgotten: nothing of the group is left" if removed else "changed meanwhile: left"

@@ -257,21 +257,21 @@ def test_the_sweep_deletes_in_waves_each_starting_once_what_it_needs_has_settled
 
 
 def test_a_deletion_that_failed_or_was_not_reached_stops_all_that_waits_for_it() -> None:
-    group = sweep.GroupSweep("g", "why", found=["cluster", "net", "gvnic-fw"], ours=[t.GKE_CLUSTER, "network.net"])
+    found = ["cluster", "gvnic-sub", "gvnic-net", "gvnic-fw"]
+    group = sweep.GroupSweep("g", "why", found=found, ours=[t.GKE_CLUSTER, "network.gvnic-sub", "network.gvnic-net"])
     _settle(group, t.GKE_CLUSTER, sweep.FAILED)
     _settle(group, "network.gvnic-fw", outcomes.DELETED)
     assert sweep.startable(group) == []
     labels = {d.deletes[0]: d.deletes[0] for d in sweep.deletions()} | {
-        t.GKE_CLUSTER: "cluster",
-        "network.net": "net",
+        t.GKE_CLUSTER: "cluster", "network.gvnic-sub": "gvnic-sub", "network.gvnic-net": "gvnic-net",
         "network.gvnic-fw": "gvnic-fw",
-    }
-    net = t.teardown_of("network.net")
-    assert net is not None
-    assert sweep.blocked_by(group, net, labels) == "not reached: it waits for cluster that did not go"
-    rows = sweep.unreached(group, labels, lambda d: sweep.blocked_by(group, d, labels))
-    # What the survey found is not reached (and stays the group's); what it did not find is absent.
-    assert rows["network.net"].action == sweep.NOT_REACHED and rows["network.net"].owned
+    }  # fmt: skip
+    rows = sweep.unreached(group, labels, lambda d, so_far: sweep.blocked_by(so_far, d, labels))
+    # What the survey found is not reached (and stays the group's), each naming what it waited for, a deletion not
+    # reached before it included; what the survey did not find is absent.
+    assert rows["network.gvnic-sub"].action == sweep.NOT_REACHED and rows["network.gvnic-sub"].owned
+    assert rows["network.gvnic-sub"].reason == "not reached: it waits for cluster that did not go"
+    assert rows["network.gvnic-net"].reason == "not reached: it waits for gvnic-sub that did not go"
     assert rows[t.LUSTRE].action == outcomes.ABSENT
     assert t.GKE_CLUSTER not in rows
     group.resources.update(rows)

@@ -169,25 +169,29 @@ def _needs_settled(group: GroupSweep, deletion: topology.Step) -> bool:
     return True
 
 
-def blocked_by(group: GroupSweep, deletion: topology.Step, labels: Mapping[str, str]) -> str:
-    """Why ``deletion`` was not reached: the deletions it waits for that did not go (``labels``: each key's label)."""
+def blocked_by(resources: Mapping[str, ResourceSweep], deletion: topology.Step, labels: Mapping[str, str]) -> str:
+    """Why ``deletion`` was not reached: the deletions it waits for that did not go (``resources``: what became of
+    each so far; ``labels``: each key's label)."""
     keys = [topology.step(n).deletes[0] for n in needs(deletion)]
-    stuck = [labels[k] for k in keys if k in group.resources and group.resources[k].action in STUCK]
+    stuck = [labels[k] for k in keys if k in resources and resources[k].action in STUCK]
     return f"not reached: it waits for {', '.join(stuck) or 'a deletion'} that did not go"
 
 
 def unreached(
-    group: GroupSweep, labels: Mapping[str, str], why: Callable[[topology.Step], str]
+    group: GroupSweep,
+    labels: Mapping[str, str],
+    why: Callable[[topology.Step, Mapping[str, ResourceSweep]], str],
 ) -> dict[str, ResourceSweep]:
-    """Every deletion the sweep did not get to: not reached (``why`` says why) when the survey found the resource,
-    absent otherwise."""
+    """Every deletion the sweep did not get to, in teardown order: not reached when the survey found the resource
+    (``why`` says why, given what became of each deletion so far, these rows included), absent otherwise."""
     rows: dict[str, ResourceSweep] = {}
     for deletion in deletions():
         key = deletion.deletes[0]
         if key in group.resources:
             continue
         if labels[key] in group.found:
-            rows[key] = ResourceSweep(key, labels[key], NOT_REACHED, why(deletion), key in group.ours)
+            reason = why(deletion, {**group.resources, **rows})
+            rows[key] = ResourceSweep(key, labels[key], NOT_REACHED, reason, key in group.ours)
         else:
             rows[key] = ResourceSweep(key, labels[key], outcomes.ABSENT)
     return rows
