@@ -88,9 +88,16 @@ def position_covers_the_log(airflow: Airflow, run_id: str) -> bool:
     return isinstance(value, dict) and value.get("lines") == logged_lines(wait_log(airflow, run_id))
 
 
+# Tries to freeze the triggerer at a step boundary: such a moment comes once per step, and on a loaded machine a try
+# (two API reads while it is frozen) can take longer than the gap between them, so the bound is in steps, not seconds.
+BETWEEN_STEPS_TRIES = 300
+
+
 def kill_the_triggerer_between_steps(airflow: Airflow, run_id: str) -> list[int]:
     """SIGKILL the triggerer at a moment its saved log position covers the task log (frozen, checked, killed)."""
-    return kill_component_when(airflow, "triggerer", lambda: position_covers_the_log(airflow, run_id))
+    return kill_component_when(
+        airflow, "triggerer", lambda: position_covers_the_log(airflow, run_id), attempts=BETWEEN_STEPS_TRIES
+    )
 
 
 def measure(args: argparse.Namespace, workdir: Path, running: dict[str, Any]) -> bool:
