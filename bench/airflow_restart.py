@@ -89,7 +89,7 @@ def position_covers_the_log(airflow: Airflow, run_id: str) -> bool:
 
 
 # Tries to freeze the triggerer at a step boundary: such a moment comes once per step, and on a loaded machine a try
-# (two API reads while it is frozen) can take longer than the gap between them, so the bound is in steps, not seconds.
+# (two API reads while it is frozen) is slow and misses many of them; 50 tries ran out in a full-suite run.
 BETWEEN_STEPS_TRIES = 300
 
 
