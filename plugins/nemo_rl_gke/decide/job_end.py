@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# The trigger's event statuses that end a run with a checkpoint of its own choosing (not the recipe's last step).
-BUDGET, STALLED, CONVERGED, SUCCESS = "budget", "stalled", "converged", "success"
+from nemo_rl_gke.decide.job_stop import BUDGET, CONVERGED, STALLED, TERMINAL
+
+SUCCESS = TERMINAL["SUCCEEDED"]
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,8 @@ from nemo_rl_gke.run.deadline import STOP, STOP_AT_NEXT_SAVE
 
 # Ray's terminal job states, as the trigger's events name them.
 TERMINAL = {"SUCCEEDED": "success", "FAILED": "failed", "STOPPED": "stopped"}
+# The event statuses of the rules that stop the job (train.wait reads them: decide/job_end.py).
+ZERO_LEARNING, CONVERGED, STALLED, TIMED_OUT, BUDGET = "zero_learning", "converged", "stalled", "timeout", "budget"
 
 
 class Rule(Enum):

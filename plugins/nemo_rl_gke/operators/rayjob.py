@@ -326,6 +326,7 @@ class RayJobSensor(StepOperator):
         """Push the per-step table and the summary; succeed (converged or done) or fail with the full story."""
         # lazy: execution-only, kept out of DAG parsing
         from nemo_rl_gke.decide.job_end import after_wait
+        from nemo_rl_gke.decide.job_stop import BUDGET, CONVERGED
         from nemo_rl_gke.observe.metrics import last_finished_save
         from nemo_rl_gke.run.budget import run_budget
 
@@ -339,7 +340,7 @@ class RayJobSensor(StepOperator):
         summary = self._push_table(context, spec, event, log, recoveries)
         status = event.get("status")
         guard = event.get("guard") or {}
-        budget = run_budget(spec, self.deployment).xcom(stopped_at_budget=status == "budget")
+        budget = run_budget(spec, self.deployment).xcom(stopped_at_budget=status == BUDGET)
         stop = event.get("stop")
         if stop:
             budget["stop"] = stop
@@ -348,7 +349,7 @@ class RayJobSensor(StepOperator):
             "status": event.get("job_status"),
             "submission_id": event.get("submission_id"),
             **summary,
-            "stopped_at_budget": status == "budget",
+            "stopped_at_budget": status == BUDGET,
             "max_steps": spec.max_steps,
         }
         tail = "\n".join(event.get("tail") or [])
@@ -359,10 +360,10 @@ class RayJobSensor(StepOperator):
             if end.pending and end.checkpoint is not None:
                 # The newest finished save is the run's checkpoint: validated and exported as usual.
                 mark_checkpoint_pending(self, context, spec, end.checkpoint)
-            if status == "converged":
+            if status == CONVERGED:
                 self.log.info("Converged at step %s: checkpoint step %s is the one validated and exported",
                               end.converged_at, end.checkpoint)  # fmt: skip
-            elif status == "budget":
+            elif status == BUDGET:
                 self.log.info("%s; checkpoint step %s is the one validated and exported", event.get("message"),
                               end.checkpoint)  # fmt: skip
             return {**result, "final_step": self._final_step(spec, end.checkpoint), "converged_at": end.converged_at}
@@ -370,7 +371,7 @@ class RayJobSensor(StepOperator):
             # A stall's save is still the run's checkpoint: marked pending and exported by the give-up.
             stalled = f"{event.get('message')}\nLast lines of the driver log:\n{tail}"
             self._give_up(context, stalled, end.checkpoint, sep="\n")
-        if status == "budget" and stop and stop.get("lost"):
+        if status == BUDGET and stop and stop.get("lost"):
             lost = stop["lost"]
             self.log.error(
                 "Nothing was saved before the stop: %s step(s) and %.2f GPU-hours are lost: %s", lost.get("steps"),

@@ -616,33 +616,33 @@ class RayJobTrigger(BaseTrigger):
             return await self._event(TERMINAL[status], _end_message(dict(info)), status, verdict)
         if rule is job_stop.Rule.ZERO_LEARNING:
             assert verdict is not None
-            return await self._event("zero_learning", f"{verdict.message} {job}: {outcome}.", status, verdict)
+            return await self._event(job_stop.ZERO_LEARNING, f"{verdict.message} {job}: {outcome}.", status, verdict)
         if rule is job_stop.Rule.CONVERGED:
             assert verdict is not None
             saved = reading.converged_save
             message = f"Converged at step {verdict.decided_at}; checkpoint step {saved} is saved. {job}: {outcome}."
-            return await self._event("converged", message, status, verdict, saved)
+            return await self._event(job_stop.CONVERGED, message, status, verdict, saved)
         if rule is job_stop.Rule.STALLED:
-            return await self._event("stalled", self._stall_text(now, outcome), status, None, newest_save(steps))
+            return await self._event(job_stop.STALLED, self._stall_text(now, outcome), status, None, newest_save(steps))
         if rule is job_stop.Rule.TIMEOUT:
             message = f"{job} ran past the {self.timeout:.0f}s job timeout; {outcome}"
-            return await self._event("timeout", message, status)
+            return await self._event(job_stop.TIMED_OUT, message, status)
         # The budget rules: the stop record (which limit, the USD then, what was lost) goes with the event.
         saved = reading.save_since_near if rule is job_stop.Rule.DEADLINE_AT_SAVE else newest_save(steps)
         stop = self._stop_record(now, saved)
         if rule is job_stop.Rule.OWN_DEADLINE_SAVE:
             message = f"{self._budget_text(stop)}: the job saved step {saved} and exited by itself at NeMo RL's "
             message += "checkpoint_must_save_by"
-            return await self._event("budget", message, status, verdict, saved, stop=stop)
+            return await self._event(job_stop.BUDGET, message, status, verdict, saved, stop=stop)
         if rule is job_stop.Rule.DEADLINE_AT_SAVE:
             message = f"{self._budget_text(stop)}: checkpoint step {saved} is saved. {job}: {outcome}."
-            return await self._event("budget", message, status, None, saved, stop=stop)
+            return await self._event(job_stop.BUDGET, message, status, None, saved, stop=stop)
         message = f"{self._budget_text(stop)}: the deadline ({self.clock.limit_text()}) is reached; newest saved "
         message += f"step {saved}. {job}: {outcome}."
         if stop["lost"]:
             lost = stop["lost"]
             message += f" {lost['steps']} step(s) and {lost['gpu_hours']:.2f} GPU-hours were lost: {lost['why']}."
-        return await self._event("budget", message, status, None, saved, stop=stop)
+        return await self._event(job_stop.BUDGET, message, status, None, saved, stop=stop)
 
     def _stall_text(self, now: float, outcome: str) -> str:
         """The stalled job's message: where it stopped, for how long, the bound, and its newest save."""
