@@ -97,7 +97,7 @@ def run_url(airflow: Airflow, run_id: str) -> str:
     return f"{airflow.url}/dags/{DAG_ID}/runs/{urllib.parse.quote(run_id, safe='')}"
 
 
-def view_url(airflow: Airflow, run_id: str, poll_s: float = 1.0) -> str:
+def view_url(airflow: Airflow, run_id: str, poll_s: float = 2.0) -> str:
     """The training view's own page (what the tab's iframe shows), polling every ``poll_s`` seconds."""
     query = urllib.parse.urlencode({"dag_id": DAG_ID, "run_id": run_id, "poll": poll_s})
     return f"{airflow.url}{plugin.URL_PREFIX}/training?{query}"

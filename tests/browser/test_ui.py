@@ -178,6 +178,10 @@ def test_the_training_view_follows_the_job_the_links_lead_out_and_what_teardown_
         _check_the_lead_is_above_the_fold(target, data)
     screenshot(page, "training-tab-while-training", full_page=False)
     screenshot(view, "training-view-while-training")
+    # Nothing looks at Airflow's run page until the run ended, but its grid refreshes every few seconds and the tab's
+    # iframe polls too: minutes of Chromium and API-server CPU on a 2-core CI machine. The checks at the end open it
+    # again.
+    page.goto("about:blank")
     wait_for(
         "a new trigger to follow the job",
         lambda: task_log(airflow, run_id, topology.WAIT).count(FOLLOWING) >= 2,
