@@ -26,8 +26,10 @@ from tests.e2e.harness import latest_xcom, run_logged
 
 pytestmark = [pytest.mark.airflow, pytest.mark.usefixtures("fresh_sandbox")]
 SPEC = RunSpec()
-# 90 s of flex-start nodes: the job starts with most of it left and cannot finish 400 steps in it.
-FLEX_HOURS = 0.025
+# 144 s of flex-start nodes: the job starts with most of it left and cannot finish 400 steps in it. Not less: on a
+# loaded 2-core machine NeMo RL's setup alone took 38 s (CI, 2026-12-06), and with 90 s its deadline save then fell
+# after the nodes' end (the run fails then, rightly: "newest saved step None").
+FLEX_HOURS = 0.04
 FLEX_DELAY_S = 3.0
 SAVE_PERIOD = 20
 
@@ -50,7 +52,7 @@ def test_a_full_reservation_falls_to_flex_start_which_saves_before_its_nodes_end
         "max_steps": 400,
         # The test is about the deadline: a fast machine's job that converges first would end the run otherwise.
         "zero_learning_guard": False,
-        # Half a second a step (asleep): 400 steps outlast the 90 s, which local steps alone would not.
+        # Half a second a step (asleep): 400 steps outlast the 144 s, which local steps alone would not.
         "extra_overrides": [f"checkpointing.save_period={SAVE_PERIOD}", "sandbox.step_delay_s=0.5"],
     }
     try:
@@ -85,7 +87,7 @@ def test_a_full_reservation_falls_to_flex_start_which_saves_before_its_nodes_end
     assert stop["limit"] == deadline.CAPACITY_END and "waiting up to" not in result.output, stop
     # The job was given the deadline less the recipe's setup reserve; whichever came first (its own deadline save,
     # or the trigger's stop at the nodes' end), fewer than a save period's steps were lost.
-    assert "Run deadline capacity_end: the flex_start nodes' end (0.025 h" in result.output
+    assert f"Run deadline capacity_end: the flex_start nodes' end ({FLEX_HOURS:g} h" in result.output
     assert "checkpointing.checkpoint_must_save_by=00:00:" in result.output
     step = waited["final_step"]
     summary = xcom[(t.WAIT, "summary")]
