@@ -5,9 +5,10 @@ time of everything it starts: pytest's workers, Airflow's components and task pr
 process of every RayCluster, the local recipe's jobs, Chromium. Many of them outlive no parent a profiler could
 attach to (Ray's daemons detach from ``ray start``), so this samples ``/proc`` instead: every process whose
 environment carries this run's marker (:data:`MARKER`, set for the command; detached daemons inherit it too, other
-work on the machine does not), its user + system CPU time at the last sample it was seen alive. A process that lives
-less than one interval can be missed; its CPU then shows nowhere (the parent's "children" times are not added,
-which would count the same seconds twice). A process that clears its environment is not seen.
+work on the machine does not), or whose parent is counted (Ray's dashboard modules retitle themselves over their
+environment), its user + system CPU time at the last sample it was seen alive. A process that lives less than one
+interval can be missed; its CPU then shows nowhere (the parent's "children" times are not added, which would count
+the same seconds twice).
 
     .venv/bin/python bench/cpu_by_process.py [--interval 0.5] [--top 25] -- COMMAND...
 
@@ -39,6 +40,7 @@ KINDS: tuple[tuple[str, str], ...] = (
     (r"airflow dags test", "airflow dags test (CLI)"),
     (r"bin/airflow ", "airflow CLI (other)"),
     (r"multiprocessing\.forkserver.*airflow", "airflow forkserver"),
+    (r"multiprocessing\.forkserver.*'ray'", "ray dashboard"),
     (r"ray-dashboard|ray/dashboard/dashboard\.py", "ray dashboard"),
     (r"^ray::(\w+)", "ray::{0}"),
     (r"(raylet|gcs_server)\b", "ray {0}"),
@@ -63,14 +65,14 @@ class Seen:
     cpu_s: float
 
 
-def _stat(pid: str) -> tuple[float, str] | None:
-    """(CPU seconds, start time in ticks) of a process, or None once it is gone."""
+def _stat(pid: str) -> tuple[float, str, str] | None:
+    """(CPU seconds, start time in ticks, parent pid) of a process, or None once it is gone."""
     try:
         text = (PROC / pid / "stat").read_text()
     except OSError:
         return None
     fields = text[text.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS, fields[19]
+    return (int(fields[11]) + int(fields[12])) / TICKS, fields[19], fields[1]
 
 
 def _command(pid: str) -> str:
@@ -90,21 +92,22 @@ def _carries(pid: str, marker: bytes) -> bool:
 
 
 def sample(seen: dict[tuple[str, str], Seen], others: set[tuple[str, str]], marker: bytes) -> None:
-    """Update ``seen`` with every live process of this run; ``others`` remembers the ones that are not."""
-    for entry in os.scandir(PROC):
-        if not entry.name.isdigit():
-            continue
-        stat = _stat(entry.name)
+    """Update ``seen`` with every live process of this run; ``others`` remembers the ones that are not. Lower pids
+    first, so a parent is decided before the children it started since the last sample."""
+    counted = {pid for pid, _ in seen}
+    for pid in sorted((e.name for e in os.scandir(PROC) if e.name.isdigit()), key=int):
+        stat = _stat(pid)
         if stat is None:
             continue
-        key = (entry.name, stat[1])
+        key = (pid, stat[1])
         if key in others:
             continue
-        if key not in seen and not _carries(entry.name, marker):
+        if key not in seen and stat[2] not in counted and not _carries(pid, marker):
             others.add(key)
             continue
+        counted.add(pid)
         # A zombie has no command line left: keep the one seen while it ran.
-        command = _command(entry.name) or (seen[key].command if key in seen else "")
+        command = _command(pid) or (seen[key].command if key in seen else "")
         seen[key] = Seen(command, stat[0])
 
 
