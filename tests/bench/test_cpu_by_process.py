@@ -8,11 +8,11 @@ import sys
 
 from tests.paths import ROOT
 
-# The child spins until its own CPU time is 1 s, then stays alive a while so a sample sees that total; its command
-# line ends in grpo_cpu.py (the parent's spells it in two halves), so only the child counts as the local recipe's
-# training. It runs with an empty environment, as a process that overwrites its own does: its parent makes it the
-# command's.
-CHILD = "import time\nwhile time.process_time() < 1.0: pass\ntime.sleep(2)\n"
+# The child spins until its own CPU time is 1 s, then stays alive 5 s so a sample sees that total (on a loaded machine
+# too). Its command line ends in grpo_cpu.py (the parent's spells it in two halves), so only the child counts as the
+# local recipe's training. It runs with an empty environment, as a process that overwrites its own does: its parent
+# makes it the command's.
+CHILD = "import time\nwhile time.process_time() < 1.0: pass\ntime.sleep(5)\n"
 PARENT = (
     "import subprocess, sys\n"
     f"child = subprocess.run([sys.executable, '-c', {CHILD!r}, 'grpo' + '_cpu.py'], env={{}})\n"
