@@ -425,8 +425,11 @@ def _job_dir(base: Path) -> Path:
     return job
 
 
-def _run(job: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, *args], cwd=job, capture_output=True, text=True, check=False)
+def _run(job: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    environment = None if env is None else {**os.environ, **env}
+    return subprocess.run(
+        [sys.executable, *args], cwd=job, capture_output=True, text=True, check=False, env=environment
+    )
 
 
 def test_the_export_loads_with_transformers_generates_and_scores_above_the_untrained_model(
@@ -459,8 +462,13 @@ def test_the_export_loads_with_transformers_generates_and_scores_above_the_untra
     # On held-out problems (none of the training split's), the trained model beats the untrained one it started from.
     scores = {}
     for name in (str(hf), "local/tiny-policy"):
-        evaluated = _run(job, "run_eval.py", "--config", "eval.yaml", f"generation.model_name={name}")
+        # Its own temporary directory, left empty: the base model's tokenizer files are written there and removed.
+        tmp = base / f"tmp-{len(scores)}"
+        tmp.mkdir()
+        evaluated = _run(job, "run_eval.py", "--config", "eval.yaml", f"generation.model_name={name}",
+                         env={"TMPDIR": str(tmp)})  # fmt: skip
         assert evaluated.returncode == 0, evaluated.stderr
+        assert list(tmp.iterdir()) == [], name
         found = SCORE.search(evaluated.stdout)
         assert found is not None, evaluated.stdout
         scores[name] = float(found.group(1))

@@ -14,6 +14,7 @@ import argparse
 import math
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -48,9 +49,11 @@ def load(generation: dict[str, Any], max_number: int) -> tuple[Any, Any]:
         torch.manual_seed(int(generation["init_seed"]))
         words = grpo_cpu.WordTokenizer(max_number)
         model = grpo_cpu.build_policy(words, int(generation["hidden_size"]))
-        path = Path(os.environ.get("TMPDIR", "/tmp")) / f"base-tokenizer-{os.getpid()}"
-        words.save_pretrained(path, BASE_MODEL)
-        return model.eval(), AutoTokenizer.from_pretrained(str(path))
+        # Written only to be loaded as a Hugging Face tokenizer, which keeps what it needs in memory: a temporary
+        # directory (each evaluation used to leave one behind under $TMPDIR).
+        with tempfile.TemporaryDirectory(prefix="base-tokenizer-") as path:
+            words.save_pretrained(Path(path), BASE_MODEL)
+            return model.eval(), AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(name, trust_remote_code=True)
     return model.eval(), AutoTokenizer.from_pretrained(name)
 
