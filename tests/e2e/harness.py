@@ -21,13 +21,14 @@ from nemo_rl_gke.run.spec import RunSpec
 from tests.paths import ROOT
 
 DAG_ID = "nemo_rl_grpo_gke"
-# Fast waits: the sandbox's operations are instant at latency scale 0.
 # The local CPU recipe (include/conf/local.json) with two steps: a run that trains trains for real, briefly.
+# Its 1 s poll interval too: the sandbox's operations are done at the first poll, and at 0.05 s the job's trigger
+# asked Ray for its status 20 times a second while it trained (Ray's dashboard, the sandbox's proxy and the test's
+# own process: a whole run alone took 142 s of CPU at 0.05 s and 105 s at 1 s, for the same wall, 2026-12-06).
 LOCAL_CONF = json.loads((ROOT / "include" / "conf" / "local.json").read_text())
 # The model out's evaluation is off unless a test is about it (test_train's main run, the nights, the browser): each
 # one is two evaluation jobs, and the CI budget is whole-DAG runs. The conversion and the export still run.
-APPLY = {**LOCAL_CONF, "mode": "apply", "poll_interval_s": 0.05, "max_steps": 2, "eval_benchmark": "off",
-         "publish": "always"}  # fmt: skip
+APPLY = {**LOCAL_CONF, "mode": "apply", "max_steps": 2, "eval_benchmark": "off", "publish": "always"}
 # What a test about the model out lays over APPLY: the conf's defaults again.
 MODEL_OUT = {"eval_benchmark": "gsm8k", "publish": "if_better"}
 # Most scenarios are about the infrastructure: they stop after it (no RayCluster, no training), teardown as always.
