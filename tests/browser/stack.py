@@ -13,6 +13,7 @@ import contextlib
 import json
 import shutil
 import tempfile
+import time
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -159,10 +160,19 @@ LEAD = {"progress": "#progress", "reward curve": "#reward svg[data-curve='reward
         "cost so far": "#cost-card"}  # fmt: skip
 
 
-def layout(target: Any) -> dict[str, Any]:
+def layout(target: Any, settle_s: float = 10.0) -> dict[str, Any]:
     """Where the view's parts are (bounding boxes relative to the window, an iframe's included) and how the free
-    resources' line is drawn: its height, its line height, whether it is open, and its text."""
-    boxes = {name: target.locator(selector).bounding_box() for name, selector in LEAD.items()}
+    resources' line is drawn: its height, its line height, whether it is open, and its text.
+
+    Every poll draws the reward curve anew (a new ``svg``), so a box read as the old one is replaced comes back
+    None (seen once in CI on a loaded machine): the boxes are read again, for up to ``settle_s``, until each is
+    there. A part that is really missing or hidden stays None, and the caller's check fails on it."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        boxes = {name: target.locator(selector).bounding_box() for name, selector in LEAD.items()}
+        if all(box is not None for box in boxes.values()) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     free = target.locator("#free summary")
     line = free.evaluate("s => ({lineHeight: parseFloat(getComputedStyle(s).lineHeight), open: s.parentElement.open})")
     return {"boxes": boxes, "free": free.bounding_box(), "free_text": free.text_content() or "", **line}
