@@ -64,6 +64,8 @@ def start_ray(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
     args += ["--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1", f"--temp-dir={temp_dir}", "--num-cpus=2"]
     args += ["--object-store-memory=200000000", "--include-dashboard=true", "--disable-usage-stats"]
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    # Its /tmp too, removed with it: SIGKILLed, Ray's dashboard would leave its forkserver's socket dir in the host's.
+    env["TMPDIR"] = temp_dir
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     with open(workdir / "ray.log", "ab") as out:
         process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)

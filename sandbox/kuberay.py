@@ -415,6 +415,7 @@ class KubeRay:
             "RAY_enable_worker_prestart": "0",
             # Loopback only (see the module docstring): without it ray start binds to the machine's own address.
             "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+            "TMPDIR": _pod_tmp(head.temp_dir),
         }
         for variable in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
             env.pop(variable, None)
@@ -506,11 +507,11 @@ class KubeRay:
             f"--temp-dir={worker.temp_dir}",
             *port_args,
         ]
+        env = _with_sandbox_path({**head.env, "TMPDIR": _pod_tmp(worker.temp_dir)})  # the worker pod's own /tmp
         with open(worker.log_path, "ab") as out:
             worker.process = await asyncio.create_subprocess_exec(
-                *args, stdout=out, stderr=asyncio.subprocess.STDOUT, env=_with_sandbox_path(head.env),
-                start_new_session=True,
-            )  # fmt: skip
+                *args, stdout=out, stderr=asyncio.subprocess.STDOUT, env=env, start_new_session=True
+            )
         log.info("RayCluster %s: worker %s ray start pid %s", head.name, pod, worker.pid)
         while not head.stopping and not worker.lost:
             if worker.process.returncode is not None:
@@ -930,6 +931,15 @@ async def _wait_port(port: int, stopping: Callable[[], bool]) -> bool:
             return True
         await asyncio.sleep(0.1)
     return False
+
+
+def _pod_tmp(temp_dir: str) -> str:
+    """A Ray pod's own /tmp (its ``TMPDIR``), inside its node's temp dir: a pod's /tmp goes with the pod. On the
+    host's shared one, every RayCluster delete (SIGKILL, see :func:`_stop`) left its dashboard's forkserver socket
+    dir (``pymp-*``) behind, and an interrupted save its PyTorch error files (``pytorch-errorfile-*``)."""
+    path = Path(temp_dir) / "tmp"
+    path.mkdir(exist_ok=True)
+    return str(path)
 
 
 def _with_sandbox_path(env: dict[str, str]) -> dict[str, str]:

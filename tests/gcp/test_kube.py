@@ -14,8 +14,10 @@ import signal
 import ssl
 import time
 import urllib.request
+from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from sandbox.testing import SandboxProcess, pid_alive
 from sandbox.tls import new_cluster_tls
@@ -213,6 +215,14 @@ def test_a_raycluster_runs_a_real_ray_reachable_through_the_service_proxy_and_st
         # /data is the Lustre instance's directory, and Ray learns it from SANDBOX_DATA_DIR.
         lustre = next(r for r in sandbox.inventory() if r["path"] == cluster_spec.lustre_path)
         assert heads[0]["data_dir"] == lustre["data_dir"]
+        # Each Ray pod has a /tmp of its own (TMPDIR), which goes with the pod: the head's dashboard keeps its
+        # forkserver's socket dir there, not in the host's shared one, where every delete used to leave it behind.
+        head_tmp = Path(heads[0]["driver_logs"]).parents[1] / "tmp"
+        assert psutil.Process(heads[0]["pid"]).environ()["TMPDIR"] == str(head_tmp)
+        assert list(head_tmp.glob("pymp-*")), sorted(p.name for p in head_tmp.parent.iterdir())
+        worker_tmps = {psutil.Process(w["pid"]).environ()["TMPDIR"] for w in heads[0]["workers"]}
+        assert len(worker_tmps) == cluster_spec.worker_replicas and str(head_tmp) not in worker_tmps
+        assert all(Path(tmp).name == "tmp" and Path(tmp).parent.name.startswith("sbrw-") for tmp in worker_tmps)
 
         address = kube.dashboard()
         request = urllib.request.Request(address.url + "/api/version", headers=kube.dashboard_headers(address))
@@ -242,6 +252,7 @@ def test_a_raycluster_runs_a_real_ray_reachable_through_the_service_proxy_and_st
     assert any(r.action == "deleted" and r.ref.kind == "RayCluster" for r in results)
     assert asyncio.run(first_event(raycluster_trigger(cluster_spec, "deleted")))["status"] == "success"
     assert _ray_heads(sandbox) == [] and not pid_alive(heads[0]["pid"])
+    assert not head_tmp.exists() and not any(Path(tmp).exists() for tmp in worker_tmps)
 
 
 def test_a_worker_whose_ray_crashes_while_starting_is_restarted_by_the_kubelet_and_joins(
