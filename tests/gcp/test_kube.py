@@ -217,6 +217,7 @@ def test_a_raycluster_runs_a_real_ray_reachable_through_the_service_proxy_and_st
         assert heads[0]["data_dir"] == lustre["data_dir"]
         # Each Ray pod has a /tmp of its own (TMPDIR), which goes with the pod: the head's dashboard keeps its
         # forkserver's socket dir there, not in the host's shared one, where every delete used to leave it behind.
+        # Ray starts that forkserver before its dashboard serves HTTP (docs/fidelity.md, RayCluster deletion).
         head_tmp = Path(heads[0]["driver_logs"]).parents[1] / "tmp"
         assert psutil.Process(heads[0]["pid"]).environ()["TMPDIR"] == str(head_tmp)
         assert list(head_tmp.glob("pymp-*")), sorted(p.name for p in head_tmp.parent.iterdir())
